@@ -1,0 +1,214 @@
+// nvsmi_reader.cpp — parses `nvidia-smi topo -m` (old and new layouts: NIC legend or mlx5
+// column names) and, when present, the `nvidia-smi -L` lines that name the GPUs.
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "loom/topo/readers.hpp"
+
+namespace loom::topo {
+
+namespace {
+
+std::vector<std::string> split_ws(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream ss(line);
+  std::string w;
+  while (ss >> w) out.push_back(w);
+  return out;
+}
+
+bool is_gpu_label(const std::string& w) {
+  return w.size() > 3 && w.compare(0, 3, "GPU") == 0 &&
+         std::all_of(w.begin() + 3, w.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::string at_line(const std::string& label, size_t line) { return label + ":" + std::to_string(line) + ": "; }
+
+}  // namespace
+
+Topology parse_nvidia_smi(const std::string& text, const std::string& label) {
+  std::vector<std::string> lines;
+  {
+    std::istringstream ss(text);
+    std::string l;
+    while (std::getline(ss, l)) {
+      if (!l.empty() && l.back() == '\r') l.pop_back();
+      lines.push_back(l);
+    }
+  }
+  // Header: the first line whose first word is GPU0.
+  size_t hdr = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto w = split_ws(lines[i]);
+    if (!w.empty() && w[0] == "GPU0") { hdr = i; break; }
+  }
+  if (hdr == lines.size())
+    throw Error(label + ": no 'nvidia-smi topo -m' matrix found (expected a header line starting with GPU0)");
+  std::vector<std::string> cols;
+  bool numa_col = false;
+  {
+    auto w = split_ws(lines[hdr]);
+    size_t i = 0;
+    for (; i < w.size() && w[i] != "CPU"; ++i) cols.push_back(w[i]);
+    if (i == w.size()) throw Error(at_line(label, hdr + 1) + "header has no 'CPU Affinity' column");
+    for (size_t k = i; k + 1 < w.size(); ++k)
+      if (w[k] == "NUMA" && w[k + 1] == "Affinity") numa_col = true;
+  }
+  size_t ngpu = 0;
+  while (ngpu < cols.size() && is_gpu_label(cols[ngpu])) {
+    if (cols[ngpu] != "GPU" + std::to_string(ngpu))
+      throw Error(at_line(label, hdr + 1) + "GPU columns must be GPU0, GPU1, ... in order; found " + cols[ngpu]);
+    ++ngpu;
+  }
+  for (size_t k = ngpu; k < cols.size(); ++k)
+    if (is_gpu_label(cols[k])) throw Error(at_line(label, hdr + 1) + "GPU column " + cols[k] + " after the NIC columns");
+  const size_t ncol = cols.size();
+  const size_t nnic = ncol - ngpu;
+  if (ngpu > 1024 || nnic > 1024) throw Error(label + ": too many columns");
+
+  std::map<std::string, size_t> col_of;
+  for (size_t k = 0; k < ncol; ++k)
+    if (!col_of.emplace(cols[k], k).second) throw Error(at_line(label, hdr + 1) + "column " + cols[k] + " appears twice");
+
+  std::vector<std::vector<Path>> m(ncol);
+  std::vector<bool> seen(ncol, false);
+  std::vector<std::string> affinity(ngpu), numa_word(ngpu);
+  size_t i = hdr + 1;
+  for (; i < lines.size(); ++i) {
+    auto w = split_ws(lines[i]);
+    if (w.empty()) break;
+    if (w[0] == "Legend:") break;
+    auto c = col_of.find(w[0]);
+    if (c == col_of.end()) throw Error(at_line(label, i + 1) + "row '" + w[0] + "' names no column of the header");
+    const size_t r = c->second;
+    if (seen[r]) throw Error(at_line(label, i + 1) + "row " + w[0] + " appears twice");
+    seen[r] = true;
+    if (w.size() < 1 + ncol)
+      throw Error(at_line(label, i + 1) + "row " + w[0] + " has " + std::to_string(w.size() - 1) + " entries for " +
+                  std::to_string(ncol) + " columns");
+    for (size_t k = 0; k < ncol; ++k) {
+      try {
+        m[r].push_back(parse_path_word(w[1 + k]));
+      } catch (const Error& e) {
+        throw Error(at_line(label, i + 1) + e.what());
+      }
+    }
+    if (r < ngpu) {
+      if (w.size() < 2 + ncol) throw Error(at_line(label, i + 1) + "row " + w[0] + " has no CPU affinity");
+      affinity[r] = w[1 + ncol];
+      if (numa_col && w.size() > 2 + ncol) numa_word[r] = w[2 + ncol];
+    } else if (w.size() > 1 + ncol) {
+      throw Error(at_line(label, i + 1) + "row " + w[0] + " has " + std::to_string(w.size() - 1) +
+                  " entries for " + std::to_string(ncol) + " columns");
+    }
+  }
+  for (size_t k = 0; k < ncol; ++k)
+    if (!seen[k]) throw Error(label + ": the matrix has no row for " + cols[k]);
+  for (size_t a = 0; a < ncol; ++a)
+    for (size_t b = 0; b < ncol; ++b) {
+      if ((a == b) != (m[a][b].kind == PathKind::kSelf))
+        throw Error(label + ": " + cols[a] + " to " + cols[b] + " is '" + path_word(m[a][b]) +
+                    "': X belongs on the diagonal and only there");
+      if (!(m[a][b] == m[b][a]))
+        throw Error(label + ": inconsistent matrix: " + cols[a] + "->" + cols[b] + " is " + path_word(m[a][b]) +
+                    " but " + cols[b] + "->" + cols[a] + " is " + path_word(m[b][a]));
+      if (a >= ngpu && b >= ngpu && a != b && m[a][b].kind == PathKind::kNVLink)
+        throw Error(label + ": NICs " + cols[a] + " and " + cols[b] + " cannot be joined by NVLink");
+      if ((a < ngpu) != (b < ngpu) && m[a][b].kind == PathKind::kNVLink)
+        throw Error(label + ": " + cols[a] + " to " + cols[b] + " is NVLink, but one of them is a NIC");
+    }
+
+  // NIC names: "NIC Legend" lines ("  NIC0: mlx5_0"), or the column label itself (old drivers).
+  std::map<std::string, std::string> nic_name;
+  std::map<int, std::string> gpu_name;
+  static const std::regex nic_re(R"(^\s*(NIC\d+):\s*(\S+)\s*$)");
+  static const std::regex gpu_re(R"(^\s*GPU\s+(\d+):\s*([^(]*?)\s*(\(.*)?$)");
+  for (size_t k = i; k < lines.size(); ++k) {
+    std::smatch mt;
+    if (lines[k].size() > 512) continue;
+    if (std::regex_match(lines[k], mt, nic_re)) nic_name[mt[1]] = mt[2];
+    else if (std::regex_match(lines[k], mt, gpu_re)) {
+      std::string idx = mt[1];
+      if (idx.size() < 5 && mt[2] != "unknown") gpu_name[std::stoi(idx)] = mt[2];
+    }
+  }
+
+  Topology t;
+  t.source = "nvidia-smi:" + label;
+  std::map<int, std::set<int>> numa_cpus;
+  for (size_t g = 0; g < ngpu; ++g) {
+    Gpu gpu;
+    gpu.index = static_cast<int>(g);
+    auto nm = gpu_name.find(static_cast<int>(g));
+    if (nm != gpu_name.end()) gpu.name = nm->second;
+    gpu.cls = gpu_class_from_name(gpu.name);
+    if (affinity[g] != "N/A") {
+      try {
+        gpu.cpus = parse_cpu_list(affinity[g]);
+      } catch (const Error& e) {
+        throw Error(label + ": GPU" + std::to_string(g) + ": " + e.what());
+      }
+    }
+    const std::string& nw = numa_word[g];
+    if (!nw.empty() && nw != "N/A") {
+      if (nw.size() > 4 || !std::all_of(nw.begin(), nw.end(), ::isdigit))
+        throw Error(label + ": GPU" + std::to_string(g) + ": bad NUMA affinity '" + nw + "'");
+      gpu.numa = std::stoi(nw);
+    }
+    t.gpus.push_back(gpu);
+  }
+  // Without a NUMA column, each distinct CPU affinity is taken as one NUMA node.
+  if (!numa_col) {
+    std::vector<std::vector<int>> distinct;
+    for (auto& gpu : t.gpus) {
+      if (gpu.cpus.empty()) continue;
+      auto it = std::find(distinct.begin(), distinct.end(), gpu.cpus);
+      if (it == distinct.end()) { distinct.push_back(gpu.cpus); it = distinct.end() - 1; }
+      gpu.numa = static_cast<int>(it - distinct.begin());
+    }
+  }
+  for (const auto& gpu : t.gpus)
+    if (gpu.numa >= 0) numa_cpus[gpu.numa].insert(gpu.cpus.begin(), gpu.cpus.end());
+  for (const auto& [id, cpus] : numa_cpus) {
+    NumaNode n;
+    n.id = id;
+    n.cpus.assign(cpus.begin(), cpus.end());
+    t.numa_nodes.push_back(n);
+  }
+  // nvidia-smi does not tell cores from threads: one core per CPU, numbered in order.
+  int logical = 0;
+  std::set<int> all;
+  for (auto& n : t.numa_nodes) all.insert(n.cpus.begin(), n.cpus.end());
+  for (int cpu : all) {
+    for (auto& n : t.numa_nodes)
+      if (std::binary_search(n.cpus.begin(), n.cpus.end(), cpu)) { n.cores.push_back({logical, {cpu}}); break; }
+    ++logical;
+  }
+  t.sockets = std::max<int>(1, static_cast<int>(t.numa_nodes.size()));
+
+  for (size_t k = ngpu; k < ncol; ++k) {
+    Nic nic;
+    auto nm = nic_name.find(cols[k]);
+    nic.name = nm != nic_name.end() ? nm->second : cols[k];
+    // A NIC shares the NUMA node of any GPU it reaches without crossing the SMP link.
+    for (size_t g = 0; g < ngpu && nic.numa < 0; ++g)
+      if (m[g][k].kind != PathKind::kSYS) nic.numa = t.gpus[g].numa;
+    t.nics.push_back(nic);
+  }
+  t.gpu_paths.assign(ngpu, {});
+  t.gpu_nic_paths.assign(ngpu, {});
+  for (size_t g = 0; g < ngpu; ++g) {
+    t.gpu_paths[g].assign(m[g].begin(), m[g].begin() + ngpu);
+    t.gpu_nic_paths[g].assign(m[g].begin() + ngpu, m[g].end());
+  }
+  t.validate();
+  return t;
+}
+
+Topology read_nvidia_smi_file(const std::string& path) { return parse_nvidia_smi(read_small_file(path), path); }
+
+}  // namespace loom::topo
