@@ -1,0 +1,38 @@
+# lib.sh — shared helpers for Loom's shell tests: assertions that say what failed, a private
+# temporary folder, and the automake exit codes (77 skip, 99 hard error).
+set -u
+LOOM_TEST_NAME=$(basename "$0" .sh)
+LOOM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/loom-$LOOM_TEST_NAME.XXXXXX")
+trap 'rm -rf "$LOOM_TMP"' EXIT
+failures=0
+checks=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { checks=$((checks + 1)); }
+skip() { echo "SKIP: $*"; exit 77; }
+
+# expect_eq WHAT EXPECTED ACTUAL
+expect_eq() {
+  if [ "$2" == "$3" ]; then pass; else fail "$1: expected '$2', got '$3'"; fi
+}
+# expect_match WHAT REGEX TEXT
+expect_match() {
+  if printf '%s' "$3" | grep -Eq -- "$2"; then pass; else fail "$1: '$3' does not match /$2/"; fi
+}
+
+# run_cmd CMD...: sets rc, out, err
+run_cmd() {
+  "$@" >"$LOOM_TMP/out" 2>"$LOOM_TMP/err"
+  rc=$?
+  out=$(cat "$LOOM_TMP/out")
+  err=$(cat "$LOOM_TMP/err")
+}
+
+finish() {
+  if [ "$failures" -gt 0 ]; then
+    echo "$LOOM_TEST_NAME: $failures of $((checks + failures)) checks failed"
+    exit 1
+  fi
+  echo "$LOOM_TEST_NAME: all $checks checks passed"
+  exit 0
+}
