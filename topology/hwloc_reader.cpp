@@ -1,9 +1,13 @@
 // hwloc_reader.cpp — builds a Topology from an hwloc topology: live (with NVML facts merged in
 // and attached for export) or loaded from hwloc XML. PCI paths follow nvidia-smi's definitions.
+#include <fcntl.h>
 #include <hwloc.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -36,9 +40,16 @@ HwlocPtr new_topology() {
   return p;
 }
 
+constexpr int kMaxCpuId = (1 << 20) - 1;  // beyond any machine; guards against hostile XML
+constexpr int kMaxPus = 1 << 16;
+
 std::vector<int> pus_of(hwloc_const_cpuset_t set) {
   std::vector<int> out;
-  if (!set) return out;
+  if (!set || hwloc_bitmap_iszero(set)) return out;
+  int weight = hwloc_bitmap_weight(set);  // -1 for an infinite set
+  if (weight < 0 || weight > kMaxPus || hwloc_bitmap_last(set) > kMaxCpuId)
+    throw Error("CPU set " + std::string(weight < 0 ? "is infinite" : "is beyond " + std::to_string(kMaxCpuId)) +
+                ": not a real machine");
   int i;
   hwloc_bitmap_foreach_begin(i, set) out.push_back(i);
   hwloc_bitmap_foreach_end();
@@ -148,6 +159,9 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
                     const std::vector<detail::NvmlGpu>* nvml) {
   Topology topo;
   topo.source = source;
+  if (hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) > kMaxPus || hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE) > 4096 ||
+      hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PCI_DEVICE) > 65536)
+    throw Error(source + ": more CPUs, NUMA nodes or PCI devices than any real machine has");
   fill_cpus_and_numa(t, &topo);
 
   std::vector<hwloc_obj_t> gpu_objs;
@@ -274,23 +288,72 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
   }
   apply_nvlinks(&topo, direct, switch_links);
 
-  char* buf = nullptr;
-  int len = 0;
-  if (hwloc_topology_export_xmlbuffer(t, &buf, &len, 0) == 0 && buf) {
-    topo.hwloc_xml.assign(buf, len > 0 ? static_cast<size_t>(len - 1) : 0);
-    hwloc_free_xmlbuffer(t, buf);
+  if (nvml) {  // live: export, with the NVML facts attached above (XML input keeps its text)
+    char* buf = nullptr;
+    int len = 0;
+    if (hwloc_topology_export_xmlbuffer(t, &buf, &len, 0) == 0 && buf) {
+      topo.hwloc_xml.assign(buf, len > 0 ? static_cast<size_t>(len - 1) : 0);
+      hwloc_free_xmlbuffer(t, buf);
+    }
   }
   topo.validate();
   return topo;
 }
 
+// hwloc's XML parser is not hardened against hostile input (fuzzing found inputs that make
+// hwloc_topology_load() dereference NULL). The plugin reads XML inside slurmstepd, where a
+// crash is never acceptable, so every XML is first parsed in a forked child with a time limit.
+// hwloc's parse is deterministic: when the child survives, the same parse is safe here.
+void probe_xml_in_child(const std::string& xml, const std::string& label) {
+  int fds[2];
+  if (pipe(fds) != 0) throw Error(label + ": cannot create a pipe: " + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(label + ": cannot fork to check the XML: " + std::strerror(errno));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDERR_FILENO);
+    alarm(5);
+    hwloc_topology_t t = nullptr;
+    bool ok = hwloc_topology_init(&t) == 0;
+    if (ok) hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
+    ok = ok && hwloc_topology_set_xmlbuffer(t, xml.data(), static_cast<int>(xml.size())) == 0 &&
+         hwloc_topology_load(t) == 0;
+    char c = ok ? 'K' : 'E';
+    if (write(fds[1], &c, 1) != 1) _exit(3);
+    _exit(0);
+  }
+  close(fds[1]);
+  char c = 0;
+  ssize_t n;
+  do n = read(fds[0], &c, 1);
+  while (n < 0 && errno == EINTR);
+  close(fds[0]);
+  int status = 0;
+  pid_t w;
+  do w = waitpid(pid, &status, 0);
+  while (w < 0 && errno == EINTR);
+  if (n == 1 && c == 'K') return;
+  if (n == 1 && c == 'E') throw Error(label + ": not valid hwloc XML (malformed, truncated or of an unknown version)");
+  std::string how = (w == pid && WIFSIGNALED(status)) ? std::string(" (") + strsignal(WTERMSIG(status)) + ")" : "";
+  throw Error(label + ": not valid hwloc XML: hwloc's parser failed on it" + how);
+}
+
 Topology load_xml(const std::string& xml, const std::string& label) {
   if (xml.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(label + ": empty file");
+  if (xml.size() > (64u << 20)) throw Error(label + ": XML larger than 64 MiB");
+  probe_xml_in_child(xml, label);
   HwlocPtr t = new_topology();
   if (hwloc_topology_set_xmlbuffer(t.get(), xml.data(), static_cast<int>(xml.size())) != 0)
     throw Error(label + ": not valid hwloc XML (malformed, truncated or of an unknown version)");
   if (hwloc_topology_load(t.get()) != 0) throw Error(label + ": hwloc could not load the XML topology");
-  return from_hwloc(t.get(), "hwloc-xml:" + label, nullptr);
+  Topology topo = from_hwloc(t.get(), "hwloc-xml:" + label, nullptr);
+  topo.hwloc_xml = xml;
+  return topo;
 }
 
 }  // namespace

@@ -39,6 +39,9 @@ check_bad() {  # WHAT REGEX CMD...
 }
 check_bad "malformed XML" "not valid hwloc XML" "$T" --xml "$LOOM_TMP/bad/malformed.xml" show
 check_bad "truncated XML" "not valid hwloc XML" "$T" --xml "$LOOM_TMP/bad/truncated.xml" gres
+for f in "$F"/crashers/*.xml; do
+  check_bad "hwloc crasher $(basename "$f")" "not valid hwloc XML" "$T" --xml "$f" show
+done
 check_bad "empty XML" "empty file" "$T" --xml "$LOOM_TMP/bad/empty.xml" show
 check_bad "missing file" "No such file" "$T" --xml "$LOOM_TMP/nope.xml" show
 check_bad "directory" "not a regular file" "$T" --nvidia-smi "$LOOM_TMP" show

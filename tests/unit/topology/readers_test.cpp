@@ -181,6 +181,14 @@ TEST(HwlocXml, RefusesMalformedXml) {
   EXPECT_NE(error_of([&] { read_topology_file("/nonexistent"); }), "");
 }
 
+// Inputs that crash hwloc 2.9's own parser: refused with an error, the process survives.
+TEST(HwlocXml, SurvivesInputsThatCrashHwloc) {
+  for (const char* f : {"crashers/hwloc-2.9-segv-doctype.xml", "crashers/hwloc-2.9-segv-bitmap.xml"}) {
+    std::string err = error_of([&] { read_hwloc_xml_file(fixture(f)); });
+    EXPECT_NE(err.find("not valid hwloc XML"), std::string::npos) << f << ": " << err;
+  }
+}
+
 TEST(ReadTopologyFile, TellsFormatsApart) {
   EXPECT_EQ(read_topology_file(fixture("mixed-a100-v100.xml")).source.rfind("hwloc-xml:", 0), 0u);
   EXPECT_EQ(read_topology_file(fixture("mixed-a100-v100.nvsmi.txt")).source.rfind("nvidia-smi:", 0), 0u);

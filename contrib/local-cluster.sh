@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# local-cluster.sh — a real Slurm cluster on this one machine, for tests, demos and by hand:
+# munge, slurmctld and slurmd (one node, or one node per network namespace) with fake GPU
+# character devices, gres.conf and the NodeName line written by loom-topo from a topology file,
+# and a plugstack.conf that loads the built spank_loom.so when it exists.
+#
+#   contrib/local-cluster.sh start [--gpus a100:2,v100:2 | --nodes "a100:2 v100:2"] [--topology FILE[,FILE...]]
+#   contrib/local-cluster.sh stop | status | env
+#
+# Environment: LOOM_CLUSTER_DIR (state folder, default /tmp/loom-cluster), LOOM_BUILDDIR (where
+# loom-topo and the plugin were built, default the source tree), LOOM_SLURM_PORT (slurmctld
+# port, default 16817; slurmd uses the next one). After `start`, `eval "$(local-cluster.sh env)"`
+# sets SLURM_CONF for srun, sbatch, salloc, sinfo and scontrol.
+set -euo pipefail
+
+prog=local-cluster
+srcdir=$(cd "$(dirname "$0")/.." && pwd)
+dir=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster}
+builddir=${LOOM_BUILDDIR:-$srcdir}
+port=${LOOM_SLURM_PORT:-16817}
+fixtures=$srcdir/tests/fixtures/topology
+bridge=loombr0
+subnet=10.77.0
+
+die() { echo "$prog: $*" >&2; exit 1; }
+say() { echo "$prog: $*" >&2; }
+usage() { sed -n '6,7p' "$0" | sed 's/^# *//' >&2; exit 2; }
+
+loom_topo() {
+  local t=${LOOM_TOPO:-$builddir/loom-topo}
+  [ -x "$t" ] || t=$(command -v loom-topo || true)
+  [ -n "$t" ] && [ -x "$t" ] || die "loom-topo not found (build Loom first, or set LOOM_BUILDDIR)"
+  "$t" "$@"
+}
+
+plugin_path() {
+  local p
+  for p in "$builddir/spank_plugin/.libs/spank_loom.so" "$builddir/.libs/spank_loom.so"; do
+    [ -f "$p" ] && { echo "$p"; return; }
+  done
+}
+
+# --- munge -----------------------------------------------------------------------------------
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+  munge_ok && return 0
+  if [ ! -s /etc/munge/munge.key ]; then
+    mungekey -c -f >/dev/null 2>&1 || mungekey -c
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+  fi
+  mkdir -p /run/munge /var/lib/munge /var/log/munge
+  chown munge:munge /run/munge /var/lib/munge /var/log/munge
+  chmod 0755 /run/munge
+  runuser -u munge -- /usr/sbin/munged
+  touch "$dir/started-munge"
+  for _ in $(seq 50); do munge_ok && return 0; sleep 0.1; done
+  die "munged started but 'munge -n | unmunge' does not succeed"
+}
+
+# --- configuration ----------------------------------------------------------------------------
+default_topology() {  # GPU spec -> fixture
+  case "$1" in
+    a100:2,v100:2) echo "$fixtures/local-mixed.xml" ;;
+    a100:2) echo "$fixtures/local-a100.xml" ;;
+    v100:2) echo "$fixtures/local-v100.xml" ;;
+    *) die "no built-in topology for --gpus/--nodes entry '$1'; give --topology FILE" ;;
+  esac
+}
+
+gres_of() {  # topology file -> "a100:2,v100:2" (the Gres= of its NodeName line, without gpu:)
+  loom_topo --xml "$1" --host x node-conf --format json | sed -n 's/.*"gres":"\([^"]*\)".*/\1/p' | sed 's/gpu://g'
+}
+
+check_spec() {  # SPEC TOPOLOGY
+  [[ "$1" =~ ^[a-z0-9]+:[0-9]+(,[a-z0-9]+:[0-9]+)*$ ]] || die "bad GPU spec '$1' (expected CLASS:N[,CLASS:N...])"
+  local have
+  have=$(gres_of "$2") || die "cannot read topology $2"
+  [ "$have" = "$1" ] || die "topology $2 has GPUs $have, not $1"
+}
+
+write_node() {  # NAME TOPOLOGY ADDR -> NodeName line; gres.conf lines; fake devices
+  local name=$1 topo=$2 addr=$3 devdir=$dir/dev/$1 line n
+  mkdir -p "$devdir" "$dir/spool-$name"
+  line=$(loom_topo --xml "$topo" node-conf --host "$name")
+  # RealMemory from the fixture would exceed this machine; config_overrides keeps the rest.
+  line=$(echo "$line" | sed 's/ RealMemory=[0-9]*//')
+  [ -n "$addr" ] && line="$line NodeAddr=$addr"
+  echo "$line" >>"$dir/nodes.conf"
+  loom_topo --xml "$topo" gres --host "$name" --dev-dir "$devdir" | grep -v '^#' |
+    sed "s/^/NodeName=$name /" >>"$dir/gres.conf" || true
+  n=0
+  while [ -e "$devdir/nvidia$n" ] || grep -q "File=$devdir/nvidia$n " "$dir/gres.conf"; do
+    [ -c "$devdir/nvidia$n" ] || mknod "$devdir/nvidia$n" c 195 "$n"
+    n=$((n + 1))
+  done
+  cp "$topo" "$dir/topology-$name.xml"
+}
+
+write_conf() {  # HOSTSPEC
+  local host=$1 plugin
+  {
+    echo "# Loom local cluster, written by contrib/local-cluster.sh"
+    echo "ClusterName=loom"
+    echo "SlurmctldHost=$host"
+    echo "SlurmctldPort=$port"
+    echo "SlurmdPort=$((port + 1))"
+    echo "AuthType=auth/munge"
+    echo "CredType=cred/munge"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/affinity"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_Core"
+    echo "GresTypes=gpu"
+    echo "MpiDefault=pmix"
+    echo "SlurmdParameters=config_overrides"
+    echo "ReturnToService=2"
+    echo "SchedulerType=sched/backfill"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobCompType=jobcomp/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "StateSaveLocation=$dir/state"
+    echo "SlurmdSpoolDir=$dir/spool-%n"
+    echo "SlurmctldPidFile=$dir/slurmctld.pid"
+    echo "SlurmdPidFile=$dir/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$dir/slurmctld.log"
+    echo "SlurmdLogFile=$dir/slurmd-%n.log"
+    echo "SlurmctldDebug=info"
+    echo "SlurmdDebug=info"
+    echo "PlugStackConfig=$dir/plugstack.conf"
+    echo "MailProg=/bin/true"
+    echo "KillWait=5"
+    echo "MinJobAge=60"
+    cat "$dir/nodes.conf"
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+  } >"$dir/slurm.conf"
+  echo "PMIxCliTmpDirBase=$dir/pmix" >"$dir/mpi.conf"
+  plugin=$(plugin_path || true)
+  {
+    echo "# Loom local cluster SPANK plugins"
+    if [ -n "$plugin" ]; then
+      echo "optional $plugin topology=$dir/topology.xml"
+    else
+      echo "# spank_loom.so is not built yet: no Loom plugin loaded"
+    fi
+  } >"$dir/plugstack.conf"
+}
+
+# --- daemons ----------------------------------------------------------------------------------
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_nodes_idle() {
+  local i state
+  for i in $(seq 150); do
+    state=$(SLURM_CONF=$dir/slurm.conf sinfo -h -o '%T' 2>/dev/null | sort -u | tr '\n' ' ')
+    case "$state" in
+      "idle "|"idle") return 0 ;;
+    esac
+    sleep 0.2
+  done
+  say "nodes did not become idle (state: ${state:-unknown}); slurmd log:"
+  tail -n 20 "$dir"/slurmd-*.log >&2 || true
+  tail -n 20 "$dir/slurmctld.log" >&2 || true
+  return 1
+}
+
+net_setup() {  # N nodes in namespaces lnI with eth0 = subnet.1I on bridge
+  ip link add "$bridge" type bridge
+  ip addr add "$subnet.1/24" dev "$bridge"
+  ip link set "$bridge" up
+  local i
+  for i in $(seq "$1"); do
+    ip netns add "ln$i"
+    ip link add "lnv$i" type veth peer name "lnp$i"
+    ip link set "lnv$i" master "$bridge"
+    ip link set "lnv$i" up
+    ip link set "lnp$i" netns "ln$i"
+    nsenter --net="/run/netns/ln$i" ip link set "lnp$i" name eth0
+    nsenter --net="/run/netns/ln$i" ip addr add "$subnet.1$i/24" dev eth0
+    nsenter --net="/run/netns/ln$i" ip link set eth0 up
+    nsenter --net="/run/netns/ln$i" ip link set lo up
+  done
+}
+
+net_teardown() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ln[0-9]+$' || true); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+}
+
+cmd_start() {
+  local gpus="" nodes="" topology=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --gpus) gpus=${2:?--gpus needs a value}; shift 2 ;;
+      --gpus=*) gpus=${1#*=}; shift ;;
+      --nodes) nodes=${2:?--nodes needs a value}; shift 2 ;;
+      --nodes=*) nodes=${1#*=}; shift ;;
+      --topology) topology=${2:?--topology needs a value}; shift 2 ;;
+      --topology=*) topology=${1#*=}; shift ;;
+      *) say "unknown argument '$1'"; usage ;;
+    esac
+  done
+  [ "$(id -u)" -eq 0 ] || die "must run as root (slurmd, mknod and network namespaces need it)"
+  [ -n "$gpus" ] && [ -n "$nodes" ] && die "--gpus and --nodes exclude each other"
+  if pid_alive "$dir/slurmctld.pid"; then die "a cluster is already running in $dir (stop it first)"; fi
+  local host specs=() files=() i f
+  host=$(hostname -s)
+  # Validate everything before touching the machine.
+  if [ -z "$nodes" ]; then
+    [ -n "$topology" ] || topology=$(default_topology "${gpus:-a100:2,v100:2}")
+    [ -f "$topology" ] || die "topology file $topology does not exist"
+    [ -n "$gpus" ] && check_spec "$gpus" "$topology"
+  else
+    read -r -a specs <<<"$nodes"
+    IFS=, read -r -a files <<<"$topology"
+    [ -z "$topology" ] || [ "${#files[@]}" -eq "${#specs[@]}" ] ||
+      die "--topology names ${#files[@]} files for ${#specs[@]} nodes"
+    [ "${#specs[@]}" -le 9 ] || die "at most 9 nodes"
+    for i in "${!specs[@]}"; do
+      f=${files[$i]:-}
+      [ -n "$f" ] || f=$(default_topology "${specs[$i]}")
+      [ -f "$f" ] || die "topology file $f does not exist"
+      check_spec "${specs[$i]}" "$f"
+      files[$i]=$f
+    done
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir/state" "$dir/pmix" "$dir/dev"
+  : >"$dir/nodes.conf"
+  : >"$dir/gres.conf"
+  start_munge
+
+  if [ -z "$nodes" ]; then
+    write_node "$host" "$topology" ""
+    cp "$topology" "$dir/topology.xml"
+    write_conf "$host"
+    slurmctld -f "$dir/slurm.conf" || die "slurmctld did not start; see $dir/slurmctld.log"
+    slurmd -f "$dir/slurm.conf" || die "slurmd did not start; see $dir/slurmd-$host.log"
+  else
+    for i in "${!specs[@]}"; do write_node "n$((i + 1))" "${files[$i]}" "$subnet.1$((i + 1))"; done
+    # One plugin topology per node: each slurmd sees its own file through a private bind mount.
+    write_conf "$host($subnet.1)"
+    sed -i "s|topology=$dir/topology.xml|topology=$dir/topology-node.xml|" "$dir/plugstack.conf"
+    net_teardown
+    net_setup "${#specs[@]}"
+    echo "${#specs[@]}" >"$dir/netns"
+    touch "$dir/topology-node.xml"
+    slurmctld -f "$dir/slurm.conf" || die "slurmctld did not start; see $dir/slurmctld.log"
+    for i in "${!specs[@]}"; do
+      local n=$((i + 1))
+      nsenter --net="/run/netns/ln$n" unshare -m -u --propagation private sh -c "
+        hostname n$n
+        mount -t tmpfs tmpfs '$dir/pmix'
+        mount -t tmpfs tmpfs /dev/shm
+        mount --bind '$dir/topology-n$n.xml' '$dir/topology-node.xml'
+        exec slurmd -N n$n -f '$dir/slurm.conf'" || die "slurmd n$n did not start; see $dir/slurmd-n$n.log"
+    done
+  fi
+  wait_nodes_idle || die "the cluster did not come up"
+  say "up in $dir; run: export SLURM_CONF=$dir/slurm.conf"
+  SLURM_CONF=$dir/slurm.conf sinfo -N -o '%N %T %c %G' >&2
+}
+
+cmd_stop() {
+  local f pid
+  for f in "$dir"/slurmd-*.pid "$dir/slurmctld.pid"; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$f"
+  done
+  if [ -f "$dir/netns" ]; then
+    net_teardown
+    rm -f "$dir/netns"
+  fi
+  if [ -f "$dir/started-munge" ]; then
+    pkill -x munged 2>/dev/null || true
+    rm -f "$dir/started-munge"
+  fi
+  say "stopped ($dir kept for its logs)"
+}
+
+cmd_status() {
+  if pid_alive "$dir/slurmctld.pid"; then
+    echo "slurmctld: running (pid $(cat "$dir/slurmctld.pid"))"
+    SLURM_CONF=$dir/slurm.conf sinfo -N -o '%N %T %c %G'
+  else
+    echo "slurmctld: not running ($dir)"
+    return 3
+  fi
+}
+
+case "${1:-}" in
+  start) shift; cmd_start "$@" ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  env) echo "export SLURM_CONF=$dir/slurm.conf" ;;
+  -h|--help|help) usage ;;
+  *) usage ;;
+esac

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# quickstart.sh — Loom's main job, end to end on this machine: install, build, bring up a local
+# Slurm cluster with 2 (fake) A100 and 2 (fake) V100 GPUs described by a topology file, show
+# the node as loom-topo sees it, the gres.conf and slurm.conf lines it wrote for Slurm, the
+# placement Loom gives 4 tasks, and run a real job through srun on those GPUs.
+# The cluster stays up afterwards; `contrib/local-cluster.sh stop` ends it.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${LOOM_BUILD:-$src/_build}
+export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster} LOOM_BUILDDIR=$build
+banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+banner "1. Dependencies (Debian packages)"
+[ "${LOOM_SKIP_DEPS:-0}" = 1 ] || "$src/contrib/install-deps.sh"
+
+banner "2. Build"
+mkdir -p "$build"
+(cd "$src" && ./autogen.sh >/dev/null 2>&1)
+(cd "$build" && "$src/configure" >configure.log 2>&1) || { tail -30 "$build/configure.log"; exit 1; }
+sed -n '/configuration summary/,$p' "$build/configure.log"
+make -C "$build" -j"$(nproc)" >"$build/make.log" 2>&1 || { tail -30 "$build/make.log"; exit 1; }
+echo "built $build/loom-topo"
+
+topo=$src/tests/fixtures/topology/local-mixed.xml
+banner "3. The node's topology (loom-topo show, from $topo)"
+"$build/loom-topo" --xml "$topo" show
+
+banner "4. Local Slurm cluster: munge, slurmctld, slurmd with gres written by loom-topo"
+"$src/contrib/local-cluster.sh" stop >/dev/null 2>&1 || true
+"$src/contrib/local-cluster.sh" start --gpus a100:2,v100:2
+export SLURM_CONF=$LOOM_CLUSTER_DIR/slurm.conf
+echo "--- gres.conf"; cat "$LOOM_CLUSTER_DIR/gres.conf"
+echo "--- slurm.conf node line"; cat "$LOOM_CLUSTER_DIR/nodes.conf"
+
+banner "5. Loom's placement of 4 tasks on this node (what the SPANK plugin applies)"
+"$build/loom-topo" --xml "$topo" place --ntasks 4 --oversubscribe
+
+banner "6. A real job: srun -n4 --overcommit --gpus=4"
+srun -n4 --overcommit --gpus=4 -l bash -c \
+  'echo "rank $SLURM_PROCID on $(hostname): step GPUs $SLURM_STEP_GPUS, CPUs $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' | sort
+
+banner "Done"
+echo "The cluster is still up: export SLURM_CONF=$SLURM_CONF; stop it with contrib/local-cluster.sh stop"

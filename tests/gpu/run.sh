@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# run.sh — the one prepared script for a machine with an NVIDIA GPU: builds Loom (with CUDA and
+# NCCL), runs every GPU test and benchmark, and writes the log to $OUT (or ./gpu-results).
+# Usage on the device machine: tests/gpu/run.sh   (from the repository root)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/gpu-results}
+mkdir -p "$out"
+exec > >(tee "$out/gpu-run.log") 2>&1
+echo "== $(date -u) on $(hostname)"
+nvidia-smi || echo "nvidia-smi not available"
+nvidia-smi topo -m 2>/dev/null | tee "$out/nvidia-smi-topo.txt"
+build=$root/_gpubuild
+mkdir -p "$build"
+cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
+cd "$build" && "$root/configure" --with-cuda --without-gtest --disable-werror >configure.log 2>&1 ||
+  { tail -30 configure.log; exit 1; }
+make -j"$(nproc)" loom-topo tests/gpu/cuda_smoke >make.log 2>&1 || { tail -30 make.log; exit 1; }
+status=0
+echo "== cuda_smoke"; ./tests/gpu/cuda_smoke || status=1
+echo "== loom-topo on this node (live: hwloc + NVML)"
+./loom-topo show || status=1
+./loom-topo export --format json >"$out/topology.json" || status=1
+./loom-topo gres || status=1
+./loom-topo node-conf || status=1
+./loom-topo place --ntasks "$(nvidia-smi -L 2>/dev/null | wc -l)" || status=1
+echo "== done, status $status"
+exit $status

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# cluster_multinode.sh — contrib/local-cluster.sh --nodes: an A100 node and a V100 node, each a
+# host in its own network namespace; one MPI world across both, a heterogeneous job, bad
+# arguments refused before anything starts, and nothing left behind by `stop`.
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces and slurmd"
+[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
+LC=$LOOM_SRCDIR/contrib/local-cluster.sh
+export LOOM_CLUSTER_DIR=$LOOM_TMP/cluster LOOM_SLURM_PORT=16837
+export SLURM_CONF=$LOOM_CLUSTER_DIR/slurm.conf
+trap '"$LC" stop >/dev/null 2>&1; rm -rf "$LOOM_TMP"' EXIT
+
+# Bad arguments: a clear message, exit 1, and no daemon started.
+run_cmd "$LC" start --nodes "a100:3"
+expect_eq "unknown node spec exit" 1 "$rc"
+expect_match "unknown node spec message" "no built-in topology for .* 'a100:3'" "$err"
+run_cmd "$LC" start --nodes "v100:2" --topology "$LOOM_FIXTURES/local-a100.xml"
+expect_match "mismatched topology" "has GPUs a100:2, not v100:2" "$err"
+run_cmd "$LC" start --gpus a100:2 --nodes "a100:2"
+expect_match "exclusive options" "exclude each other" "$err"
+run_cmd "$LC" bogus
+expect_eq "usage exit" 2 "$rc"
+[ -e "$LOOM_CLUSTER_DIR/slurmctld.pid" ] && fail "a daemon was started on bad input" || pass
+
+run_cmd "$LC" start --nodes "a100:2 v100:2"
+expect_eq "two-node start" 0 "$rc"
+[ "$rc" -eq 0 ] || { echo "$err" >&2; finish; }
+run_cmd sinfo -h -N -o '%N %T %G'
+expect_eq "two nodes" "n1 idle gpu:a100:2(S:0)
+n2 idle gpu:v100:2(S:0)" "$out"
+run_cmd timeout 60 srun -N2 hostname
+expect_eq "one task per node" "n1 n2" "$(echo $out | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//')"
+
+hello=$LOOM_BUILDDIR/tests/integration/mpi_hello
+if [ -x "$hello" ]; then
+  run_cmd timeout 60 srun -N2 -n2 --mpi=pmix "$hello"
+  expect_eq "MPI across nodes exit" 0 "$rc"
+  expect_match "rank on n1" "size 2 host n1 ranksum 1" "$out"
+  expect_match "rank on n2" "size 2 host n2 ranksum 1" "$out"
+
+  cat >"$LOOM_TMP/het.sbatch" <<JOB
+#!/bin/bash
+#SBATCH -N1 -n1 --gpus=a100:2 -o $LOOM_TMP/het.out
+#SBATCH hetjob
+#SBATCH -N1 -n1 --gpus=v100:2
+srun --het-group=0,1 --mpi=pmix $hello
+JOB
+  jid=$(sbatch --parsable "$LOOM_TMP/het.sbatch")
+  for _ in $(seq 200); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
+  het=$(cat "$LOOM_TMP/het.out" 2>/dev/null)
+  expect_match "hetjob rank on the A100 node" "rank [01] size 2 host n1 ranksum 1 gpus 0,1" "$het"
+  expect_match "hetjob rank on the V100 node" "rank [01] size 2 host n2 ranksum 1 gpus 0,1" "$het"
+  expect_match "hetjob id" "^[0-9]+" "$jid"
+else
+  fail "mpi_hello was not built (MPI missing?)"
+fi
+
+run_cmd "$LC" stop
+expect_eq "stop exit" 0 "$rc"
+expect_eq "no namespaces left" "" "$(ip netns list 2>/dev/null | grep -E '^ln[0-9]' || true)"
+ip link show loombr0 >/dev/null 2>&1 && fail "bridge left behind" || pass
+for f in "$LOOM_CLUSTER_DIR"/*.pid; do [ -e "$f" ] && fail "pid file $f left"; done
+pgrep -f "slurmd -N n[0-9] -f $LOOM_CLUSTER_DIR" >/dev/null && fail "slurmd left running" || pass
+finish
