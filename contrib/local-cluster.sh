@@ -186,9 +186,13 @@ net_setup() {  # N nodes in namespaces lnI with eth0 = subnet.1I on bridge
 }
 
 net_teardown() {
-  local ns
+  local ns link
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ln[0-9]+$' || true); do
     ip netns del "$ns" 2>/dev/null || true
+  done
+  # Deleting a namespace normally destroys its veth pair; some kernels (gVisor) keep our end.
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^lnv[0-9]+$' || true); do
+    ip link del "$link" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
 }
@@ -248,8 +252,8 @@ cmd_start() {
     write_conf "$host($subnet.1)"
     sed -i "s|topology=$dir/topology.xml|topology=$dir/topology-node.xml|" "$dir/plugstack.conf"
     net_teardown
+    echo "${#specs[@]}" >"$dir/netns"  # before set-up, so that stop cleans a half-made network
     net_setup "${#specs[@]}"
-    echo "${#specs[@]}" >"$dir/netns"
     touch "$dir/topology-node.xml"
     slurmctld -f "$dir/slurm.conf" || die "slurmctld did not start; see $dir/slurmctld.log"
     for i in "${!specs[@]}"; do

@@ -94,7 +94,10 @@ Path pci_path(hwloc_topology_t t, hwloc_obj_t a, hwloc_obj_t b) {
   hwloc_obj_t lca = b;
   while (lca && !up.count(lca)) lca = lca->parent;
   if (lca && lca->type == HWLOC_OBJ_BRIDGE) {
-    if (lca->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) return {PathKind::kPHB, 0};
+    // Read as an int: hostile XML can store values outside the enum.
+    int upstream = 0;
+    std::memcpy(&upstream, &lca->attr->bridge.upstream_type, sizeof upstream);
+    if (upstream == HWLOC_OBJ_BRIDGE_HOST) return {PathKind::kPHB, 0};
     auto bridges_below = [lca](hwloc_obj_t o) {
       int n = 0;
       for (o = o->parent; o && o != lca; o = o->parent)

@@ -59,6 +59,7 @@ run_cmd "$LC" stop
 expect_eq "stop exit" 0 "$rc"
 expect_eq "no namespaces left" "" "$(ip netns list 2>/dev/null | grep -E '^ln[0-9]' || true)"
 ip link show loombr0 >/dev/null 2>&1 && fail "bridge left behind" || pass
+expect_eq "no veth left" "" "$(ip -o link show 2>/dev/null | grep -E ': lnv[0-9]' || true)"
 for f in "$LOOM_CLUSTER_DIR"/*.pid; do [ -e "$f" ] && fail "pid file $f left"; done
 pgrep -f "slurmd -N n[0-9] -f $LOOM_CLUSTER_DIR" >/dev/null && fail "slurmd left running" || pass
 finish
