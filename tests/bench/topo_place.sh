@@ -11,7 +11,7 @@ command -v hyperfine >/dev/null || { echo "topo_place: hyperfine missing (apt-ge
 for m in dgx1-v100 dgx-a100; do
   hyperfine -N --warmup 5 --runs 60 --export-json "$tmp/$m.json" \
     "$T --xml $F/$m.xml place --ntasks 8 --format json" \
-    "lstopo --if xml -i $F/$m.xml --of xml /dev/null" >/dev/null
+    "lstopo --if xml -i $F/$m.xml --of xml -" >/dev/null
   python3 - "$tmp/$m.json" "$m" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]
