@@ -35,9 +35,16 @@ echo "--- slurm.conf node line"; cat "$LOOM_CLUSTER_DIR/nodes.conf"
 banner "5. Loom's placement of 4 tasks on this node (what the SPANK plugin applies)"
 "$build/loom-topo" --xml "$topo" place --ntasks 4 --oversubscribe
 
-banner "6. A real job: srun -n4 --overcommit --gpus=4"
-srun -n4 --overcommit --gpus=4 -l bash -c \
-  'echo "rank $SLURM_PROCID on $(hostname): step GPUs $SLURM_STEP_GPUS, CPUs $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' | sort
+show='echo "rank $SLURM_PROCID: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES LOOM_GPU_CLASS=${LOOM_GPU_CLASS:--} LOOM_NIC=${LOOM_NIC:--} CPUs $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+banner "6. A real job without Loom: srun -n4 --overcommit -c2 --gpus=4"
+srun -n4 --overcommit -c2 --gpus=4 bash -c "$show" | sort
+
+banner "7. The same job with spank_loom.so: srun ... --loom-bind=ring --loom-verbose"
+if grep -q spank_loom.so "$LOOM_CLUSTER_DIR/plugstack.conf"; then
+  srun -n4 --overcommit -c2 --gpus=4 --loom-bind=ring --loom-verbose bash -c "$show" | sort
+else
+  echo "spank_loom.so was not built (Slurm headers missing?): skipped"
+fi
 
 banner "Done"
 echo "The cluster is still up: export SLURM_CONF=$SLURM_CONF; stop it with contrib/local-cluster.sh stop"

@@ -166,6 +166,19 @@ std::string gpu_class_from_name(const std::string& name) {
   return "gpu";
 }
 
+double device_weight(const std::string& cls) {
+  struct Entry {
+    const char* cls;
+    double tflops;
+  };
+  static const Entry kTable[] = {{"cpu", 1},     {"p100", 21},  {"v100", 125}, {"t4", 65},    {"a10", 125},
+                                 {"a30", 165},   {"a40", 150},  {"a100", 312}, {"l4", 121},   {"l40", 181},
+                                 {"l40s", 362},  {"h100", 989}, {"h200", 989}, {"gh200", 989}, {"b200", 2250}};
+  for (const auto& e : kTable)
+    if (cls == e.cls) return e.tflops;
+  return 100;
+}
+
 std::string format_cpu_list(const std::vector<int>& in) {
   std::vector<int> cpus(in);
   std::sort(cpus.begin(), cpus.end());

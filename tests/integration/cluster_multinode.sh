@@ -44,6 +44,7 @@ if [ -x "$hello" ]; then
 #SBATCH hetjob
 #SBATCH -N1 -n1 --gpus=v100:2
 srun --het-group=0,1 --mpi=pmix $hello
+srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello
 JOB
   jid=$(sbatch --parsable "$LOOM_TMP/het.sbatch")
   for _ in $(seq 200); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
@@ -51,6 +52,16 @@ JOB
   expect_match "hetjob rank on the A100 node" "rank [01] size 2 host n1 ranksum 1 gpus 0,1" "$het"
   expect_match "hetjob rank on the V100 node" "rank [01] size 2 host n2 ranksum 1 gpus 0,1" "$het"
   expect_match "hetjob id" "^[0-9]+" "$jid"
+  if grep -q spank_loom.so "$LOOM_CLUSTER_DIR/plugstack.conf"; then
+    # With the plugin, each component is placed on its own node's GPUs from its own topology.
+    expect_match "hetjob: A100 node placed" "host n1 ranksum 1 gpus 0,1 loom ring a100 0,1" "$het"
+    expect_match "hetjob: V100 node placed" "host n2 ranksum 1 gpus 0,1 loom ring v100 0,1" "$het"
+    run_cmd timeout 60 srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
+    expect_eq "two nodes x 2 ranks exit" 0 "$rc"
+    expect_eq "each node's ranks get its two GPUs" 4 "$(grep -cE 'host n1 .*gpus (0,1|1,0) loom ring a100|host n2 .*gpus (0,1|1,0) loom ring v100' <<<"$out")"
+  else
+    fail "spank_loom.so not loaded by the two-node cluster"
+  fi
 else
   fail "mpi_hello was not built (MPI missing?)"
 fi

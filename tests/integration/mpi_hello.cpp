@@ -14,8 +14,9 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  const char* gpus = std::getenv("CUDA_VISIBLE_DEVICES");
-  std::printf("rank %d size %d host %s ranksum %d gpus %s\n", rank, size, host, sum, gpus ? gpus : "-");
+  auto env = [](const char* k) { const char* v = std::getenv(k); return v && *v ? v : "-"; };
+  std::printf("rank %d size %d host %s ranksum %d gpus %s loom %s %s %s\n", rank, size, host, sum,
+              env("CUDA_VISIBLE_DEVICES"), env("LOOM_BIND"), env("LOOM_GPU_CLASS"), env("LOOM_RING"));
   MPI_Finalize();
   return sum == size * (size - 1) / 2 ? 0 : 1;
 }

@@ -89,6 +89,10 @@ struct Topology {
 // "NVIDIA A100-SXM4-40GB" -> "a100", "Tesla V100-SXM2-32GB" -> "v100"; "gpu" when unknown.
 std::string gpu_class_from_name(const std::string& name);
 
+// Relative speed hint of a device class: dense fp16 tensor TFLOP/s (v100 125, a100 312,
+// h100 989; "cpu" 1). Unknown GPU classes get 100 so that they still count as GPUs.
+double device_weight(const std::string& cls);
+
 // CPU lists in Linux/Slurm form: "0-3,8,10-11".
 std::string format_cpu_list(const std::vector<int>& cpus);
 std::vector<int> parse_cpu_list(const std::string& text);  // throws Error
