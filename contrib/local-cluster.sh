@@ -155,6 +155,7 @@ pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 wait_nodes_idle() {
   local i state
   for i in $(seq 150); do
+    pid_alive "$dir/slurmctld.pid" || { sleep 0.2; pid_alive "$dir/slurmctld.pid" || break; }
     state=$(SLURM_CONF=$dir/slurm.conf sinfo -h -o '%T' 2>/dev/null | sort -u | tr '\n' ' ')
     case "$state" in
       "idle "|"idle") return 0 ;;
@@ -234,6 +235,12 @@ cmd_start() {
       files[$i]=$f
     done
   fi
+  local p
+  for p in "$port" "$((port + 1))"; do
+    if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
+      die "port $p is already in use (another cluster? stop it, or set LOOM_SLURM_PORT)"
+    fi
+  done
   rm -rf "$dir"
   mkdir -p "$dir/state" "$dir/pmix" "$dir/dev"
   : >"$dir/nodes.conf"
@@ -271,8 +278,30 @@ cmd_start() {
   SLURM_CONF=$dir/slurm.conf sinfo -N -o '%N %T %c %G' >&2
 }
 
+# slurmstepd processes of this cluster (they log into $dir), which outlive a killed slurmd.
+stepd_pids() {
+  local pid
+  for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
+    ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $dir/" && echo "$pid"
+  done
+}
+
+kill_tree() {  # SIGNAL PID: the process and all its descendants
+  local child
+  for child in $(pgrep -P "$2" 2>/dev/null || true); do kill_tree "$1" "$child"; done
+  kill "-$1" "$2" 2>/dev/null || true
+}
+
 cmd_stop() {
   local f pid
+  # Jobs first, so that their steps end cleanly while slurmd still runs.
+  if pid_alive "$dir/slurmctld.pid"; then
+    SLURM_CONF=$dir/slurm.conf scancel --full --quiet $(SLURM_CONF=$dir/slurm.conf squeue -h -o %A 2>/dev/null) 2>/dev/null || true
+    for _ in $(seq 50); do
+      [ -z "$(SLURM_CONF=$dir/slurm.conf squeue -h 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+  fi
   for f in "$dir"/slurmd-*.pid "$dir/slurmctld.pid"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
@@ -281,6 +310,7 @@ cmd_stop() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$f"
   done
+  for pid in $(stepd_pids); do kill_tree 9 "$pid"; done
   if [ -f "$dir/netns" ]; then
     net_teardown
     rm -f "$dir/netns"

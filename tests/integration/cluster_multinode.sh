@@ -43,8 +43,8 @@ if [ -x "$hello" ]; then
 #SBATCH -N1 -n1 --gpus=a100:2 -o $LOOM_TMP/het.out
 #SBATCH hetjob
 #SBATCH -N1 -n1 --gpus=v100:2
-srun --het-group=0,1 --mpi=pmix $hello
-srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello
+timeout 60 srun --het-group=0,1 --mpi=pmix $hello
+timeout 60 srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello
 JOB
   jid=$(sbatch --parsable "$LOOM_TMP/het.sbatch")
   for _ in $(seq 200); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
@@ -72,5 +72,8 @@ expect_eq "no namespaces left" "" "$(ip netns list 2>/dev/null | grep -E '^ln[0-
 ip link show loombr0 >/dev/null 2>&1 && fail "bridge left behind" || pass
 expect_eq "no veth left" "" "$(ip -o link show 2>/dev/null | grep -E ': lnv[0-9]' || true)"
 for f in "$LOOM_CLUSTER_DIR"/*.pid; do [ -e "$f" ] && fail "pid file $f left"; done
+for pid in $(pgrep -x slurmstepd || true); do
+  ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $LOOM_CLUSTER_DIR/" && fail "slurmstepd $pid left running"
+done
 pgrep -f "slurmd -N n[0-9] -f $LOOM_CLUSTER_DIR" >/dev/null && fail "slurmd left running" || pass
 finish
