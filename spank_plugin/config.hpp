@@ -33,6 +33,10 @@ std::string parse_bind(const std::string& value, Bind* out, bool* help);
 // Parses a --loom-nic value: auto, none, or a device name of [A-Za-z0-9_.:-]{1,32}.
 std::string parse_nic(const std::string& value, std::string* out);
 
+// The contract's environment default for --loom-bind (Slurm's own SPANK option variable,
+// SLURM_SPANK__SLURM_SPANK_OPTION_loom_loom_bind, is honoured by Slurm itself).
+constexpr const char* kBindEnv = "SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind";
+
 const char* bind_word(Bind b);
 Bind effective_bind(const UserOptions& user, const PluginConfig& config);
 

@@ -46,7 +46,13 @@ std::string given(const std::vector<std::string>& args, const char* opt, const c
 }  // namespace
 
 int local_init_post_opt(spank_t) {
-  Bind bind = effective_bind(ctx().user, ctx().config);
+  UserOptions user = ctx().user;
+  if (user.bind == Bind::kUnset)
+    if (const char* v = std::getenv(kBindEnv)) {
+      std::string err = parse_bind(v, &user.bind, nullptr);
+      if (!err.empty()) return 0;  // slurmstepd reports it to the tasks (strict decides)
+    }
+  Bind bind = effective_bind(user, ctx().config);
   if (bind == Bind::kNone || bind == Bind::kUnset) return 0;
   auto args = own_args();
   for (const auto& [opt, env] : {std::pair<const char*, const char*>{"--cpu-bind", "SLURM_CPU_BIND"},

@@ -75,6 +75,17 @@ void fail_or_warn(const std::string& why) {
 
 int remote_init_post_opt(spank_t sp) {
   Context& c = ctx();
+  if (c.user.bind == Bind::kUnset) {
+    std::string v = env_of(sp, kBindEnv);
+    if (!v.empty()) {
+      std::string err = parse_bind(v, &c.user.bind, nullptr);
+      if (!err.empty()) {
+        c.user.bind = Bind::kUnset;
+        fail_or_warn(std::string(kBindEnv) + ": " + err);
+        return 0;
+      }
+    }
+  }
   Bind bind = effective_bind(c.user, c.config);
   if (bind == Bind::kNone || bind == Bind::kUnset) return 0;
   uint32_t step_id = 0;

@@ -50,6 +50,17 @@ expect_eq "exported files removed after the step" "" "$(ls -d /tmp/loom-"$(id -u
 run_cmd timeout 60 srun -n1 --gpus=1 --loom-bind=none bash -c 'echo "[$LOOM_BIND$LOOM_GPU$LOOM_RING]"'
 expect_eq "--loom-bind=none sets nothing" "[]" "$out"
 
+# Defaults from the environment: the contract's variable and Slurm's own SPANK option variable.
+run_cmd env SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind=gpu timeout 60 srun -n1 --gpus=1 bash -c 'echo "[$LOOM_BIND]"'
+expect_eq "SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind default" "[gpu]" "$out"
+run_cmd env SLURM_SPANK__SLURM_SPANK_OPTION_loom_loom_bind=numa timeout 60 srun -n1 --gpus=1 bash -c 'echo "[$LOOM_BIND]"'
+expect_eq "Slurm's SPANK option variable" "[numa]" "$out"
+run_cmd env SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind=gpu timeout 60 srun -n1 --gpus=1 --loom-bind=ring bash -c 'echo "[$LOOM_BIND]"'
+expect_eq "the option beats the environment" "[ring]" "$out"
+run_cmd env SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind=fast timeout 60 srun -n1 bash -c 'echo "[$LOOM_BIND]"'
+expect_eq "a bad environment default places nothing" "[]" "$out"
+expect_match "bad environment default named" "SLURM_SPANK__SLURM_SPANK_OPTION_loom_bind: --loom-bind: unknown value 'fast'" "$err"
+
 # sbatch with #SBATCH --loom-bind=ring: the batch step is left alone, its srun steps placed.
 cat >"$LOOM_TMP/ring.sbatch" <<JOB
 #!/bin/bash
