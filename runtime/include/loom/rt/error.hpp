@@ -1,0 +1,23 @@
+// error.hpp — the runtime's error policy (doc/errors.md): loom::rt::Error for what a caller can
+// handle (bad input, I/O), LOOM_CHECK for broken invariants and failed library calls, with
+// file:line and the library's own message.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace loom::rt {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
+
+}  // namespace loom::rt
+
+#define LOOM_CHECK(cond, msg)                                                  \
+  do {                                                                         \
+    if (!(cond)) ::loom::rt::check_failed(__FILE__, __LINE__, #cond, (msg));   \
+  } while (0)

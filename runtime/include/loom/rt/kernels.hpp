@@ -1,0 +1,30 @@
+// kernels.hpp — CPU kernels: GEMM through OpenBLAS, and the element-wise and reduction kernels
+// the layers need (fused bias + activation, softmax cross-entropy). Row-major throughout.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::rt::cpu {
+
+enum class Act { kNone, kRelu, kGelu };
+
+void set_threads(int n);  // BLAS threads (and ours, when added)
+int threads();
+
+// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc);
+
+// y[r, c] = act(y[r, c] + bias[c]) in place
+void bias_act(float* y, const float* bias, int rows, int cols, Act act);
+// dy *= (y > 0), for y the ReLU output
+void relu_backward(float* dy, const float* y, int64_t n);
+// db[c] += sum_r dy[r, c]
+void bias_grad(const float* dy, float* db, int rows, int cols);
+// Mean softmax cross-entropy over rows; writes dlogits = (softmax - onehot) / rows when non-null.
+// Labels outside [0, cols) are an error (throws loom::rt::Error).
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
+// Index of each row's largest value.
+void argmax_rows(const float* x, int rows, int cols, int32_t* out);
+
+}  // namespace loom::rt::cpu

@@ -1,0 +1,47 @@
+// mlp.hpp — the `mlp` model: Linear layers with ReLU between them, explicit forward and
+// backward, parameters named and laid out as PyTorch's state_dict (fcN.weight [out,in], fcN.bias).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/rt/tensor.hpp"
+
+namespace loom::rt {
+
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+};
+
+class Mlp {
+ public:
+  // widths: {784, 512, 512, 10}; weights drawn like torch.nn.Linear (U(-1/sqrt(in), 1/sqrt(in))).
+  Mlp(std::vector<int> widths, uint64_t seed);
+
+  const std::vector<int>& widths() const { return widths_; }
+  // x [B, widths[0]] -> logits [B, widths.back()]; keeps what backward needs.
+  const Tensor& forward(const Tensor& x);
+  // dlogits [B, out] -> accumulates every parameter's grad.
+  void backward(const Tensor& dlogits);
+  void zero_grad();
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+  int64_t num_params() const;
+  // FLOPs of one training step (forward + backward) on a batch of `batch` rows.
+  double train_flops(int batch) const;
+  std::string config_json() const;
+
+ private:
+  std::vector<int> widths_;
+  std::vector<Param> params_;  // fc1.weight, fc1.bias, fc2.weight, ...
+  std::vector<Tensor> acts_;   // acts_[0] = input, acts_[i] = output of layer i (after ReLU)
+  std::vector<Tensor> dacts_;  // gradients with respect to acts_[i]
+};
+
+// Checks widths: at least input and output, all positive; throws Error naming the problem.
+std::vector<int> parse_widths(const std::string& text);
+
+}  // namespace loom::rt

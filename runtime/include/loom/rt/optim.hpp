@@ -1,0 +1,37 @@
+// optim.hpp — SGD (momentum, Nesterov) and AdamW with PyTorch's update rules, a warmup + cosine
+// learning-rate schedule, and gradient clipping by global norm.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/rt/mlp.hpp"
+
+namespace loom::rt {
+
+struct OptimConfig {
+  std::string kind = "sgd";  // sgd | adamw
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimConfig c) : c_(std::move(c)) {}
+  void step(std::vector<Param>& params, float lr);
+  int64_t steps() const { return t_; }
+
+ private:
+  OptimConfig c_;
+  std::vector<Tensor> m_, v_;
+  int64_t t_ = 0;
+};
+
+// Linear warmup over `warmup` steps, then cosine decay to zero at `total` (or constant).
+float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::string& schedule);
+// Scales the gradients so that their global L2 norm is at most max_norm; returns the norm before.
+float clip_grad_norm(std::vector<Param>& params, float max_norm);
+
+}  // namespace loom::rt

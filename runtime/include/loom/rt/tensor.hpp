@@ -1,0 +1,79 @@
+// tensor.hpp — n-dimensional arrays with a dtype and a device, backed by a per-device caching
+// allocator. Contiguous row-major storage; views (reshape, row ranges) share it without copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/rt/error.hpp"
+
+namespace loom::rt {
+
+enum class DType { kF32, kF16, kBF16, kI8, kI32 };
+enum class Device { kCpu, kCuda };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+// Size-bucketed free lists, so that a training step allocates nothing after the first one.
+class Allocator {
+ public:
+  static Allocator& cpu();
+  void* allocate(size_t bytes);
+  void release(void* p, size_t bytes);
+  size_t cached_bytes() const { return cached_; }
+  size_t live_bytes() const { return live_; }
+  ~Allocator();
+
+ private:
+  std::vector<std::pair<size_t, void*>> free_;
+  size_t cached_ = 0, live_ = 0;
+};
+
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device = Device::kCpu;
+  ~Storage();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor empty(std::vector<int64_t> shape, DType dtype = DType::kF32, Device device = Device::kCpu);
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::kF32);
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i < 0 ? i + static_cast<int>(shape_.size()) : i)); }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const;
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::kCpu; }
+  bool defined() const { return storage_ != nullptr; }
+
+  template <typename T>
+  T* data() const {
+    return reinterpret_cast<T*>(static_cast<char*>(storage_->data) + offset_ * dtype_size(dtype_));
+  }
+  float* f32() const {
+    LOOM_CHECK(dtype_ == DType::kF32, "tensor is not float32");
+    return data<float>();
+  }
+
+  Tensor reshape(std::vector<int64_t> shape) const;  // a view: same storage
+  Tensor rows(int64_t begin, int64_t end) const;      // a view of rows [begin, end) of dim 0
+  Tensor clone() const;
+  void fill(float v);
+  std::string shape_str() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  std::vector<int64_t> shape_;
+  int64_t offset_ = 0;  // in elements
+  DType dtype_ = DType::kF32;
+};
+
+}  // namespace loom::rt

@@ -1,0 +1,46 @@
+// trainer.hpp — single-process training of the MLP on Fashion-MNIST: batches in the seeded
+// epoch order, forward, softmax cross-entropy, backward, optimizer step, evaluation on the test
+// split each epoch, progress and metrics (JSON lines), and the HDF5 export.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/rt/optim.hpp"
+
+namespace loom::rt {
+
+struct TrainConfig {
+  std::vector<int> layers{784, 512, 512, 10};
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 1;
+  int64_t steps = 0;  // > 0: stop after this many steps
+  int global_batch = 128;
+  float lr = 0.05f;
+  OptimConfig optim;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmup = 0;
+  float clip = 0.0f;
+  uint64_t seed = 1;
+  int threads = 1;
+  int log_every = 100;
+  std::string log_format = "text";  // text | json
+  std::string metrics_file;
+  std::string export_path;
+
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double samples_per_s = 0;   // training samples per second, evaluation excluded
+  double test_accuracy = 0;
+  double last_loss = 0;
+  double gflops = 0;          // achieved training GFLOP/s
+};
+
+// Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.
+TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::string&)>& log);
+
+}  // namespace loom::rt

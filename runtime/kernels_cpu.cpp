@@ -1,0 +1,91 @@
+// kernels_cpu.cpp — CPU kernels. GEMM is OpenBLAS's cblas_sgemm; the rest are simple loops
+// written so that GCC vectorises them (-O2 with contiguous, restrict-free inner loops).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/kernels.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace loom::rt::cpu {
+
+namespace {
+int g_threads = 1;
+}
+
+void set_threads(int n) {
+  g_threads = std::max(1, n);
+  openblas_set_num_threads(g_threads);
+}
+
+int threads() { return g_threads; }
+
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
+void bias_act(float* y, const float* bias, int rows, int cols, Act act) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = y + static_cast<int64_t>(r) * cols;
+    switch (act) {
+      case Act::kNone:
+        for (int c = 0; c < cols; ++c) row[c] += bias[c];
+        break;
+      case Act::kRelu:
+        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
+        break;
+      case Act::kGelu:
+        for (int c = 0; c < cols; ++c) {
+          float x = row[c] + bias[c];
+          row[c] = 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+        }
+        break;
+    }
+  }
+}
+
+void relu_backward(float* dy, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void bias_grad(const float* dy, float* db, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = dy + static_cast<int64_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) db[c] += row[c];
+  }
+}
+
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+  double total = 0;
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits + static_cast<int64_t>(r) * cols;
+    int32_t y = labels[r];
+    if (y < 0 || y >= cols) throw Error("label " + std::to_string(y) + " outside [0, " + std::to_string(cols) + ")");
+    float mx = *std::max_element(x, x + cols);
+    double sum = 0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(x[c] - mx));
+    double lse = std::log(sum) + mx;
+    total += lse - x[y];
+    if (dlogits) {
+      float* d = dlogits + static_cast<int64_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) d[c] = static_cast<float>(std::exp(static_cast<double>(x[c]) - lse)) * inv_rows;
+      d[y] -= inv_rows;
+    }
+  }
+  return total / rows;
+}
+
+void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + static_cast<int64_t>(r) * cols;
+    out[r] = static_cast<int32_t>(std::max_element(row, row + cols) - row);
+  }
+}
+
+}  // namespace loom::rt::cpu

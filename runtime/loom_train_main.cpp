@@ -1,0 +1,113 @@
+// loom_train_main.cpp — `loom-train`: options (command line and --config file, the same keys)
+// parsed with Boost.Program_options, validated, then handed to the runtime's trainer.
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "loom/rt/mlp.hpp"
+#include "loom/rt/trainer.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+struct Usage {
+  std::string msg;
+};
+
+loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
+  loom::rt::TrainConfig c;
+  std::string model, layers, data, optimizer, device, precision, config;
+  po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
+  opts.add_options()
+      ("help,h", "show this help")
+      ("config", po::value(&config), "read options from FILE (command-line values win)")
+      ("model", po::value(&model)->default_value("mlp"), "mlp (gpt is planned)")
+      ("layers", po::value(&layers)->default_value("784,512,512,10"), "MLP widths, input first")
+      ("data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]")
+      ("epochs", po::value(&c.epochs)->default_value(1), "epochs over the training set")
+      ("steps", po::value(&c.steps)->default_value(0), "stop after this many steps (0: use --epochs)")
+      ("global-batch", po::value(&c.global_batch)->default_value(128), "samples per step")
+      ("lr", po::value(&c.lr)->default_value(0.05f), "learning rate")
+      ("optimizer", po::value(&optimizer)->default_value("sgd"), "sgd | adamw")
+      ("momentum", po::value(&c.optim.momentum)->default_value(0.9f), "SGD momentum")
+      ("nesterov", po::bool_switch(&c.optim.nesterov), "Nesterov momentum")
+      ("weight-decay", po::value(&c.optim.weight_decay)->default_value(0.0f), "weight decay (decoupled for adamw)")
+      ("lr-schedule", po::value(&c.schedule)->default_value("constant"), "constant | cosine")
+      ("warmup-steps", po::value(&c.warmup)->default_value(0), "linear warmup steps")
+      ("clip-grad-norm", po::value(&c.clip)->default_value(0.0f), "clip gradients to this global norm (0: off)")
+      ("seed", po::value(&c.seed)->default_value(1), "seed of weights and shuffling")
+      ("device", po::value(&device)->default_value("auto"), "auto | cpu | cuda")
+      ("threads", po::value(&c.threads)->default_value(1), "CPU threads")
+      ("precision", po::value(&precision)->default_value("fp32"), "fp32 (fp16/bf16 arrive with mixed precision)")
+      ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
+      ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
+      ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
+      ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    if (vm.count("config")) {
+      std::ifstream in(vm["config"].as<std::string>());
+      if (!in) throw Usage{"--config: cannot read " + vm["config"].as<std::string>()};
+      po::store(po::parse_config_file(in, opts), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Usage{e.what()};
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: loom-train [options]\n" << opts;
+    *help_only = true;
+    return c;
+  }
+  if (model == "gpt") throw loom::rt::Error("--model gpt is not available in this build yet (only mlp)");
+  if (model != "mlp") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
+  c.layers = loom::rt::parse_widths(layers);
+  if (data.rfind("fashion-mnist", 0) == 0) {
+    if (data.size() > 13) {
+      if (data[13] != ':' || data.size() == 14) throw Usage{"--data: expected fashion-mnist or fashion-mnist:DIR"};
+      c.data_dir = data.substr(14);
+    }
+  } else if (data.rfind("text:", 0) == 0) {
+    throw loom::rt::Error("--data text:FILE is for --model gpt, which this build does not have yet");
+  } else {
+    throw Usage{"--data must be fashion-mnist[:DIR] or text:FILE, not '" + data + "'"};
+  }
+  c.optim.kind = optimizer;
+  if (device != "auto" && device != "cpu" && device != "cuda") throw Usage{"--device must be auto, cpu or cuda"};
+  if (device == "cuda") throw loom::rt::Error("--device cuda: the CUDA training path is not built yet; use cpu");
+  if (precision != "fp32")
+    throw loom::rt::Error("--precision " + precision + ": mixed precision is not available in this build yet");
+  if (c.threads <= 0 || c.threads > 1024) throw Usage{"--threads must be between 1 and 1024"};
+  if (c.log_every <= 0) throw Usage{"--log-every must be positive"};
+  if (c.log_format != "text" && c.log_format != "json") throw Usage{"--log-format must be text or json"};
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool help_only = false;
+  loom::rt::TrainConfig c;
+  try {
+    c = parse(argc, argv, &help_only);
+    if (help_only) return 0;
+  } catch (const Usage& u) {
+    std::fprintf(stderr, "loom-train: %s\nTry 'loom-train --help'.\n", u.msg.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-train: %s\n", e.what());
+    return 1;
+  }
+  try {
+    loom::rt::train_mlp(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,186 @@
+// model_io.cpp — HDF5 reading and writing. Every HDF5 call is checked; HDF5's own error stack
+// printing is silenced and its failures become one-line errors naming the file.
+#include "loom/rt/model_io.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace loom::rt {
+
+namespace {
+
+struct H5Quiet {
+  H5Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+
+// Closes an HDF5 handle with the right function when it leaves scope.
+struct H5Handle {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  H5Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  ~H5Handle() {
+    if (id >= 0) close(id);
+  }
+  operator hid_t() const { return id; }
+};
+
+void h5check(hid_t id_or_status, const std::string& what) {
+  if (id_or_status < 0) throw Error(what);
+}
+
+void write_string_attr(hid_t obj, const char* name, const std::string& value, const std::string& path) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  h5check(type, path + ": H5Tcopy failed");
+  h5check(H5Tset_size(type, value.size() + 1), path + ": H5Tset_size failed");
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  h5check(attr, path + ": cannot create attribute " + name);
+  h5check(H5Awrite(attr, type, value.c_str()), path + ": cannot write attribute " + name);
+}
+
+std::string read_string_attr(hid_t obj, const char* name, const std::string& path) {
+  if (H5Aexists(obj, name) <= 0) throw Error(path + ": not a Loom model file (no attribute " + name + ")");
+  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  h5check(attr, path + ": cannot open attribute " + name);
+  H5Handle type(H5Aget_type(attr), H5Tclose);
+  if (H5Tget_class(type) != H5T_STRING) throw Error(path + ": attribute " + std::string(name) + " is not a string");
+  size_t size = H5Tget_size(type);
+  if (H5Tis_variable_str(type) > 0) {
+    char* s = nullptr;
+    H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem, H5T_VARIABLE);
+    h5check(H5Aread(attr, mem, &s), path + ": cannot read attribute " + name);
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  std::string buf(size, '\0');
+  h5check(H5Aread(attr, type, buf.data()), path + ": cannot read attribute " + name);
+  return std::string(buf.c_str());
+}
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open for fsync: " + std::strerror(errno));
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) throw Error(path + ": fsync failed: " + std::strerror(errno));
+}
+
+}  // namespace
+
+void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params) {
+  static H5Quiet quiet;
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  try {
+    {
+      H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      h5check(file, tmp + ": cannot create (" + std::strerror(errno) + ")");
+      write_string_attr(file, "loom.format", "model", path);
+      {
+        H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+        H5Handle attr(H5Acreate2(file, "loom.version", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+        int v = kFormatVersion;
+        h5check(attr, path + ": cannot create loom.version");
+        h5check(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write loom.version");
+      }
+      write_string_attr(file, "model.config", config_json, path);
+      H5Handle group(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      h5check(group, path + ": cannot create /params");
+      for (const auto& p : params) {
+        std::vector<hsize_t> dims(p.value.shape().begin(), p.value.shape().end());
+        H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+        H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        h5check(H5Pset_chunk(dcpl, static_cast<int>(dims.size()), dims.data()), path + ": H5Pset_chunk failed");
+        h5check(H5Pset_fletcher32(dcpl), path + ": H5Pset_fletcher32 failed");
+        H5Handle ds(H5Dcreate2(group, p.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
+        h5check(ds, path + ": cannot create dataset " + p.name);
+        h5check(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.value.f32()),
+                path + ": cannot write dataset " + p.name);
+      }
+      h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
+    }
+    fsync_path(tmp, O_RDONLY);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
+    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+    fsync_path(dir.empty() ? "/" : dir, O_RDONLY | O_DIRECTORY);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+ModelFile load_model(const std::string& path) {
+  static H5Quiet quiet;
+  if (access(path.c_str(), R_OK) != 0) throw Error(path + ": " + std::strerror(errno));
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (or truncated)");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  h5check(file, path + ": cannot open as HDF5 (truncated or corrupt)");
+  ModelFile m;
+  m.format = read_string_attr(file, "loom.format", path);
+  if (H5Aexists(file, "loom.version") <= 0) throw Error(path + ": not a Loom model file (no loom.version)");
+  {
+    H5Handle attr(H5Aopen(file, "loom.version", H5P_DEFAULT), H5Aclose);
+    h5check(H5Aread(attr, H5T_NATIVE_INT, &m.version), path + ": cannot read loom.version");
+  }
+  if (m.version != kFormatVersion)
+    throw Error(path + ": format version " + std::to_string(m.version) + " is not supported (this build reads " +
+                std::to_string(kFormatVersion) + ")");
+  m.config_json = read_string_attr(file, "model.config", path);
+  H5Handle group(H5Gopen2(file, "params", H5P_DEFAULT), H5Gclose);
+  h5check(group, path + ": no /params group");
+  hsize_t n = 0;
+  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /params");
+  for (hsize_t i = 0; i < n; ++i) {
+    char name[256] = {0};
+    if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /params");
+    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    h5check(ds, path + ": cannot open /params/" + name);
+    H5Handle space(H5Dget_space(ds), H5Sclose);
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 1 || nd > 4) throw Error(path + ": /params/" + name + " has " + std::to_string(nd) + " dimensions");
+    std::vector<hsize_t> dims(static_cast<size_t>(nd));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    std::vector<int64_t> shape(dims.begin(), dims.end());
+    Tensor t = Tensor::empty(shape);
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
+      throw Error(path + ": /params/" + name + " fails its checksum or cannot be read (corrupt file)");
+    m.params.emplace_back(name, t);
+  }
+  return m;
+}
+
+Mlp load_mlp(const std::string& path) {
+  ModelFile f = load_model(path);
+  std::vector<int> widths;
+  try {
+    auto cfg = nlohmann::json::parse(f.config_json);
+    if (cfg.at("type") != "mlp") throw Error(path + ": model type " + cfg.at("type").dump() + " is not mlp");
+    for (const auto& w : cfg.at("layers")) widths.push_back(w.get<int>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": model.config is not valid: " + e.what());
+  }
+  if (widths.size() < 2) throw Error(path + ": model.config has fewer than two layer widths");
+  Mlp m(widths, 0);
+  for (auto& p : m.params()) {
+    auto it = std::find_if(f.params.begin(), f.params.end(), [&](const auto& q) { return q.first == p.name; });
+    if (it == f.params.end()) throw Error(path + ": missing /params/" + p.name);
+    if (it->second.shape() != p.value.shape())
+      throw Error(path + ": /params/" + p.name + " has shape " + it->second.shape_str() + ", expected " +
+                  p.value.shape_str());
+    p.value = it->second;
+  }
+  if (f.params.size() != m.params().size()) throw Error(path + ": /params holds tensors the MLP does not have");
+  return m;
+}
+
+}  // namespace loom::rt

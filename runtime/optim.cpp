@@ -1,0 +1,68 @@
+// optim.cpp — parameter updates, the schedule and clipping.
+#include "loom/rt/optim.hpp"
+
+#include <cmath>
+
+namespace loom::rt {
+
+void Optimizer::step(std::vector<Param>& params, float lr) {
+  ++t_;
+  if (m_.empty())
+    for (const auto& p : params) {
+      m_.push_back(Tensor::zeros(p.value.shape()));
+      if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape()));
+    }
+  for (size_t i = 0; i < params.size(); ++i) {
+    float* w = params[i].value.f32();
+    const float* g = params[i].grad.f32();
+    float* m = m_[i].f32();
+    const int64_t n = params[i].value.numel();
+    if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0
+      for (int64_t k = 0; k < n; ++k) {
+        float d = g[k] + c_.weight_decay * w[k];
+        if (c_.momentum != 0.0f) {
+          m[k] = t_ == 1 ? d : c_.momentum * m[k] + d;
+          d = c_.nesterov ? d + c_.momentum * m[k] : m[k];
+        }
+        w[k] -= lr * d;
+      }
+    } else {  // torch.optim.AdamW
+      float* v = v_[i].f32();
+      const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
+      const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
+      const float step = lr / bc1, root_bc2 = std::sqrt(bc2);
+      for (int64_t k = 0; k < n; ++k) {
+        w[k] *= 1.0f - lr * c_.weight_decay;
+        m[k] = c_.beta1 * m[k] + (1.0f - c_.beta1) * g[k];
+        v[k] = c_.beta2 * v[k] + (1.0f - c_.beta2) * g[k] * g[k];
+        w[k] -= step * m[k] / (std::sqrt(v[k]) / root_bc2 + c_.eps);
+      }
+    }
+  }
+}
+
+float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::string& schedule) {
+  if (warmup > 0 && step < warmup) return base * static_cast<float>(step + 1) / static_cast<float>(warmup);
+  if (schedule != "cosine" || total <= warmup) return base;
+  double progress = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+  return static_cast<float>(0.5 * base * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
+}
+
+float clip_grad_norm(std::vector<Param>& params, float max_norm) {
+  double sq = 0;
+  for (const auto& p : params) {
+    const float* g = p.grad.f32();
+    for (int64_t k = 0; k < p.grad.numel(); ++k) sq += static_cast<double>(g[k]) * g[k];
+  }
+  float norm = static_cast<float>(std::sqrt(sq));
+  if (max_norm > 0 && norm > max_norm) {
+    float s = max_norm / (norm + 1e-6f);
+    for (auto& p : params) {
+      float* g = p.grad.f32();
+      for (int64_t k = 0; k < p.grad.numel(); ++k) g[k] *= s;
+    }
+  }
+  return norm;
+}
+
+}  // namespace loom::rt

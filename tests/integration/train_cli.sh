@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# train_cli.sh — loom-train on one process with the real Fashion-MNIST: options and config
+# file, every bad input (one clear line, non-zero exit, nothing half-written), determinism,
+# JSON logs and metrics, and the accuracy goal (>= 88% within 10 epochs).
+. "$(dirname "$0")/lib.sh"
+T=$LOOM_BUILDDIR/loom-train
+[ -x "$T" ] || skip "loom-train not built"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+cd "$LOOM_TMP" || exit 99
+
+run_cmd "$T" --help
+expect_eq "--help" 0 "$rc"
+expect_match "--help lists --global-batch" "--global-batch" "$out"
+check_err() {  # WHAT EXIT REGEX ARGS...
+  local what=$1 code=$2 re=$3
+  shift 3
+  run_cmd "$T" "$@"
+  expect_eq "$what exit" "$code" "$rc"
+  expect_match "$what message" "^loom-train: .*$re" "$err"
+  expect_eq "$what: no stdout" "" "$out"
+}
+check_err "unknown option" 2 "unrecognised option|unrecognized option" --frobnicate
+check_err "unknown model" 2 "--model must be mlp or gpt" --model transformer
+check_err "gpt not built" 1 "--model gpt is not available" --model gpt
+check_err "layers not from 784" 1 "--layers starts at 100 but Fashion-MNIST images have 784 inputs" --layers 100,10 --steps 1
+check_err "layers not to 10" 1 "--layers ends at 5" --layers 784,32,5 --steps 1
+check_err "bad layer list" 1 "not a comma-separated list" --layers 784,,10
+check_err "zero batch" 1 "--global-batch must be positive" --global-batch 0
+check_err "zero lr" 1 "--lr must be positive" --lr 0
+check_err "negative lr" 1 "--lr must be positive" --lr -0.1
+check_err "bad optimizer" 1 "--optimizer must be sgd or adamw" --optimizer lion --steps 1
+check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashion-mnist:/nonexistent
+check_err "fp16 not yet" 1 "mixed precision is not available" --precision fp16
+check_err "bad data spec" 2 "--data must be" --data mnist
+mkdir -p trunc
+cp /usr/share/datasets/fashion-mnist/*-labels-idx1-ubyte.gz /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz trunc/
+zcat /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz | head -c 100000 | gzip >trunc/train-images-idx3-ubyte.gz
+check_err "truncated data" 1 "truncated IDX file" --data fashion-mnist:"$LOOM_TMP/trunc" --steps 1
+check_err "export to a missing folder" 1 "cannot create" --steps 2 --export "$LOOM_TMP/no/such/dir/m.h5" --log-every 1000
+expect_eq "nothing half-written" "" "$(ls "$LOOM_TMP/no" 2>/dev/null)"
+
+# A config file takes the same keys; the command line wins.
+printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini
+run_cmd "$T" --config cfg.ini --log-format json --metrics-file m.jsonl --export a.h5
+expect_eq "config run" 0 "$rc"
+expect_match "json log lines" '^\{"ts":[0-9.]+,"component":"loom-train","rank":0,"level":"info"' "$err"
+/usr/bin/python3 - "$LOOM_TMP/m.jsonl" <<'PY' && pass || fail "metrics file fields"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "step" in l and "event" not in l]
+assert steps and all(k in steps[0] for k in ("step", "epoch", "loss", "samples_per_s", "rank_batch", "comm_bytes", "loss_scale")), steps[:1]
+assert steps[-1]["step"] == 20 and steps[0]["rank_batch"] == [64]
+ev = [l for l in lines if l.get("event") == "eval"]
+su = [l for l in lines if l.get("event") == "summary"]
+assert ev and 0 < ev[-1]["test_accuracy"] <= 1
+assert len(su) == 1 and su[0]["steps"] == 20 and su[0]["samples_per_s"] > 0 and "comm_bytes" in su[0] and "test_accuracy" in su[0]
+PY
+printf 'steps = 20\ncolour = blue\n' >bad.ini
+check_err "unknown config key" 2 "colour" --config bad.ini
+
+# Deterministic: same seed and threads give the same weights; another seed does not.
+run_cmd "$T" --config cfg.ini --export b.h5
+expect_eq "second run" 0 "$rc"
+h5diff a.h5 b.h5 /params /params >/dev/null && pass || fail "same seed gave different weights"
+run_cmd "$T" --config cfg.ini --seed 10 --export c.h5
+h5diff a.h5 c.h5 /params /params >/dev/null && fail "another seed gave the same weights" || pass
+
+# The accuracy goal: the 784-512-512-10 MLP reaches 88% within 10 epochs.
+run_cmd "$T" --epochs 10 --threads 2 --log-every 100000 --metrics-file acc.jsonl
+expect_eq "10 epochs exit" 0 "$rc"
+acc=$(/usr/bin/python3 -c 'import json,sys; print(max(json.loads(l)["test_accuracy"] for l in open(sys.argv[1]) if "\"eval\"" in l))' acc.jsonl)
+echo "train_cli: best test accuracy within 10 epochs: $acc"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $acc >= 0.88 else 1)" && pass || fail "accuracy $acc < 0.88"
+finish

@@ -1,0 +1,227 @@
+// runtime_test.cpp — libloomrt on CPU: tensors and the caching allocator, kernels against naive
+// references, MLP gradients against finite differences, optimizer steps against PyTorch's
+// formulas, IDX reading, shuffling, and the HDF5 model file including corrupt files.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "loom/rt/data.hpp"
+#include "loom/rt/kernels.hpp"
+#include "loom/rt/mlp.hpp"
+#include "loom/rt/model_io.hpp"
+#include "loom/rt/optim.hpp"
+
+namespace loom::rt {
+namespace {
+
+std::string tmp_path(const std::string& name) {
+  return std::string(::testing::TempDir()) + "/loomrt-" + std::to_string(getpid()) + "-" + name;
+}
+
+TEST(Tensor, ViewsShareStorageAndAllocatorReuses) {
+  Tensor t = Tensor::empty({4, 3});
+  for (int i = 0; i < 12; ++i) t.f32()[i] = static_cast<float>(i);
+  Tensor r = t.rows(1, 3);
+  EXPECT_EQ(r.shape_str(), "[2,3]");
+  EXPECT_EQ(r.f32()[0], 3.0f);
+  r.f32()[0] = 42;
+  EXPECT_EQ(t.f32()[3], 42.0f);
+  Tensor v = t.reshape({12});
+  EXPECT_EQ(v.f32()[3], 42.0f);
+  EXPECT_THROW(t.reshape({5}), Error);
+  EXPECT_THROW(t.rows(2, 9), Error);
+  void* p = t.data<char>();
+  t = Tensor();
+  r = Tensor();
+  v = Tensor();
+  Tensor again = Tensor::empty({4, 3});
+  EXPECT_EQ(again.data<char>(), p) << "the caching allocator did not reuse the block";
+  EXPECT_THROW(Tensor::empty({2}, DType::kF32, Device::kCuda), Error);
+}
+
+TEST(Kernels, GemmMatchesNaive) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int m = 7, n = 5, k = 9;
+      std::vector<float> a(m * k), b(k * n), c(m * n, 0.5f), ref(m * n);
+      for (auto& v : a) v = u(rng);
+      for (auto& v : b) v = u(rng);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int l = 0; l < k; ++l) s += (ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+          ref[i * n + j] = static_cast<float>(2 * s + 0.25);
+        }
+      cpu::gemm(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
+      for (int i = 0; i < m * n; ++i) EXPECT_NEAR(c[i], ref[i], 1e-5) << ta << tb << i;
+    }
+}
+
+TEST(Kernels, SoftmaxXentGradientIsNumericallyRight) {
+  std::vector<float> x = {0.1f, -1.0f, 2.0f, 0.5f, 0.0f, 0.3f}, d(6);
+  std::vector<int32_t> y = {2, 0};
+  double loss = cpu::softmax_xent(x.data(), y.data(), d.data(), 2, 3);
+  for (int i = 0; i < 6; ++i) {
+    auto xp = x, xm = x;
+    xp[i] += 1e-3f;
+    xm[i] -= 1e-3f;
+    double num = (cpu::softmax_xent(xp.data(), y.data(), nullptr, 2, 3) - cpu::softmax_xent(xm.data(), y.data(), nullptr, 2, 3)) / 2e-3;
+    EXPECT_NEAR(d[i], num, 1e-3) << i;
+  }
+  EXPECT_GT(loss, 0);
+  std::vector<int32_t> bad = {3, 0};
+  EXPECT_THROW(cpu::softmax_xent(x.data(), bad.data(), nullptr, 2, 3), Error);
+}
+
+TEST(Mlp, BackwardMatchesFiniteDifferences) {
+  Mlp m({5, 4, 3}, 11);
+  Tensor x = Tensor::empty({3, 5});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (int i = 0; i < 15; ++i) x.f32()[i] = nd(rng);
+  std::vector<int32_t> y = {0, 2, 1};
+  auto loss_of = [&]() {
+    const Tensor& l = m.forward(x);
+    return cpu::softmax_xent(l.f32(), y.data(), nullptr, 3, 3);
+  };
+  m.zero_grad();
+  const Tensor& logits = m.forward(x);
+  Tensor d = Tensor::empty({3, 3});
+  cpu::softmax_xent(logits.f32(), y.data(), d.f32(), 3, 3);
+  m.backward(d);
+  double worst = 0;
+  for (auto& p : m.params())
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      float keep = p.value.f32()[i];
+      p.value.f32()[i] = keep + 1e-3f;
+      double lp = loss_of();
+      p.value.f32()[i] = keep - 1e-3f;
+      double lm = loss_of();
+      p.value.f32()[i] = keep;
+      worst = std::max(worst, std::fabs((lp - lm) / 2e-3 - p.grad.f32()[i]));
+    }
+  EXPECT_LT(worst, 2e-3) << "largest gradient difference " << worst;
+  EXPECT_EQ(m.params()[0].name, "fc1.weight");
+  EXPECT_EQ(m.params()[0].value.shape_str(), "[4,5]");
+  EXPECT_EQ(m.params()[3].name, "fc2.bias");
+  Tensor wrong = Tensor::empty({2, 4});
+  EXPECT_THROW(m.forward(wrong), Error);
+}
+
+TEST(Mlp, WidthsAreChecked) {
+  EXPECT_EQ(parse_widths("784,512,10"), (std::vector<int>{784, 512, 10}));
+  for (const char* bad : {"", "784", "784,,10", "784,-1,10", "a,b", "784,0,10"}) EXPECT_THROW(parse_widths(bad), Error) << bad;
+}
+
+TEST(Optim, SgdMomentumAndAdamWFollowPyTorch) {
+  std::vector<Param> ps(1);
+  ps[0] = {"w", Tensor::empty({1}), Tensor::empty({1})};
+  ps[0].value.f32()[0] = 1.0f;
+  OptimConfig c;
+  c.momentum = 0.9f;
+  Optimizer sgd(c);
+  ps[0].grad.f32()[0] = 0.5f;
+  sgd.step(ps, 0.1f);  // buf = 0.5; w = 1 - 0.05
+  EXPECT_FLOAT_EQ(ps[0].value.f32()[0], 0.95f);
+  sgd.step(ps, 0.1f);  // buf = 0.9*0.5 + 0.5 = 0.95; w = 0.95 - 0.095
+  EXPECT_FLOAT_EQ(ps[0].value.f32()[0], 0.855f);
+  ps[0].value.f32()[0] = 1.0f;
+  OptimConfig a;
+  a.kind = "adamw";
+  a.weight_decay = 0.01f;
+  Optimizer adam(a);
+  adam.step(ps, 0.1f);  // w = 1*(1-0.001) - 0.1 * 1 (first Adam step moves by lr)
+  EXPECT_NEAR(ps[0].value.f32()[0], 0.999f - 0.1f, 1e-6);
+  EXPECT_FLOAT_EQ(lr_at(0, 100, 1.0f, 10, "cosine"), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(10, 100, 1.0f, 10, "cosine"), 1.0f);
+  EXPECT_NEAR(lr_at(100, 100, 1.0f, 10, "cosine"), 0.0f, 1e-6);
+  EXPECT_FLOAT_EQ(lr_at(50, 100, 1.0f, 0, "constant"), 1.0f);
+  ps[0].grad.f32()[0] = 10.0f;
+  EXPECT_FLOAT_EQ(clip_grad_norm(ps, 1.0f), 10.0f);
+  EXPECT_NEAR(ps[0].grad.f32()[0], 1.0f, 1e-5);
+}
+
+void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+TEST(Data, IdxReaderAndItsErrors) {
+  std::string p = tmp_path("labels.gz");
+  write_gz(p, {0, 0, 8, 1, 0, 0, 0, 3, 7, 8, 9});
+  Idx idx = read_idx(p, 1);
+  EXPECT_EQ(idx.dims, std::vector<uint32_t>{3});
+  EXPECT_EQ(idx.data, (std::vector<uint8_t>{7, 8, 9}));
+  write_gz(p, {0, 0, 8, 1, 0, 0, 0, 5, 7, 8});
+  EXPECT_THROW(read_idx(p, 1), Error);  // truncated
+  write_gz(p, {0, 0, 9, 1, 0, 0, 0, 1, 7});
+  EXPECT_THROW(read_idx(p, 1), Error);  // not unsigned bytes
+  write_gz(p, {});
+  EXPECT_THROW(read_idx(p, 1), Error);  // empty
+  std::remove(p.c_str());
+  try {
+    load_fashion_mnist("/nonexistent", "train");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("apt-get install dataset-fashion-mnist"), std::string::npos);
+  }
+}
+
+TEST(Data, EpochOrderIsASeededPermutation) {
+  auto a = epoch_order(1000, 7, 0), b = epoch_order(1000, 7, 0), c = epoch_order(1000, 7, 1);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(std::set<int64_t>(a.begin(), a.end()).size(), 1000u);
+}
+
+TEST(ModelIo, RoundTripAndCorruptFiles) {
+  Mlp m({6, 4, 3}, 2);
+  std::string p = tmp_path("model.h5");
+  save_model(p, m.config_json(), m.params());
+  ModelFile f = load_model(p);
+  EXPECT_EQ(f.format, "model");
+  EXPECT_EQ(f.version, kFormatVersion);
+  EXPECT_NE(f.config_json.find("\"layers\":[6,4,3]"), std::string::npos);
+  ASSERT_EQ(f.params.size(), 4u);
+  for (const auto& [name, t] : f.params) {
+    const Param* orig = nullptr;
+    for (const auto& q : m.params())
+      if (q.name == name) orig = &q;
+    ASSERT_NE(orig, nullptr) << name;
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.f32()[i], orig->value.f32()[i]);
+  }
+  // Flip one byte inside a dataset: the Fletcher32 checksum refuses it.
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  float needle = m.params()[0].value.f32()[5];
+  auto pos = bytes.find(std::string(reinterpret_cast<const char*>(&needle), 4));
+  ASSERT_NE(pos, std::string::npos);
+  std::string flipped = bytes;
+  flipped[pos] ^= 0x40;
+  std::string q = tmp_path("flipped.h5");
+  std::ofstream(q, std::ios::binary) << flipped;
+  EXPECT_THROW(load_model(q), Error);
+  std::ofstream(q, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_THROW(load_model(q), Error);
+  EXPECT_THROW(load_model(tmp_path("missing.h5")), Error);
+  // No temporary file is left next to the model.
+  EXPECT_NE(access((p + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+}
+
+}  // namespace
+}  // namespace loom::rt
