@@ -46,5 +46,12 @@ else
   echo "spank_loom.so was not built (Slurm headers missing?): skipped"
 fi
 
+banner "8. Train the MLP on Fashion-MNIST (one process) and export it"
+if [ -x "$build/loom-train" ]; then
+  "$build/loom-train" --epochs 3 --threads 2 --lr 0.1 --lr-schedule cosine --warmup-steps 200 --log-every 200 \
+    --export "$build/fashion-mlp.h5"
+  h5dump -H "$build/fashion-mlp.h5" | head -12
+fi
+
 banner "Done"
 echo "The cluster is still up: export SLURM_CONF=$SLURM_CONF; stop it with contrib/local-cluster.sh stop"

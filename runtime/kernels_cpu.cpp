@@ -1,6 +1,10 @@
 // kernels_cpu.cpp — CPU kernels. GEMM is OpenBLAS's cblas_sgemm; the rest are simple loops
 // written so that GCC vectorises them (-O2 with contiguous, restrict-free inner loops).
 #include <cblas.h>
+#include <omp.h>
+#ifdef LOOM_HAVE_DNNL
+#include <dnnl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -14,17 +18,47 @@ namespace loom::rt::cpu {
 
 namespace {
 int g_threads = 1;
-}
+#ifdef LOOM_HAVE_DNNL
+bool g_onednn = true;
+#else
+bool g_onednn = false;
+#endif
+}  // namespace
 
 void set_threads(int n) {
   g_threads = std::max(1, n);
   openblas_set_num_threads(g_threads);
+  omp_set_num_threads(g_threads);
 }
+
+void set_gemm_backend(const std::string& name) {
+#ifdef LOOM_HAVE_DNNL
+  const bool have = true;
+#else
+  const bool have = false;
+#endif
+  if (name == "auto") g_onednn = have;
+  else if (name == "openblas") g_onednn = false;
+  else if (name == "onednn" && have) g_onednn = true;
+  else if (name == "onednn") throw Error("--gemm onednn: this build has no oneDNN (apt-get install libdnnl-dev)");
+  else throw Error("--gemm must be auto, openblas or onednn, not '" + name + "'");
+}
+
+const char* gemm_backend() { return g_onednn ? "onednn" : "openblas"; }
+
+bool openmp_loops() { return g_onednn && g_threads > 1; }
 
 int threads() { return g_threads; }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
+#ifdef LOOM_HAVE_DNNL
+  if (g_onednn) {
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    LOOM_CHECK(st == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(static_cast<int>(st)));
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
               ldb, beta, c, ldc);
 }

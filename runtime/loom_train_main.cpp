@@ -42,6 +42,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("seed", po::value(&c.seed)->default_value(1), "seed of weights and shuffling")
       ("device", po::value(&device)->default_value("auto"), "auto | cpu | cuda")
       ("threads", po::value(&c.threads)->default_value(1), "CPU threads")
+      ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
       ("precision", po::value(&precision)->default_value("fp32"), "fp32 (fp16/bf16 arrive with mixed precision)")
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")

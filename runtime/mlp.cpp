@@ -71,7 +71,7 @@ const Tensor& Mlp::forward(const Tensor& x) {
   return acts_.back();
 }
 
-void Mlp::backward(const Tensor& dlogits) {
+void Mlp::backward(const Tensor& dlogits, bool accumulate) {
   const int layers = static_cast<int>(widths_.size()) - 1;
   const int batch = static_cast<int>(acts_[0].dim(0));
   LOOM_CHECK(dlogits.ndim() == 2 && dlogits.dim(0) == batch && dlogits.dim(1) == widths_.back(),
@@ -80,7 +80,9 @@ void Mlp::backward(const Tensor& dlogits) {
   const Tensor* dy = &dlogits;
   for (int l = layers - 1; l >= 0; --l) {
     const int in = widths_[l], out = widths_[l + 1];
-    cpu::gemm(true, false, out, in, batch, 1.0f, dy->f32(), out, acts_[l].f32(), in, 1.0f, params_[2 * l].grad.f32(), in);
+    cpu::gemm(true, false, out, in, batch, 1.0f, dy->f32(), out, acts_[l].f32(), in, accumulate ? 1.0f : 0.0f,
+              params_[2 * l].grad.f32(), in);
+    if (!accumulate) params_[2 * l + 1].grad.fill(0.0f);
     cpu::bias_grad(dy->f32(), params_[2 * l + 1].grad.f32(), batch, out);
     if (l == 0) break;  // no gradient for the input
     Tensor& dx = dacts_[l];

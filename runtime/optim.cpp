@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "loom/rt/kernels.hpp"
+
 namespace loom::rt {
 
 void Optimizer::step(std::vector<Param>& params, float lr) {
@@ -12,19 +14,30 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
       m_.push_back(Tensor::zeros(p.value.shape()));
       if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape()));
     }
+  const bool parallel = cpu::openmp_loops();
   for (size_t i = 0; i < params.size(); ++i) {
     float* w = params[i].value.f32();
     const float* g = params[i].grad.f32();
     float* m = m_[i].f32();
     const int64_t n = params[i].value.numel();
-    if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0
-      for (int64_t k = 0; k < n; ++k) {
-        float d = g[k] + c_.weight_decay * w[k];
-        if (c_.momentum != 0.0f) {
-          m[k] = t_ == 1 ? d : c_.momentum * m[k] + d;
-          d = c_.nesterov ? d + c_.momentum * m[k] : m[k];
+    if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0; one branch-free pass per case
+      const float wd = c_.weight_decay, mu = c_.momentum;
+      if (mu == 0.0f) {
+        for (int64_t k = 0; k < n; ++k) w[k] -= lr * (g[k] + wd * w[k]);
+      } else if (c_.nesterov) {
+        const float keep = t_ == 1 ? 0.0f : mu;  // the first step sets the buffer to the gradient
+        for (int64_t k = 0; k < n; ++k) {
+          float d = g[k] + wd * w[k];
+          m[k] = keep * m[k] + d;
+          w[k] -= lr * (d + mu * m[k]);
         }
-        w[k] -= lr * d;
+      } else {
+        const float keep = t_ == 1 ? 0.0f : mu;
+#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
+        for (int64_t k = 0; k < n; ++k) {
+          m[k] = keep * m[k] + g[k] + wd * w[k];
+          w[k] -= lr * m[k];
+        }
       }
     } else {  // torch.optim.AdamW
       float* v = v_[i].f32();

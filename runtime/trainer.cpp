@@ -64,6 +64,7 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
   if (c.schedule != "constant" && c.schedule != "cosine")
     throw Error("--lr-schedule must be constant or cosine, not '" + c.schedule + "'");
   cpu::set_threads(c.threads);
+  cpu::set_gemm_backend(c.gemm);
 
   Dataset train = load_fashion_mnist(c.data_dir, "train");
   Dataset test = load_fashion_mnist(c.data_dir, "t10k");
@@ -97,7 +98,7 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
   const int64_t total = c.steps > 0 ? c.steps : per_epoch * c.epochs;
   emit("training mlp with " + std::to_string(model.num_params()) +
            " parameters on " + std::to_string(train.size()) + " samples, " + std::to_string(total) + " steps of " +
-           std::to_string(c.global_batch) + ", " + std::to_string(c.threads) + " threads",
+           std::to_string(c.global_batch) + ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
        "\"level\":\"info\",\"event\":\"start\",\"params\":" + std::to_string(model.num_params()) +
            ",\"steps\":" + std::to_string(total));
 
@@ -112,7 +113,6 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
     for (int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
       gather_batch(train, order, b * c.global_batch, (b + 1) * c.global_batch, &x, &y);
-      model.zero_grad();
       const Tensor& logits = model.forward(x);
       double loss = cpu::softmax_xent(logits.f32(), y.data(), dlogits.f32(), c.global_batch, c.layers.back());
       if (!std::isfinite(loss)) throw Error("loss is " + num(loss) + " at step " + std::to_string(step) + " (lower --lr)");

@@ -64,9 +64,15 @@ expect_eq "second run" 0 "$rc"
 h5diff a.h5 b.h5 /params /params >/dev/null && pass || fail "same seed gave different weights"
 run_cmd "$T" --config cfg.ini --seed 10 --export c.h5
 h5diff a.h5 c.h5 /params /params >/dev/null && fail "another seed gave the same weights" || pass
+for gemm in openblas onednn; do
+  run_cmd "$T" --config cfg.ini --threads 2 --gemm "$gemm" --export "d-$gemm-1.h5"
+  run_cmd "$T" --config cfg.ini --threads 2 --gemm "$gemm" --export "d-$gemm-2.h5"
+  h5diff "d-$gemm-1.h5" "d-$gemm-2.h5" /params /params >/dev/null && pass || fail "GEMM $gemm, 2 threads: not deterministic"
+done
+check_err "unknown GEMM" 1 "--gemm must be auto, openblas or onednn" --gemm mkl --steps 1
 
 # The accuracy goal: the 784-512-512-10 MLP reaches 88% within 10 epochs.
-run_cmd "$T" --epochs 10 --threads 2 --log-every 100000 --metrics-file acc.jsonl
+run_cmd "$T" --epochs 10 --threads 2 --lr 0.1 --lr-schedule cosine --warmup-steps 200 --log-every 100000 --metrics-file acc.jsonl
 expect_eq "10 epochs exit" 0 "$rc"
 acc=$(/usr/bin/python3 -c 'import json,sys; print(max(json.loads(l)["test_accuracy"] for l in open(sys.argv[1]) if "\"eval\"" in l))' acc.jsonl)
 echo "train_cli: best test accuracy within 10 epochs: $acc"

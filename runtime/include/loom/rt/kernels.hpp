@@ -3,13 +3,22 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace loom::rt::cpu {
 
 enum class Act { kNone, kRelu, kGelu };
 
-void set_threads(int n);  // BLAS threads (and ours, when added)
+void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
 int threads();
+
+// The GEMM behind gemm(): OpenBLAS's cblas_sgemm, or oneDNN's dnnl_sgemm when built with it
+// (faster on AVX-512 machines; "auto" picks it). Throws Error for an unknown or absent one.
+void set_gemm_backend(const std::string& name);
+const char* gemm_backend();
+// Whether element-wise loops may use OpenMP threads: only when the GEMM runs on OpenMP too
+// (oneDNN). Beside OpenBLAS's own pthreads, spinning OpenMP workers would steal its cores.
+bool openmp_loops();
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,

@@ -24,8 +24,9 @@ class Mlp {
   const std::vector<int>& widths() const { return widths_; }
   // x [B, widths[0]] -> logits [B, widths.back()]; keeps what backward needs.
   const Tensor& forward(const Tensor& x);
-  // dlogits [B, out] -> accumulates every parameter's grad.
-  void backward(const Tensor& dlogits);
+  // dlogits [B, out] -> every parameter's grad: overwritten, or added to when `accumulate`
+  // (so a training step needs no separate zeroing pass).
+  void backward(const Tensor& dlogits, bool accumulate = false);
   void zero_grad();
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
