@@ -25,9 +25,14 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   opts.add_options()
       ("help,h", "show this help")
       ("config", po::value(&config), "read options from FILE (command-line values win)")
-      ("model", po::value(&model)->default_value("mlp"), "mlp (gpt is planned)")
+      ("model", po::value(&model)->default_value("mlp"), "mlp | gpt")
       ("layers", po::value(&layers)->default_value("784,512,512,10"), "MLP widths, input first")
-      ("data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]")
+      ("data", po::value(&data), "fashion-mnist[:DIR] (mlp, the default) | text:FILE (gpt)")
+      ("context", po::value(&c.context)->default_value(64), "gpt: tokens per sequence")
+      ("n-layer", po::value(&c.gpt_layers)->default_value(2), "gpt: transformer blocks")
+      ("n-head", po::value(&c.heads)->default_value(4), "gpt: attention heads")
+      ("n-embd", po::value(&c.embd)->default_value(64), "gpt: embedding width")
+      ("dropout", po::value(&c.dropout)->default_value(0.0f), "gpt: dropout probability")
       ("epochs", po::value(&c.epochs)->default_value(1), "epochs over the training set")
       ("steps", po::value(&c.steps)->default_value(0), "stop after this many steps (0: use --epochs)")
       ("global-batch", po::value(&c.global_batch)->default_value(128), "samples per step")
@@ -65,16 +70,22 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
     *help_only = true;
     return c;
   }
-  if (model == "gpt") throw loom::rt::Error("--model gpt is not available in this build yet (only mlp)");
-  if (model != "mlp") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
-  c.layers = loom::rt::parse_widths(layers);
+  if (model != "mlp" && model != "gpt") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
+  c.model = model;
+  if (data.empty()) {
+    if (model == "gpt") throw Usage{"--model gpt needs --data text:FILE"};
+    data = "fashion-mnist";
+  }
   if (data.rfind("fashion-mnist", 0) == 0) {
+    if (model != "mlp") throw Usage{"--data fashion-mnist is for --model mlp"};
     if (data.size() > 13) {
       if (data[13] != ':' || data.size() == 14) throw Usage{"--data: expected fashion-mnist or fashion-mnist:DIR"};
       c.data_dir = data.substr(14);
     }
-  } else if (data.rfind("text:", 0) == 0) {
-    throw loom::rt::Error("--data text:FILE is for --model gpt, which this build does not have yet");
+    c.layers = loom::rt::parse_widths(layers);
+  } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
+    if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};
+    c.text_path = data.substr(5);
   } else {
     throw Usage{"--data must be fashion-mnist[:DIR] or text:FILE, not '" + data + "'"};
   }
@@ -105,7 +116,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    loom::rt::train_mlp(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    loom::rt::train(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());

@@ -159,19 +159,11 @@ ModelFile load_model(const std::string& path) {
   return m;
 }
 
-Mlp load_mlp(const std::string& path) {
-  ModelFile f = load_model(path);
-  std::vector<int> widths;
-  try {
-    auto cfg = nlohmann::json::parse(f.config_json);
-    if (cfg.at("type") != "mlp") throw Error(path + ": model type " + cfg.at("type").dump() + " is not mlp");
-    for (const auto& w : cfg.at("layers")) widths.push_back(w.get<int>());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": model.config is not valid: " + e.what());
-  }
-  if (widths.size() < 2) throw Error(path + ": model.config has fewer than two layer widths");
-  Mlp m(widths, 0);
-  for (auto& p : m.params()) {
+namespace {
+
+// Copies the file's tensors into `params`, by name, checking shapes and that nothing is left over.
+void assign_params(const std::string& path, const ModelFile& f, std::vector<Param>& params) {
+  for (auto& p : params) {
     auto it = std::find_if(f.params.begin(), f.params.end(), [&](const auto& q) { return q.first == p.name; });
     if (it == f.params.end()) throw Error(path + ": missing /params/" + p.name);
     if (it->second.shape() != p.value.shape())
@@ -179,7 +171,52 @@ Mlp load_mlp(const std::string& path) {
                   p.value.shape_str());
     p.value = it->second;
   }
-  if (f.params.size() != m.params().size()) throw Error(path + ": /params holds tensors the MLP does not have");
+  if (f.params.size() != params.size()) throw Error(path + ": /params holds tensors the model does not have");
+}
+
+nlohmann::json config_of(const std::string& path, const ModelFile& f, const char* type) {
+  try {
+    auto cfg = nlohmann::json::parse(f.config_json);
+    if (cfg.at("type") != type) throw Error(path + ": model type " + cfg.at("type").dump() + " is not " + type);
+    return cfg;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": model.config is not valid: " + e.what());
+  }
+}
+
+}  // namespace
+
+Mlp load_mlp(const std::string& path) {
+  ModelFile f = load_model(path);
+  auto cfg = config_of(path, f, "mlp");
+  std::vector<int> widths;
+  try {
+    for (const auto& w : cfg.at("layers")) widths.push_back(w.get<int>());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": model.config layers are not valid: " + e.what());
+  }
+  if (widths.size() < 2) throw Error(path + ": model.config has fewer than two layer widths");
+  Mlp m(widths, 0);
+  assign_params(path, f, m.params());
+  return m;
+}
+
+Gpt load_gpt(const std::string& path) {
+  ModelFile f = load_model(path);
+  auto cfg = config_of(path, f, "gpt");
+  GptConfig g;
+  try {
+    g.vocab = cfg.at("vocab").get<int>();
+    g.context = cfg.at("context").get<int>();
+    g.layers = cfg.at("layers").get<int>();
+    g.heads = cfg.at("heads").get<int>();
+    g.embd = cfg.at("embd").get<int>();
+    g.dropout = cfg.value("dropout", 0.0f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": model.config is not a valid gpt configuration: " + e.what());
+  }
+  Gpt m(g, 0);
+  assign_params(path, f, m.params());
   return m;
 }
 

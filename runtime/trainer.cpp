@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <sstream>
 
 #include "loom/rt/data.hpp"
+#include "loom/rt/gpt.hpp"
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/model_io.hpp"
 #include "loom/topo/emit.hpp"
@@ -32,30 +35,178 @@ struct Eval {
   double accuracy = 0, loss = 0;
 };
 
-Eval evaluate(Mlp& model, const Dataset& test) {
-  const int64_t n = test.size(), chunk = 1000;
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  Tensor x;
-  std::vector<int32_t> y, pred;
-  int64_t correct = 0;
-  double loss = 0;
-  for (int64_t b = 0; b < n; b += chunk) {
-    int64_t e = std::min(n, b + chunk);
-    gather_batch(test, order, b, e, &x, &y);
-    const Tensor& logits = model.forward(x);
-    const int rows = static_cast<int>(e - b), cols = static_cast<int>(logits.dim(1));
-    pred.resize(static_cast<size_t>(rows));
-    cpu::argmax_rows(logits.f32(), rows, cols, pred.data());
-    for (int i = 0; i < rows; ++i) correct += pred[static_cast<size_t>(i)] == y[static_cast<size_t>(i)];
-    loss += cpu::softmax_xent(logits.f32(), y.data(), nullptr, rows, cols) * rows;
+// What the loop trains: a model with its data. The loop itself is the same for every model.
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string describe() const = 0;
+  virtual int64_t steps_per_epoch(int batch) const = 0;
+  virtual double train_step(int64_t epoch, int64_t index, int batch) = 0;  // loss; grads overwritten
+  virtual Eval evaluate() = 0;
+  virtual std::vector<Param>& params() = 0;
+  virtual std::string config_json() const = 0;
+  virtual double train_flops(int batch) const = 0;
+};
+
+class MlpTask : public Task {
+ public:
+  MlpTask(const TrainConfig& c)
+      : train_(load_fashion_mnist(c.data_dir, "train")), test_(load_fashion_mnist(c.data_dir, "t10k")),
+        model_(c.layers, c.seed), seed_(c.seed) {
+    const int features = static_cast<int>(train_.images.dim(1));
+    if (c.layers.front() != features)
+      throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
+                  std::to_string(features) + " inputs");
+    if (c.layers.back() != train_.classes)
+      throw Error("--layers ends at " + std::to_string(c.layers.back()) + " but Fashion-MNIST has " +
+                  std::to_string(train_.classes) + " classes");
+    if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
+    dlogits_ = Tensor::empty({c.global_batch, c.layers.back()});
   }
-  return {static_cast<double>(correct) / static_cast<double>(n), loss / static_cast<double>(n)};
-}
+  std::string describe() const override {
+    int64_t n = 0;
+    for (const auto& p : model_.params()) n += p.value.numel();
+    return "mlp with " + std::to_string(n) + " parameters on " + std::to_string(train_.size()) + " Fashion-MNIST images";
+  }
+  int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
+  double train_step(int64_t epoch, int64_t index, int batch) override {
+    if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
+    gather_batch(train_, order_, index * batch, (index + 1) * batch, &x_, &y_);
+    const Tensor& logits = model_.forward(x_);
+    double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
+    model_.backward(dlogits_);
+    return loss;
+  }
+  Eval evaluate() override {
+    const int64_t n = test_.size(), chunk = 1000;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    Tensor x;
+    std::vector<int32_t> y, pred;
+    int64_t correct = 0;
+    double loss = 0;
+    for (int64_t b = 0; b < n; b += chunk) {
+      int64_t e = std::min(n, b + chunk);
+      gather_batch(test_, order, b, e, &x, &y);
+      const Tensor& logits = model_.forward(x);
+      const int rows = static_cast<int>(e - b), cols = static_cast<int>(logits.dim(1));
+      pred.resize(static_cast<size_t>(rows));
+      cpu::argmax_rows(logits.f32(), rows, cols, pred.data());
+      for (int i = 0; i < rows; ++i) correct += pred[static_cast<size_t>(i)] == y[static_cast<size_t>(i)];
+      loss += cpu::softmax_xent(logits.f32(), y.data(), nullptr, rows, cols) * rows;
+    }
+    return {static_cast<double>(correct) / static_cast<double>(n), loss / static_cast<double>(n)};
+  }
+  std::vector<Param>& params() override { return model_.params(); }
+  std::string config_json() const override { return model_.config_json(); }
+  double train_flops(int batch) const override { return model_.train_flops(batch); }
+
+ private:
+  Dataset train_, test_;
+  Mlp model_;
+  uint64_t seed_;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+  Tensor x_, dlogits_;
+  std::vector<int32_t> y_;
+};
+
+class GptTask : public Task {
+ public:
+  GptTask(const TrainConfig& c) : text_(load_text(c.text_path)), seed_(c.seed) {
+    GptConfig g;
+    g.vocab = static_cast<int>(text_.chars.size());
+    g.context = c.context;
+    g.layers = c.gpt_layers;
+    g.heads = c.heads;
+    g.embd = c.embd;
+    g.dropout = c.dropout;
+    model_ = std::make_unique<Gpt>(g, c.seed);
+    split_ = static_cast<int64_t>(text_.ids.size()) * 9 / 10;
+    if (split_ - c.context - 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
+      throw Error(c.text_path + ": " + std::to_string(text_.ids.size()) + " characters are too few for --context " +
+                  std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
+  }
+  std::string describe() const override {
+    int64_t n = 0;
+    for (const auto& p : model_->params()) n += p.value.numel();
+    return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.ids.size()) +
+           " characters (vocabulary " + std::to_string(text_.chars.size()) + ")";
+  }
+  int64_t steps_per_epoch(int batch) const override {
+    return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
+  }
+  double train_step(int64_t epoch, int64_t index, int batch) override {
+    const int T = model_->config().context;
+    const int64_t starts = split_ - T - 1 + 1;
+    if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
+    tok_.resize(static_cast<size_t>(batch) * T);
+    tgt_.resize(tok_.size());
+    for (int b = 0; b < batch; ++b) {
+      int64_t s = order_[static_cast<size_t>((index * batch + b) % starts)];
+      for (int t = 0; t < T; ++t) {
+        tok_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t)];
+        tgt_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t + 1)];
+      }
+    }
+    double loss = model_->forward(tok_, tgt_, batch, true);
+    model_->backward();
+    return loss;
+  }
+  Eval evaluate() override {  // next-character accuracy and loss on the last 10% of the text
+    const int T = model_->config().context, V = model_->config().vocab;
+    const int64_t windows = std::min<int64_t>(64, (static_cast<int64_t>(text_.ids.size()) - split_ - 1) / T);
+    std::vector<int32_t> tok(static_cast<size_t>(windows) * T), tgt(tok.size()), pred(tok.size());
+    for (int64_t w = 0; w < windows; ++w)
+      for (int t = 0; t < T; ++t) {
+        tok[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t)];
+        tgt[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t + 1)];
+      }
+    double loss = model_->forward(tok, tgt, static_cast<int>(windows), false);
+    cpu::argmax_rows(model_->logits().f32(), static_cast<int>(tok.size()), V, pred.data());
+    int64_t correct = 0;
+    for (size_t i = 0; i < tok.size(); ++i) correct += pred[i] == tgt[i];
+    return {static_cast<double>(correct) / static_cast<double>(tok.size()), loss};
+  }
+  std::vector<Param>& params() override { return model_->params(); }
+  std::string config_json() const override {
+    std::string j = model_->config().json();
+    j.pop_back();
+    return j + ",\"chars\":" + loom::topo::json_quote(text_.chars) + "}";
+  }
+  double train_flops(int batch) const override { return model_->train_flops(batch); }
+
+ private:
+  struct Text {
+    std::string chars;          // the vocabulary, sorted
+    std::vector<int32_t> ids;   // the text as vocabulary indices
+  };
+  static Text load_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot read the text file");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (s.empty()) throw Error(path + ": the text file has no content");
+    Text t;
+    bool seen[256] = {false};
+    for (unsigned char ch : s) seen[ch] = true;
+    int index[256];
+    for (int ch = 0; ch < 256; ++ch)
+      if (seen[ch]) index[ch] = static_cast<int>(t.chars.size()), t.chars += static_cast<char>(ch);
+    t.ids.reserve(s.size());
+    for (unsigned char ch : s) t.ids.push_back(index[ch]);
+    return t;
+  }
+  Text text_;
+  uint64_t seed_;
+  std::unique_ptr<Gpt> model_;
+  int64_t split_ = 0, order_epoch_ = -1;
+  std::vector<int64_t> order_;
+  std::vector<int32_t> tok_, tgt_;
+};
 
 }  // namespace
 
-TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::string&)>& log) {
+TrainResult train(const TrainConfig& c, const std::function<void(const std::string&)>& log) {
   if (c.global_batch <= 0) throw Error("--global-batch must be positive, not " + std::to_string(c.global_batch));
   if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("--lr must be positive, not " + num(c.lr));
   if (c.epochs <= 0 && c.steps <= 0) throw Error("--epochs or --steps must be positive");
@@ -66,16 +217,10 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
   cpu::set_threads(c.threads);
   cpu::set_gemm_backend(c.gemm);
 
-  Dataset train = load_fashion_mnist(c.data_dir, "train");
-  Dataset test = load_fashion_mnist(c.data_dir, "t10k");
-  const int features = static_cast<int>(train.images.dim(1));
-  if (c.layers.front() != features)
-    throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
-                std::to_string(features) + " inputs");
-  if (c.layers.back() != train.classes)
-    throw Error("--layers ends at " + std::to_string(c.layers.back()) + " but Fashion-MNIST has " +
-                std::to_string(train.classes) + " classes");
-  if (c.global_batch > train.size()) throw Error("--global-batch is larger than the training set");
+  std::unique_ptr<Task> task;
+  if (c.model == "mlp") task = std::make_unique<MlpTask>(c);
+  else if (c.model == "gpt") task = std::make_unique<GptTask>(c);
+  else throw Error("--model must be mlp or gpt, not '" + c.model + "'");
 
   std::ofstream metrics;
   if (!c.metrics_file.empty()) {
@@ -92,33 +237,24 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
     else log("loom-train: " + human);
   };
 
-  Mlp model(c.layers, c.seed);
   Optimizer opt(c.optim);
-  const int64_t per_epoch = train.size() / c.global_batch;  // the last partial batch is dropped
+  const int64_t per_epoch = task->steps_per_epoch(c.global_batch);
   const int64_t total = c.steps > 0 ? c.steps : per_epoch * c.epochs;
-  emit("training mlp with " + std::to_string(model.num_params()) +
-           " parameters on " + std::to_string(train.size()) + " samples, " + std::to_string(total) + " steps of " +
+  emit("training " + task->describe() + ", " + std::to_string(total) + " steps of " +
            std::to_string(c.global_batch) + ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
-       "\"level\":\"info\",\"event\":\"start\",\"params\":" + std::to_string(model.num_params()) +
-           ",\"steps\":" + std::to_string(total));
+       "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total));
 
   TrainResult r;
-  Tensor x, dlogits = Tensor::empty({c.global_batch, c.layers.back()});
-  std::vector<int32_t> y;
   double train_seconds = 0, window_seconds = 0;
   int64_t window_samples = 0, step = 0;
   Eval ev;
   for (int64_t epoch = 0; step < total; ++epoch) {
-    std::vector<int64_t> order = epoch_order(train.size(), c.seed, epoch);
     for (int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
-      gather_batch(train, order, b * c.global_batch, (b + 1) * c.global_batch, &x, &y);
-      const Tensor& logits = model.forward(x);
-      double loss = cpu::softmax_xent(logits.f32(), y.data(), dlogits.f32(), c.global_batch, c.layers.back());
+      double loss = task->train_step(epoch, b, c.global_batch);
       if (!std::isfinite(loss)) throw Error("loss is " + num(loss) + " at step " + std::to_string(step) + " (lower --lr)");
-      model.backward(dlogits);
-      if (c.clip > 0) clip_grad_norm(model.params(), c.clip);
-      opt.step(model.params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
+      if (c.clip > 0) clip_grad_norm(task->params(), c.clip);
+      opt.step(task->params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
       double dt = seconds_since(t0);
       train_seconds += dt;
       window_seconds += dt;
@@ -139,7 +275,7 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
         window_samples = 0;
       }
     }
-    ev = evaluate(model, test);
+    ev = task->evaluate();
     emit("epoch " + std::to_string(epoch) + " test accuracy " + num(ev.accuracy) + " test loss " + num(ev.loss),
          "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) +
              ",\"test_accuracy\":" + num(ev.accuracy));
@@ -150,9 +286,9 @@ TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::
   r.steps = step;
   r.samples_per_s = step * c.global_batch / std::max(train_seconds, 1e-9);
   r.test_accuracy = ev.accuracy;
-  r.gflops = model.train_flops(c.global_batch) * step / std::max(train_seconds, 1e-9) / 1e9;
+  r.gflops = task->train_flops(c.global_batch) * step / std::max(train_seconds, 1e-9) / 1e9;
   if (!c.export_path.empty()) {
-    save_model(c.export_path, model.config_json(), model.params());
+    save_model(c.export_path, task->config_json(), task->params());
     emit("exported " + c.export_path, "\"level\":\"info\",\"event\":\"export\"");
   }
   if (metrics) {

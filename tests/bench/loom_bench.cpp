@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   }
   try {
     c.layers = loom::rt::parse_widths(layers);
-    loom::rt::TrainResult r = loom::rt::train_mlp(c, [](const std::string&) {});
+    loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
     double peak = sgemm_gflops(c.layers, c.global_batch, c.threads);
     std::string setup;
     double torch = torch_samples_per_s(layers, c.global_batch, c.threads, static_cast<int>(c.steps), c.data_dir, &setup);

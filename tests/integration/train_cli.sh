@@ -21,7 +21,14 @@ check_err() {  # WHAT EXIT REGEX ARGS...
 }
 check_err "unknown option" 2 "unrecognised option|unrecognized option" --frobnicate
 check_err "unknown model" 2 "--model must be mlp or gpt" --model transformer
-check_err "gpt not built" 1 "--model gpt is not available" --model gpt
+check_err "gpt without text" 2 "--model gpt needs --data text:FILE" --model gpt
+: >empty.txt
+check_err "empty text" 1 "the text file has no content" --model gpt --data text:"$LOOM_TMP/empty.txt"
+printf 'abc' >short.txt
+check_err "short text" 1 "too few for --context" --model gpt --data text:"$LOOM_TMP/short.txt"
+check_err "missing text" 1 "cannot read the text file" --model gpt --data text:"$LOOM_TMP/nope.txt"
+check_err "heads do not divide embd" 1 "not a multiple of heads" --model gpt --data text:/usr/share/common-licenses/GPL-3 --n-embd 30 --n-head 4
+check_err "text for mlp" 2 "is for --model gpt" --data text:/usr/share/common-licenses/GPL-3
 check_err "layers not from 784" 1 "--layers starts at 100 but Fashion-MNIST images have 784 inputs" --layers 100,10 --steps 1
 check_err "layers not to 10" 1 "--layers ends at 5" --layers 784,32,5 --steps 1
 check_err "bad layer list" 1 "not a comma-separated list" --layers 784,,10
@@ -38,6 +45,16 @@ zcat /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz | head -c 1000
 check_err "truncated data" 1 "truncated IDX file" --data fashion-mnist:"$LOOM_TMP/trunc" --steps 1
 check_err "export to a missing folder" 1 "cannot create" --steps 2 --export "$LOOM_TMP/no/such/dir/m.h5" --log-every 1000
 expect_eq "nothing half-written" "" "$(ls "$LOOM_TMP/no" 2>/dev/null)"
+
+# gpt on a text file, with dropout: trains, evaluates next-character accuracy, exports.
+run_cmd "$T" --model gpt --data text:/usr/share/common-licenses/GPL-3 --context 32 --n-embd 32 --n-head 4 --dropout 0.1 \
+  --optimizer adamw --lr 0.003 --global-batch 8 --steps 120 --log-every 40 --export gpt.h5
+expect_eq "gpt run" 0 "$rc"
+expect_match "gpt evaluates" "test accuracy 0\.[0-9]+" "$err"
+first=$(grep -o 'step 40/120 .* loss [0-9.]*' <<<"$err" | awk '{print $NF}')
+last=$(grep -o 'step 120/120 .* loss [0-9.]*' <<<"$err" | awk '{print $NF}')
+/usr/bin/python3 -c "import sys; sys.exit(0 if $last < $first else 1)" && pass || fail "gpt loss did not fall ($first -> $last)"
+/usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["type"]=="gpt" and c["vocab"]==len(c["chars"])' gpt.h5 && pass || fail "gpt model.config"
 
 # A config file takes the same keys; the command line wins.
 printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini

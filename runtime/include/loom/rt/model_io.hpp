@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/rt/gpt.hpp"
 #include "loom/rt/mlp.hpp"
 
 namespace loom::rt {
@@ -27,5 +28,7 @@ ModelFile load_model(const std::string& path);
 // An MLP built from a model file: widths from model.config, weights by state_dict name.
 // Throws Error when the file is not an MLP or a tensor is missing or of the wrong shape.
 Mlp load_mlp(const std::string& path);
+// A GPT built from a model file (type "gpt"); the same checks as load_mlp.
+Gpt load_gpt(const std::string& path);
 
 }  // namespace loom::rt

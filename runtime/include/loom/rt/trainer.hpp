@@ -1,6 +1,6 @@
-// trainer.hpp — single-process training of the MLP on Fashion-MNIST: batches in the seeded
-// epoch order, forward, softmax cross-entropy, backward, optimizer step, evaluation on the test
-// split each epoch, progress and metrics (JSON lines), and the HDF5 export.
+// trainer.hpp — single-process training: `mlp` on Fashion-MNIST or `gpt` on a text file.
+// Batches in the seeded epoch order, forward, cross-entropy, backward, optimizer step,
+// evaluation each epoch, progress and metrics (JSON lines), and the HDF5 export.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,10 @@
 namespace loom::rt {
 
 struct TrainConfig {
+  std::string model = "mlp";         // mlp | gpt
+  std::string text_path;             // gpt: the training text
+  int context = 64, gpt_layers = 2, heads = 4, embd = 64;
+  float dropout = 0.0f;
   std::vector<int> layers{784, 512, 512, 10};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 1;
@@ -42,6 +46,6 @@ struct TrainResult {
 };
 
 // Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.
-TrainResult train_mlp(const TrainConfig& c, const std::function<void(const std::string&)>& log);
+TrainResult train(const TrainConfig& c, const std::function<void(const std::string&)>& log);
 
 }  // namespace loom::rt

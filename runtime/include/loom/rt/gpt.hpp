@@ -1,0 +1,52 @@
+// gpt.hpp — the `gpt` model: a small decoder-only transformer for character-level language
+// modelling. Explicit forward and backward for every layer (Embedding, LayerNorm, causal
+// self-attention, GELU MLP, Dropout); parameter names and layouts as the PyTorch module in
+// tests/parity/gpt_parity.py (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ..., ln_f, lm_head).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/rt/mlp.hpp"
+
+namespace loom::rt {
+
+struct GptConfig {
+  int vocab = 0, context = 64, layers = 2, heads = 4, embd = 64;
+  float dropout = 0.0f;
+  std::string json() const;
+};
+
+class Gpt {
+ public:
+  Gpt(GptConfig c, uint64_t seed);
+  const GptConfig& config() const { return c_; }
+  // tokens [B*T] (row-major B sequences of T = context tokens) -> mean cross-entropy against
+  // targets; keeps what backward needs. `train` enables dropout.
+  double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train);
+  // Gradients of the last forward's loss, overwriting every parameter's grad.
+  void backward();
+  const Tensor& logits() const { return logits_; }  // [B*T, vocab]
+  std::vector<Param>& params() { return params_; }
+  double train_flops(int batch) const;
+
+ private:
+  struct LayerActs {
+    Tensor x_in, ln1, ln1_mean, ln1_rstd, qkv, att, y, x_mid, ln2, ln2_mean, ln2_rstd, fc, gelu, drop1, drop2;
+  };
+  Tensor& p(size_t i) { return params_[i].value; }
+  Tensor& g(size_t i) { return params_[i].grad; }
+  size_t layer_param(int layer, int k) const { return 2 + static_cast<size_t>(layer) * 12 + static_cast<size_t>(k); }
+
+  GptConfig c_;
+  std::vector<Param> params_;
+  std::mt19937_64 rng_;
+  int batch_ = 0;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<LayerActs> acts_;
+  Tensor x_final_, lnf_, lnf_mean_, lnf_rstd_, logits_, dlogits_;
+};
+
+}  // namespace loom::rt
