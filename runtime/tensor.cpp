@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -36,6 +37,62 @@ const char* dtype_name(DType t) {
   }
   return "?";
 }
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+uint16_t float_to_half(float f) {
+  uint32_t x = bits_of(f);
+  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  uint32_t mag = x & 0x7fffffff;
+  if (mag > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (mag >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to >= 65520: inf
+  if (mag < 0x38800000) {  // below the smallest normal half: subnormal or zero
+    if (mag < 0x33000000) return sign;  // below half the smallest subnormal
+    uint32_t mant = (mag & 0x7fffff) | 0x800000;
+    int shift = 126 - static_cast<int>(mag >> 23);  // subnormal half mantissa = mant >> shift
+    uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (r & 1))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = mag - 0x38000000;  // rebias exponent 127 -> 15
+  uint32_t out = r >> 13, rem = r & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (out & 1))) ++out;
+  return static_cast<uint16_t>(sign | out);
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t{h} & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  if (exp == 0x1f) return float_of(sign | 0x7f800000 | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0) return float_of(sign);
+    float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // mant * 2^-24
+    return sign ? -v : v;
+  }
+  return float_of(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x = bits_of(f);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bf16_to_float(uint16_t b) { return float_of(uint32_t{b} << 16); }
 
 Allocator& Allocator::cpu() {
   static Allocator a;
@@ -116,6 +173,42 @@ Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_);
   std::memcpy(t.data<char>(), data<char>(), static_cast<size_t>(numel()) * dtype_size(dtype_));
   return t;
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype_) return clone();
+  Tensor out = empty(shape_, dt);
+  const int64_t n = numel();
+  if (dtype_ == DType::kF32) {
+    const float* src = data<float>();
+    switch (dt) {
+      case DType::kF16:
+        for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = float_to_half(src[i]);
+        return out;
+      case DType::kBF16:
+        for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = float_to_bf16(src[i]);
+        return out;
+      case DType::kI32:
+        for (int64_t i = 0; i < n; ++i) out.data<int32_t>()[i] = static_cast<int32_t>(std::lrint(src[i]));
+        return out;
+      default: break;
+    }
+  } else if (dt == DType::kF32) {
+    float* dst = out.data<float>();
+    switch (dtype_) {
+      case DType::kF16:
+        for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(data<uint16_t>()[i]);
+        return out;
+      case DType::kBF16:
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(data<uint16_t>()[i]);
+        return out;
+      case DType::kI32:
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(data<int32_t>()[i]);
+        return out;
+      default: break;
+    }
+  }
+  throw Error(std::string("no conversion from ") + dtype_name(dtype_) + " to " + dtype_name(dt));
 }
 
 void Tensor::fill(float v) {

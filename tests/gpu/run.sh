@@ -13,11 +13,14 @@ nvidia-smi topo -m 2>/dev/null | tee "$out/nvidia-smi-topo.txt"
 build=$root/_gpubuild
 mkdir -p "$build"
 cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
-cd "$build" && "$root/configure" --with-cuda --without-gtest --disable-werror >configure.log 2>&1 ||
+cd "$build" && "$root/configure" --with-cuda --disable-werror >configure.log 2>&1 ||
   { tail -30 configure.log; exit 1; }
-make -j"$(nproc)" loom-topo tests/gpu/cuda_smoke >make.log 2>&1 || { tail -30 make.log; exit 1; }
+make -j"$(nproc)" loom-topo loom-train loom-bench tests/gpu/cuda_smoke tests/gpu/kernels_test >make.log 2>&1 ||
+  { tail -30 make.log; exit 1; }
 status=0
 echo "== cuda_smoke"; ./tests/gpu/cuda_smoke || status=1
+echo "== kernels_test (every CUDA kernel against the CPU one)"; ./tests/gpu/kernels_test || status=1
+echo "== loom-bench train (CPU of the GPU machine, against PyTorch)"; ./loom-bench train --threads "$(nproc)" || status=1
 echo "== loom-topo on this node (live: hwloc + NVML)"
 ./loom-topo show || status=1
 ./loom-topo export --format json >"$out/topology.json" || status=1

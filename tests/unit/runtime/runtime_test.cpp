@@ -46,6 +46,31 @@ TEST(Tensor, ViewsShareStorageAndAllocatorReuses) {
   EXPECT_THROW(Tensor::empty({2}, DType::kF32, Device::kCuda), Error);
 }
 
+TEST(Tensor, HalfAndBfloat16ConversionsRoundToNearestEven) {
+  EXPECT_EQ(float_to_half(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_half(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);   // rounds up to infinity
+  EXPECT_EQ(float_to_half(5.9604645e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048), 0x3c00);  // a tie rounds to even
+  EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048), 0x3c02);
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // tie to even
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  // Every half value survives half -> float -> half.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
+    ASSERT_EQ(float_to_half(half_to_float(static_cast<uint16_t>(h))), h) << std::hex << h;
+  }
+  Tensor t = Tensor::empty({3});
+  t.f32()[0] = 0.1f, t.f32()[1] = -3.5f, t.f32()[2] = 1e-3f;
+  Tensor back = t.to(DType::kBF16).to(DType::kF32);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(back.f32()[i], t.f32()[i], std::fabs(t.f32()[i]) / 128);
+  EXPECT_EQ(t.to(DType::kF16).dtype(), DType::kF16);
+  EXPECT_THROW(t.to(DType::kI8), Error);
+}
+
 TEST(Kernels, GemmMatchesNaive) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);

@@ -18,6 +18,12 @@ enum class Device { kCpu, kCuda };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
+// IEEE binary16 and bfloat16 conversions, round to nearest even (NaN stays NaN, overflow to inf).
+uint16_t float_to_half(float f);
+float half_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t b);
+
 // Size-bucketed free lists, so that a training step allocates nothing after the first one.
 class Allocator {
  public:
@@ -66,6 +72,9 @@ class Tensor {
   Tensor reshape(std::vector<int64_t> shape) const;  // a view: same storage
   Tensor rows(int64_t begin, int64_t end) const;      // a view of rows [begin, end) of dim 0
   Tensor clone() const;
+  // A copy in another dtype: float32 <-> float16 / bfloat16 / int32 (int8 needs a scale: see
+  // loom-compress). Throws Error for other pairs.
+  Tensor to(DType dtype) const;
   void fill(float v);
   std::string shape_str() const;
 

@@ -1,0 +1,189 @@
+// kernels.cu — CUDA kernels and cuBLAS GEMM behind kernels_cuda.hpp. Every CUDA and cuBLAS
+// call is checked and reports file:line with the library's own message.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/kernels_cuda.hpp"
+
+#define CUDA_OK(call)                                                                                   \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) ::loom::rt::check_failed(__FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+  } while (0)
+#define CUBLAS_OK(call)                                                                                      \
+  do {                                                                                                       \
+    cublasStatus_t s_ = (call);                                                                              \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                         \
+      ::loom::rt::check_failed(__FILE__, __LINE__, #call, "cuBLAS status " + std::to_string(static_cast<int>(s_))); \
+  } while (0)
+
+namespace loom::rt::cuda {
+
+namespace {
+
+std::mutex g_mu;
+std::multimap<size_t, void*> g_free;
+
+cublasHandle_t handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x;
+    CUBLAS_OK(cublasCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+unsigned blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+__global__ void k_bias_act(float* y, const float* b, int rows, int cols, int act) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= int64_t{rows} * cols) return;
+  float v = y[i] + b[i % cols];
+  if (act == 1) v = fmaxf(v, 0.0f);
+  else if (act == 2) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  y[i] = v;
+}
+
+__global__ void k_relu_backward(float* dy, const float* y, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n && !(y[i] > 0.0f)) dy[i] = 0.0f;
+}
+
+__global__ void k_bias_grad(const float* dy, float* db, int rows, int cols) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int r = 0; r < rows; ++r) s += dy[int64_t{r} * cols + c];
+  db[c] += s;
+}
+
+// One block per row: max, sum of exponentials, loss and gradient.
+__global__ void k_softmax_xent(const float* x, const int32_t* labels, float* dx, float* row_loss, int cols, float inv_rows) {
+  extern __shared__ float red[];
+  const int r = blockIdx.x;
+  const float* xr = x + int64_t{r} * cols;
+  float mx = -3.4e38f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) mx = fmaxf(mx, xr[c]);
+  red[threadIdx.x] = mx;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  mx = red[0];
+  __syncthreads();
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) sum += expf(xr[c] - mx);
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float lse = logf(red[0]) + mx;
+  const int y = labels[r];
+  if (threadIdx.x == 0) row_loss[r] = lse - xr[y];
+  if (dx)
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+      dx[int64_t{r} * cols + c] = (expf(xr[c] - lse) - (c == y ? 1.0f : 0.0f)) * inv_rows;
+}
+
+__global__ void k_argmax(const float* x, int rows, int cols, int32_t* out) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float* xr = x + int64_t{r} * cols;
+  int best = 0;
+  for (int c = 1; c < cols; ++c)
+    if (xr[c] > xr[best]) best = c;
+  out[r] = best;
+}
+
+}  // namespace
+
+bool available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0 && why) *why = "no CUDA device";
+  return n > 0;
+}
+
+void* device_alloc(size_t bytes) {
+  bytes = (bytes + 255) & ~size_t{255};
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_free.find(bytes);
+    if (it != g_free.end()) {
+      void* p = it->second;
+      g_free.erase(it);
+      return p;
+    }
+  }
+  void* p = nullptr;
+  CUDA_OK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void device_free(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_free.emplace((bytes + 255) & ~size_t{255}, p);
+}
+
+void to_device(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void to_host(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+void synchronize() { CUDA_OK(cudaDeviceSynchronize()); }
+
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  CUBLAS_OK(cublasSgemm(handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                        ldb, a, lda, &beta, c, ldc));
+}
+
+void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act) {
+  int64_t n = int64_t{rows} * cols;
+  k_bias_act<<<blocks(n, 256), 256>>>(y, bias, rows, cols, act == cpu::Act::kRelu ? 1 : act == cpu::Act::kGelu ? 2 : 0);
+  CUDA_OK(cudaGetLastError());
+}
+
+void relu_backward(float* dy, const float* y, int64_t n) {
+  k_relu_backward<<<blocks(n, 256), 256>>>(dy, y, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void bias_grad(const float* dy, float* db, int rows, int cols) {
+  k_bias_grad<<<blocks(cols, 128), 128>>>(dy, db, rows, cols);
+  CUDA_OK(cudaGetLastError());
+}
+
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+  std::vector<int32_t> host_labels(static_cast<size_t>(rows));
+  to_host(host_labels.data(), labels, sizeof(int32_t) * rows);
+  for (int32_t y : host_labels)
+    if (y < 0 || y >= cols) throw Error("label " + std::to_string(y) + " outside [0, " + std::to_string(cols) + ")");
+  float* row_loss = static_cast<float*>(device_alloc(sizeof(float) * rows));
+  k_softmax_xent<<<rows, 256, 256 * sizeof(float)>>>(logits, labels, dlogits, row_loss, cols, 1.0f / rows);
+  CUDA_OK(cudaGetLastError());
+  std::vector<float> host(static_cast<size_t>(rows));
+  to_host(host.data(), row_loss, sizeof(float) * rows);
+  device_free(row_loss, sizeof(float) * rows);
+  double total = 0;
+  for (float v : host) total += v;
+  return total / rows;
+}
+
+void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
+  k_argmax<<<blocks(rows, 128), 128>>>(x, rows, cols, out);
+  CUDA_OK(cudaGetLastError());
+}
+
+}  // namespace loom::rt::cuda

@@ -1,0 +1,31 @@
+// kernels_cuda.hpp — the CUDA versions of the CPU kernels in kernels.hpp (cuBLAS for GEMM), on
+// device pointers, with a caching device allocator. Built whenever nvcc is found; every kernel
+// is compared with its CPU twin by tests/gpu/kernels_test (run by tests/gpu/run.sh).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "loom/rt/kernels.hpp"
+
+namespace loom::rt::cuda {
+
+// True when a CUDA device can be used; otherwise false with the driver's reason.
+bool available(std::string* why);
+
+void* device_alloc(size_t bytes);              // cached by size, like the CPU allocator
+void device_free(void* p, size_t bytes);
+void to_device(void* dst, const void* src, size_t bytes);
+void to_host(void* dst, const void* src, size_t bytes);
+void synchronize();
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc);
+void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act);
+void relu_backward(float* dy, const float* y, int64_t n);
+void bias_grad(const float* dy, float* db, int rows, int cols);
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
+void argmax_rows(const float* x, int rows, int cols, int32_t* out);
+
+}  // namespace loom::rt::cuda
