@@ -91,7 +91,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   }
   c.optim.kind = optimizer;
   if (device != "auto" && device != "cpu" && device != "cuda") throw Usage{"--device must be auto, cpu or cuda"};
-  if (device == "cuda") throw loom::rt::Error("--device cuda: the CUDA training path is not built yet; use cpu");
+  c.device = device;
   if (precision != "fp32")
     throw loom::rt::Error("--precision " + precision + ": mixed precision is not available in this build yet");
   if (c.threads <= 0 || c.threads > 1024) throw Usage{"--threads must be between 1 and 1024"};

@@ -7,7 +7,7 @@
 #include <random>
 #include <sstream>
 
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/ops.hpp"
 
 namespace loom::rt {
 
@@ -58,15 +58,18 @@ const Tensor& Mlp::forward(const Tensor& x) {
   if (x.ndim() != 2 || x.dim(1) != widths_[0])
     throw Error("input of shape " + x.shape_str() + " does not match the model's input width " +
                 std::to_string(widths_[0]));
+  LOOM_CHECK(x.device() == device_, "the input is not on the model's device");
   const int batch = static_cast<int>(x.dim(0));
   acts_.resize(static_cast<size_t>(layers) + 1);
   acts_[0] = x;
   for (int l = 0; l < layers; ++l) {
     const int in = widths_[l], out = widths_[l + 1];
     Tensor& y = acts_[l + 1];
-    if (!y.defined() || y.dim(0) != batch) y = Tensor::empty({batch, out});
-    cpu::gemm(false, true, batch, out, in, 1.0f, acts_[l].f32(), in, params_[2 * l].value.f32(), in, 0.0f, y.f32(), out);
-    cpu::bias_act(y.f32(), params_[2 * l + 1].value.f32(), batch, out, l + 1 < layers ? cpu::Act::kRelu : cpu::Act::kNone);
+    if (!y.defined() || y.dim(0) != batch || y.device() != device_) y = Tensor::empty({batch, out}, DType::kF32, device_);
+    ops::gemm(device_, false, true, batch, out, in, 1.0f, acts_[l].f32(), in, params_[2 * l].value.f32(), in, 0.0f,
+              y.f32(), out);
+    ops::bias_act(device_, y.f32(), params_[2 * l + 1].value.f32(), batch, out,
+                  l + 1 < layers ? cpu::Act::kRelu : cpu::Act::kNone);
   }
   return acts_.back();
 }
@@ -80,17 +83,29 @@ void Mlp::backward(const Tensor& dlogits, bool accumulate) {
   const Tensor* dy = &dlogits;
   for (int l = layers - 1; l >= 0; --l) {
     const int in = widths_[l], out = widths_[l + 1];
-    cpu::gemm(true, false, out, in, batch, 1.0f, dy->f32(), out, acts_[l].f32(), in, accumulate ? 1.0f : 0.0f,
+    ops::gemm(device_, true, false, out, in, batch, 1.0f, dy->f32(), out, acts_[l].f32(), in, accumulate ? 1.0f : 0.0f,
               params_[2 * l].grad.f32(), in);
     if (!accumulate) params_[2 * l + 1].grad.fill(0.0f);
-    cpu::bias_grad(dy->f32(), params_[2 * l + 1].grad.f32(), batch, out);
+    ops::bias_grad(device_, dy->f32(), params_[2 * l + 1].grad.f32(), batch, out);
     if (l == 0) break;  // no gradient for the input
     Tensor& dx = dacts_[l];
-    if (!dx.defined() || dx.dim(0) != batch) dx = Tensor::empty({batch, in});
-    cpu::gemm(false, false, batch, in, out, 1.0f, dy->f32(), out, params_[2 * l].value.f32(), in, 0.0f, dx.f32(), in);
-    cpu::relu_backward(dx.f32(), acts_[l].f32(), static_cast<int64_t>(batch) * in);
+    if (!dx.defined() || dx.dim(0) != batch || dx.device() != device_) dx = Tensor::empty({batch, in}, DType::kF32, device_);
+    ops::gemm(device_, false, false, batch, in, out, 1.0f, dy->f32(), out, params_[2 * l].value.f32(), in, 0.0f,
+              dx.f32(), in);
+    ops::relu_backward(device_, dx.f32(), acts_[l].f32(), static_cast<int64_t>(batch) * in);
     dy = &dx;
   }
+}
+
+void Mlp::to(Device device) {
+  if (device == device_) return;
+  for (auto& p : params_) {
+    p.value = p.value.to(device);
+    p.grad = p.grad.to(device);
+  }
+  acts_.clear();
+  dacts_.clear();
+  device_ = device;
 }
 
 void Mlp::zero_grad() {

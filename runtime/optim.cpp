@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include "loom/rt/kernels.hpp"
+#ifdef LOOM_HAVE_CUDA
+#include "loom/rt/kernels_cuda.hpp"
+#endif
 
 namespace loom::rt {
 
@@ -11,8 +14,8 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
   ++t_;
   if (m_.empty())
     for (const auto& p : params) {
-      m_.push_back(Tensor::zeros(p.value.shape()));
-      if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape()));
+      m_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
+      if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
     }
   const bool parallel = cpu::openmp_loops();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -20,6 +23,19 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
     const float* g = params[i].grad.f32();
     float* m = m_[i].f32();
     const int64_t n = params[i].value.numel();
+    if (params[i].value.device() == Device::kCuda) {
+#ifdef LOOM_HAVE_CUDA
+      if (c_.kind == "sgd")
+        cuda::sgd_step(w, g, m, n, lr, c_.momentum, c_.weight_decay, t_ == 1 ? 0.0f : c_.momentum, c_.nesterov);
+      else
+        cuda::adamw_step(w, g, m, v_[i].f32(), n, lr, c_.beta1, c_.beta2, c_.eps, c_.weight_decay,
+                         1.0f - std::pow(c_.beta1, static_cast<float>(t_)),
+                         std::sqrt(1.0f - std::pow(c_.beta2, static_cast<float>(t_))));
+      continue;
+#else
+      throw Error("this build of Loom has no CUDA support");
+#endif
+    }
     if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0; one branch-free pass per case
       const float wd = c_.weight_decay, mu = c_.momentum;
       if (mu == 0.0f) {
@@ -62,6 +78,13 @@ float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::
 }
 
 float clip_grad_norm(std::vector<Param>& params, float max_norm) {
+  if (!params.empty() && params[0].grad.device() != Device::kCpu) {  // through the host: simple, and rare
+    std::vector<Param> host;
+    for (const auto& p : params) host.push_back({p.name, Tensor(), p.grad.to(Device::kCpu)});
+    float norm = clip_grad_norm(host, max_norm);
+    for (size_t i = 0; i < params.size(); ++i) params[i].grad = host[i].grad.to(params[i].grad.device());
+    return norm;
+  }
   double sq = 0;
   for (const auto& p : params) {
     const float* g = p.grad.f32();

@@ -1,6 +1,10 @@
 // tensor.cpp — tensors, their storage and the CPU caching allocator.
 #include "loom/rt/tensor.hpp"
 
+#ifdef LOOM_HAVE_CUDA
+#include "loom/rt/kernels_cuda.hpp"
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -128,6 +132,9 @@ Allocator::~Allocator() {
 
 Storage::~Storage() {
   if (data && device == Device::kCpu) Allocator::cpu().release(data, bytes);
+#ifdef LOOM_HAVE_CUDA
+  if (data && device == Device::kCuda) cuda::device_free(data, bytes);
+#endif
 }
 
 int64_t Tensor::numel() const {
@@ -137,20 +144,46 @@ int64_t Tensor::numel() const {
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
   for (int64_t d : shape)
     if (d < 0) throw Error("negative dimension in shape");
-  if (device != Device::kCpu) throw Error("CUDA tensors need a build with CUDA and a GPU");
+#ifndef LOOM_HAVE_CUDA
+  if (device != Device::kCpu) throw Error("CUDA tensors need a build of Loom with CUDA");
+#endif
   Tensor t;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>();
   t.storage_->bytes = static_cast<size_t>(t.numel()) * dtype_size(dtype);
+  t.storage_->device = device;
+#ifdef LOOM_HAVE_CUDA
+  if (device == Device::kCuda) {
+    t.storage_->data = cuda::device_alloc(t.storage_->bytes);
+    return t;
+  }
+#endif
   t.storage_->data = Allocator::cpu().allocate(t.storage_->bytes);
   return t;
 }
 
-Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype) {
-  Tensor t = empty(std::move(shape), dtype);
-  std::memset(t.data<char>(), 0, static_cast<size_t>(t.numel()) * dtype_size(dtype));
+Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+#ifdef LOOM_HAVE_CUDA
+  if (device == Device::kCuda) {
+    Tensor host = zeros(t.shape_, dtype);
+    cuda::to_device(t.data<char>(), host.data<char>(), t.bytes());
+    return t;
+  }
+#endif
+  std::memset(t.data<char>(), 0, t.bytes());
   return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return clone();
+  Tensor out = empty(shape_, dtype_, device);
+#ifdef LOOM_HAVE_CUDA
+  if (device == Device::kCuda) cuda::to_device(out.data<char>(), data<char>(), bytes());
+  else cuda::to_host(out.data<char>(), data<char>(), bytes());
+#endif
+  return out;
 }
 
 Tensor Tensor::reshape(std::vector<int64_t> shape) const {
@@ -170,6 +203,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::clone() const {
+  if (device() != Device::kCpu) return to(Device::kCpu).to(device());
   Tensor t = empty(shape_, dtype_);
   std::memcpy(t.data<char>(), data<char>(), static_cast<size_t>(numel()) * dtype_size(dtype_));
   return t;
@@ -177,6 +211,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype_) return clone();
+  if (device() != Device::kCpu) throw Error("dtype conversion runs on host tensors");
   Tensor out = empty(shape_, dt);
   const int64_t n = numel();
   if (dtype_ == DType::kF32) {
@@ -213,6 +248,12 @@ Tensor Tensor::to(DType dt) const {
 
 void Tensor::fill(float v) {
   float* p = f32();
+#ifdef LOOM_HAVE_CUDA
+  if (device() == Device::kCuda) {
+    cuda::fill(p, v, numel());
+    return;
+  }
+#endif
   std::fill(p, p + numel(), v);
 }
 

@@ -13,6 +13,7 @@
 #include "loom/rt/gpt.hpp"
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/model_io.hpp"
+#include "loom/rt/ops.hpp"
 #include "loom/topo/emit.hpp"
 
 namespace loom::rt {
@@ -50,9 +51,9 @@ class Task {
 
 class MlpTask : public Task {
  public:
-  MlpTask(const TrainConfig& c)
+  MlpTask(const TrainConfig& c, Device device)
       : train_(load_fashion_mnist(c.data_dir, "train")), test_(load_fashion_mnist(c.data_dir, "t10k")),
-        model_(c.layers, c.seed), seed_(c.seed) {
+        model_(c.layers, c.seed), seed_(c.seed), device_(device) {
     const int features = static_cast<int>(train_.images.dim(1));
     if (c.layers.front() != features)
       throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
@@ -61,19 +62,31 @@ class MlpTask : public Task {
       throw Error("--layers ends at " + std::to_string(c.layers.back()) + " but Fashion-MNIST has " +
                   std::to_string(train_.classes) + " classes");
     if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
-    dlogits_ = Tensor::empty({c.global_batch, c.layers.back()});
+    dlogits_ = Tensor::empty({c.global_batch, c.layers.back()}, DType::kF32, device_);
+    model_.to(device_);
   }
   std::string describe() const override {
     int64_t n = 0;
     for (const auto& p : model_.params()) n += p.value.numel();
-    return "mlp with " + std::to_string(n) + " parameters on " + std::to_string(train_.size()) + " Fashion-MNIST images";
+    return "mlp with " + std::to_string(n) + " parameters on " + std::to_string(train_.size()) +
+           " Fashion-MNIST images, on " + (device_ == Device::kCuda ? "cuda" : "cpu");
   }
   int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
   double train_step(int64_t epoch, int64_t index, int batch) override {
     if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
     gather_batch(train_, order_, index * batch, (index + 1) * batch, &x_, &y_);
-    const Tensor& logits = model_.forward(x_);
-    double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
+    if (device_ == Device::kCpu) {
+      const Tensor& logits = model_.forward(x_);
+      double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
+      model_.backward(dlogits_);
+      return loss;
+    }
+    Tensor labels = Tensor::empty({batch}, DType::kI32);
+    std::copy(y_.begin(), y_.end(), labels.data<int32_t>());
+    Tensor xd = x_.to(device_), yd = labels.to(device_);
+    const Tensor& logits = model_.forward(xd);
+    double loss = ops::softmax_xent(device_, logits.f32(), yd.data<int32_t>(), dlogits_.f32(), batch,
+                                    static_cast<int>(logits.dim(1)));
     model_.backward(dlogits_);
     return loss;
   }
@@ -88,7 +101,7 @@ class MlpTask : public Task {
     for (int64_t b = 0; b < n; b += chunk) {
       int64_t e = std::min(n, b + chunk);
       gather_batch(test_, order, b, e, &x, &y);
-      const Tensor& logits = model_.forward(x);
+      const Tensor logits = device_ == Device::kCpu ? model_.forward(x) : model_.forward(x.to(device_)).to(Device::kCpu);
       const int rows = static_cast<int>(e - b), cols = static_cast<int>(logits.dim(1));
       pred.resize(static_cast<size_t>(rows));
       cpu::argmax_rows(logits.f32(), rows, cols, pred.data());
@@ -105,6 +118,7 @@ class MlpTask : public Task {
   Dataset train_, test_;
   Mlp model_;
   uint64_t seed_;
+  Device device_;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
   Tensor x_, dlogits_;
@@ -217,8 +231,15 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   cpu::set_threads(c.threads);
   cpu::set_gemm_backend(c.gemm);
 
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
+    throw Error("--device must be auto, cpu or cuda, not '" + c.device + "'");
+  std::string why;
+  const bool cuda = c.device != "cpu" && c.model == "mlp" && ops::cuda_usable(&why);
+  if (c.device == "cuda" && c.model != "mlp")
+    throw Error("--device cuda: only the mlp model runs on CUDA in this build; gpt runs with --device cpu");
+  if (c.device == "cuda" && !cuda) throw Error("--device cuda: " + why);
   std::unique_ptr<Task> task;
-  if (c.model == "mlp") task = std::make_unique<MlpTask>(c);
+  if (c.model == "mlp") task = std::make_unique<MlpTask>(c, cuda ? Device::kCuda : Device::kCpu);
   else if (c.model == "gpt") task = std::make_unique<GptTask>(c);
   else throw Error("--model must be mlp or gpt, not '" + c.model + "'");
 
@@ -288,7 +309,9 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   r.test_accuracy = ev.accuracy;
   r.gflops = task->train_flops(c.global_batch) * step / std::max(train_seconds, 1e-9) / 1e9;
   if (!c.export_path.empty()) {
-    save_model(c.export_path, task->config_json(), task->params());
+    std::vector<Param> host;
+    for (const auto& p : task->params()) host.push_back({p.name, p.value.to(Device::kCpu), Tensor()});
+    save_model(c.export_path, task->config_json(), host);
     emit("exported " + c.export_path, "\"level\":\"info\",\"event\":\"export\"");
   }
   if (metrics) {

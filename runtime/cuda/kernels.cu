@@ -104,6 +104,33 @@ __global__ void k_argmax(const float* x, int rows, int cols, int32_t* out) {
   out[r] = best;
 }
 
+__global__ void k_fill(float* x, float v, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) x[i] = v;
+}
+
+__global__ void k_sgd(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, int nesterov) {
+  int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (k >= n) return;
+  float d = g[k] + wd * w[k];
+  if (mu == 0.0f) {
+    w[k] -= lr * d;
+    return;
+  }
+  m[k] = keep * m[k] + d;
+  w[k] -= nesterov ? lr * (d + mu * m[k]) : lr * m[k];
+}
+
+__global__ void k_adamw(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+                        float wd, float bc1, float root_bc2) {
+  int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (k >= n) return;
+  w[k] *= 1.0f - lr * wd;
+  m[k] = b1 * m[k] + (1.0f - b1) * g[k];
+  v[k] = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
+  w[k] -= (lr / bc1) * m[k] / (sqrtf(v[k]) / root_bc2 + eps);
+}
+
 }  // namespace
 
 bool available(std::string* why) {
@@ -183,6 +210,22 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
 
 void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
   k_argmax<<<blocks(rows, 128), 128>>>(x, rows, cols, out);
+  CUDA_OK(cudaGetLastError());
+}
+
+void fill(float* x, float v, int64_t n) {
+  k_fill<<<blocks(n, 256), 256>>>(x, v, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov) {
+  k_sgd<<<blocks(n, 256), 256>>>(w, g, m, n, lr, mu, wd, keep, nesterov ? 1 : 0);
+  CUDA_OK(cudaGetLastError());
+}
+
+void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+                float wd, float bc1, float root_bc2) {
+  k_adamw<<<blocks(n, 256), 256>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, root_bc2);
   CUDA_OK(cudaGetLastError());
 }
 

@@ -15,11 +15,15 @@ mkdir -p "$build"
 cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
 cd "$build" && "$root/configure" --with-cuda --disable-werror >configure.log 2>&1 ||
   { tail -30 configure.log; exit 1; }
-make -j"$(nproc)" loom-topo loom-train loom-bench tests/gpu/cuda_smoke tests/gpu/kernels_test >make.log 2>&1 ||
+make -j"$(nproc)" loom-topo loom-train loom-bench tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
+  >make.log 2>&1 ||
   { tail -30 make.log; exit 1; }
 status=0
 echo "== cuda_smoke"; ./tests/gpu/cuda_smoke || status=1
 echo "== kernels_test (every CUDA kernel against the CPU one)"; ./tests/gpu/kernels_test || status=1
+echo "== mlp_cuda_test (a CUDA training step against the CPU one)"; ./tests/gpu/mlp_cuda_test || status=1
+echo "== loom-train --device cuda, 2 epochs of Fashion-MNIST"
+./loom-train --device cuda --epochs 2 --global-batch 256 --lr 0.1 --log-every 200 --metrics-file "$out/cuda-train.jsonl" || status=1
 echo "== loom-bench train (CPU of the GPU machine, against PyTorch)"; ./loom-bench train --threads "$(nproc)" || status=1
 echo "== loom-topo on this node (live: hwloc + NVML)"
 ./loom-topo show || status=1

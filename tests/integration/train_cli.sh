@@ -39,6 +39,13 @@ check_err "bad optimizer" 1 "--optimizer must be sgd or adamw" --optimizer lion 
 check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashion-mnist:/nonexistent
 check_err "fp16 not yet" 1 "mixed precision is not available" --precision fp16
 check_err "bad data spec" 2 "--data must be" --data mnist
+check_err "bad device" 2 "--device must be auto, cpu or cuda" --device tpu
+check_err "gpt on cuda" 1 "only the mlp model runs on CUDA" --model gpt --data text:/usr/share/common-licenses/GPL-3 --device cuda
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  check_err "cuda without a GPU" 1 "--device cuda: " --device cuda --steps 1
+  run_cmd "$T" --device auto --steps 2 --log-every 1
+  expect_match "auto falls back to the CPU" "on cpu" "$err"
+fi
 mkdir -p trunc
 cp /usr/share/datasets/fashion-mnist/*-labels-idx1-ubyte.gz /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz trunc/
 zcat /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz | head -c 100000 | gzip >trunc/train-images-idx3-ubyte.gz

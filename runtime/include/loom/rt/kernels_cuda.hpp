@@ -27,5 +27,10 @@ void relu_backward(float* dy, const float* y, int64_t n);
 void bias_grad(const float* dy, float* db, int rows, int cols);
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
+void fill(float* x, float v, int64_t n);
+// The optimizer updates of optim.cpp on device arrays (same formulas, same order of operations).
+void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov);
+void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+                float wd, float bc1, float root_bc2);
 
 }  // namespace loom::rt::cuda

@@ -28,6 +28,9 @@ class Mlp {
   // (so a training step needs no separate zeroing pass).
   void backward(const Tensor& dlogits, bool accumulate = false);
   void zero_grad();
+  // Moves parameters and gradients to `device`; forward then expects inputs there.
+  void to(Device device);
+  Device device() const { return device_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   int64_t num_params() const;
@@ -37,6 +40,7 @@ class Mlp {
 
  private:
   std::vector<int> widths_;
+  Device device_ = Device::kCpu;
   std::vector<Param> params_;  // fc1.weight, fc1.bias, fc2.weight, ...
   std::vector<Tensor> acts_;   // acts_[0] = input, acts_[i] = output of layer i (after ReLU)
   std::vector<Tensor> dacts_;  // gradients with respect to acts_[i]

@@ -50,7 +50,7 @@ class Tensor {
  public:
   Tensor() = default;
   static Tensor empty(std::vector<int64_t> shape, DType dtype = DType::kF32, Device device = Device::kCpu);
-  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::kF32);
+  static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::kF32, Device device = Device::kCpu);
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i < 0 ? i + static_cast<int>(shape_.size()) : i)); }
@@ -75,6 +75,9 @@ class Tensor {
   // A copy in another dtype: float32 <-> float16 / bfloat16 / int32 (int8 needs a scale: see
   // loom-compress). Throws Error for other pairs.
   Tensor to(DType dtype) const;
+  // A copy on another device (host <-> CUDA).
+  Tensor to(Device device) const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   void fill(float v);
   std::string shape_str() const;
 

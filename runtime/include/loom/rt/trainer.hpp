@@ -29,6 +29,7 @@ struct TrainConfig {
   float clip = 0.0f;
   uint64_t seed = 1;
   int threads = 1;
+  std::string device = "auto";  // auto | cpu | cuda (the MLP runs on either; gpt on the CPU)
   std::string gemm = "auto";  // auto | openblas | onednn
   int log_every = 100;
   std::string log_format = "text";  // text | json

@@ -1,0 +1,64 @@
+// ops.cpp — device dispatch for the kernels.
+#include "loom/rt/ops.hpp"
+
+#ifdef LOOM_HAVE_CUDA
+#include "loom/rt/kernels_cuda.hpp"
+#define ON_CUDA(call) \
+  do {               \
+    cuda::call;      \
+    return;          \
+  } while (0)
+#else
+#define ON_CUDA(call) throw Error("this build of Loom has no CUDA support")
+#endif
+
+namespace loom::rt::ops {
+
+bool cuda_built() {
+#ifdef LOOM_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_usable(std::string* why) {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::available(why);
+#else
+  if (why) *why = "this build of Loom has no CUDA support (configure found no nvcc)";
+  return false;
+#endif
+}
+
+void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc) {
+  if (d == Device::kCuda) ON_CUDA(gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+  cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void bias_act(Device d, float* y, const float* bias, int rows, int cols, cpu::Act act) {
+  if (d == Device::kCuda) ON_CUDA(bias_act(y, bias, rows, cols, act));
+  cpu::bias_act(y, bias, rows, cols, act);
+}
+
+void relu_backward(Device d, float* dy, const float* y, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(relu_backward(dy, y, n));
+  cpu::relu_backward(dy, y, n);
+}
+
+void bias_grad(Device d, const float* dy, float* db, int rows, int cols) {
+  if (d == Device::kCuda) ON_CUDA(bias_grad(dy, db, rows, cols));
+  cpu::bias_grad(dy, db, rows, cols);
+}
+
+double softmax_xent(Device d, const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+#ifdef LOOM_HAVE_CUDA
+  if (d == Device::kCuda) return cuda::softmax_xent(logits, labels, dlogits, rows, cols);
+#else
+  if (d == Device::kCuda) throw Error("this build of Loom has no CUDA support");
+#endif
+  return cpu::softmax_xent(logits, labels, dlogits, rows, cols);
+}
+
+}  // namespace loom::rt::ops
