@@ -4,12 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "config.h"
+#include "loom/rt/comm.hpp"
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/mlp.hpp"
 #include "loom/rt/trainer.hpp"
@@ -108,11 +112,71 @@ double sgemm_gflops(const std::vector<int>& w, int batch, int threads) {
   return flops * reps / s / 1e9;
 }
 
+#ifdef LOOM_HAVE_MPI
+#include <mpi.h>
+
+// loom-bench allreduce: Loom's ring allreduce (over MPI point-to-point) against MPI_Allreduce on
+// the same ranks and data; busbw as nccl-tests define it (algbw * 2(p-1)/p). Results are
+// checked against each other before timing.
+int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::string& format) {
+  MPI_Init(nullptr, nullptr);
+  int rank = 0, p = 1, rc = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  try {
+    loom::rt::Communicator comm(loom::rt::make_mpi_transport(), 60.0);
+    for (size_t bytes : sizes) {
+      const size_t n = bytes / sizeof(float);
+      std::vector<float> a(n), b(n);
+      for (size_t i = 0; i < n; ++i) a[i] = b[i] = static_cast<float>((i * 31 + static_cast<size_t>(rank) * 7) % 101) * 0.01f;
+      comm.allreduce_sum(a.data(), n);
+      MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      double worst = 0;
+      for (size_t i = 0; i < n; ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])) / (std::fabs(b[i]) + 1e-6));
+      double all_worst = 0;
+      MPI_Allreduce(&worst, &all_worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (all_worst > 1e-5) {
+        if (rank == 0) std::fprintf(stderr, "loom-bench: allreduce of %zu bytes differs from MPI_Allreduce by %.3g\n", bytes, all_worst);
+        rc = 1;
+      }
+      auto time = [&](auto fn) {
+        for (int i = 0; i < 2; ++i) fn();
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) fn();
+        double t = (MPI_Wtime() - t0) / iters, tmax = 0;
+        MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return tmax;
+      };
+      double tl = time([&] { comm.allreduce_sum(a.data(), n); });
+      double tm = time([&] { MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+      const double factor = 2.0 * (p - 1) / p;
+      double loom_bw = bytes / tl * factor / 1e9, mpi_bw = bytes / tm * factor / 1e9;
+      if (rank == 0) {
+        if (format == "json")
+          std::printf("{\"bench\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,\"loom_busbw_gbps\":%.3f,\"mpi_busbw_gbps\":%.3f,"
+                      "\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n", p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
+        else
+          std::printf("loom-bench allreduce: %d ranks, %10zu bytes: loom ring %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
+                      p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-bench: rank %d: %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}
+#endif
+
 int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
                "                        [--format text|json]\n"
-               "(allreduce, checkpoint, infer and serve arrive with their parts)\n");
+               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json]\n"
+               "(checkpoint, infer and serve arrive with their parts)\n");
   return 2;
 }
 
@@ -121,6 +185,24 @@ int usage() {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  if (cmd == "allreduce") {
+#ifdef LOOM_HAVE_MPI
+    std::vector<size_t> sizes{1u << 20, 4u << 20, 16u << 20, 64u << 20};
+    int iters = 10;
+    std::string format = "text";
+    for (int i = 2; i + 1 < argc; i += 2) {
+      std::string a = argv[i], v = argv[i + 1];
+      if (a == "--bytes") sizes = {static_cast<size_t>(std::stoull(v))};
+      else if (a == "--iters") iters = std::max(1, std::stoi(v));
+      else if (a == "--format") format = v;
+      else return usage();
+    }
+    return bench_allreduce(sizes, iters, format);
+#else
+    std::fprintf(stderr, "loom-bench: allreduce needs a build with MPI\n");
+    return 1;
+#endif
+  }
   if (cmd != "train") {
     std::fprintf(stderr, "loom-bench: unknown or not yet built subcommand '%s'\n", cmd.c_str());
     return usage();

@@ -250,3 +250,81 @@ TEST(ModelIo, RoundTripAndCorruptFiles) {
 
 }  // namespace
 }  // namespace loom::rt
+
+// ---- collectives over the in-process transport: N ranks as threads
+
+#include <thread>
+
+#include "loom/rt/comm.hpp"
+
+namespace loom::rt {
+namespace {
+
+template <typename F>
+void run_ranks(int n, F body) {
+  auto transports = make_inproc_group(n);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Communicator c(std::move(transports[static_cast<size_t>(r)]), 10.0);
+        body(c);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+}
+
+TEST(Comm, RingAllreduceSumsOnEveryRank) {
+  for (int p : {1, 2, 3, 4, 7})
+    for (size_t n : {size_t{1}, size_t{5}, size_t{1000}, size_t{4099}})
+      run_ranks(p, [&](Communicator& c) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(c.rank() + 1) * static_cast<float>(i % 13);
+        c.allreduce_sum(v.data(), n);
+        const float ranks = static_cast<float>(p * (p + 1) / 2);
+        for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(v[i], ranks * static_cast<float>(i % 13)) << p << " " << n;
+        if (p > 1) {  // a ring sends 2 (p-1)/p of the data per rank
+          EXPECT_NEAR(static_cast<double>(c.bytes_sent()), 2.0 * (p - 1) / p * n * 4, 2.0 * p * 4);
+        }
+      });
+}
+
+TEST(Comm, BroadcastFromEveryRootAndBarrier) {
+  for (int p : {1, 2, 5})
+    for (int root = 0; root < p; ++root)
+      run_ranks(p, [&](Communicator& c) {
+        std::vector<int> v(17, c.rank() == root ? 42 + root : -1);
+        c.broadcast(v.data(), v.size() * sizeof(int), root);
+        for (int x : v) ASSERT_EQ(x, 42 + root);
+        c.barrier();
+      });
+}
+
+TEST(Comm, AStoppedRankTimesOutWithItsName) {
+  auto transports = make_inproc_group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r)  // rank 2 never joins
+    threads.emplace_back([&, r] {
+      try {
+        Communicator c(std::move(transports[static_cast<size_t>(r)]), 0.5);
+        std::vector<float> v(100, 1.0f);
+        c.allreduce_sum(v.data(), v.size());
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(errors[0].find("timed out waiting for rank 2"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("timed out"), std::string::npos) << errors[1];
+  EXPECT_LT(took, 5.0);
+}
+
+}  // namespace
+}  // namespace loom::rt
