@@ -2,7 +2,14 @@
 // parsed with Boost.Program_options, validated, then handed to the runtime's trainer.
 #include <boost/program_options.hpp>
 
+#include "config.h"
+#ifdef LOOM_HAVE_MPI
+#include <mpi.h>
+#endif
+
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -52,7 +59,9 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
-      ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary");
+      ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
+      ("balance", po::value(&c.balance)->default_value("off"), "off | static | dynamic (shares of the global batch)")
+      ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -97,10 +106,34 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   if (c.threads <= 0 || c.threads > 1024) throw Usage{"--threads must be between 1 and 1024"};
   if (c.log_every <= 0) throw Usage{"--log-every must be positive"};
   if (c.log_format != "text" && c.log_format != "json") throw Usage{"--log-format must be text or json"};
+  if (c.balance != "off" && c.balance != "static" && c.balance != "dynamic")
+    throw Usage{"--balance must be off, static or dynamic, not '" + c.balance + "'"};
+  if (c.replan_every <= 0) throw Usage{"--replan-every must be positive"};
+  auto env_number = [](const char* name, double fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    double d = std::strtod(v, &end);
+    if (*end) throw loom::rt::Error(std::string(name) + "='" + v + "' is not a number");
+    return d;
+  };
+  c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
+  c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
+  if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
+    throw loom::rt::Error("LOOM_EMULATE_SPEED must be in (0, 1]");
   return c;
 }
 
 }  // namespace
+
+#ifdef LOOM_HAVE_MPI
+// Started by mpirun or srun --mpi=pmix: these launchers tell every process its rank.
+bool launched_as_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+#endif
 
 int main(int argc, char** argv) {
   bool help_only = false;
@@ -115,11 +148,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
     return 1;
   }
+  std::unique_ptr<loom::rt::Communicator> comm;
+#ifdef LOOM_HAVE_MPI
+  if (launched_as_mpi()) {
+    MPI_Init(&argc, &argv);
+    comm = std::make_unique<loom::rt::Communicator>(loom::rt::make_mpi_transport(), 120.0);
+    c.comm = comm.get();
+  }
+#endif
+  int rc = 0;
   try {
     loom::rt::train(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-    return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-train: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "loom-train: %s%s\n", comm ? ("rank " + std::to_string(comm->rank()) + ": ").c_str() : "",
+                 e.what());
+    rc = 1;
+#ifdef LOOM_HAVE_MPI
+    if (comm) MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks would wait for this one
+#endif
   }
+#ifdef LOOM_HAVE_MPI
+  if (comm) {
+    comm.reset();
+    MPI_Finalize();
+  }
+#endif
+  return rc;
 }

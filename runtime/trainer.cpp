@@ -8,7 +8,9 @@
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <thread>
 
+#include "loom/rt/balancer.hpp"
 #include "loom/rt/data.hpp"
 #include "loom/rt/gpt.hpp"
 #include "loom/rt/kernels.hpp"
@@ -42,7 +44,9 @@ class Task {
   virtual ~Task() = default;
   virtual std::string describe() const = 0;
   virtual int64_t steps_per_epoch(int batch) const = 0;
-  virtual double train_step(int64_t epoch, int64_t index, int batch) = 0;  // loss; grads overwritten
+  // Forward and backward on samples [first, first + count) of the epoch's order: the mean loss
+  // over them, and the gradients of that mean (overwritten).
+  virtual double train_step(int64_t epoch, int64_t first, int count) = 0;
   virtual Eval evaluate() = 0;
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
@@ -72,9 +76,10 @@ class MlpTask : public Task {
            " Fashion-MNIST images, on " + (device_ == Device::kCuda ? "cuda" : "cpu");
   }
   int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
-  double train_step(int64_t epoch, int64_t index, int batch) override {
+  double train_step(int64_t epoch, int64_t first, int batch) override {
     if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
-    gather_batch(train_, order_, index * batch, (index + 1) * batch, &x_, &y_);
+    gather_batch(train_, order_, first, first + batch, &x_, &y_);
+    if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
     if (device_ == Device::kCpu) {
       const Tensor& logits = model_.forward(x_);
       double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
@@ -150,14 +155,14 @@ class GptTask : public Task {
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
   }
-  double train_step(int64_t epoch, int64_t index, int batch) override {
+  double train_step(int64_t epoch, int64_t first, int batch) override {
     const int T = model_->config().context;
     const int64_t starts = split_ - T - 1 + 1;
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
     tok_.resize(static_cast<size_t>(batch) * T);
     tgt_.resize(tok_.size());
     for (int b = 0; b < batch; ++b) {
-      int64_t s = order_[static_cast<size_t>((index * batch + b) % starts)];
+      int64_t s = order_[static_cast<size_t>((first + b) % starts)];
       for (int t = 0; t < T; ++t) {
         tok_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t)];
         tgt_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t + 1)];
@@ -244,19 +249,48 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   else throw Error("--model must be mlp or gpt, not '" + c.model + "'");
 
   std::ofstream metrics;
-  if (!c.metrics_file.empty()) {
+  if (!c.metrics_file.empty() && (!c.comm || c.comm->rank() == 0)) {
     metrics.open(c.metrics_file, std::ios::trunc);
     if (!metrics) throw Error(c.metrics_file + ": cannot open for writing");
   }
   const bool json = c.log_format == "json";
-  auto emit = [&](const std::string& human, const std::string& fields) {
+  const int ranks = c.comm ? c.comm->size() : 1, me = c.comm ? c.comm->rank() : 0;
+  auto emit_any = [&](const std::string& human, const std::string& fields) {
     if (json) {
       double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      log("{\"ts\":" + num(ts) + ",\"component\":\"loom-train\",\"rank\":0," + fields +
+      log("{\"ts\":" + num(ts) + ",\"component\":\"loom-train\",\"rank\":" + std::to_string(me) + "," + fields +
           ",\"msg\":" + loom::topo::json_quote(human) + "}");
+    } else {
+      log("loom-train: " + (ranks > 1 ? "rank " + std::to_string(me) + ": " : std::string()) + human);
     }
-    else log("loom-train: " + human);
   };
+  auto emit = [&](const std::string& human, const std::string& fields) {  // rank 0 speaks for the job
+    if (me == 0) emit_any(human, fields);
+  };
+  if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
+    throw Error("LOOM_EMULATE_SPEED must be in (0, 1], not " + num(c.emulate_speed));
+  if (c.emulate_speed < 1)
+    emit_any("emulating a slow device: compute takes 1/" + num(c.emulate_speed) + " as long (LOOM_EMULATE_SPEED)",
+             "\"level\":\"warning\",\"event\":\"emulation\"");
+  if (ranks > 1 && cuda) throw Error("multi-rank training on CUDA needs the NCCL communicator, not built yet; use --device cpu");
+
+  // Shares of the global batch: static from every rank's device weight, then dynamic.
+  Balancer bal(c.balance, c.global_batch, ranks, c.replan_every);
+  auto gather = [&](double mine) {  // every rank's value, in rank order
+    std::vector<float> v(static_cast<size_t>(ranks), 0.0f);
+    v[static_cast<size_t>(me)] = static_cast<float>(mine);
+    if (c.comm) c.comm->allreduce_sum(v.data(), v.size());
+    return std::vector<double>(v.begin(), v.end());
+  };
+  bal.start(gather(c.device_weight));
+  auto shares_text = [&] {
+    std::string t;
+    for (size_t i = 0; i < bal.shares().size(); ++i) t += (i ? "," : "") + std::to_string(bal.shares()[i]);
+    return t;
+  };
+  if (ranks > 1) emit("balance " + c.balance + ": shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
+  std::vector<float> flat;
+  size_t comm_bytes = 0;
 
   Optimizer opt(c.optim);
   const int64_t per_epoch = task->steps_per_epoch(c.global_batch);
@@ -272,7 +306,36 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   for (int64_t epoch = 0; step < total; ++epoch) {
     for (int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
-      double loss = task->train_step(epoch, b, c.global_batch);
+      const int share = bal.shares()[static_cast<size_t>(me)];
+      double loss = task->train_step(epoch, b * c.global_batch + bal.offset(me), share);
+      double compute = seconds_since(t0);
+      if (c.emulate_speed < 1) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(compute * (1 / c.emulate_speed - 1)));
+        compute = seconds_since(t0);
+      }
+      if (ranks > 1) {
+        // Each rank's gradient is the mean over its share; weighted by share / global batch
+        // and summed, they are the gradient of the mean over the whole global batch.
+        const float w = static_cast<float>(share) / static_cast<float>(c.global_batch);
+        flat.clear();
+        for (const auto& p : task->params())
+          for (int64_t k = 0; k < p.grad.numel(); ++k) flat.push_back(p.grad.f32()[k] * w);
+        flat.push_back(static_cast<float>(loss) * w);
+        size_t before = c.comm->bytes_sent();
+        c.comm->allreduce_sum(flat.data(), flat.size());
+        comm_bytes += c.comm->bytes_sent() - before;
+        size_t at = 0;
+        for (auto& p : task->params())
+          for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] = flat[at++];
+        loss = flat.back();
+        std::vector<double> seconds = gather(compute);
+        for (int straggler : bal.stragglers(seconds))
+          emit("rank " + std::to_string(straggler) + " is a straggler: its step took " +
+                   num(seconds[static_cast<size_t>(straggler)]) + " s, more than 1.5x what its share predicts",
+               "\"level\":\"warning\",\"event\":\"straggler\",\"straggler\":" + std::to_string(straggler));
+        if (bal.observe(seconds))
+          emit("re-planned shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
+      }
       if (!std::isfinite(loss)) throw Error("loss is " + num(loss) + " at step " + std::to_string(step) + " (lower --lr)");
       if (c.clip > 0) clip_grad_norm(task->params(), c.clip);
       opt.step(task->params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
@@ -290,13 +353,13 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
                  ",\"samples_per_s\":" + num(rate));
         if (metrics)
           metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << epoch << ",\"loss\":" << num(loss)
-                  << ",\"samples_per_s\":" << num(rate) << ",\"rank_batch\":[" << c.global_batch
-                  << "],\"comm_bytes\":0,\"loss_scale\":1}\n";
+                  << ",\"samples_per_s\":" << num(rate) << ",\"rank_batch\":[" << shares_text()
+                  << "],\"comm_bytes\":" << comm_bytes << ",\"loss_scale\":1}\n";
         window_seconds = 0;
         window_samples = 0;
       }
     }
-    ev = task->evaluate();
+    if (me == 0) ev = task->evaluate();
     emit("epoch " + std::to_string(epoch) + " test accuracy " + num(ev.accuracy) + " test loss " + num(ev.loss),
          "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) +
              ",\"test_accuracy\":" + num(ev.accuracy));
@@ -308,7 +371,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   r.samples_per_s = step * c.global_batch / std::max(train_seconds, 1e-9);
   r.test_accuracy = ev.accuracy;
   r.gflops = task->train_flops(c.global_batch) * step / std::max(train_seconds, 1e-9) / 1e9;
-  if (!c.export_path.empty()) {
+  if (!c.export_path.empty() && me == 0) {
     std::vector<Param> host;
     for (const auto& p : task->params()) host.push_back({p.name, p.value.to(Device::kCpu), Tensor()});
     save_model(c.export_path, task->config_json(), host);
@@ -316,7 +379,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   }
   if (metrics) {
     metrics << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
-            << ",\"comm_bytes\":0,\"test_accuracy\":" << num(r.test_accuracy) << ",\"gflops\":" << num(r.gflops)
+            << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << num(r.test_accuracy) << ",\"gflops\":" << num(r.gflops)
             << "}\n";
     if (!metrics.flush()) throw Error(c.metrics_file + ": write failed");
   }

@@ -328,3 +328,35 @@ TEST(Comm, AStoppedRankTimesOutWithItsName) {
 
 }  // namespace
 }  // namespace loom::rt
+
+#include "loom/rt/balancer.hpp"
+
+namespace loom::rt {
+namespace {
+
+TEST(Balancer, SplitsByWeightAndKeepsTheGlobalBatch) {
+  EXPECT_EQ(Balancer::split(128, {1, 1}), (std::vector<int>{64, 64}));
+  EXPECT_EQ(Balancer::split(7, {5, 2}), (std::vector<int>{5, 2}));
+  EXPECT_EQ(Balancer::split(10, {312, 125}), (std::vector<int>{7, 3}));
+  auto s = Balancer::split(100, {1000, 1, 1});  // everyone keeps at least one sample
+  EXPECT_EQ(s[1], 1);
+  EXPECT_EQ(s[0] + s[1] + s[2], 100);
+  EXPECT_THROW(Balancer("fast", 8, 2), Error);
+  EXPECT_THROW(Balancer("static", 1, 2), Error);
+}
+
+TEST(Balancer, DynamicFollowsMeasuredSpeed) {
+  Balancer b("dynamic", 140, 2, 5);
+  b.start({1, 1});
+  for (int step = 0; step < 50; ++step) {
+    // rank 1 runs at 0.4 of rank 0's speed: time = share / speed
+    std::vector<double> t{b.shares()[0] / 1000.0, b.shares()[1] / 400.0};
+    b.observe(t);
+  }
+  EXPECT_EQ(b.shares(), (std::vector<int>{100, 40}));  // 5:2
+  std::vector<double> slow{b.shares()[0] / 1000.0, 3 * b.shares()[1] / 400.0};
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{1});
+}
+
+}  // namespace
+}  // namespace loom::rt

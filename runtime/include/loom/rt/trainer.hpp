@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/rt/comm.hpp"
 #include "loom/rt/optim.hpp"
 
 namespace loom::rt {
@@ -35,6 +36,13 @@ struct TrainConfig {
   std::string log_format = "text";  // text | json
   std::string metrics_file;
   std::string export_path;
+  // Data parallelism: the communicator (null: one process), how the global batch is split,
+  // this rank's device weight (LOOM_DEVICE_WEIGHT) and emulated speed (LOOM_EMULATE_SPEED).
+  Communicator* comm = nullptr;
+  std::string balance = "off";  // off | static | dynamic
+  int replan_every = 10;
+  double device_weight = 1.0;
+  double emulate_speed = 1.0;
 
 };
 

@@ -1,0 +1,77 @@
+// balancer.cpp — batch shares for heterogeneous data parallelism.
+#include "loom/rt/balancer.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "loom/rt/error.hpp"
+
+namespace loom::rt {
+
+Balancer::Balancer(std::string mode, int global_batch, int ranks, int replan_every)
+    : mode_(std::move(mode)), global_(global_batch), replan_every_(std::max(1, replan_every)) {
+  if (mode_ != "off" && mode_ != "static" && mode_ != "dynamic")
+    throw Error("--balance must be off, static or dynamic, not '" + mode_ + "'");
+  if (ranks <= 0) throw Error("the balancer needs at least one rank");
+  if (global_batch < ranks)
+    throw Error("--global-batch " + std::to_string(global_batch) + " is smaller than the " + std::to_string(ranks) +
+                " ranks");
+  shares_ = split(global_, std::vector<double>(static_cast<size_t>(ranks), 1.0));
+  speed_.assign(static_cast<size_t>(ranks), 0.0);
+}
+
+std::vector<int> Balancer::split(int total, const std::vector<double>& weights) {
+  const size_t p = weights.size();
+  double sum = 0;
+  for (double w : weights) sum += std::max(w, 0.0);
+  std::vector<int> out(p, 1);
+  if (sum <= 0) return split(total, std::vector<double>(p, 1.0));
+  const int rest = total - static_cast<int>(p);  // everyone keeps at least one sample
+  std::vector<std::pair<double, size_t>> remainders;
+  int given = 0;
+  for (size_t i = 0; i < p; ++i) {
+    double exact = rest * std::max(weights[i], 0.0) / sum;
+    int whole = static_cast<int>(exact);
+    out[i] += whole;
+    given += whole;
+    remainders.push_back({exact - whole, i});
+  }
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int k = 0; k < rest - given; ++k) ++out[remainders[static_cast<size_t>(k)].second];
+  return out;
+}
+
+void Balancer::start(const std::vector<double>& weights) {
+  if (mode_ == "off") return;
+  LOOM_CHECK(weights.size() == shares_.size(), "one weight per rank");
+  shares_ = split(global_, weights);
+}
+
+int Balancer::offset(int rank) const {
+  return std::accumulate(shares_.begin(), shares_.begin() + rank, 0);
+}
+
+bool Balancer::observe(const std::vector<double>& seconds) {
+  LOOM_CHECK(seconds.size() == shares_.size(), "one time per rank");
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    double s = shares_[i] / std::max(seconds[i], 1e-9);
+    speed_[i] = speed_[i] > 0 ? 0.5 * speed_[i] + 0.5 * s : s;
+  }
+  ++observed_;
+  if (mode_ != "dynamic" || observed_ % replan_every_ != 0) return false;
+  std::vector<int> next = split(global_, speed_);
+  if (next == shares_) return false;
+  shares_ = next;
+  return true;
+}
+
+std::vector<int> Balancer::stragglers(const std::vector<double>& seconds) const {
+  std::vector<int> out;
+  if (observed_ < 3) return out;
+  for (size_t i = 0; i < seconds.size(); ++i)
+    if (speed_[i] > 0 && seconds[i] > 1.5 * shares_[i] / speed_[i]) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,36 @@
+// balancer.hpp — how a fixed global batch is split among ranks of unequal speed. `static`
+// starts from each rank's device weight (LOOM_DEVICE_WEIGHT); `dynamic` then follows the
+// measured samples/s of every rank (smoothed, re-planned every few steps); `off` splits evenly.
+// Shares are integers that always sum to the global batch, each at least 1.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::rt {
+
+class Balancer {
+ public:
+  Balancer(std::string mode, int global_batch, int ranks, int replan_every = 10);
+  // Initial shares from per-rank weights (ignored when mode is off).
+  void start(const std::vector<double>& weights);
+  const std::vector<int>& shares() const { return shares_; }
+  int offset(int rank) const;
+  // Every rank's compute seconds for its share in the last step; returns true when the
+  // shares were re-planned.
+  bool observe(const std::vector<double>& seconds);
+  // Ranks whose last step took over 1.5x what their smoothed speed predicts.
+  std::vector<int> stragglers(const std::vector<double>& seconds) const;
+  const std::string& mode() const { return mode_; }
+
+  // Largest-remainder split of `total` in proportion to `weights`, each share at least 1.
+  static std::vector<int> split(int total, const std::vector<double>& weights);
+
+ private:
+  std::string mode_;
+  int global_, replan_every_, observed_ = 0;
+  std::vector<int> shares_;
+  std::vector<double> speed_;  // smoothed samples/s per rank
+};
+
+}  // namespace loom::rt

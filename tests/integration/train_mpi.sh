@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# train_mpi.sh — data-parallel loom-train under mpirun: 1 rank against 2 and 3 ranks with
+# uneven static shares gives the same weights within fp32 reduction tolerance; dynamic
+# balancing moves work away from a rank emulated at 0.4 of the speed.
+. "$(dirname "$0")/lib.sh"
+T=$LOOM_BUILDDIR/loom-train
+[ -x "$T" ] || skip "loom-train not built"
+command -v mpirun >/dev/null || skip "mpirun missing"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cd "$LOOM_TMP" || exit 99
+cat >rankenv.sh <<'SH'
+#!/bin/sh
+# Per-rank device weight (rank r weighs 2r+1) and, for rank 1, an emulated slow device.
+r=${OMPI_COMM_WORLD_RANK:-0}
+export LOOM_DEVICE_WEIGHT=$((2 * r + 1))
+[ -n "$SLOW" ] && [ "$r" = 1 ] && export LOOM_EMULATE_SPEED=$SLOW
+exec "$@"
+SH
+chmod +x rankenv.sh
+common="--steps 25 --global-batch 60 --seed 11 --lr 0.05 --log-every 1000"
+run_cmd "$T" $common --export one.h5
+expect_eq "1 rank" 0 "$rc"
+for np in 2 3; do
+  run_cmd timeout 300 mpirun -np "$np" --oversubscribe ./rankenv.sh "$T" $common --balance static --export "p$np.h5"
+  expect_eq "$np ranks exit" 0 "$rc"
+  expect_match "$np ranks: uneven static shares" "balance static: shares $([ "$np" = 2 ] && echo 16,44 || echo 7,20,33)" "$err"
+  h5diff -d 2e-6 one.h5 "p$np.h5" /params /params >/dev/null && pass || fail "$np ranks: weights differ from 1 rank"
+done
+run_cmd env SLOW=0.4 timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" --steps 60 --global-batch 140 \
+  --balance dynamic --replan-every 5 --log-every 20 --metrics-file dyn.jsonl
+expect_eq "dynamic exit" 0 "$rc"
+expect_match "emulation is announced" "emulating a slow device" "$err"
+share=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "rank_batch" in l][-1]["rank_batch"][1])' dyn.jsonl)
+echo "train_mpi: dynamic share of the 0.4-speed rank after 60 steps: $share of 140 (5:2 would be 40)"
+[ "$share" -ge 15 ] && [ "$share" -le 50 ] && pass || fail "dynamic share $share: work did not move away from the slow rank (equal would be 70)"
+run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --global-batch 1
+expect_eq "global batch smaller than the ranks exit" 1 "$rc"
+expect_match "global batch smaller than the ranks" "smaller than the 2 ranks" "$err"
+finish
