@@ -27,7 +27,7 @@ struct Usage {
 
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   loom::rt::TrainConfig c;
-  std::string model, layers, data, optimizer, device, precision, config;
+  std::string model, layers, data, optimizer, device, config;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
   opts.add_options()
       ("help,h", "show this help")
@@ -55,7 +55,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("device", po::value(&device)->default_value("auto"), "auto | cpu | cuda")
       ("threads", po::value(&c.threads)->default_value(1), "CPU threads")
       ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
-      ("precision", po::value(&precision)->default_value("fp32"), "fp32 (fp16/bf16 arrive with mixed precision)")
+      ("precision", po::value(&c.precision)->default_value("fp32"), "fp32 | fp16 | bf16 (fp32 master weights)")
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
@@ -101,8 +101,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   c.optim.kind = optimizer;
   if (device != "auto" && device != "cpu" && device != "cuda") throw Usage{"--device must be auto, cpu or cuda"};
   c.device = device;
-  if (precision != "fp32")
-    throw loom::rt::Error("--precision " + precision + ": mixed precision is not available in this build yet");
+  if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
+    throw Usage{"--precision must be fp32, fp16 or bf16, not '" + c.precision + "'"};
   if (c.threads <= 0 || c.threads > 1024) throw Usage{"--threads must be between 1 and 1024"};
   if (c.log_every <= 0) throw Usage{"--log-every must be positive"};
   if (c.log_format != "text" && c.log_format != "json") throw Usage{"--log-format must be text or json"};
@@ -119,6 +119,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   };
   c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
   c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
+  c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
     throw loom::rt::Error("LOOM_EMULATE_SPEED must be in (0, 1]");
   return c;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "loom/rt/amp.hpp"
 #include "loom/rt/balancer.hpp"
 #include "loom/rt/data.hpp"
 #include "loom/rt/gpt.hpp"
@@ -291,6 +292,12 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   if (ranks > 1) emit("balance " + c.balance + ": shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
   std::vector<float> flat;
   size_t comm_bytes = 0;
+  MixedPrecision amp(c.precision);
+  if (amp.enabled() && cuda) throw Error("--precision " + c.precision + " runs on the CPU (emulated) in this build");
+  if (amp.enabled())
+    emit("mixed precision " + c.precision + " (emulated by rounding on the CPU), fp32 master weights" +
+             (c.precision == "fp16" ? ", loss scale " + num(amp.scale()) : std::string()),
+         "\"level\":\"info\",\"event\":\"precision\"");
 
   Optimizer opt(c.optim);
   const int64_t per_epoch = task->steps_per_epoch(c.global_batch);
@@ -307,7 +314,13 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     for (int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
       const int share = bal.shares()[static_cast<size_t>(me)];
+      amp.enter(task->params());
       double loss = task->train_step(epoch, b * c.global_batch + bal.offset(me), share);
+      bool finite = amp.leave(task->params());
+      if (step == c.inject_overflow_step) {
+        task->params()[0].grad.f32()[0] = INFINITY;  // as an fp16 overflow would leave it
+        finite = false;
+      }
       double compute = seconds_since(t0);
       if (c.emulate_speed < 1) {
         std::this_thread::sleep_for(std::chrono::duration<double>(compute * (1 / c.emulate_speed - 1)));
@@ -321,13 +334,15 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         for (const auto& p : task->params())
           for (int64_t k = 0; k < p.grad.numel(); ++k) flat.push_back(p.grad.f32()[k] * w);
         flat.push_back(static_cast<float>(loss) * w);
+        flat.push_back(finite ? 0.0f : 1.0f);  // how many ranks overflowed
         size_t before = c.comm->bytes_sent();
         c.comm->allreduce_sum(flat.data(), flat.size());
         comm_bytes += c.comm->bytes_sent() - before;
         size_t at = 0;
         for (auto& p : task->params())
           for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] = flat[at++];
-        loss = flat.back();
+        loss = flat[at];
+        finite = flat[at + 1] == 0.0f;  // every rank now makes the same decision
         std::vector<double> seconds = gather(compute);
         for (int straggler : bal.stragglers(seconds))
           emit("rank " + std::to_string(straggler) + " is a straggler: its step took " +
@@ -337,8 +352,23 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
           emit("re-planned shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
       }
       if (!std::isfinite(loss)) throw Error("loss is " + num(loss) + " at step " + std::to_string(step) + " (lower --lr)");
-      if (c.clip > 0) clip_grad_norm(task->params(), c.clip);
-      opt.step(task->params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
+      bool skip = false;
+      if (amp.enabled() || c.inject_overflow_step >= 0) {
+        amp.update(!finite);
+        skip = !finite;  // no rank steps alone
+        if (skip) {
+          emit("gradient overflow at step " + std::to_string(step + 1) + ": step skipped on every rank, loss scale " +
+                   num(amp.scale()),
+               "\"level\":\"warning\",\"event\":\"overflow\",\"step\":" + std::to_string(step + 1) +
+                   ",\"loss_scale\":" + num(amp.scale()));
+          if (metrics)
+            metrics << "{\"event\":\"overflow\",\"step\":" << step + 1 << ",\"loss_scale\":" << num(amp.scale()) << "}\n";
+        }
+      }
+      if (!skip) {
+        if (c.clip > 0) clip_grad_norm(task->params(), c.clip);
+        opt.step(task->params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
+      }
       double dt = seconds_since(t0);
       train_seconds += dt;
       window_seconds += dt;
@@ -354,7 +384,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         if (metrics)
           metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << epoch << ",\"loss\":" << num(loss)
                   << ",\"samples_per_s\":" << num(rate) << ",\"rank_batch\":[" << shares_text()
-                  << "],\"comm_bytes\":" << comm_bytes << ",\"loss_scale\":1}\n";
+                  << "],\"comm_bytes\":" << comm_bytes << ",\"loss_scale\":" << num(amp.scale()) << "}\n";
         window_seconds = 0;
         window_samples = 0;
       }

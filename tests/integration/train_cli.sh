@@ -37,7 +37,7 @@ check_err "zero lr" 1 "--lr must be positive" --lr 0
 check_err "negative lr" 1 "--lr must be positive" --lr -0.1
 check_err "bad optimizer" 1 "--optimizer must be sgd or adamw" --optimizer lion --steps 1
 check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashion-mnist:/nonexistent
-check_err "fp16 not yet" 1 "mixed precision is not available" --precision fp16
+check_err "bad precision" 2 "--precision must be fp32, fp16 or bf16" --precision fp8
 check_err "bad data spec" 2 "--data must be" --data mnist
 check_err "bad device" 2 "--device must be auto, cpu or cuda" --device tpu
 check_err "gpt on cuda" 1 "only the mlp model runs on CUDA" --model gpt --data text:/usr/share/common-licenses/GPL-3 --device cuda

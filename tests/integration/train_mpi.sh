@@ -34,6 +34,32 @@ expect_match "emulation is announced" "emulating a slow device" "$err"
 share=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "rank_batch" in l][-1]["rank_batch"][1])' dyn.jsonl)
 echo "train_mpi: dynamic share of the 0.4-speed rank after 60 steps: $share of 140 (5:2 would be 40)"
 [ "$share" -ge 15 ] && [ "$share" -le 50 ] && pass || fail "dynamic share $share: work did not move away from the slow rank (equal would be 70)"
+# Mixed precision: an overflow injected on rank 1 alone makes every rank skip and back off.
+cat >inject.sh <<'SH'
+#!/bin/sh
+[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export LOOM_INJECT_OVERFLOW_STEP=4
+exec "$@"
+SH
+chmod +x inject.sh
+run_cmd timeout 300 mpirun -np 2 --oversubscribe ./inject.sh "$T" --steps 8 --global-batch 40 --precision fp16 \
+  --log-every 1 --metrics-file amp.jsonl --export amp2.h5
+expect_eq "fp16 with an injected overflow exit" 0 "$rc"
+expect_match "overflow reported once for all ranks" "gradient overflow at step 5: step skipped on every rank, loss scale 32768" "$err"
+/usr/bin/python3 - amp.jsonl <<'PY' && pass || fail "loss scale sequence"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+scales = [l["loss_scale"] for l in lines if "rank_batch" in l]
+assert scales[:4] == [65536] * 4 and all(s == 32768 for s in scales[4:]), scales
+assert [l["step"] for l in lines if l.get("event") == "overflow"] == [5]
+PY
+# The decision is global: injecting the overflow on rank 0 instead of rank 1 gives exactly the
+# same weights (had only the overflowing rank skipped, the two runs would differ).
+sed -i 's/= 1 \] \&\& export/= 0 ] \&\& export/' inject.sh
+run_cmd timeout 300 mpirun -np 2 --oversubscribe ./inject.sh "$T" --steps 8 --global-batch 40 --precision fp16 \
+  --log-every 100 --export amp2b.h5
+expect_eq "overflow on rank 0 exit" 0 "$rc"
+h5diff amp2.h5 amp2b.h5 /params /params >/dev/null && pass || fail "the skipped step depended on which rank overflowed"
+
 run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --global-batch 1
 expect_eq "global batch smaller than the ranks exit" 1 "$rc"
 expect_match "global batch smaller than the ranks" "smaller than the 2 ranks" "$err"

@@ -1,0 +1,38 @@
+// amp.hpp — mixed precision on fp32 master weights. The forward and backward see the weights
+// rounded to fp16 or bf16, and the gradients pass through that precision: with fp16 they are
+// scaled by a dynamic loss scale first (start 2^16, x2 after 2000 clean steps, x0.5 and the step
+// skipped on overflow). On the CPU the low precision is emulated by rounding; the overflow
+// decision is the caller's to agree across ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/rt/mlp.hpp"
+
+namespace loom::rt {
+
+class MixedPrecision {
+ public:
+  explicit MixedPrecision(std::string precision);  // fp32 | fp16 | bf16
+  bool enabled() const { return precision_ != "fp32"; }
+  const std::string& precision() const { return precision_; }
+  float scale() const { return scale_; }
+
+  // Rounds the parameters to the compute precision, keeping the fp32 masters.
+  void enter(std::vector<Param>& params);
+  // Restores the masters; passes the gradients through the precision (scaled, rounded,
+  // unscaled). Returns false when a gradient overflowed (inf/NaN) on this rank.
+  bool leave(std::vector<Param>& params);
+  // After all ranks agreed: on overflow halve the scale (the step is skipped), otherwise count a
+  // clean step and double the scale every 2000 of them.
+  void update(bool overflow_anywhere);
+
+ private:
+  std::string precision_;
+  float scale_;
+  int clean_ = 0;
+  std::vector<std::vector<float>> masters_;
+};
+
+}  // namespace loom::rt
