@@ -14,6 +14,7 @@
 #include <iostream>
 #include <string>
 
+#include "loom/rt/grad_exchange.hpp"
 #include "loom/rt/mlp.hpp"
 #include "loom/rt/trainer.hpp"
 
@@ -61,7 +62,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
       ("balance", po::value(&c.balance)->default_value("off"), "off | static | dynamic (shares of the global batch)")
-      ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans");
+      ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
+      ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | powersgd[:rank=R,start=S]");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -109,6 +111,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   if (c.balance != "off" && c.balance != "static" && c.balance != "dynamic")
     throw Usage{"--balance must be off, static or dynamic, not '" + c.balance + "'"};
   if (c.replan_every <= 0) throw Usage{"--replan-every must be positive"};
+  loom::rt::parse_grad_compress(c.grad_compress);  // throws an Error naming the problem
   auto env_number = [](const char* name, double fallback) {
     const char* v = std::getenv(name);
     if (!v || !*v) return fallback;

@@ -13,6 +13,7 @@
 #include "loom/rt/amp.hpp"
 #include "loom/rt/balancer.hpp"
 #include "loom/rt/data.hpp"
+#include "loom/rt/grad_exchange.hpp"
 #include "loom/rt/gpt.hpp"
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/model_io.hpp"
@@ -290,7 +291,8 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     return t;
   };
   if (ranks > 1) emit("balance " + c.balance + ": shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
-  std::vector<float> flat;
+  GradExchange exchange(parse_grad_compress(c.grad_compress));
+  bool reported_compression = false;
   size_t comm_bytes = 0;
   MixedPrecision amp(c.precision);
   if (amp.enabled() && cuda) throw Error("--precision " + c.precision + " runs on the CPU (emulated) in this build");
@@ -330,19 +332,23 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         // Each rank's gradient is the mean over its share; weighted by share / global batch
         // and summed, they are the gradient of the mean over the whole global batch.
         const float w = static_cast<float>(share) / static_cast<float>(c.global_batch);
-        flat.clear();
-        for (const auto& p : task->params())
-          for (int64_t k = 0; k < p.grad.numel(); ++k) flat.push_back(p.grad.f32()[k] * w);
-        flat.push_back(static_cast<float>(loss) * w);
-        flat.push_back(finite ? 0.0f : 1.0f);  // how many ranks overflowed
-        size_t before = c.comm->bytes_sent();
-        c.comm->allreduce_sum(flat.data(), flat.size());
-        comm_bytes += c.comm->bytes_sent() - before;
-        size_t at = 0;
         for (auto& p : task->params())
-          for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] = flat[at++];
-        loss = flat[at];
-        finite = flat[at + 1] == 0.0f;  // every rank now makes the same decision
+          for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] *= w;
+        std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f};  // loss, overflowed ranks
+        size_t before = c.comm->bytes_sent();
+        exchange.exchange(*c.comm, task->params(), extras, step);
+        comm_bytes += c.comm->bytes_sent() - before;
+        loss = extras[0];
+        finite = extras[1] == 0.0f;  // every rank now makes the same decision
+        if (!reported_compression && exchange.last_floats() < GradExchange::plain_floats(task->params(), 2)) {
+          reported_compression = true;
+          size_t plain = GradExchange::plain_floats(task->params(), 2);
+          emit("gradient compression " + c.grad_compress + " from step " + std::to_string(step + 1) + ": " +
+                   std::to_string(exchange.last_floats()) + " floats per step instead of " + std::to_string(plain) +
+                   " (" + num(static_cast<double>(plain) / exchange.last_floats()) + "x fewer)",
+               "\"level\":\"info\",\"event\":\"compression\",\"ratio\":" +
+                   num(static_cast<double>(plain) / exchange.last_floats()));
+        }
         std::vector<double> seconds = gather(compute);
         for (int straggler : bal.stragglers(seconds))
           emit("rank " + std::to_string(straggler) + " is a straggler: its step took " +
