@@ -3,6 +3,16 @@
 # host in its own network namespace; one MPI world across both, a heterogeneous job, bad
 # arguments refused before anything starts, and nothing left behind by `stop`.
 . "$(dirname "$0")/lib.sh"
+# srun --mpi=pmix across the namespace nodes intermittently hangs at start-up on this kind of
+# machine (seen in about 1 run of 4: the PMIx fence between the two slurmstepds never completes).
+# MPI runs get one retry, and the log says when one was needed.
+mpi_srun() {  # ARGS...: run_cmd with a 45 s limit, once more after a hang
+  run_cmd timeout 45 srun "$@"
+  if [ "$rc" -eq 124 ]; then
+    echo "NOTE: srun $* hung (PMIx start-up); retrying once" >&2
+    run_cmd timeout 45 srun "$@"
+  fi
+}
 [ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces and slurmd"
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
 LC=$LOOM_SRCDIR/contrib/local-cluster.sh
@@ -33,7 +43,7 @@ expect_eq "one task per node" "n1 n2" "$(echo $out | tr ' ' '\n' | sort | tr '\n
 
 hello=$LOOM_BUILDDIR/tests/integration/mpi_hello
 if [ -x "$hello" ]; then
-  run_cmd timeout 60 srun -N2 -n2 --mpi=pmix "$hello"
+  mpi_srun -N2 -n2 --mpi=pmix "$hello"
   expect_eq "MPI across nodes exit" 0 "$rc"
   expect_match "rank on n1" "size 2 host n1 ranksum 1" "$out"
   expect_match "rank on n2" "size 2 host n2 ranksum 1" "$out"
@@ -43,11 +53,11 @@ if [ -x "$hello" ]; then
 #SBATCH -N1 -n1 --gpus=a100:2 -o $LOOM_TMP/het.out
 #SBATCH hetjob
 #SBATCH -N1 -n1 --gpus=v100:2
-timeout 60 srun --het-group=0,1 --mpi=pmix $hello
-timeout 60 srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello
+for try in 1 2; do timeout 45 srun --het-group=0,1 --mpi=pmix $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
+for try in 1 2; do timeout 45 srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
 JOB
   jid=$(sbatch --parsable "$LOOM_TMP/het.sbatch")
-  for _ in $(seq 200); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
+  for _ in $(seq 1000); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
   het=$(cat "$LOOM_TMP/het.out" 2>/dev/null)
   expect_match "hetjob rank on the A100 node" "rank [01] size 2 host n1 ranksum 1 gpus 0,1" "$het"
   expect_match "hetjob rank on the V100 node" "rank [01] size 2 host n2 ranksum 1 gpus 0,1" "$het"
@@ -56,7 +66,7 @@ JOB
     # With the plugin, each component is placed on its own node's GPUs from its own topology.
     expect_match "hetjob: A100 node placed" "host n1 ranksum 1 gpus 0,1 loom ring a100 0,1" "$het"
     expect_match "hetjob: V100 node placed" "host n2 ranksum 1 gpus 0,1 loom ring v100 0,1" "$het"
-    run_cmd timeout 60 srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
+    mpi_srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
     expect_eq "two nodes x 2 ranks exit" 0 "$rc"
     expect_eq "each node's ranks get its two GPUs" 4 "$(grep -cE 'host n1 .*gpus (0,1|1,0) loom ring a100|host n2 .*gpus (0,1|1,0) loom ring v100' <<<"$out")"
   else
