@@ -168,18 +168,21 @@ void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b
 
 void gelu_fwd(const Tensor& x, Tensor& y) {
   ensure(y, x.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    float v = x.f32()[i];
-    y.f32()[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-  }
+  const float* in = x.f32();
+  float* out = y.f32();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * in[i] * (1.0f + std::erf(in[i] * 0.70710678118654752f));
 }
 
 void gelu_bwd(const Tensor& x, Tensor& dy) {  // in place: dy becomes dx
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    float v = x.f32()[i];
+  const float* in = x.f32();
+  float* d = dy.f32();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = in[i];
     float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
     float pdf = 0.3989422804014327f * std::exp(-0.5f * v * v);
-    dy.f32()[i] *= cdf + v * pdf;
+    d[i] *= cdf + v * pdf;
   }
 }
 
@@ -192,15 +195,21 @@ void dropout_fwd(Tensor& x, Tensor& mask, float p, bool train, std::mt19937_64& 
   ensure(mask, x.shape());
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   const float keep = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    mask.f32()[i] = u(rng) < p ? 0.0f : keep;
-    x.f32()[i] *= mask.f32()[i];
+  float* m = mask.f32();
+  float* v = x.f32();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = u(rng) < p ? 0.0f : keep;
+    v[i] *= m[i];
   }
 }
 
 void dropout_bwd(Tensor& dy, const Tensor& mask) {
   if (!mask.defined()) return;
-  for (int64_t i = 0; i < dy.numel(); ++i) dy.f32()[i] *= mask.f32()[i];
+  float* d = dy.f32();
+  const float* m = mask.f32();
+  const int64_t n = dy.numel();
+  for (int64_t i = 0; i < n; ++i) d[i] *= m[i];
 }
 
 }  // namespace

@@ -118,7 +118,9 @@ void GradExchange::exchange(Communicator& comm, std::vector<Param>& params, std:
     bool is_plain = !compress || std::find(plain_.begin(), plain_.end(), i) != plain_.end();
     if (!is_plain) continue;
     float* g = params[i].grad.f32();
-    for (int64_t k = 0; k < params[i].grad.numel(); ++k) g[k] = buf_[at++];
+    const size_t n = static_cast<size_t>(params[i].grad.numel());
+    std::copy(buf_.begin() + static_cast<long>(at), buf_.begin() + static_cast<long>(at + n), g);
+    at += n;
   }
   for (float& e : extras) e = buf_[at++];
   if (!compress) return;

@@ -88,14 +88,16 @@ float clip_grad_norm(std::vector<Param>& params, float max_norm) {
   double sq = 0;
   for (const auto& p : params) {
     const float* g = p.grad.f32();
-    for (int64_t k = 0; k < p.grad.numel(); ++k) sq += static_cast<double>(g[k]) * g[k];
+    const int64_t n = p.grad.numel();
+    for (int64_t k = 0; k < n; ++k) sq += static_cast<double>(g[k]) * g[k];
   }
   float norm = static_cast<float>(std::sqrt(sq));
   if (max_norm > 0 && norm > max_norm) {
     float s = max_norm / (norm + 1e-6f);
     for (auto& p : params) {
       float* g = p.grad.f32();
-      for (int64_t k = 0; k < p.grad.numel(); ++k) g[k] *= s;
+      const int64_t n = p.grad.numel();
+      for (int64_t k = 0; k < n; ++k) g[k] *= s;
     }
   }
   return norm;

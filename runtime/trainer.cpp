@@ -332,8 +332,11 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         // Each rank's gradient is the mean over its share; weighted by share / global batch
         // and summed, they are the gradient of the mean over the whole global batch.
         const float w = static_cast<float>(share) / static_cast<float>(c.global_batch);
-        for (auto& p : task->params())
-          for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] *= w;
+        for (auto& p : task->params()) {
+          float* g = p.grad.f32();
+          const int64_t n = p.grad.numel();  // hoisted: numel() and f32() are not free
+          for (int64_t k = 0; k < n; ++k) g[k] *= w;
+        }
         std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f};  // loss, overflowed ranks
         size_t before = c.comm->bytes_sent();
         exchange.exchange(*c.comm, task->params(), extras, step);
