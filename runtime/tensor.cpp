@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <sstream>
 
 namespace loom::rt {
@@ -135,10 +134,6 @@ Storage::~Storage() {
 #ifdef LOOM_HAVE_CUDA
   if (data && device == Device::kCuda) cuda::device_free(data, bytes);
 #endif
-}
-
-int64_t Tensor::numel() const {
-  return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<int64_t>());
 }
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {

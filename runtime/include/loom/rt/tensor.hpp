@@ -55,7 +55,11 @@ class Tensor {
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i < 0 ? i + static_cast<int>(shape_.size()) : i)); }
   int ndim() const { return static_cast<int>(shape_.size()); }
-  int64_t numel() const;
+  int64_t numel() const {  // inline: it sits in loop conditions of hot element-wise code
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device : Device::kCpu; }
   bool defined() const { return storage_ != nullptr; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/rt/comm.hpp"
+#include "loom/rt/data.hpp"
 #include "loom/rt/optim.hpp"
 
 namespace loom::rt {
@@ -19,7 +20,7 @@ struct TrainConfig {
   int context = 64, gpt_layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
   std::vector<int> layers{784, 512, 512, 10};
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string data_dir = kFashionMnistDir;
   int epochs = 1;
   int64_t steps = 0;  // > 0: stop after this many steps
   int global_batch = 128;
