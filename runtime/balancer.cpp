@@ -66,11 +66,18 @@ bool Balancer::observe(const std::vector<double>& seconds) {
   return true;
 }
 
-std::vector<int> Balancer::stragglers(const std::vector<double>& seconds) const {
+std::vector<int> Balancer::stragglers(const std::vector<double>& seconds) {
   std::vector<int> out;
+  slow_steps_.resize(seconds.size(), 0);
   if (observed_ < 3) return out;
-  for (size_t i = 0; i < seconds.size(); ++i)
-    if (speed_[i] > 0 && seconds[i] > 1.5 * shares_[i] / speed_[i]) out.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const double predicted = speed_[i] > 0 ? shares_[i] / speed_[i] : seconds[i];
+    if (seconds[i] > 1.5 * predicted && seconds[i] > predicted + 1e-3) {
+      if (++slow_steps_[i] == 3) out.push_back(static_cast<int>(i));
+    } else {
+      slow_steps_[i] = 0;
+    }
+  }
   return out;
 }
 

@@ -8,65 +8,139 @@
 #include <map>
 #include <mutex>
 
+#include "loom/rt/tensor.hpp"
+
 namespace loom::rt {
 
-Communicator::Communicator(std::unique_ptr<Transport> t, double timeout_s) : t_(std::move(t)), timeout_s_(timeout_s) {}
+Communicator::Communicator(std::unique_ptr<Transport> t, double timeout_s) : t_(std::move(t)), timeout_s_(timeout_s) {
+  for (int r = 0; r < size(); ++r) world_.ranks.push_back(r);
+  world_.me = rank();
+}
 
 std::chrono::steady_clock::time_point Communicator::deadline() const {
   return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                 std::chrono::duration<double>(timeout_s_));
 }
 
-void Communicator::chunk(size_t n, int index, size_t* begin, size_t* count) const {
-  const size_t p = static_cast<size_t>(size()), i = static_cast<size_t>(index);
-  *begin = n * i / p;
-  *count = n * (i + 1) / p - *begin;
+void Communicator::set_nodes(const std::vector<int>& node_of_rank) {
+  if (node_of_rank.size() != static_cast<size_t>(size()))
+    throw Error("set_nodes: " + std::to_string(node_of_rank.size()) + " node ids for " + std::to_string(size()) +
+                " ranks");
+  std::map<int, std::vector<int>> by_node;  // node -> its ranks, ascending
+  for (int r = 0; r < size(); ++r) by_node[node_of_rank[static_cast<size_t>(r)]].push_back(r);
+  nodes_ = static_cast<int>(by_node.size());
+  local_ = cross_ = Group{};
+  const size_t per_node = by_node.begin()->second.size();
+  bool even = true;
+  for (const auto& kv : by_node) even = even && kv.second.size() == per_node;
+  if (nodes_ < 2 || per_node < 2 || !even) return;  // flat ring
+  const auto& mine = by_node[node_of_rank[static_cast<size_t>(rank())]];
+  local_.ranks = mine;
+  local_.me = static_cast<int>(std::find(mine.begin(), mine.end(), rank()) - mine.begin());
+  for (const auto& kv : by_node) {
+    if (kv.second[static_cast<size_t>(local_.me)] == rank()) cross_.me = static_cast<int>(cross_.ranks.size());
+    cross_.ranks.push_back(kv.second[static_cast<size_t>(local_.me)]);
+  }
 }
 
-// Ring reduce-scatter: after size-1 steps, rank r holds the sum of chunk (r+1) % size.
-void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* out_begin, size_t* out_count) {
-  const int p = size(), r = rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
+std::string Communicator::describe() const {
+  if (hierarchical())
+    return "hierarchical: " + std::to_string(nodes_) + " nodes x " + std::to_string(local_.ranks.size()) + " ranks";
+  return "ring over " + std::to_string(size()) + " ranks" + (nodes_ > 1 ? " on " + std::to_string(nodes_) + " nodes" : "");
+}
+
+namespace {
+
+void chunk(size_t n, size_t parts, size_t index, size_t* begin, size_t* count) {
+  *begin = n * index / parts;
+  *count = n * (index + 1) / parts - *begin;
+}
+
+inline void add_into(float* dst, const float* src, size_t n) {
+  for (size_t k = 0; k < n; ++k) dst[k] += src[k];
+}
+inline void add_into(uint16_t* dst, const uint16_t* src, size_t n) {
+  for (size_t k = 0; k < n; ++k) dst[k] = float_to_half(half_to_float(dst[k]) + half_to_float(src[k]));
+}
+
+}  // namespace
+
+// Ring reduce-scatter over a group: after p-1 steps, the member at index i holds the sum of
+// chunk (i+1) % p.
+template <class T>
+void Communicator::ring_reduce_scatter(const Group& g, T* data, size_t n, size_t* out_begin, size_t* out_count) {
+  const size_t p = g.ranks.size(), i = static_cast<size_t>(g.me);
   if (p == 1) {
     *out_begin = 0;
     *out_count = n;
     return;
   }
-  scratch_.resize(n / static_cast<size_t>(p) + 1);
-  for (int s = 0; s < p - 1; ++s) {
+  const int next = g.ranks[(i + 1) % p], prev = g.ranks[(i + p - 1) % p];
+  scratch_.resize((n / p + 1) * sizeof(T));
+  T* tmp = reinterpret_cast<T*>(scratch_.data());
+  for (size_t s = 0; s + 1 < p; ++s) {
     size_t sb, sc, rb, rc;
-    chunk(n, (r - s + p) % p, &sb, &sc);
-    chunk(n, (r - s - 1 + 2 * p) % p, &rb, &rc);
+    chunk(n, p, (i + p - s) % p, &sb, &sc);
+    chunk(n, p, (i + 2 * p - s - 1) % p, &rb, &rc);
     auto dl = deadline();
-    t_->send(next, data + sb, sc * sizeof(float));
-    bytes_sent_ += sc * sizeof(float);
-    t_->recv(prev, scratch_.data(), rc * sizeof(float), dl);
-    for (size_t k = 0; k < rc; ++k) data[rb + k] += scratch_[k];
+    t_->send(next, data + sb, sc * sizeof(T));
+    bytes_sent_ += sc * sizeof(T);
+    t_->recv(prev, tmp, rc * sizeof(T), dl);
+    add_into(data + rb, tmp, rc);
     t_->wait_sends(dl);
   }
-  chunk(n, (r + 1) % p, out_begin, out_count);
+  chunk(n, p, (i + 1) % p, out_begin, out_count);
 }
 
-// Ring allgather of the chunks reduce_scatter_sum left: rank r starts with chunk (r+1) % size.
-void Communicator::allgather_chunks(float* data, size_t n) {
-  const int p = size(), r = rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
-  for (int s = 0; s < p - 1; ++s) {
+// Ring allgather of the chunks ring_reduce_scatter left: member i starts with chunk (i+1) % p.
+template <class T>
+void Communicator::ring_allgather(const Group& g, T* data, size_t n) {
+  const size_t p = g.ranks.size(), i = static_cast<size_t>(g.me);
+  if (p == 1) return;
+  const int next = g.ranks[(i + 1) % p], prev = g.ranks[(i + p - 1) % p];
+  for (size_t s = 0; s + 1 < p; ++s) {
     size_t sb, sc, rb, rc;
-    chunk(n, (r + 1 - s + p) % p, &sb, &sc);
-    chunk(n, (r - s + p) % p, &rb, &rc);
+    chunk(n, p, (i + 1 + p - s) % p, &sb, &sc);
+    chunk(n, p, (i + p - s) % p, &rb, &rc);
     auto dl = deadline();
-    t_->send(next, data + sb, sc * sizeof(float));
-    bytes_sent_ += sc * sizeof(float);
-    t_->recv(prev, data + rb, rc * sizeof(float), dl);
+    t_->send(next, data + sb, sc * sizeof(T));
+    bytes_sent_ += sc * sizeof(T);
+    t_->recv(prev, data + rb, rc * sizeof(T), dl);
     t_->wait_sends(dl);
   }
 }
 
-void Communicator::allreduce_sum(float* data, size_t n) {
+template <class T>
+void Communicator::allreduce(T* data, size_t n) {
   if (size() == 1) return;
   size_t b, c;
-  reduce_scatter_sum(data, n, &b, &c);
-  allgather_chunks(data, n);
+  if (!hierarchical()) {
+    ring_reduce_scatter(world_, data, n, &b, &c);
+    ring_allgather(world_, data, n);
+    return;
+  }
+  ring_reduce_scatter(local_, data, n, &b, &c);  // this rank owns [b, b+c) of its node's sum
+  size_t cb, cc;
+  ring_reduce_scatter(cross_, data + b, c, &cb, &cc);  // the same chunk on every node: summed
+  ring_allgather(cross_, data + b, c);
+  ring_allgather(local_, data, n);
 }
+
+void Communicator::allreduce_sum(float* data, size_t n) { allreduce(data, n); }
+
+void Communicator::allreduce_sum_half(float* data, size_t n) {
+  if (size() == 1) return;
+  std::vector<uint16_t> h(n);
+  for (size_t k = 0; k < n; ++k) h[k] = float_to_half(data[k]);
+  allreduce(h.data(), n);
+  for (size_t k = 0; k < n; ++k) data[k] = half_to_float(h[k]);
+}
+
+void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count) {
+  ring_reduce_scatter(world_, data, n, begin, count);
+}
+
+void Communicator::allgather_chunks(float* data, size_t n) { ring_allgather(world_, data, n); }
 
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   const int p = size(), r = rank();

@@ -2,6 +2,11 @@
 // against the collective's deadline so that a silent peer becomes an error naming it.
 #include <mpi.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,7 +34,11 @@ class MpiTransport : public Transport {
     if (!init) throw Error("MPI is not initialised");
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    serialized_ = level >= MPI_THREAD_SERIALIZED;
   }
+  bool thread_serialized() const override { return serialized_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "mpi"; }
@@ -37,6 +46,7 @@ class MpiTransport : public Transport {
     MPI_Request req;
     mpi_check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kTag, MPI_COMM_WORLD, &req), "MPI_Isend");
     sends_.push_back(req);
+    send_peers_.push_back(dst);
   }
   void recv(int src, void* data, size_t bytes, std::chrono::steady_clock::time_point deadline) override {
     MPI_Request req;
@@ -45,8 +55,9 @@ class MpiTransport : public Transport {
   }
   void wait_sends(std::chrono::steady_clock::time_point deadline) override {
     if (sends_.empty()) return;
-    wait(sends_.data(), static_cast<int>(sends_.size()), deadline, -1);
+    wait(sends_.data(), static_cast<int>(sends_.size()), deadline, send_peers_.front());
     sends_.clear();
+    send_peers_.clear();
   }
 
  private:
@@ -57,19 +68,45 @@ class MpiTransport : public Transport {
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
         for (int i = 0; i < n; ++i) MPI_Cancel(&reqs[i]);
-        throw Error("rank " + std::to_string(rank_) + ": timed out waiting for " +
-                    (peer >= 0 ? "rank " + std::to_string(peer) : std::string("a send to complete")) +
+        throw Error("rank " + std::to_string(rank_) + ": timed out waiting for rank " + std::to_string(peer) +
                     " (hung or dead peer)");
       }
-      if (spins > 1000) std::this_thread::yield();
+      // Spin briefly for latency, then yield, then sleep: a waiting communication thread must not
+      // take a core from the backward it overlaps with.
+      if (spins > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      else if (spins > 1000) std::this_thread::yield();
     }
   }
   int rank_ = 0, size_ = 1;
+  bool serialized_ = false;
   std::vector<MPI_Request> sends_;
+  std::vector<int> send_peers_;
 };
 
 }  // namespace
 
 std::unique_ptr<Transport> make_mpi_transport() { return std::make_unique<MpiTransport>(); }
+
+std::vector<int> mpi_node_ids() {
+  const char* forced = std::getenv("LOOM_NODE_ID");
+  const char* slurm = std::getenv("SLURMD_NODENAME");
+  char name[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+  int len = 0;
+  if (forced && *forced) std::snprintf(name, sizeof name, "id:%s", forced);
+  else if (slurm && *slurm) std::snprintf(name, sizeof name, "slurm:%s", slurm);
+  else mpi_check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int width = MPI_MAX_PROCESSOR_NAME + 1;
+  std::vector<char> all(static_cast<size_t>(size) * width);
+  mpi_check(MPI_Allgather(name, width, MPI_CHAR, all.data(), width, MPI_CHAR, MPI_COMM_WORLD), "MPI_Allgather");
+  std::map<std::string, int> ids;
+  std::vector<int> out;
+  for (int r = 0; r < size; ++r) {
+    std::string n(all.data() + static_cast<size_t>(r) * width, strnlen(all.data() + static_cast<size_t>(r) * width, width));
+    out.push_back(ids.emplace(n, static_cast<int>(ids.size())).first->second);
+  }
+  return out;
+}
 
 }  // namespace loom::rt

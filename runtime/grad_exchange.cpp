@@ -14,9 +14,8 @@ CompressConfig parse_grad_compress(const std::string& text) {
   CompressConfig c;
   auto colon = text.find(':');
   c.kind = text.substr(0, colon);
-  if (c.kind == "fp16") throw Error("--grad-compress fp16 is not available in this build yet (none, powersgd)");
-  if (c.kind != "none" && c.kind != "powersgd")
-    throw Error("--grad-compress must be none or powersgd[:rank=R,start=S], not '" + text + "'");
+  if (c.kind != "none" && c.kind != "fp16" && c.kind != "powersgd")
+    throw Error("--grad-compress must be none, fp16 or powersgd[:rank=R,start=S], not '" + text + "'");
   if (colon == std::string::npos) return c;
   if (c.kind != "powersgd") throw Error("--grad-compress " + c.kind + " takes no parameters");
   std::stringstream ss(text.substr(colon + 1));
@@ -34,19 +33,39 @@ CompressConfig parse_grad_compress(const std::string& text) {
   return c;
 }
 
-size_t GradExchange::plain_floats(const std::vector<Param>& params, size_t extras) {
-  size_t n = extras;
-  for (const auto& p : params) n += static_cast<size_t>(p.grad.numel());
-  return n;
+GradExchange::GradExchange(CompressConfig c, double bucket_mb) : c_(std::move(c)) {
+  if (!(bucket_mb >= 0) || bucket_mb > 4096) throw Error("--bucket-mb must be between 0 and 4096");
+  bucket_bytes_ = static_cast<size_t>(bucket_mb * 1048576.0);
+}
+
+GradExchange::~GradExchange() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
 }
 
 void GradExchange::plan(const std::vector<Param>& params) {
-  for (size_t i = 0; i < params.size(); ++i) {
+  // Buckets in reverse parameter order: backward finishes the last layer's gradients first.
+  const size_t limit = overlaps() ? bucket_bytes_ : SIZE_MAX;
+  bucket_of_.assign(params.size(), 0);
+  for (size_t k = params.size(); k-- > 0;) {
+    const size_t n = static_cast<size_t>(params[k].grad.numel());
+    if (buckets_.empty() || (buckets_.back().floats > 0 && (buckets_.back().floats + n) * sizeof(float) > limit))
+      buckets_.emplace_back();
+    buckets_.back().params.push_back(k);
+    buckets_.back().floats += n;
+    bucket_of_[k] = buckets_.size() - 1;
+    grad_bytes_ += n * sizeof(float);
+  }
+  for (size_t i = 0; i < params.size() && c_.kind == "powersgd"; ++i) {
     const Tensor& g = params[i].grad;
     const int64_t r = c_.rank;
-    bool matrix = g.ndim() == 2 && c_.kind == "powersgd";
     // Sent as P [rows, r] and Q [cols, r]: only worth it when that halves the size at least.
-    if (matrix && g.numel() >= 2 * (g.dim(0) + g.dim(1)) * r) {
+    if (g.ndim() == 2 && g.numel() >= 2 * (g.dim(0) + g.dim(1)) * r) {
       Matrix m{i, static_cast<int>(g.dim(0)), static_cast<int>(g.dim(1)), {}, {}};
       std::mt19937 rng(1234 + static_cast<unsigned>(i));  // the same Q on every rank
       std::normal_distribution<float> nd;
@@ -59,6 +78,108 @@ void GradExchange::plan(const std::vector<Param>& params) {
     }
   }
   planned_ = true;
+}
+
+void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {
+  comm_ = &comm;
+  params_ = &params;
+  weight_ = weight;
+  if (!planned_) plan(params);
+  is_ready_.assign(params.size(), 0);
+  for (auto& b : buckets_) b.pending = static_cast<int>(b.params.size());
+  done_ = 0;
+  error_ = nullptr;
+  last_bytes_ = 0;
+  if (overlaps() && !thread_.joinable()) thread_ = std::thread(&GradExchange::comm_loop, this);
+}
+
+void GradExchange::ready(size_t param) {
+  if (param >= is_ready_.size() || is_ready_[param]) return;
+  is_ready_[param] = 1;
+  const size_t b = bucket_of_[param];
+  if (--buckets_[b].pending > 0 || !overlaps()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(b);
+  }
+  cv_.notify_all();
+}
+
+void GradExchange::comm_loop() {
+  for (;;) {
+    size_t b;
+    bool failed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      b = queue_.front();
+      queue_.pop_front();
+      failed = error_ != nullptr;
+    }
+    std::exception_ptr err;
+    if (!failed) {  // after a failure the ranks are out of step: no further collectives
+      try {
+        reduce_bucket(buckets_[b]);
+      } catch (...) {
+        err = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (err) error_ = err;
+      ++done_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void GradExchange::reduce_bucket(Bucket& b) {
+  b.buf.resize(b.floats);
+  float* at = b.buf.data();
+  const float w = weight_;
+  for (size_t i : b.params) {
+    const float* g = (*params_)[i].grad.f32();
+    const int64_t n = (*params_)[i].grad.numel();
+    for (int64_t k = 0; k < n; ++k) at[k] = g[k] * w;
+    at += n;
+  }
+  if (c_.kind == "fp16") {
+    comm_->allreduce_sum_half(b.buf.data(), b.buf.size());
+    last_bytes_ += b.buf.size() * sizeof(uint16_t);
+  } else {
+    comm_->allreduce_sum(b.buf.data(), b.buf.size());
+    last_bytes_ += b.buf.size() * sizeof(float);
+  }
+  at = b.buf.data();
+  for (size_t i : b.params) {
+    float* g = (*params_)[i].grad.f32();
+    const int64_t n = (*params_)[i].grad.numel();
+    std::copy(at, at + n, g);
+    at += n;
+  }
+}
+
+void GradExchange::finish(std::vector<float>& extras, int64_t step) {
+  for (size_t i = 0; i < is_ready_.size(); ++i) ready(i);  // what backward did not report
+  plain_bytes_ = grad_bytes_ + extras.size() * sizeof(float);
+  if (overlaps()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+    if (error_) std::rethrow_exception(error_);
+  } else if (c_.kind == "powersgd") {
+    for (auto& p : *params_) {
+      float* g = p.grad.f32();
+      const int64_t n = p.grad.numel();
+      for (int64_t k = 0; k < n; ++k) g[k] *= weight_;
+    }
+    powersgd(extras, step);
+    return;
+  } else {
+    for (auto& b : buckets_) reduce_bucket(b);
+  }
+  comm_->allreduce_sum(extras.data(), extras.size());
+  last_bytes_ += extras.size() * sizeof(float);
 }
 
 namespace {
@@ -88,9 +209,10 @@ void orthogonalise(float* p, int rows, int r) {
 
 }  // namespace
 
-void GradExchange::exchange(Communicator& comm, std::vector<Param>& params, std::vector<float>& extras, int64_t step) {
-  if (!planned_) plan(params);
-  const bool compress = c_.kind == "powersgd" && step >= c_.start && !matrices_.empty();
+void GradExchange::powersgd(std::vector<float>& extras, int64_t step) {
+  Communicator& comm = *comm_;
+  std::vector<Param>& params = *params_;
+  const bool compress = step >= c_.start && !matrices_.empty();
   const int r = c_.rank;
   // Round 1: uncompressed tensors, the extras, and P = (G + E) Q for every compressed matrix.
   buf_.clear();
@@ -112,7 +234,7 @@ void GradExchange::exchange(Communicator& comm, std::vector<Param>& params, std:
     }
   }
   comm.allreduce_sum(buf_.data(), buf_.size());
-  last_floats_ = buf_.size();
+  last_bytes_ = buf_.size() * sizeof(float);
   size_t at = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     bool is_plain = !compress || std::find(plain_.begin(), plain_.end(), i) != plain_.end();
@@ -139,7 +261,7 @@ void GradExchange::exchange(Communicator& comm, std::vector<Param>& params, std:
     ps.push_back(std::move(p));
   }
   comm.allreduce_sum(qbuf.data(), qbuf.size());
-  last_floats_ += qbuf.size();
+  last_bytes_ += qbuf.size() * sizeof(float);
   size_t q_at = 0;
   const float inv_ranks = 1.0f / static_cast<float>(comm.size());
   for (size_t j = 0; j < matrices_.size(); ++j) {

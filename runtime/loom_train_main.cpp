@@ -63,7 +63,9 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
       ("balance", po::value(&c.balance)->default_value("off"), "off | static | dynamic (shares of the global batch)")
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
-      ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | powersgd[:rank=R,start=S]");
+      ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | fp16 | powersgd[:rank=R,start=S]")
+      ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0), "gradient bucket size, overlapped with backward (0: after it)")
+      ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -111,6 +113,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   if (c.balance != "off" && c.balance != "static" && c.balance != "dynamic")
     throw Usage{"--balance must be off, static or dynamic, not '" + c.balance + "'"};
   if (c.replan_every <= 0) throw Usage{"--replan-every must be positive"};
+  if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Usage{"--bucket-mb must be between 0 and 4096"};
+  if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400)) throw Usage{"--comm-timeout must be between 0 and 86400 seconds"};
   loom::rt::parse_grad_compress(c.grad_compress);  // throws an Error naming the problem
   auto env_number = [](const char* name, double fallback) {
     const char* v = std::getenv(name);
@@ -155,17 +159,25 @@ int main(int argc, char** argv) {
   std::unique_ptr<loom::rt::Communicator> comm;
 #ifdef LOOM_HAVE_MPI
   if (launched_as_mpi()) {
-    MPI_Init(&argc, &argv);
-    comm = std::make_unique<loom::rt::Communicator>(loom::rt::make_mpi_transport(), 120.0);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);  // overlap needs SERIALIZED
+    comm = std::make_unique<loom::rt::Communicator>(loom::rt::make_mpi_transport(), c.comm_timeout);
     c.comm = comm.get();
+    try {
+      comm->set_nodes(loom::rt::mpi_node_ids());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-train: %s\n", e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
   }
 #endif
   int rc = 0;
   try {
     loom::rt::train(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-train: %s%s\n", comm ? ("rank " + std::to_string(comm->rank()) + ": ").c_str() : "",
-                 e.what());
+    const std::string what = e.what();  // collectives' errors already name the rank
+    const std::string who = comm && what.rfind("rank ", 0) != 0 ? "rank " + std::to_string(comm->rank()) + ": " : "";
+    std::fprintf(stderr, "loom-train: %s%s\n", who.c_str(), what.c_str());
     rc = 1;
 #ifdef LOOM_HAVE_MPI
     if (comm) MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks would wait for this one

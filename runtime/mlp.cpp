@@ -74,7 +74,7 @@ const Tensor& Mlp::forward(const Tensor& x) {
   return acts_.back();
 }
 
-void Mlp::backward(const Tensor& dlogits, bool accumulate) {
+void Mlp::backward(const Tensor& dlogits, bool accumulate, const std::function<void(size_t)>& ready) {
   const int layers = static_cast<int>(widths_.size()) - 1;
   const int batch = static_cast<int>(acts_[0].dim(0));
   LOOM_CHECK(dlogits.ndim() == 2 && dlogits.dim(0) == batch && dlogits.dim(1) == widths_.back(),
@@ -87,6 +87,10 @@ void Mlp::backward(const Tensor& dlogits, bool accumulate) {
               params_[2 * l].grad.f32(), in);
     if (!accumulate) params_[2 * l + 1].grad.fill(0.0f);
     ops::bias_grad(device_, dy->f32(), params_[2 * l + 1].grad.f32(), batch, out);
+    if (ready) {
+      ready(static_cast<size_t>(2 * l));
+      ready(static_cast<size_t>(2 * l + 1));
+    }
     if (l == 0) break;  // no gradient for the input
     Tensor& dx = dacts_[l];
     if (!dx.defined() || dx.dim(0) != batch || dx.device() != device_) dx = Tensor::empty({batch, in}, DType::kF32, device_);

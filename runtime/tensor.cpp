@@ -104,6 +104,7 @@ Allocator& Allocator::cpu() {
 
 void* Allocator::allocate(size_t bytes) {
   bytes = (std::max<size_t>(bytes, 1) + 63) & ~size_t{63};
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < free_.size(); ++i)
     if (free_[i].first == bytes) {
       void* p = free_[i].second;
@@ -120,6 +121,7 @@ void* Allocator::allocate(size_t bytes) {
 
 void Allocator::release(void* p, size_t bytes) {
   bytes = (std::max<size_t>(bytes, 1) + 63) & ~size_t{63};
+  std::lock_guard<std::mutex> lock(mu_);
   live_ -= bytes;
   free_.emplace_back(bytes, p);
   cached_ += bytes;

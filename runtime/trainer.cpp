@@ -48,7 +48,8 @@ class Task {
   virtual int64_t steps_per_epoch(int batch) const = 0;
   // Forward and backward on samples [first, first + count) of the epoch's order: the mean loss
   // over them, and the gradients of that mean (overwritten).
-  virtual double train_step(int64_t epoch, int64_t first, int count) = 0;
+  // `ready(i)`, when set, is told as soon as params()[i].grad is final.
+  virtual double train_step(int64_t epoch, int64_t first, int count, const std::function<void(size_t)>& ready) = 0;
   virtual Eval evaluate() = 0;
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
@@ -78,14 +79,14 @@ class MlpTask : public Task {
            " Fashion-MNIST images, on " + (device_ == Device::kCuda ? "cuda" : "cpu");
   }
   int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
-  double train_step(int64_t epoch, int64_t first, int batch) override {
+  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
     if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
     gather_batch(train_, order_, first, first + batch, &x_, &y_);
     if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
     if (device_ == Device::kCpu) {
       const Tensor& logits = model_.forward(x_);
       double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
-      model_.backward(dlogits_);
+      model_.backward(dlogits_, false, ready);
       return loss;
     }
     Tensor labels = Tensor::empty({batch}, DType::kI32);
@@ -157,7 +158,7 @@ class GptTask : public Task {
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
   }
-  double train_step(int64_t epoch, int64_t first, int batch) override {
+  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>&) override {
     const int T = model_->config().context;
     const int64_t starts = split_ - T - 1 + 1;
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
@@ -291,10 +292,23 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     return t;
   };
   if (ranks > 1) emit("balance " + c.balance + ": shares " + shares_text(), "\"level\":\"info\",\"event\":\"shares\"");
-  GradExchange exchange(parse_grad_compress(c.grad_compress));
+  GradExchange exchange(parse_grad_compress(c.grad_compress), c.bucket_mb);
   bool reported_compression = false;
   size_t comm_bytes = 0;
   MixedPrecision amp(c.precision);
+  // Gradients go out while backward runs, unless their precision pass (AMP) or an injected
+  // overflow must see them all first, or the transport cannot be driven from a second thread.
+  const bool overlap = ranks > 1 && exchange.overlaps() && !amp.enabled() && c.inject_overflow_step < 0 &&
+                       c.comm->thread_serialized();
+  std::function<void(size_t)> ready;
+  if (overlap) ready = [&exchange](size_t i) { exchange.ready(i); };
+  if (ranks > 1)
+    emit("allreduce " + c.comm->describe() + " (" + c.comm->backend() + "), " +
+             (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward"
+                      : std::string("after backward")) +
+             (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),
+         "\"level\":\"info\",\"event\":\"comm\",\"hierarchical\":" +
+             std::string(c.comm->hierarchical() ? "true" : "false") + ",\"overlap\":" + (overlap ? "true" : "false"));
   if (amp.enabled() && cuda) throw Error("--precision " + c.precision + " runs on the CPU (emulated) in this build");
   if (amp.enabled())
     emit("mixed precision " + c.precision + " (emulated by rounding on the CPU), fp32 master weights" +
@@ -317,7 +331,11 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
       auto t0 = Clock::now();
       const int share = bal.shares()[static_cast<size_t>(me)];
       amp.enter(task->params());
-      double loss = task->train_step(epoch, b * c.global_batch + bal.offset(me), share);
+      // Each rank's gradient is the mean over its share; weighted by share / global batch and
+      // summed, they are the gradient of the mean over the whole global batch.
+      const float w = static_cast<float>(share) / static_cast<float>(c.global_batch);
+      if (ranks > 1) exchange.begin(*c.comm, task->params(), w);
+      double loss = task->train_step(epoch, b * c.global_batch + bal.offset(me), share, ready);
       bool finite = amp.leave(task->params());
       if (step == c.inject_overflow_step) {
         task->params()[0].grad.f32()[0] = INFINITY;  // as an fp16 overflow would leave it
@@ -329,28 +347,18 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         compute = seconds_since(t0);
       }
       if (ranks > 1) {
-        // Each rank's gradient is the mean over its share; weighted by share / global batch
-        // and summed, they are the gradient of the mean over the whole global batch.
-        const float w = static_cast<float>(share) / static_cast<float>(c.global_batch);
-        for (auto& p : task->params()) {
-          float* g = p.grad.f32();
-          const int64_t n = p.grad.numel();  // hoisted: numel() and f32() are not free
-          for (int64_t k = 0; k < n; ++k) g[k] *= w;
-        }
         std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f};  // loss, overflowed ranks
-        size_t before = c.comm->bytes_sent();
-        exchange.exchange(*c.comm, task->params(), extras, step);
-        comm_bytes += c.comm->bytes_sent() - before;
+        exchange.finish(extras, step);
+        comm_bytes += exchange.last_bytes();
         loss = extras[0];
         finite = extras[1] == 0.0f;  // every rank now makes the same decision
-        if (!reported_compression && exchange.last_floats() < GradExchange::plain_floats(task->params(), 2)) {
+        if (!reported_compression && exchange.last_bytes() < exchange.plain_bytes()) {
           reported_compression = true;
-          size_t plain = GradExchange::plain_floats(task->params(), 2);
+          const double ratio = static_cast<double>(exchange.plain_bytes()) / exchange.last_bytes();
           emit("gradient compression " + c.grad_compress + " from step " + std::to_string(step + 1) + ": " +
-                   std::to_string(exchange.last_floats()) + " floats per step instead of " + std::to_string(plain) +
-                   " (" + num(static_cast<double>(plain) / exchange.last_floats()) + "x fewer)",
-               "\"level\":\"info\",\"event\":\"compression\",\"ratio\":" +
-                   num(static_cast<double>(plain) / exchange.last_floats()));
+                   std::to_string(exchange.last_bytes()) + " bytes per step instead of " +
+                   std::to_string(exchange.plain_bytes()) + " (" + num(ratio) + "x fewer)",
+               "\"level\":\"info\",\"event\":\"compression\",\"ratio\":" + num(ratio));
         }
         std::vector<double> seconds = gather(compute);
         for (int straggler : bal.stragglers(seconds))

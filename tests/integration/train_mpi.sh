@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# train_mpi.sh — data-parallel loom-train under mpirun: 1 rank against 2 and 3 ranks with
-# uneven static shares gives the same weights within fp32 reduction tolerance; dynamic
-# balancing moves work away from a rank emulated at 0.4 of the speed.
+# train_mpi.sh — data-parallel loom-train under mpirun: 1 rank against 2, 3 and 4 ranks with
+# uneven static shares (bucketed, overlapped, flat and hierarchical allreduce) gives the same
+# weights within fp32 reduction tolerance; dynamic balancing moves work away from a rank
+# emulated at 0.4 of the speed; fp16 loss scaling, PowerSGD and fp16 gradients; a stopped or
+# killed rank ends the job with its name instead of a hang.
 . "$(dirname "$0")/lib.sh"
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
@@ -25,7 +27,23 @@ for np in 2 3; do
   run_cmd timeout 300 mpirun -np "$np" --oversubscribe ./rankenv.sh "$T" $common --balance static --export "p$np.h5"
   expect_eq "$np ranks exit" 0 "$rc"
   expect_match "$np ranks: uneven static shares" "balance static: shares $([ "$np" = 2 ] && echo 16,44 || echo 7,20,33)" "$err"
+  expect_match "$np ranks: buckets overlapped" "allreduce ring over $np ranks \(mpi\), buckets of 1 MiB overlapped with backward" "$err"
   h5diff -d 2e-6 one.h5 "p$np.h5" /params /params >/dev/null && pass || fail "$np ranks: weights differ from 1 rank"
+done
+# 4 ranks as 2 nodes x 2 (LOOM_NODE_ID stands in for the host): the hierarchical allreduce, with
+# small buckets, and one exchange after backward, give the single-process weights too.
+cat >nodeenv.sh <<'SH'
+#!/bin/sh
+r=${OMPI_COMM_WORLD_RANK:-0}
+export LOOM_DEVICE_WEIGHT=$((r + 1)) LOOM_NODE_ID=node$((r / 2))
+exec "$@"
+SH
+chmod +x nodeenv.sh
+for mb in 0.1 0; do
+  run_cmd timeout 300 mpirun -np 4 --oversubscribe ./nodeenv.sh "$T" $common --balance static --bucket-mb $mb --export "h$mb.h5"
+  expect_eq "4 ranks on 2 nodes, --bucket-mb $mb exit" 0 "$rc"
+  expect_match "4 ranks: hierarchical" "allreduce hierarchical: 2 nodes x 2 ranks \(mpi\), $([ $mb = 0 ] && echo 'after backward' || echo 'buckets of 0.1 MiB')" "$err"
+  h5diff -d 2e-6 one.h5 "h$mb.h5" /params /params >/dev/null && pass || fail "hierarchical, --bucket-mb $mb: weights differ from 1 rank"
 done
 run_cmd env SLOW=0.4 timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" --steps 60 --global-batch 140 \
   --balance dynamic --replan-every 5 --log-every 20 --metrics-file dyn.jsonl
@@ -63,33 +81,70 @@ h5diff amp2.h5 amp2b.h5 /params /params >/dev/null && pass || fail "the skipped 
 # PowerSGD at rank 4 on the 784-512-512-10 MLP: the floats sent per step follow from the shapes
 # (P and Q of three matrices, biases and two extras as they are), and 2 epochs on 2 ranks end
 # within 1.5 points of the uncompressed run.
-for mode in none powersgd:rank=4,start=100; do
+for mode in none powersgd:rank=4,start=100 fp16; do
   run_cmd timeout 600 mpirun -np 2 --oversubscribe "$T" --epochs 2 --global-batch 128 --grad-compress "$mode" \
     --log-every 100000 --metrics-file "acc-${mode%%:*}.jsonl"
   expect_eq "2 epochs with $mode" 0 "$rc"
+  case $mode in
+    powersgd*) expect_match "PowerSGD bytes per step from the shapes" \
+      "compression powersgd:rank=4,start=100 from step 101: 49616 bytes per step instead of 2678832 \(53.9[0-9]*x fewer\)" "$err" ;;
+    fp16) expect_match "fp16 gradients: half the bytes (the two extras stay fp32)" \
+      "compression fp16 from step 1: 1339420 bytes per step instead of 2678832 \(1.99[0-9]*x fewer\)" "$err" ;;
+  esac
 done
-expect_match "PowerSGD floats per step from the shapes" \
-  "from step 101: 12404 floats per step instead of 669708 \(53.9[0-9]*x fewer\)" "$err"
-/usr/bin/python3 - acc-none.jsonl acc-powersgd.jsonl <<'PY' && pass || fail "PowerSGD accuracy or bytes"
+/usr/bin/python3 - acc-none.jsonl acc-powersgd.jsonl acc-fp16.jsonl <<'PY' && pass || fail "PowerSGD / fp16 accuracy or bytes"
 import json, sys
 def last(path, key):
     return [json.loads(l) for l in open(path) if key in l][-1]
-plain, psgd = last(sys.argv[1], '"eval"')["test_accuracy"], last(sys.argv[2], '"eval"')["test_accuracy"]
-bp, bq = last(sys.argv[1], '"summary"')["comm_bytes"], last(sys.argv[2], '"summary"')["comm_bytes"]
-print(f"train_mpi: test accuracy uncompressed {plain:.4f}, PowerSGD rank 4 {psgd:.4f}; bytes sent per rank {bp} vs {bq}")
+plain, psgd, half = (last(p, '"eval"')["test_accuracy"] for p in sys.argv[1:4])
+bp, bq, bh = (last(p, '"summary"')["comm_bytes"] for p in sys.argv[1:4])
+print(f"train_mpi: test accuracy uncompressed {plain:.4f}, PowerSGD rank 4 {psgd:.4f}, fp16 {half:.4f}; "
+      f"payload bytes per rank {bp}, {bq}, {bh}")
 assert abs(plain - psgd) <= 0.015, (plain, psgd)
+assert abs(plain - half) <= 0.005, (plain, half)
 assert bq < bp / 5, (bp, bq)  # 100 plain steps first, then 54x fewer per step
+assert abs(bh / bp - 0.5) < 0.001, (bp, bh)
 PY
 check_mpi_err() {
   run_cmd "$T" --steps 1 --grad-compress "$1"
   expect_eq "--grad-compress $1 exit" 1 "$rc"
   expect_match "--grad-compress $1 message" "$2" "$err"
 }
-check_mpi_err zip "must be none or powersgd"
+check_mpi_err zip "must be none, fp16 or powersgd"
 check_mpi_err powersgd:rank=0 "rank must be positive"
 check_mpi_err powersgd:depth=2 "unknown parameter 'depth'"
 
 run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --global-batch 1
 expect_eq "global batch smaller than the ranks exit" 1 "$rc"
 expect_match "global batch smaller than the ranks" "smaller than the 2 ranks" "$err"
+
+# A rank that stops answering (SIGSTOP, as a hung GPU or a paused VM would) makes the others fail
+# after --comm-timeout with its name; a rank killed outright (SIGKILL) ends the job too. Rank 1
+# is hit once rank 0 has logged a training step, so both are in the middle of training.
+cat >victim.sh <<'SH'
+#!/bin/sh
+[ "${OMPI_COMM_WORLD_RANK:-0}" != 1 ] && exec "$@"
+"$@" &
+pid=$!
+n=0
+until grep -q '"step"' victim.jsonl 2>/dev/null || [ $n -gt 600 ]; do sleep 0.1; n=$((n + 1)); done
+kill -"$SIG" $pid
+wait $pid
+SH
+chmod +x victim.sh
+for sig in STOP KILL; do
+  rm -f victim.jsonl
+  start=$(date +%s)
+  run_cmd env SIG=$sig timeout 120 mpirun -np 2 --oversubscribe ./victim.sh "$T" --steps 100000 --global-batch 64 \
+    --log-every 5 --metrics-file victim.jsonl --comm-timeout 5
+  took=$(( $(date +%s) - start ))
+  echo "train_mpi: SIG$sig on rank 1: job ended with $rc after ${took}s"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && pass || fail "SIG$sig on rank 1: exit $rc (124: the job hung)"
+  if [ $sig = STOP ]; then
+    expect_match "a stopped rank is named" "rank 0: timed out waiting for rank 1 \(hung or dead peer\)" "$err"
+  else
+    # mpirun sees the dead process first, ends the job and names it ([[job,step],rank]).
+    expect_match "a killed rank is named" "Process name: \\[\\[[0-9]+,[0-9]+\\],1\\]|timed out waiting for rank 1" "$err"
+  fi
+done
 finish

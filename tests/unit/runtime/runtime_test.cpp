@@ -293,6 +293,62 @@ TEST(Comm, RingAllreduceSumsOnEveryRank) {
       });
 }
 
+TEST(Comm, HierarchicalAllreduceEqualsTheFlatSum) {
+  struct Case {
+    std::vector<int> nodes;
+    bool hierarchical;
+    const char* describe;
+  };
+  for (const Case& k : {Case{{0, 0, 1, 1}, true, "hierarchical: 2 nodes x 2 ranks"},
+                        Case{{5, 9, 5, 9, 5, 9}, true, "hierarchical: 2 nodes x 3 ranks"},
+                        Case{{0, 0, 0, 1, 1, 1, 2, 2, 2}, true, "hierarchical: 3 nodes x 3 ranks"},
+                        Case{{0, 0, 1}, false, "ring over 3 ranks on 2 nodes"},  // uneven: flat ring
+                        Case{{0, 1, 2}, false, "ring over 3 ranks on 3 nodes"},
+                        Case{{0, 0, 0, 0}, false, "ring over 4 ranks"}}) {
+    const int p = static_cast<int>(k.nodes.size());
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1001}})
+      run_ranks(p, [&](Communicator& c) {
+        c.set_nodes(k.nodes);
+        EXPECT_EQ(c.hierarchical(), k.hierarchical);
+        EXPECT_EQ(c.describe(), k.describe);
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(c.rank() + 1) * static_cast<float>(i % 13);
+        c.allreduce_sum(v.data(), n);
+        const float ranks = static_cast<float>(p * (p + 1) / 2);
+        for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(v[i], ranks * static_cast<float>(i % 13)) << p << " " << n;
+      });
+  }
+  run_ranks(2, [&](Communicator& c) { EXPECT_THROW(c.set_nodes({0, 1, 2}), Error); });
+}
+
+TEST(Comm, HierarchicalSendsLessAcrossNodes) {
+  // 2 nodes x 2 ranks: each rank sends 1/2 of the data inside its node and 1/2 of its half
+  // across; a flat ring over 4 ranks would send 3/2 of the data, half of its hops crossing.
+  const size_t n = 4000;
+  run_ranks(4, [&](Communicator& c) {
+    c.set_nodes({0, 0, 1, 1});
+    std::vector<float> v(n, 1.0f);
+    c.allreduce_sum(v.data(), n);
+    EXPECT_EQ(c.bytes_sent(), (n + n / 2) * 4);  // local RS+AG: n/2 + n/2; cross RS+AG: n/4 + n/4
+    for (float x : v) ASSERT_EQ(x, 4.0f);
+  });
+}
+
+TEST(Comm, HalfAllreduceSendsHalfTheBytes) {
+  run_ranks(3, [&](Communicator& c) {
+    const size_t n = 999;
+    std::vector<float> v(n), exact(n);
+    for (size_t i = 0; i < n; ++i) v[i] = 0.25f * static_cast<float>(i % 17) * static_cast<float>(c.rank() + 1);
+    c.allreduce_sum_half(v.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], 0.25f * static_cast<float>(i % 17) * 6.0f) << i;  // exact in fp16
+    EXPECT_EQ(c.bytes_sent(), 2 * n * 2 / 3 * 2);
+    std::vector<float> big{70000.0f, 1e-3f};  // beyond fp16's range: inf, as on a GPU
+    c.allreduce_sum_half(big.data(), big.size());
+    EXPECT_TRUE(std::isinf(big[0]));
+    EXPECT_NEAR(big[1], 3e-3f, 3e-6f);
+  });
+}
+
 TEST(Comm, BroadcastFromEveryRootAndBarrier) {
   for (int p : {1, 2, 5})
     for (int root = 0; root < p; ++root)
@@ -355,7 +411,19 @@ TEST(Balancer, DynamicFollowsMeasuredSpeed) {
   }
   EXPECT_EQ(b.shares(), (std::vector<int>{100, 40}));  // 5:2
   std::vector<double> slow{b.shares()[0] / 1000.0, 3 * b.shares()[1] / 400.0};
-  EXPECT_EQ(b.stragglers(slow), std::vector<int>{1});
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{});  // one slow step is noise
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{});
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{1});  // the third in a row is reported ...
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{});  // ... once
+  std::vector<double> fine{b.shares()[0] / 1000.0, b.shares()[1] / 400.0};
+  EXPECT_EQ(b.stragglers(fine), std::vector<int>{});
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(b.stragglers(slow), std::vector<int>{});
+  EXPECT_EQ(b.stragglers(slow), std::vector<int>{1});  // slow again after keeping up: reported again
+  std::vector<double> tiny{1e-5, 3e-5};  // 3x, but 20 us: below what a step's noise is
+  Balancer t("static", 2, 2);
+  t.start({1, 1});
+  for (int k = 0; k < 6; ++k) t.observe({1e-5, 1e-5});
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(t.stragglers(tiny), std::vector<int>{});
 }
 
 }  // namespace
@@ -372,8 +440,74 @@ TEST(GradExchange, ParsesCompressionOptions) {
   EXPECT_EQ(c.kind, "powersgd");
   EXPECT_EQ(c.rank, 2);
   EXPECT_EQ(c.start, 50);
-  for (const char* bad : {"zip", "powersgd:rank=0", "powersgd:rank=x", "powersgd:depth=1", "none:rank=2", "fp16"})
+    EXPECT_EQ(parse_grad_compress("fp16").kind, "fp16");
+  for (const char* bad : {"zip", "powersgd:rank=0", "powersgd:rank=x", "powersgd:depth=1", "none:rank=2", "fp16:rank=2"})
     EXPECT_THROW(parse_grad_compress(bad), Error) << bad;
+}
+
+// Params of several sizes, gradients that differ per rank; the weighted sum is exact in fp32.
+std::vector<Param> bucket_params(int rank) {
+  std::vector<Param> ps;
+  for (int64_t n : {300, 20, 5000, 40, 1, 2048}) {
+    Param p{"p" + std::to_string(ps.size()), Tensor::empty({n}), Tensor::empty({n})};
+    for (int64_t k = 0; k < n; ++k) p.grad.f32()[k] = static_cast<float>((k % 9) * (rank + 1));
+    ps.push_back(std::move(p));
+  }
+  return ps;
+}
+
+TEST(GradExchange, BucketsOverlapAndSumTheWeightedGradients) {
+  for (const char* kind : {"none", "fp16"})
+    for (double mb : {0.0, 0.004, 0.02, 25.0})  // one exchange after backward; 1-4 KiB buckets; one bucket
+      run_ranks(2, [&](Communicator& c) {
+        CompressConfig cfg;
+        cfg.kind = kind;
+        GradExchange ex(cfg, mb);
+        EXPECT_EQ(ex.overlaps(), mb > 0);
+        for (int step = 0; step < 3; ++step) {
+          auto ps = bucket_params(c.rank());
+          const float w = c.rank() == 0 ? 0.75f : 0.25f;  // shares 3:1
+          ex.begin(c, ps, w);
+          for (size_t i = ps.size(); i-- > 1;) ex.ready(i);  // as backward would, last first; 0 left to finish()
+          ex.ready(3);  // a repeated report is ignored
+          std::vector<float> extras{w, 1.0f};
+          ex.finish(extras, step);
+          EXPECT_FLOAT_EQ(extras[0], 1.0f);
+          EXPECT_FLOAT_EQ(extras[1], 2.0f);
+          for (const auto& p : ps)
+            for (int64_t k = 0; k < p.grad.numel(); ++k)
+              ASSERT_EQ(p.grad.f32()[k], static_cast<float>(k % 9) * (0.75f + 0.5f)) << p.name << " " << kind << " " << mb;
+          const size_t grads = (300 + 20 + 5000 + 40 + 1 + 2048) * 4;
+          EXPECT_EQ(ex.plain_bytes(), grads + 8);
+          EXPECT_EQ(ex.last_bytes(), (std::string(kind) == "fp16" ? grads / 2 : grads) + 8);
+        }
+        if (mb == 0.004) {
+          EXPECT_GE(ex.buckets(), 4u);
+        }
+        if (mb == 25.0) {
+          EXPECT_EQ(ex.buckets(), 1u);
+        }
+      });
+}
+
+TEST(GradExchange, AFailedBucketIsReportedNotHung) {
+  auto transports = make_inproc_group(2);
+  std::string error;
+  std::thread t([&] {
+    Communicator c(std::move(transports[0]), 0.5);  // rank 1 never takes part
+    GradExchange ex(CompressConfig{}, 0.004);
+    auto ps = bucket_params(0);
+    try {
+      ex.begin(c, ps, 1.0f);
+      for (size_t i = ps.size(); i-- > 0;) ex.ready(i);
+      std::vector<float> extras{0.0f};
+      ex.finish(extras, 0);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  t.join();
+  EXPECT_NE(error.find("timed out waiting for rank 1"), std::string::npos) << error;
 }
 
 TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
@@ -391,10 +525,12 @@ TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
     CompressConfig cfg;
     cfg.kind = "powersgd";
     cfg.rank = 10;  // 12x10 at rank 10 would not shrink 2x: sent as it is ...
-    GradExchange plain_path(cfg);
+    GradExchange plain_path(cfg, 0);
     std::vector<float> extras{1.0f};
-    plain_path.exchange(c, ps, extras, 0);
-    EXPECT_EQ(plain_path.last_floats(), GradExchange::plain_floats(ps, 1));
+    plain_path.begin(c, ps, 1.0f);
+    plain_path.finish(extras, 0);
+    EXPECT_EQ(plain_path.last_bytes(), plain_path.plain_bytes());
+    EXPECT_EQ(plain_path.plain_bytes(), size_t{(120 + 12 + 1) * 4});
     EXPECT_FLOAT_EQ(extras[0], 2.0f);
     for (int k = 0; k < 120; ++k) ASSERT_NEAR(ps[0].grad.f32()[k], expect[static_cast<size_t>(k)], 1e-5);
   });
@@ -407,10 +543,12 @@ TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
     CompressConfig cfg;
     cfg.kind = "powersgd";
     cfg.rank = 2;
-    GradExchange ex(cfg);
+    GradExchange ex(cfg, 1.0);
+    EXPECT_FALSE(ex.overlaps());
     std::vector<float> extras;
-    ex.exchange(c, ps, extras, 0);
-    EXPECT_EQ(ex.last_floats(), size_t{(40 + 30) * 2});
+    ex.begin(c, ps, 1.0f);
+    ex.finish(extras, 0);
+    EXPECT_EQ(ex.last_bytes(), size_t{(40 + 30) * 2 * 4});
     double worst = 0;
     for (int i = 0; i < 40; ++i)
       for (int j = 0; j < 30; ++j)

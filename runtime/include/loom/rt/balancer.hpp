@@ -19,8 +19,10 @@ class Balancer {
   // Every rank's compute seconds for its share in the last step; returns true when the
   // shares were re-planned.
   bool observe(const std::vector<double>& seconds);
-  // Ranks whose last step took over 1.5x what their smoothed speed predicts.
-  std::vector<int> stragglers(const std::vector<double>& seconds) const;
+  // Ranks that just became stragglers: their step took over 1.5x what their smoothed speed
+  // predicts (and 1 ms more) three steps in a row. A rank is reported once, and again only
+  // after it has kept up for a step; one slow step (noise, a page fault) is not reported.
+  std::vector<int> stragglers(const std::vector<double>& seconds);
   const std::string& mode() const { return mode_; }
 
   // Largest-remainder split of `total` in proportion to `weights`, each share at least 1.
@@ -31,6 +33,7 @@ class Balancer {
   int global_, replan_every_, observed_ = 0;
   std::vector<int> shares_;
   std::vector<double> speed_;  // smoothed samples/s per rank
+  std::vector<int> slow_steps_;  // consecutive slow steps per rank
 };
 
 }  // namespace loom::rt

@@ -25,6 +25,9 @@ class Transport {
   // Receives exactly `bytes` from `src`; throws Error naming `src` when `deadline` passes.
   virtual void recv(int src, void* data, size_t bytes, std::chrono::steady_clock::time_point deadline) = 0;
   virtual void wait_sends(std::chrono::steady_clock::time_point deadline) = 0;
+  // Whether one thread may drive the transport while another made the previous calls (never
+  // two at once): MPI_THREAD_SERIALIZED or better. Needed to overlap collectives with backward.
+  virtual bool thread_serialized() const { return true; }
 };
 
 class Communicator {
@@ -33,9 +36,22 @@ class Communicator {
   int rank() const { return t_->rank(); }
   int size() const { return t_->size(); }
   const char* backend() const { return t_->name(); }
+  bool thread_serialized() const { return t_->thread_serialized(); }
   void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
 
-  void allreduce_sum(float* data, size_t n);                           // in place, ring
+  // Which node each rank runs on (node_of_rank[r], any integer id). When ranks span nodes and
+  // every node holds the same number of them, allreduce becomes hierarchical: reduce-scatter
+  // inside each node, allreduce of each chunk across nodes among the ranks with the same local
+  // index, allgather inside the node (so only 1/local of the data crosses the network per rank).
+  void set_nodes(const std::vector<int>& node_of_rank);
+  bool hierarchical() const { return !cross_.ranks.empty(); }
+  std::string describe() const;  // "ring over 4 ranks", "hierarchical: 2 nodes x 2 ranks"
+
+  void allreduce_sum(float* data, size_t n);                           // in place
+  // The same sum with fp16 payloads (half the bytes); partial sums are rounded to fp16 at each
+  // hop, as NCCL's fp16 allreduce does. Values beyond fp16's range become inf.
+  void allreduce_sum_half(float* data, size_t n);
   void reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count);  // rank's chunk reduced
   void allgather_chunks(float* data, size_t n);                        // inverse of the above
   void broadcast(void* data, size_t bytes, int root);
@@ -43,12 +59,23 @@ class Communicator {
   size_t bytes_sent() const { return bytes_sent_; }
 
  private:
+  struct Group {  // a ring: world ranks in ring order, and this rank's index in it
+    std::vector<int> ranks;
+    int me = 0;
+  };
+  template <class T>
+  void ring_reduce_scatter(const Group& g, T* data, size_t n, size_t* begin, size_t* count);
+  template <class T>
+  void ring_allgather(const Group& g, T* data, size_t n);
+  template <class T>
+  void allreduce(T* data, size_t n);
   std::chrono::steady_clock::time_point deadline() const;
-  void chunk(size_t n, int index, size_t* begin, size_t* count) const;
   std::unique_ptr<Transport> t_;
   double timeout_s_;
   size_t bytes_sent_ = 0;
-  std::vector<float> scratch_;
+  Group world_, local_, cross_;  // cross_ empty: flat ring over world_
+  int nodes_ = 1;
+  std::vector<char> scratch_;
 };
 
 // N ranks as threads of one process: make_inproc_group(4) gives four transports that talk
@@ -58,6 +85,9 @@ std::vector<std::unique_ptr<Transport>> make_inproc_group(int n);
 #ifdef LOOM_HAVE_MPI
 // MPI point-to-point (MPI_Isend/MPI_Irecv polled against the deadline) on MPI_COMM_WORLD.
 std::unique_ptr<Transport> make_mpi_transport();
+// Which node each rank of MPI_COMM_WORLD runs on, as small ids (collective): ranks with the same
+// LOOM_NODE_ID, else the same Slurm node (SLURMD_NODENAME), else the same host name.
+std::vector<int> mpi_node_ids();
 #endif
 
 }  // namespace loom::rt

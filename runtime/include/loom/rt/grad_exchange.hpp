@@ -1,12 +1,17 @@
-// grad_exchange.hpp — how ranks combine their gradients each step: a plain allreduce of the
-// share-weighted gradients, or PowerSGD (Vogels et al., 2019): rank-R factors P and Q of each
-// weight matrix, with error feedback, warm-started Q, Gram-Schmidt orthogonalisation, a plain
-// start for the first S steps, and matrices that would not shrink at least 2x sent as they are.
-// A few extra floats (loss, overflow flag) ride along in the same allreduce.
+// grad_exchange.hpp — how ranks combine their gradients each step: an allreduce of the
+// share-weighted gradients in buckets overlapped with backward (fp32, or fp16 payloads), or
+// PowerSGD (Vogels et al., 2019): rank-R factors P and Q of each weight matrix, with error
+// feedback, warm-started Q, Gram-Schmidt orthogonalisation, a plain start for the first S steps,
+// and matrices that would not shrink at least 2x sent as they are.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/rt/comm.hpp"
@@ -15,22 +20,37 @@
 namespace loom::rt {
 
 struct CompressConfig {
-  std::string kind = "none";  // none | powersgd
+  std::string kind = "none";  // none | fp16 | powersgd
   int rank = 4;
   int64_t start = 0;
 };
 
-// "none", "powersgd", "powersgd:rank=4,start=100"; throws Error naming what is wrong.
+// "none", "fp16", "powersgd", "powersgd:rank=4,start=100"; throws Error naming what is wrong.
 CompressConfig parse_grad_compress(const std::string& text);
 
+// Each step: begin() before backward, ready(i) as parameter i's gradient becomes final (the
+// model's backward calls it, last layer first), finish() after backward. With buckets
+// (`bucket_mb` > 0, kinds none and fp16) a communication thread sums each bucket over the
+// ranks as soon as all its gradients are ready, while backward goes on; otherwise (PowerSGD
+// needs every gradient at once) finish() exchanges everything. Gradients are multiplied by
+// `weight` (this rank's share of the global batch) before they are summed. The `extras` (loss,
+// overflow flag) are summed in fp32 at the end.
 class GradExchange {
  public:
-  explicit GradExchange(CompressConfig c) : c_(std::move(c)) {}
-  // Gradients (already weighted by share / global batch) and `extras` are summed over ranks.
-  void exchange(Communicator& comm, std::vector<Param>& params, std::vector<float>& extras, int64_t step);
-  // Floats this rank put into collectives in the last exchange, and what a plain allreduce needs.
-  size_t last_floats() const { return last_floats_; }
-  static size_t plain_floats(const std::vector<Param>& params, size_t extras);
+  GradExchange(CompressConfig c, double bucket_mb);
+  ~GradExchange();
+  GradExchange(const GradExchange&) = delete;
+  GradExchange& operator=(const GradExchange&) = delete;
+
+  bool overlaps() const { return bucket_bytes_ > 0 && c_.kind != "powersgd"; }
+  void begin(Communicator& comm, std::vector<Param>& params, float weight);
+  void ready(size_t param);
+  void finish(std::vector<float>& extras, int64_t step);
+  // Bytes this rank sent into collectives in the last step, and what plain fp32 would send
+  // (in the same ring: 2 (p-1)/p of the payload).
+  size_t last_bytes() const { return last_bytes_; }
+  size_t plain_bytes() const { return plain_bytes_; }
+  size_t buckets() const { return buckets_.size(); }
 
  private:
   struct Matrix {
@@ -38,13 +58,39 @@ class GradExchange {
     int rows, cols;
     std::vector<float> q, error;  // warm-started Q [cols, r]; error feedback [rows, cols]
   };
+  struct Bucket {
+    std::vector<size_t> params;
+    size_t floats = 0;
+    int pending = 0;
+    std::vector<float> buf;
+  };
   void plan(const std::vector<Param>& params);
+  void reduce_bucket(Bucket& b);  // pack (weighted), sum over ranks, unpack
+  void powersgd(std::vector<float>& extras, int64_t step);
+  void comm_loop();
+
   CompressConfig c_;
+  size_t bucket_bytes_;
+  Communicator* comm_ = nullptr;
+  std::vector<Param>* params_ = nullptr;
+  float weight_ = 1.0f;
   bool planned_ = false;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter -> bucket
+  std::vector<char> is_ready_;
   std::vector<Matrix> matrices_;
-  std::vector<size_t> plain_;  // parameters sent as they are
+  std::vector<size_t> plain_;  // PowerSGD: parameters sent as they are
   std::vector<float> buf_;
-  size_t last_floats_ = 0;
+  size_t last_bytes_ = 0, plain_bytes_ = 0, grad_bytes_ = 0;
+
+  // The communication thread and what it shares with the training thread.
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> queue_;
+  size_t done_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace loom::rt

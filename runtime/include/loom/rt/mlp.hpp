@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,9 @@ class Mlp {
   // x [B, widths[0]] -> logits [B, widths.back()]; keeps what backward needs.
   const Tensor& forward(const Tensor& x);
   // dlogits [B, out] -> every parameter's grad: overwritten, or added to when `accumulate`
-  // (so a training step needs no separate zeroing pass).
-  void backward(const Tensor& dlogits, bool accumulate = false);
+  // (so a training step needs no separate zeroing pass). `ready(i)`, when given, is called as
+  // soon as params()[i].grad is final, last layer first, so its exchange can start early.
+  void backward(const Tensor& dlogits, bool accumulate = false, const std::function<void(size_t)>& ready = {});
   void zero_grad();
   // Moves parameters and gradients to `device`; forward then expects inputs there.
   void to(Device device);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,16 +26,23 @@ uint16_t float_to_bf16(float f);
 float bf16_to_float(uint16_t b);
 
 // Size-bucketed free lists, so that a training step allocates nothing after the first one.
-class Allocator {
+class Allocator {  // thread-safe: ranks as threads, communication threads, serving workers
  public:
   static Allocator& cpu();
   void* allocate(size_t bytes);
   void release(void* p, size_t bytes);
-  size_t cached_bytes() const { return cached_; }
-  size_t live_bytes() const { return live_; }
+  size_t cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  size_t live_bytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_;
+  }
   ~Allocator();
 
  private:
+  mutable std::mutex mu_;
   std::vector<std::pair<size_t, void*>> free_;
   size_t cached_ = 0, live_ = 0;
 };

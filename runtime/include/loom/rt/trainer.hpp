@@ -44,7 +44,9 @@ struct TrainConfig {
   int replan_every = 10;
   double device_weight = 1.0;
   double emulate_speed = 1.0;
-  std::string grad_compress = "none";  // none | powersgd[:rank=R,start=S]
+  std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
+  double bucket_mb = 1.0;
+  double comm_timeout = 120.0;  // seconds a collective waits for a peer  // gradient buckets overlapped with backward (0: one exchange after it)
   std::string precision = "fp32";  // fp32 | fp16 | bf16 (emulated by rounding on the CPU)
   int64_t inject_overflow_step = -1;  // tests: this rank's gradients overflow at that step
 
