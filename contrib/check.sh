@@ -82,6 +82,10 @@ if [ "${LOOM_SKIP_DISTCHECK:-0}" != 1 ] && [ $check_rc -eq 0 ]; then
     say "distcheck passed"
   else
     tail -n 40 "$build/distcheck.log"
+    for log in $(grep -lE '^:test-result: (FAIL|ERROR)' $(find "$build" -path '*/_build/*' -name '*.trs') 2>/dev/null); do
+      say "---- distcheck: ${log%.trs}.log"
+      tail -n 60 "${log%.trs}.log"
+    done
     failn=$((failn + 1))
     dist_rc=1
   fi

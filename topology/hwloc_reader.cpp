@@ -206,7 +206,11 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
   };
   std::vector<NicObj> found;
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_osdev(t, o));) {
-    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS || !o->name) continue;
+    // hwloc copies the type number from the XML unchecked: read it as an integer, not an enum.
+    int type = -1;
+    static_assert(sizeof type == sizeof o->attr->osdev.type, "osdev type is an int-sized enum");
+    std::memcpy(&type, &o->attr->osdev.type, sizeof type);
+    if (type != HWLOC_OBJ_OSDEV_OPENFABRICS || !o->name) continue;
     hwloc_obj_t p = pci_parent(o);
     Nic nic;
     nic.name = o->name;
