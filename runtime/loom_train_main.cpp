@@ -125,6 +125,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
     return d;
   };
   c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
+  if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
   c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
   c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))

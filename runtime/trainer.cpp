@@ -19,6 +19,7 @@
 #include "loom/rt/model_io.hpp"
 #include "loom/rt/ops.hpp"
 #include "loom/topo/emit.hpp"
+#include "loom/topo/topology.hpp"
 
 namespace loom::rt {
 
@@ -295,7 +296,22 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   GradExchange exchange(parse_grad_compress(c.grad_compress), c.bucket_mb);
   bool reported_compression = false;
   size_t comm_bytes = 0;
-  MixedPrecision amp(c.precision);
+  // bf16 needs every rank's device to have it (a V100 does not): otherwise every rank agrees on
+  // fp16 with loss scaling, so that no rank computes differently from the others.
+  std::string precision = c.precision;
+  if (precision == "bf16") {
+    const std::vector<double> lacking = gather(loom::topo::device_has_bf16(c.gpu_class) ? 0.0 : 1.0);
+    for (size_t r = 0; r < lacking.size(); ++r)
+      if (lacking[r] > 0) {
+        emit("rank " + std::to_string(r) + " has a GPU without bf16 (LOOM_GPU_CLASS" +
+                 (static_cast<int>(r) == me ? "=" + c.gpu_class : std::string()) +
+                 "): every rank uses fp16 with loss scaling instead",
+             "\"level\":\"warning\",\"event\":\"precision\",\"precision\":\"fp16\"");
+        precision = "fp16";
+        break;
+      }
+  }
+  MixedPrecision amp(precision);
   // Gradients go out while backward runs, unless their precision pass (AMP) or an injected
   // overflow must see them all first, or the transport cannot be driven from a second thread.
   const bool overlap = ranks > 1 && exchange.overlaps() && !amp.enabled() && c.inject_overflow_step < 0 &&
@@ -311,8 +327,8 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
              std::string(c.comm->hierarchical() ? "true" : "false") + ",\"overlap\":" + (overlap ? "true" : "false"));
   if (amp.enabled() && cuda) throw Error("--precision " + c.precision + " runs on the CPU (emulated) in this build");
   if (amp.enabled())
-    emit("mixed precision " + c.precision + " (emulated by rounding on the CPU), fp32 master weights" +
-             (c.precision == "fp16" ? ", loss scale " + num(amp.scale()) : std::string()),
+    emit("mixed precision " + precision + " (emulated by rounding on the CPU), fp32 master weights" +
+             (precision == "fp16" ? ", loss scale " + num(amp.scale()) : std::string()),
          "\"level\":\"info\",\"event\":\"precision\"");
 
   Optimizer opt(c.optim);

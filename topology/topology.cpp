@@ -166,17 +166,28 @@ std::string gpu_class_from_name(const std::string& name) {
   return "gpu";
 }
 
+namespace {
+struct DeviceEntry {
+  const char* cls;
+  double tflops;  // dense fp16/bf16 tensor TFLOP/s (fp16 where the device has no bf16)
+  bool bf16;
+};
+const DeviceEntry kDevices[] = {
+    {"cpu", 1, true},     {"p100", 21, false},  {"v100", 125, false}, {"t4", 65, false},    {"a10", 125, true},
+    {"a30", 165, true},   {"a40", 150, true},   {"a100", 312, true},  {"l4", 121, true},    {"l40", 181, true},
+    {"l40s", 362, true},  {"h100", 989, true},  {"h200", 989, true},  {"gh200", 989, true}, {"b200", 2250, true}};
+}  // namespace
+
 double device_weight(const std::string& cls) {
-  struct Entry {
-    const char* cls;
-    double tflops;
-  };
-  static const Entry kTable[] = {{"cpu", 1},     {"p100", 21},  {"v100", 125}, {"t4", 65},    {"a10", 125},
-                                 {"a30", 165},   {"a40", 150},  {"a100", 312}, {"l4", 121},   {"l40", 181},
-                                 {"l40s", 362},  {"h100", 989}, {"h200", 989}, {"gh200", 989}, {"b200", 2250}};
-  for (const auto& e : kTable)
+  for (const auto& e : kDevices)
     if (cls == e.cls) return e.tflops;
   return 100;
+}
+
+bool device_has_bf16(const std::string& cls) {
+  for (const auto& e : kDevices)
+    if (cls == e.cls) return e.bf16;
+  return true;  // unknown classes are newer than this table
 }
 
 std::string format_cpu_list(const std::vector<int>& in) {

@@ -78,6 +78,23 @@ run_cmd timeout 300 mpirun -np 2 --oversubscribe ./inject.sh "$T" --steps 8 --gl
 expect_eq "overflow on rank 0 exit" 0 "$rc"
 h5diff amp2.h5 amp2b.h5 /params /params >/dev/null && pass || fail "the skipped step depended on which rank overflowed"
 
+# bf16 where every rank's GPU has it; one V100 rank (LOOM_GPU_CLASS from the plugin) turns the
+# whole job to fp16 with loss scaling.
+cat >classenv.sh <<'SH'
+#!/bin/sh
+export LOOM_GPU_CLASS=a100
+[ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && export LOOM_GPU_CLASS=$CLASS1
+exec "$@"
+SH
+chmod +x classenv.sh
+for cls in a100 v100; do
+  run_cmd env CLASS1=$cls timeout 120 mpirun -np 2 --oversubscribe ./classenv.sh "$T" --steps 3 --global-batch 40 --precision bf16
+  expect_eq "bf16 with rank 1 on $cls exit" 0 "$rc"
+  [ $cls = a100 ] && expect_match "two A100 ranks keep bf16" "mixed precision bf16 \(emulated" "$err"
+done
+expect_match "a V100 rank turns bf16 into fp16" "rank 1 has a GPU without bf16 \(LOOM_GPU_CLASS\): every rank uses fp16 with loss scaling instead" "$err"
+expect_match "... with loss scaling" "mixed precision fp16 .*loss scale 65536" "$err"
+
 # PowerSGD at rank 4 on the 784-512-512-10 MLP: the floats sent per step follow from the shapes
 # (P and Q of three matrices, biases and two extras as they are), and 2 epochs on 2 ranks end
 # within 1.5 points of the uncompressed run.

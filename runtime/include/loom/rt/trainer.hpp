@@ -43,6 +43,7 @@ struct TrainConfig {
   std::string balance = "off";  // off | static | dynamic
   int replan_every = 10;
   double device_weight = 1.0;
+  std::string gpu_class;  // LOOM_GPU_CLASS from the plugin ("a100", "v100"; empty without it)
   double emulate_speed = 1.0;
   std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
   double bucket_mb = 1.0;

@@ -92,6 +92,8 @@ std::string gpu_class_from_name(const std::string& name);
 // Relative speed hint of a device class: dense fp16 tensor TFLOP/s (v100 125, a100 312,
 // h100 989; "cpu" 1). Unknown GPU classes get 100 so that they still count as GPUs.
 double device_weight(const std::string& cls);
+// Whether a GPU class computes in bf16 (Volta, Pascal and Turing do not).
+bool device_has_bf16(const std::string& cls);
 
 // CPU lists in Linux/Slurm form: "0-3,8,10-11".
 std::string format_cpu_list(const std::vector<int>& cpus);
