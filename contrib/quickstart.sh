@@ -2,7 +2,8 @@
 # quickstart.sh — Loom's main job, end to end on this machine: install, build, bring up a local
 # Slurm cluster with 2 (fake) A100 and 2 (fake) V100 GPUs described by a topology file, show
 # the node as loom-topo sees it, the gres.conf and slurm.conf lines it wrote for Slurm, the
-# placement Loom gives 4 tasks, and run a real job through srun on those GPUs.
+# placement Loom gives 4 tasks, run a real job through srun on those GPUs, train the MLP, and
+# run the heterogeneous data-parallel example on a two-node (A100 node + V100 node) cluster.
 # The cluster stays up afterwards; `contrib/local-cluster.sh stop` ends it.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +52,37 @@ if [ -x "$build/loom-train" ]; then
   "$build/loom-train" --epochs 3 --threads 2 --lr 0.1 --lr-schedule cosine --warmup-steps 200 --log-every 200 \
     --export "$build/fashion-mlp.h5"
   h5dump -H "$build/fashion-mlp.h5" | head -12
+fi
+
+banner "9. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
+# examples/train-hetero.sbatch: a heterogeneous job (an a100 component and a v100 component)
+# launched with srun --het-group=0,1; the V100 rank is emulated at 0.4 of the speed. Run once
+# with dynamic shares and once with an equal split, and compare.
+if [ -x "$build/loom-train" ] && command -v mpirun >/dev/null; then
+  "$src/contrib/local-cluster.sh" stop >/dev/null 2>&1 || true
+  "$src/contrib/local-cluster.sh" start --nodes "a100:2 v100:2"
+  run_hetero() {  # BALANCE -> the job's output file
+    local out=$build/hetero-$1.out try
+    for try in 1 2; do  # srun --mpi=pmix across the namespace nodes can hang at start-up here
+      rm -f "$out"
+      BALANCE=$1 EMULATE_V100_SPEED=0.4 LOOM_TRAIN=$build/loom-train timeout 300 \
+        sbatch --wait --quiet -o "$out" "$src/examples/train-hetero.sbatch" --steps 100 --global-batch 1024 \
+        --log-every 50 >/dev/null 2>&1 && grep -q "done:" "$out" && return 0
+      scancel -u "$(id -un)" 2>/dev/null || true
+      echo "(the $1 run did not finish; retrying once)"
+    done
+    return 1
+  }
+  if run_hetero dynamic && run_hetero off; then
+    grep -E "spank_loom: rank|emulating|balance dynamic|allreduce" "$build/hetero-dynamic.out" | sort -u
+    shares=$(grep -E "(re-planned shares|balance dynamic: shares)" "$build/hetero-dynamic.out" | tail -1 | grep -oE "[0-9]+,[0-9]+$")
+    dyn=$(grep -oE "done: .* ([0-9.]+) samples/s" "$build/hetero-dynamic.out" | awk '{print $4}')
+    off=$(grep -oE "done: .* ([0-9.]+) samples/s" "$build/hetero-off.out" | awk '{print $4}')
+    echo "per-rank shares of the global batch of 1024 (dynamic): rank 0 (a100) ${shares%,*}, rank 1 (v100, 0.4x) ${shares#*,}"
+    awk -v d="$dyn" -v o="$off" 'BEGIN { printf "samples/s: dynamic shares %.0f, equal split %.0f: speedup %.2fx over an equal split\n", d, o, d / o }'
+  else
+    echo "the heterogeneous job did not finish; see $build/hetero-*.out"
+  fi
 fi
 
 banner "Done"

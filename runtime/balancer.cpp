@@ -2,6 +2,7 @@
 #include "loom/rt/balancer.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "loom/rt/error.hpp"
@@ -56,12 +57,15 @@ bool Balancer::observe(const std::vector<double>& seconds) {
   LOOM_CHECK(seconds.size() == shares_.size(), "one time per rank");
   for (size_t i = 0; i < seconds.size(); ++i) {
     double s = shares_[i] / std::max(seconds[i], 1e-9);
-    speed_[i] = speed_[i] > 0 ? 0.5 * speed_[i] + 0.5 * s : s;
+    speed_[i] = speed_[i] > 0 ? 0.75 * speed_[i] + 0.25 * s : s;  // smoothed over about 4 steps
   }
   ++observed_;
   if (mode_ != "dynamic" || observed_ % replan_every_ != 0) return false;
   std::vector<int> next = split(global_, speed_);
-  if (next == shares_) return false;
+  // Hysteresis: step times are noisy, and moving a sample or two back and forth gains nothing.
+  int moved = 0;
+  for (size_t i = 0; i < next.size(); ++i) moved = std::max(moved, std::abs(next[i] - shares_[i]));
+  if (moved == 0 || moved < global_ / 50) return false;
   shares_ = next;
   return true;
 }

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "loom/rt/tensor.hpp"
 
@@ -170,6 +171,21 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
 void Communicator::barrier() {  // every rank hears from every other through the ring
   std::vector<float> v(static_cast<size_t>(size()), 0.0f);
   allreduce_sum(v.data(), v.size());
+}
+
+std::vector<int> ring_rank_order(const std::vector<std::pair<int, int>>& place) {
+  std::map<int, int> node_rank;  // node id -> its order of first appearance
+  for (const auto& p : place) node_rank.emplace(p.first, static_cast<int>(node_rank.size()));
+  std::vector<int> ranks(place.size());
+  for (size_t r = 0; r < place.size(); ++r) ranks[r] = static_cast<int>(r);
+  auto key = [&](int r) {
+    const auto& p = place[static_cast<size_t>(r)];
+    return std::make_tuple(node_rank[p.first], p.second < 0 ? 1 : 0, p.second, r);
+  };
+  std::sort(ranks.begin(), ranks.end(), [&](int a, int b) { return key(a) < key(b); });
+  std::vector<int> position(place.size());
+  for (size_t i = 0; i < ranks.size(); ++i) position[static_cast<size_t>(ranks[i])] = static_cast<int>(i);
+  return position;
 }
 
 namespace {

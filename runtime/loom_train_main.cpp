@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <memory>
 #include <fstream>
+#include <map>
+#include <vector>
 #include <iostream>
 #include <string>
 
@@ -68,7 +70,15 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing");
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
+    // A later occurrence of an option wins, as job scripts append the user's overrides.
+    po::parsed_options parsed = po::parse_command_line(argc, argv, opts);
+    std::map<std::string, size_t> last;
+    for (size_t i = 0; i < parsed.options.size(); ++i) last[parsed.options[i].string_key] = i;
+    std::vector<po::option> kept;
+    for (size_t i = 0; i < parsed.options.size(); ++i)
+      if (last[parsed.options[i].string_key] == i) kept.push_back(parsed.options[i]);
+    parsed.options = kept;
+    po::store(parsed, vm);
     if (vm.count("config")) {
       std::ifstream in(vm["config"].as<std::string>());
       if (!in) throw Usage{"--config: cannot read " + vm["config"].as<std::string>()};

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -191,8 +192,16 @@ int remote_task_init(spank_t sp) {
   if (local_id == 0)
     for (const auto& note : c.plan.notes) std::fprintf(stderr, "spank_loom: note: %s\n", note.c_str());
   if (c.user.verbose) {
+    // In a heterogeneous step S_TASK_GLOBAL_ID counts within the component; the task's
+    // SLURM_PROCID (set by slurmstepd) is its rank in the whole MPI world.
     uint32_t rank = 0;
     spank_get_item(sp, S_TASK_GLOBAL_ID, &rank);
+    char procid[16] = {0};
+    if (spank_getenv(sp, "SLURM_PROCID", procid, sizeof procid) == ESPANK_SUCCESS) {
+      char* end = nullptr;
+      unsigned long v = std::strtoul(procid, &end, 10);
+      if (end != procid && *end == '\0' && v < (1ul << 31)) rank = static_cast<uint32_t>(v);
+    }
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     std::fprintf(stderr, "spank_loom: rank %u (local %d) on %s: %s\n", rank, local_id, host, task.summary.c_str());

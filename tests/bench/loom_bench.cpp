@@ -9,11 +9,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config.h"
 #include "loom/rt/comm.hpp"
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
+#include <cuda_runtime.h>
+
+#include "loom/rt/comm_nccl.hpp"
+#endif
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/mlp.hpp"
 #include "loom/rt/trainer.hpp"
@@ -118,18 +125,46 @@ double sgemm_gflops(const std::vector<int>& w, int batch, int threads) {
 // loom-bench allreduce: Loom's ring allreduce (over MPI point-to-point) against MPI_Allreduce on
 // the same ranks and data; busbw as nccl-tests define it (algbw * 2(p-1)/p). Results are
 // checked against each other before timing.
-int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::string& format) {
+// With --backend nccl, Loom's side is the NCCL communicator on GPU buffers (one GPU per rank).
+int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::string& format, const std::string& backend) {
   MPI_Init(nullptr, nullptr);
   int rank = 0, p = 1, rc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   try {
-    loom::rt::Communicator comm(loom::rt::make_mpi_transport(), 60.0);
+    loom::rt::Communicator ring(loom::rt::make_mpi_transport(), 60.0);
+    std::function<void(float*, size_t)> loom_allreduce = [&](float* h, size_t n) { ring.allreduce_sum(h, n); };
+    std::string label = "loom ring";
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA)
+    std::unique_ptr<loom::rt::NcclCommunicator> nccl;
+    void* dev = nullptr;
+    size_t dev_bytes = 0;
+    if (backend == "nccl") {
+      int gpus = 0;
+      if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) throw loom::rt::Error("--backend nccl: no usable CUDA device");
+      cudaSetDevice(rank % gpus);
+      nccl = loom::rt::NcclCommunicator::create(60.0);
+      label = "loom nccl";
+      loom_allreduce = [&](float* h, size_t n) {  // the data lives on the GPU; h is only for checking
+        if (dev_bytes < n * sizeof(float)) {
+          if (dev) cudaFree(dev);
+          if (cudaMalloc(&dev, n * sizeof(float)) != cudaSuccess) throw loom::rt::Error("cudaMalloc failed");
+          dev_bytes = n * sizeof(float);
+          cudaMemcpy(dev, h, n * sizeof(float), cudaMemcpyHostToDevice);
+          nccl->allreduce_sum(static_cast<float*>(dev), n);
+          cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+          return;
+        }
+        nccl->allreduce_sum(static_cast<float*>(dev), n);
+      };
+    }
+#endif
+    if (backend != "loom" && label == "loom ring") throw loom::rt::Error("--backend " + backend + ": not built (loom, nccl)");
     for (size_t bytes : sizes) {
       const size_t n = bytes / sizeof(float);
       std::vector<float> a(n), b(n);
       for (size_t i = 0; i < n; ++i) a[i] = b[i] = static_cast<float>((i * 31 + static_cast<size_t>(rank) * 7) % 101) * 0.01f;
-      comm.allreduce_sum(a.data(), n);
+      loom_allreduce(a.data(), n);
       MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       double worst = 0;
       for (size_t i = 0; i < n; ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])) / (std::fabs(b[i]) + 1e-6));
@@ -148,17 +183,18 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
         MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         return tmax;
       };
-      double tl = time([&] { comm.allreduce_sum(a.data(), n); });
+      double tl = time([&] { loom_allreduce(a.data(), n); });
       double tm = time([&] { MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
       const double factor = 2.0 * (p - 1) / p;
       double loom_bw = bytes / tl * factor / 1e9, mpi_bw = bytes / tm * factor / 1e9;
       if (rank == 0) {
         if (format == "json")
-          std::printf("{\"bench\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,\"loom_busbw_gbps\":%.3f,\"mpi_busbw_gbps\":%.3f,"
-                      "\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n", p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
+          std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"loom_busbw_gbps\":%.3f,"
+                      "\"mpi_busbw_gbps\":%.3f,\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n",
+                      backend.c_str(), p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
         else
-          std::printf("loom-bench allreduce: %d ranks, %10zu bytes: loom ring %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
-                      p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw);
+          std::printf("loom-bench allreduce: %d ranks, %10zu bytes: %s %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
+                      p, bytes, label.c_str(), loom_bw, mpi_bw, loom_bw / mpi_bw);
         std::fflush(stdout);
       }
     }
@@ -175,7 +211,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
                "                        [--format text|json]\n"
-               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json]\n"
+               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
                "(checkpoint, infer and serve arrive with their parts)\n");
   return 2;
 }
@@ -189,15 +225,16 @@ int main(int argc, char** argv) {
 #ifdef LOOM_HAVE_MPI
     std::vector<size_t> sizes{1u << 20, 4u << 20, 16u << 20, 64u << 20};
     int iters = 10;
-    std::string format = "text";
+    std::string format = "text", backend = "loom";
     for (int i = 2; i + 1 < argc; i += 2) {
       std::string a = argv[i], v = argv[i + 1];
       if (a == "--bytes") sizes = {static_cast<size_t>(std::stoull(v))};
       else if (a == "--iters") iters = std::max(1, std::stoi(v));
       else if (a == "--format") format = v;
+      else if (a == "--backend") backend = v;
       else return usage();
     }
-    return bench_allreduce(sizes, iters, format);
+    return bench_allreduce(sizes, iters, format, backend);
 #else
     std::fprintf(stderr, "loom-bench: allreduce needs a build with MPI\n");
     return 1;

@@ -16,12 +16,19 @@ cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
 cd "$build" && "$root/configure" --with-cuda --disable-werror >configure.log 2>&1 ||
   { tail -30 configure.log; exit 1; }
 make -j"$(nproc)" loom-topo loom-train loom-bench tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
+  tests/gpu/nccl_test \
   >make.log 2>&1 ||
   { tail -30 make.log; exit 1; }
 status=0
 echo "== cuda_smoke"; ./tests/gpu/cuda_smoke || status=1
 echo "== kernels_test (every CUDA kernel against the CPU one)"; ./tests/gpu/kernels_test || status=1
 echo "== mlp_cuda_test (a CUDA training step against the CPU one)"; ./tests/gpu/mlp_cuda_test || status=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l); [ "$ngpu" -ge 1 ] || ngpu=1
+echo "== nccl_test (NCCL communicator, $ngpu ranks, one GPU each)"
+timeout 120 mpirun -np "$ngpu" ./tests/gpu/nccl_test || status=1
+echo "== loom-bench allreduce --backend nccl against MPI_Allreduce on host buffers"
+timeout 180 mpirun -np "$ngpu" ./loom-bench allreduce --backend nccl --format json | tee "$out/allreduce-nccl.jsonl" || status=1
 echo "== loom-train --device cuda, 2 epochs of Fashion-MNIST"
 ./loom-train --device cuda --epochs 2 --global-batch 256 --lr 0.1 --log-every 200 --metrics-file "$out/cuda-train.jsonl" || status=1
 echo "== loom-bench train (CPU of the GPU machine, against PyTorch)"; ./loom-bench train --threads "$(nproc)" || status=1

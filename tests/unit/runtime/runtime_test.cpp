@@ -349,6 +349,14 @@ TEST(Comm, HalfAllreduceSendsHalfTheBytes) {
   });
 }
 
+TEST(Comm, RingRankOrderFollowsNodesThenThePluginsRing) {
+  // Two nodes; on node 7 the plugin's ring puts rank 1's GPU first, rank 0's second.
+  EXPECT_EQ(ring_rank_order({{7, 1}, {7, 0}, {3, 0}, {3, 1}}), (std::vector<int>{1, 0, 2, 3}));
+  // Without LOOM_RING (-1): rank order within the node, after any rank that has a position.
+  EXPECT_EQ(ring_rank_order({{0, -1}, {0, -1}, {0, 0}}), (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(ring_rank_order({}), std::vector<int>{});
+}
+
 TEST(Comm, BroadcastFromEveryRootAndBarrier) {
   for (int p : {1, 2, 5})
     for (int root = 0; root < p; ++root)

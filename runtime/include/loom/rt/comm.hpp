@@ -78,6 +78,11 @@ class Communicator {
   std::vector<char> scratch_;
 };
 
+// The order of ranks in a GPU ring: by node (first seen first), then by the position of the
+// rank's GPU in its node's ring (LOOM_RING from the plugin; -1 when unknown: after the known
+// ones, by rank). place[r] = {node id, ring position}; returns the ring position of each rank.
+std::vector<int> ring_rank_order(const std::vector<std::pair<int, int>>& place);
+
 // N ranks as threads of one process: make_inproc_group(4) gives four transports that talk
 // through shared queues. `alive` lets a test stop a rank to check timeouts.
 std::vector<std::unique_ptr<Transport>> make_inproc_group(int n);

@@ -1,0 +1,167 @@
+// comm_nccl.cpp — NcclCommunicator: NCCL collectives on the rank's CUDA stream, the unique id
+// broadcast through MPI, non-blocking NCCL (config.blocking = 0) so that every wait can be
+// bounded by a deadline and a hung peer aborts the communicator instead of hanging the job.
+#include "loom/rt/comm_nccl.hpp"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "loom/rt/comm.hpp"
+
+namespace loom::rt {
+
+struct NcclCommunicator::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  bool ring_from_plugin = false;
+};
+
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess || r == ncclInProgress) return;
+  throw Error(std::string(what) + ": " + ncclGetErrorString(r));
+}
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Position of this task's GPU (LOOM_GPU) in its node's ring (LOOM_RING "0,3,2,1"); -1 when the
+// plugin did not say.
+int ring_position() {
+  const char* ring = std::getenv("LOOM_RING");
+  const char* gpu = std::getenv("LOOM_GPU");
+  if (!ring || !gpu || !*ring || !*gpu) return -1;
+  std::stringstream ss(ring);
+  std::string item;
+  for (int pos = 0; std::getline(ss, item, ','); ++pos)
+    if (item == gpu) return pos;
+  return -1;
+}
+
+}  // namespace
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) throw Error("the NCCL communicator needs MPI (launch with srun --mpi=pmix or mpirun)");
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->impl_ = std::make_unique<Impl>();
+  c->timeout_s_ = timeout_s;
+  int mpi_rank = 0, mpi_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  // NCCL ranks in ring order: by node, then by the GPU's place in the plugin's ring.
+  const std::vector<int> nodes = mpi_node_ids();
+  int pos = ring_position();
+  std::vector<int> positions(static_cast<size_t>(mpi_size));
+  MPI_Allgather(&pos, 1, MPI_INT, positions.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<std::pair<int, int>> place;
+  for (int r = 0; r < mpi_size; ++r) {
+    place.emplace_back(nodes[static_cast<size_t>(r)], positions[static_cast<size_t>(r)]);
+    c->impl_->ring_from_plugin = c->impl_->ring_from_plugin || positions[static_cast<size_t>(r)] >= 0;
+  }
+  c->rank_ = ring_rank_order(place)[static_cast<size_t>(mpi_rank)];
+  c->size_ = mpi_size;
+
+  ncclUniqueId id;
+  if (mpi_rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  cuda_check(cudaStreamCreateWithFlags(&c->impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; wait() bounds the time
+  nccl_check(ncclCommInitRankConfig(&c->impl_->comm, mpi_size, id, c->rank_, &config), "ncclCommInitRankConfig");
+  c->wait("communicator set-up");
+  return c;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (!impl_) return;
+  if (impl_->comm) ncclCommDestroy(impl_->comm);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void NcclCommunicator::wait(const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double>(timeout_s_));
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    if (impl_->comm) ncclCommGetAsyncError(impl_->comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(impl_->comm);
+      impl_->comm = nullptr;
+      throw Error(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(async));
+    }
+    cudaError_t q = cudaStreamQuery(impl_->stream);
+    if (q != cudaSuccess && q != cudaErrorNotReady) cuda_check(q, what);
+    if (q == cudaSuccess && async == ncclSuccess) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ncclCommAbort(impl_->comm);
+      impl_->comm = nullptr;
+      throw Error("rank " + std::to_string(rank_) + ": NCCL " + what + " did not complete within " +
+                  std::to_string(static_cast<int>(timeout_s_)) + " s (a peer hung or died); communicator aborted");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclCommunicator::allreduce_sum(float* d, size_t n) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  nccl_check(ncclAllReduce(d, d, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
+  wait("allreduce");
+}
+
+void NcclCommunicator::allreduce_sum_half(void* d, size_t n) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  nccl_check(ncclAllReduce(d, d, n, ncclFloat16, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
+  wait("allreduce (fp16)");
+}
+
+void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  nccl_check(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, impl_->comm, impl_->stream),
+             "ncclReduceScatter");
+  wait("reduce-scatter");
+}
+
+void NcclCommunicator::allgather(const float* send, float* recv, size_t send_count) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  nccl_check(ncclAllGather(send, recv, send_count, ncclFloat32, impl_->comm, impl_->stream), "ncclAllGather");
+  wait("allgather");
+}
+
+void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  if (root < 0 || root >= size_) throw Error("broadcast root " + std::to_string(root) + " is not a rank");
+  nccl_check(ncclBroadcast(d, d, bytes, ncclUint8, root, impl_->comm, impl_->stream), "ncclBroadcast");
+  wait("broadcast");
+}
+
+void NcclCommunicator::barrier() {
+  float* d = nullptr;
+  cuda_check(cudaMalloc(&d, sizeof(float)), "cudaMalloc");
+  try {
+    cuda_check(cudaMemsetAsync(d, 0, sizeof(float), impl_->stream), "cudaMemsetAsync");
+    allreduce_sum(d, 1);
+  } catch (...) {
+    cudaFree(d);
+    throw;
+  }
+  cudaFree(d);
+}
+
+std::string NcclCommunicator::describe() const {
+  return "nccl over " + std::to_string(size_) + " ranks" +
+         (impl_->ring_from_plugin ? " in the plugin's ring order (LOOM_RING)" : " in rank order");
+}
+
+}  // namespace loom::rt

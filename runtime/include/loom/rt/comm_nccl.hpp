@@ -1,0 +1,44 @@
+// comm_nccl.hpp — collectives on GPU buffers through NCCL, for ranks that each drive one GPU.
+// The unique id travels through MPI (rank 0 creates it); the NCCL rank order follows the ring
+// the SPANK plugin chose on each node (LOOM_RING, LOOM_GPU), nodes in order, so that NCCL's
+// ring runs over the fastest links. Every wait has a deadline: a hung or dead peer aborts the
+// communicator and becomes an Error instead of a hang.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "loom/rt/error.hpp"
+
+namespace loom::rt {
+
+class NcclCommunicator {
+ public:
+  // Collective over MPI_COMM_WORLD (MPI must be initialised); uses the current CUDA device.
+  static std::unique_ptr<NcclCommunicator> create(double timeout_s);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const { return rank_; }  // NCCL rank (ring order), not always the MPI rank
+  int size() const { return size_; }
+  // In place on device memory, then waits for completion (with the deadline).
+  void allreduce_sum(float* device_data, size_t n);
+  void allreduce_sum_half(void* device_half_data, size_t n);  // fp16 payload
+  void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count);
+  void allgather(const float* device_send, float* device_recv, size_t send_count);
+  void broadcast(void* device_data, size_t bytes, int root);
+  void barrier();
+  std::string describe() const;
+
+ private:
+  NcclCommunicator() = default;
+  void wait(const char* what);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_ = 300;
+};
+
+}  // namespace loom::rt
