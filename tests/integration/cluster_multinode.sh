@@ -66,6 +66,30 @@ JOB
     # With the plugin, each component is placed on its own node's GPUs from its own topology.
     expect_match "hetjob: A100 node placed" "host n1 ranksum 1 gpus 0,1 loom ring a100 0,1" "$het"
     expect_match "hetjob: V100 node placed" "host n2 ranksum 1 gpus 0,1 loom ring v100 0,1" "$het"
+    # loom-train as the heterogeneous job it is meant for: 2 ranks on the A100 node, 2 on the
+    # V100 node, one MPI world. Shares follow the GPUs (312:125), the allreduce is hierarchical
+    # (inside each node, then across), and the weights equal a single process's.
+    train=$LOOM_BUILDDIR/loom-train
+    targs="--steps 20 --global-batch 120 --seed 5 --log-every 1000"
+    run_cmd "$train" $targs --export "$LOOM_TMP/one.h5"
+    cat >"$LOOM_TMP/train.sbatch" <<JOB
+#!/bin/bash
+#SBATCH -N1 -n2 -c1 --gpus=a100:2 -o $LOOM_TMP/train.out
+#SBATCH hetjob
+#SBATCH -N1 -n2 -c1 --gpus=v100:2
+for try in 1 2; do
+  timeout 90 srun --het-group=0,1 --mpi=pmix --loom-bind=ring $train $targs --balance static --export $LOOM_TMP/het4.h5 && break
+  echo "NOTE: het srun failed or hung, retrying" >&2
+done
+JOB
+    sbatch --parsable "$LOOM_TMP/train.sbatch" >/dev/null
+    for _ in $(seq 1000); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
+    tr=$(cat "$LOOM_TMP/train.out" 2>/dev/null)
+    expect_match "hetjob loom-train: shares by GPU class" "balance static: shares 42,42,18,18" "$tr"
+    expect_match "hetjob loom-train: hierarchical allreduce" "allreduce hierarchical: 2 nodes x 2 ranks \(mpi\)" "$tr"
+    h5diff -d 2e-6 "$LOOM_TMP/one.h5" "$LOOM_TMP/het4.h5" /params /params >/dev/null && pass ||
+      { fail "hetjob loom-train: weights differ from 1 process"; tail -20 "$LOOM_TMP/train.out" >&2; }
+
     mpi_srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
     expect_eq "two nodes x 2 ranks exit" 0 "$rc"
     expect_eq "each node's ranks get its two GPUs" 4 "$(grep -cE 'host n1 .*gpus (0,1|1,0) loom ring a100|host n2 .*gpus (0,1|1,0) loom ring v100' <<<"$out")"

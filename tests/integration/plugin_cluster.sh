@@ -81,6 +81,23 @@ expect_eq "salloc exit" 0 "$rc"
 expect_match "salloc: mode gpu reached the step" "gpu=0 class=a100 .*bind=gpu" "$out"
 expect_match "salloc: second task" "gpu=1 class=a100 .*bind=gpu" "$out"
 
+# Data-parallel loom-train as 4 MPI ranks under srun with the plugin's placement: the shares
+# follow the GPUs' weights (A100 312, V100 125) and the weights equal a single process's.
+train=$LOOM_BUILDDIR/loom-train
+if [ -x "$train" ] && [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  targs="--steps 20 --global-batch 120 --seed 5 --log-every 1000"
+  run_cmd "$train" $targs --export "$LOOM_TMP/one.h5"
+  run_cmd timeout 120 srun -n4 --overcommit -c1 --gpus=4 --mpi=pmix --loom-bind=ring "$train" $targs \
+    --balance static --export "$LOOM_TMP/srun4.h5"
+  expect_eq "srun loom-train, 4 ranks exit" 0 "$rc"
+  expect_match "shares from the plugin's device weights" "balance static: shares (42|18),(42|18),(42|18),(42|18)" "$err"
+  expect_match "4 ranks in one ring" "allreduce ring over 4 ranks \(mpi\)" "$err"
+  h5diff -d 2e-6 "$LOOM_TMP/one.h5" "$LOOM_TMP/srun4.h5" /params /params >/dev/null && pass ||
+    fail "srun, 4 ranks: weights differ from 1 process"
+else
+  fail "loom-train or the Fashion-MNIST data set missing"
+fi
+
 # --cpu-bind beside --loom-bind: srun says which wins.
 run_cmd timeout 60 srun -n1 --gpus=1 --cpu-bind=cores --loom-bind=ring true
 expect_match "--cpu-bind conflict explained" "spank_loom: --loom-bind=ring wins over --cpu-bind=cores" "$err"
