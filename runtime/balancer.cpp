@@ -43,6 +43,16 @@ std::vector<int> Balancer::split(int total, const std::vector<double>& weights) 
   return out;
 }
 
+void Balancer::restore(std::vector<int> shares, std::vector<double> speeds, int observed) {
+  int sum = 0;
+  for (int s : shares) sum += s;
+  LOOM_CHECK(shares.size() == shares_.size() && speeds.size() == shares_.size() && sum == global_,
+             "balancer state of another world size or global batch");
+  shares_ = std::move(shares);
+  speed_ = std::move(speeds);
+  observed_ = observed;
+}
+
 void Balancer::start(const std::vector<double>& weights) {
   if (mode_ == "off") return;
   LOOM_CHECK(weights.size() == shares_.size(), "one weight per rank");

@@ -351,4 +351,18 @@ void Gpt::backward() {
   }
 }
 
+std::string Gpt::rng_state() const {
+  std::ostringstream os;
+  os << rng_;
+  return os.str();
+}
+
+void Gpt::set_rng_state(const std::string& text) {
+  std::istringstream is(text);
+  std::mt19937_64 r;
+  is >> r;
+  if (is.fail()) throw Error("the dropout random-number state is not valid");
+  rng_ = r;
+}
+
 }  // namespace loom::rt

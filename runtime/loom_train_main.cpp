@@ -7,6 +7,10 @@
 #include <mpi.h>
 #endif
 
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,9 +19,11 @@
 #include <vector>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "loom/rt/grad_exchange.hpp"
 #include "loom/rt/mlp.hpp"
+#include "loom/rt/model_io.hpp"
 #include "loom/rt/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -28,7 +34,7 @@ struct Usage {
   std::string msg;
 };
 
-loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
+loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
   std::string model, layers, data, optimizer, device, config;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
@@ -67,7 +73,14 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
       ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | fp16 | powersgd[:rank=R,start=S]")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0), "gradient bucket size, overlapped with backward (0: after it)")
-      ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing");
+      ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing")
+      ("ckpt-dir", po::value(&c.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5 (and resume from there)")
+      ("ckpt-every", po::value(&c.ckpt_every)->default_value(0), "checkpoint every N steps")
+      ("ckpt-every-min", po::value(&c.ckpt_every_min)->default_value(0.0), "checkpoint every M minutes")
+      ("ckpt-keep", po::value(&c.ckpt_keep)->default_value(3), "keep the newest K checkpoints")
+      ("ckpt-async", po::bool_switch(&c.ckpt_async), "write checkpoints in the background")
+      ("resume", po::value(&c.resume)->default_value("auto"), "auto (newest good checkpoint in --ckpt-dir) | never | FILE")
+      ("inspect", po::value<std::string>(), "print what a checkpoint or model FILE holds, verify it, and exit");
   po::variables_map vm;
   try {
     // A later occurrence of an option wins, as job scripts append the user's overrides.
@@ -89,8 +102,14 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
     throw Usage{e.what()};
   }
   if (vm.count("help")) {
-    std::cout << "usage: loom-train [options]\n" << opts;
+    std::cout << "usage: loom-train [options]\n" << opts
+              << "\nExit status: 0 done, 1 error, 2 bad usage, 75 stopped by SIGUSR1/SIGTERM after a checkpoint\n"
+                 "(requeue the job: it resumes from the checkpoint).\n";
     *help_only = true;
+    return c;
+  }
+  if (vm.count("inspect")) {
+    *inspect = vm["inspect"].as<std::string>();
     return c;
   }
   if (model != "mlp" && model != "gpt") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
@@ -125,6 +144,12 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only) {
   if (c.replan_every <= 0) throw Usage{"--replan-every must be positive"};
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Usage{"--bucket-mb must be between 0 and 4096"};
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400)) throw Usage{"--comm-timeout must be between 0 and 86400 seconds"};
+  if (c.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
+  if (!(c.ckpt_every_min >= 0)) throw Usage{"--ckpt-every-min must not be negative"};
+  if (c.ckpt_keep < 1) throw Usage{"--ckpt-keep must be at least 1"};
+  if (c.resume.empty()) throw Usage{"--resume must be auto, never or a checkpoint FILE"};
+  if ((c.ckpt_every > 0 || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
+    throw Usage{"--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir"};
   loom::rt::parse_grad_compress(c.grad_compress);  // throws an Error naming the problem
   auto env_number = [](const char* name, double fallback) {
     const char* v = std::getenv(name);
@@ -154,12 +179,69 @@ bool launched_as_mpi() {
 }
 #endif
 
+std::atomic<int> g_stop{0};
+
+// Preemption (SIGTERM) and Slurm's warning signal (--signal=USR1@T) ask for a checkpoint and a
+// stop (exit 75, EX_TEMPFAIL, so that the job script requeues). The signals are blocked in every
+// thread, MPI's and oneDNN's included (they inherit the mask), and taken by one thread in
+// sigwait(): a signal never interrupts a system call inside MPI (an interrupted shared-memory
+// copy corrupted memory in a test) or the training loop.
+extern "C" void on_stop_signal(int sig) { g_stop.store(sig); }
+
+void watch_stop_signals() {
+  // Threads that libraries started before main() (OpenBLAS's pool) still take these signals:
+  // there the handler only sets the flag (they never run MPI).
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int sig = 0;
+    while (sigwait(&set, &sig) == 0) g_stop.store(sig);
+  }).detach();
+}
+
+// --inspect FILE: what a checkpoint or model file holds; reading it verifies every checksum.
+int inspect(const std::string& path) {
+  try {
+    try {
+      loom::rt::Checkpoint k = loom::rt::load_checkpoint(path);
+      std::printf("%s: Loom checkpoint, format version %d, every checksum verified\n", path.c_str(), loom::rt::kFormatVersion);
+      std::printf("state: %s\nmodel.config: %s\ntrain.config: %s\n", k.state_json.c_str(), k.model_config.c_str(),
+                  k.train_config.c_str());
+      for (const auto& p : k.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
+      std::printf("  /optimizer: %zu first moments, %zu second moments; rng state %zu bytes\n", k.opt_m.size(),
+                  k.opt_v.size(), k.rng.size());
+      return 0;
+    } catch (const loom::rt::Error& e) {
+      if (std::string(e.what()).find("a Loom model file, not a checkpoint") == std::string::npos) throw;
+    }
+    loom::rt::ModelFile m = loom::rt::load_model(path);
+    std::printf("%s: Loom model, format version %d, every checksum verified\nmodel.config: %s\n", path.c_str(), m.version,
+                m.config_json.c_str());
+    for (const auto& p : m.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-train: --inspect: %s\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   bool help_only = false;
+  std::string inspect_path;
   loom::rt::TrainConfig c;
   try {
-    c = parse(argc, argv, &help_only);
+    c = parse(argc, argv, &help_only, &inspect_path);
     if (help_only) return 0;
+    if (!inspect_path.empty()) return inspect(inspect_path);
   } catch (const Usage& u) {
     std::fprintf(stderr, "loom-train: %s\nTry 'loom-train --help'.\n", u.msg.c_str());
     return 2;
@@ -167,6 +249,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom-train: %s\n", e.what());
     return 1;
   }
+  watch_stop_signals();  // before MPI starts its threads
   std::unique_ptr<loom::rt::Communicator> comm;
 #ifdef LOOM_HAVE_MPI
   if (launched_as_mpi()) {
@@ -182,9 +265,11 @@ int main(int argc, char** argv) {
     }
   }
 #endif
+  c.stop_signal = &g_stop;
   int rc = 0;
   try {
-    loom::rt::train(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    loom::rt::TrainResult r = loom::rt::train(c, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    if (r.preempted) rc = 75;
   } catch (const std::exception& e) {
     const std::string what = e.what();  // collectives' errors already name the rank
     const std::string who = comm && what.rfind("rank ", 0) != 0 ? "rank " + std::to_string(comm->rank()) + ": " : "";

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 namespace loom::rt {
@@ -77,14 +78,33 @@ void fsync_path(const std::string& path, int flags) {
 
 }  // namespace
 
-void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params) {
+namespace {
+
+struct Blob {  // one dataset: a path below the root ("params/fc1.weight"), float32 or bytes
+  std::string name;
+  std::vector<int64_t> shape;
+  const void* data;
+  bool bytes;
+};
+
+hid_t open_or_create_group(hid_t parent, const std::string& name, const std::string& path) {
+  if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0) return H5Gopen2(parent, name.c_str(), H5P_DEFAULT);
+  hid_t g = H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  h5check(g, path + ": cannot create group " + name);
+  return g;
+}
+
+// Writes the file under a temporary name in the same folder, fsyncs it, renames it into place
+// and fsyncs the folder: a reader sees the old file or the whole new one, never half a file.
+void write_atomic(const std::string& path, const std::vector<std::pair<std::string, std::string>>& attrs,
+                  const std::vector<Blob>& blobs) {
   static H5Quiet quiet;
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   try {
     {
       H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
       h5check(file, tmp + ": cannot create (" + std::strerror(errno) + ")");
-      write_string_attr(file, "loom.format", "model", path);
+      for (const auto& a : attrs) write_string_attr(file, a.first.c_str(), a.second, path);
       {
         H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
         H5Handle attr(H5Acreate2(file, "loom.version", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -92,19 +112,37 @@ void save_model(const std::string& path, const std::string& config_json, const s
         h5check(attr, path + ": cannot create loom.version");
         h5check(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write loom.version");
       }
-      write_string_attr(file, "model.config", config_json, path);
-      H5Handle group(H5Gcreate2(file, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-      h5check(group, path + ": cannot create /params");
-      for (const auto& p : params) {
-        std::vector<hsize_t> dims(p.value.shape().begin(), p.value.shape().end());
+      for (const auto& b : blobs) {
+        // Parent groups ("optimizer/m") first, then the dataset, chunked so that it can carry
+        // a Fletcher32 checksum.
+        std::vector<std::unique_ptr<H5Handle>> groups;
+        hid_t parent = file;
+        size_t at = 0, slash;
+        while ((slash = b.name.find('/', at)) != std::string::npos) {
+          groups.push_back(std::make_unique<H5Handle>(open_or_create_group(parent, b.name.substr(at, slash - at), path),
+                                                      H5Gclose));
+          parent = *groups.back();
+          at = slash + 1;
+        }
+        const std::string leaf = b.name.substr(at);
+        std::vector<hsize_t> dims(b.shape.begin(), b.shape.end());
+        if (dims.empty() || std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end())
+          throw Error(path + ": dataset " + b.name + " is empty");
         H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
         H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-        h5check(H5Pset_chunk(dcpl, static_cast<int>(dims.size()), dims.data()), path + ": H5Pset_chunk failed");
+        std::vector<hsize_t> chunk(dims);
+        // Chunks of at most ~4M elements: HDF5 limits a chunk to 4 GiB.
+        for (size_t d = 0; d < chunk.size(); ++d) {
+          hsize_t rest = 1;
+          for (size_t e = d + 1; e < chunk.size(); ++e) rest *= chunk[e];
+          chunk[d] = std::max<hsize_t>(1, std::min<hsize_t>(chunk[d], (hsize_t{1} << 22) / std::max<hsize_t>(rest, 1)));
+        }
+        h5check(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), path + ": H5Pset_chunk failed");
         h5check(H5Pset_fletcher32(dcpl), path + ": H5Pset_fletcher32 failed");
-        H5Handle ds(H5Dcreate2(group, p.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
-        h5check(ds, path + ": cannot create dataset " + p.name);
-        h5check(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.value.f32()),
-                path + ": cannot write dataset " + p.name);
+        hid_t ftype = b.bytes ? H5T_STD_U8LE : H5T_IEEE_F32LE, mtype = b.bytes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+        H5Handle ds(H5Dcreate2(parent, leaf.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
+        h5check(ds, path + ": cannot create dataset " + b.name);
+        h5check(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data), path + ": cannot write dataset " + b.name);
       }
       h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
     }
@@ -117,6 +155,14 @@ void save_model(const std::string& path, const std::string& config_json, const s
     std::remove(tmp.c_str());
     throw;
   }
+}
+
+}  // namespace
+
+void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params) {
+  std::vector<Blob> blobs;
+  for (const auto& p : params) blobs.push_back({"params/" + p.name, p.value.shape(), p.value.f32(), false});
+  write_atomic(path, {{"loom.format", "model"}, {"model.config", config_json}}, blobs);
 }
 
 ModelFile load_model(const std::string& path) {
@@ -218,6 +264,107 @@ Gpt load_gpt(const std::string& path) {
   Gpt m(g, 0);
   assign_params(path, f, m.params());
   return m;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  std::vector<Blob> blobs;
+  auto add = [&](const std::string& group, const std::vector<std::pair<std::string, Tensor>>& ts) {
+    for (const auto& t : ts) blobs.push_back({group + t.first, t.second.shape(), t.second.f32(), false});
+  };
+  add("params/", c.params);
+  add("optimizer/m/", c.opt_m);
+  add("optimizer/v/", c.opt_v);
+  blobs.push_back({"state/json", {static_cast<int64_t>(c.state_json.size())}, c.state_json.data(), true});
+  if (!c.rng.empty()) blobs.push_back({"state/rng", {static_cast<int64_t>(c.rng.size())}, c.rng.data(), true});
+  write_atomic(path,
+               {{"loom.format", "checkpoint"}, {"loom.magic", kCheckpointMagic}, {"model.config", c.model_config},
+                {"train.config", c.train_config}},
+               blobs);
+}
+
+namespace {
+
+// Every float32 dataset of a group, by name (checksums verified by the read).
+std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
+                                                       bool required) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
+    // H5Lexists on "a/b" needs "a" to exist: check the first component too.
+    const auto slash = group_path.find('/');
+    if (slash == std::string::npos || H5Lexists(file, group_path.substr(0, slash).c_str(), H5P_DEFAULT) <= 0 ||
+        H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
+      if (required) throw Error(path + ": no /" + group_path + " group");
+      return out;
+    }
+  }
+  H5Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
+  h5check(group, path + ": cannot open /" + group_path);
+  hsize_t n = 0;
+  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /" + group_path);
+  for (hsize_t i = 0; i < n; ++i) {
+    char name[256] = {0};
+    if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /" + group_path);
+    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    h5check(ds, path + ": cannot open /" + group_path + "/" + name);
+    H5Handle space(H5Dget_space(ds), H5Sclose);
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 1 || nd > 4) throw Error(path + ": /" + group_path + "/" + name + " has " + std::to_string(nd) + " dimensions");
+    std::vector<hsize_t> dims(static_cast<size_t>(nd));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()));
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
+      throw Error(path + ": /" + group_path + "/" + name + " fails its checksum or cannot be read (corrupt file)");
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required) {
+  if (H5Lexists(file, "state", H5P_DEFAULT) <= 0 || H5Lexists(file, ds_path.c_str(), H5P_DEFAULT) <= 0) {
+    if (required) throw Error(path + ": no /" + ds_path);
+    return "";
+  }
+  H5Handle ds(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT), H5Dclose);
+  h5check(ds, path + ": cannot open /" + ds_path);
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n <= 0 || n > (hssize_t{1} << 26)) throw Error(path + ": /" + ds_path + " has an unreasonable size");
+  std::string out(static_cast<size_t>(n), '\0');
+  if (H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(path + ": /" + ds_path + " fails its checksum or cannot be read (corrupt file)");
+  return out;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) {
+  static H5Quiet quiet;
+  if (access(path.c_str(), R_OK) != 0) throw Error(path + ": " + std::strerror(errno));
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (or truncated)");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  h5check(file, path + ": cannot open as HDF5 (truncated or corrupt)");
+  const std::string format = read_string_attr(file, "loom.format", path);
+  if (format != "checkpoint") throw Error(path + ": a Loom " + format + " file, not a checkpoint");
+  if (H5Aexists(file, "loom.magic") <= 0 || read_string_attr(file, "loom.magic", path) != kCheckpointMagic)
+    throw Error(path + ": not a Loom checkpoint (loom.magic missing or wrong)");
+  int version = 0;
+  if (H5Aexists(file, "loom.version") <= 0) throw Error(path + ": no loom.version");
+  {
+    H5Handle attr(H5Aopen(file, "loom.version", H5P_DEFAULT), H5Aclose);
+    h5check(H5Aread(attr, H5T_NATIVE_INT, &version), path + ": cannot read loom.version");
+  }
+  if (version != kFormatVersion)
+    throw Error(path + ": checkpoint format version " + std::to_string(version) + " is not supported (this build reads " +
+                std::to_string(kFormatVersion) + ")");
+  Checkpoint c;
+  c.model_config = read_string_attr(file, "model.config", path);
+  c.train_config = read_string_attr(file, "train.config", path);
+  c.params = read_group(file, "params", path, true);
+  c.opt_m = read_group(file, "optimizer/m", path, false);
+  c.opt_v = read_group(file, "optimizer/v", path, false);
+  c.state_json = read_bytes(file, "state/json", path, true);
+  c.rng = read_bytes(file, "state/rng", path, false);
+  return c;
 }
 
 }  // namespace loom::rt

@@ -10,7 +10,10 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/rt/amp.hpp"
+#include "loom/rt/checkpoint.hpp"
 #include "loom/rt/balancer.hpp"
 #include "loom/rt/data.hpp"
 #include "loom/rt/grad_exchange.hpp"
@@ -55,6 +58,9 @@ class Task {
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
   virtual double train_flops(int batch) const = 0;
+  // Random-number state beyond the seed (dropout), for checkpoints.
+  virtual std::string rng_state() const { return ""; }
+  virtual void set_rng_state(const std::string&) {}
 };
 
 class MlpTask : public Task {
@@ -198,6 +204,10 @@ class GptTask : public Task {
     return j + ",\"chars\":" + loom::topo::json_quote(text_.chars) + "}";
   }
   double train_flops(int batch) const override { return model_->train_flops(batch); }
+  std::string rng_state() const override { return model_->rng_state(); }
+  void set_rng_state(const std::string& s) override {
+    if (!s.empty()) model_->set_rng_state(s);
+  }
 
  private:
   struct Text {
@@ -342,8 +352,96 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   double train_seconds = 0, window_seconds = 0;
   int64_t window_samples = 0, step = 0;
   Eval ev;
-  for (int64_t epoch = 0; step < total; ++epoch) {
-    for (int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
+
+  // Checkpoints: what a resume must share with the run that wrote the checkpoint.
+  nlohmann::json tc;
+  tc["model"] = nlohmann::json::parse(task->config_json());
+  tc["data"] = c.model == "gpt" ? c.text_path : c.data_dir;
+  tc["global_batch"] = c.global_batch;
+  tc["total_steps"] = total;
+  tc["optimizer"] = {{"kind", c.optim.kind}, {"momentum", c.optim.momentum}, {"nesterov", c.optim.nesterov},
+                     {"weight_decay", c.optim.weight_decay}};
+  tc["lr"] = {{"base", c.lr}, {"schedule", c.schedule}, {"warmup", c.warmup}};
+  tc["clip"] = c.clip;
+  tc["seed"] = c.seed;
+  tc["precision"] = precision;
+  tc["grad_compress"] = c.grad_compress;
+  const std::string train_config = tc.dump();
+  CheckpointWriter ckpt(c, me, [&](const std::string& h, const std::string& f) { emit_any(h, f); });
+  int64_t start_epoch = 0, start_b = 0;
+  if (auto loaded = ckpt.find_resume(train_config)) {
+    const Checkpoint& k = loaded->second;
+    auto st = nlohmann::json::parse(k.state_json);
+    std::vector<Param>& ps = task->params();
+    auto by_name = [&](const std::vector<std::pair<std::string, Tensor>>& ts, const std::string& name) -> const Tensor* {
+      for (const auto& t : ts)
+        if (t.first == name) return &t.second;
+      return nullptr;
+    };
+    std::vector<Tensor> m, v;
+    for (auto& p : ps) {
+      const Tensor* t = by_name(k.params, p.name);
+      if (!t || t->shape() != p.value.shape()) throw Error(loaded->first + ": no /params/" + p.name + " of shape " + p.value.shape_str());
+      p.value = t->to(p.value.device());
+      if (const Tensor* tm = by_name(k.opt_m, p.name)) m.push_back(tm->to(p.value.device()));
+      if (const Tensor* tv = by_name(k.opt_v, p.name)) v.push_back(tv->to(p.value.device()));
+    }
+    if ((!m.empty() && m.size() != ps.size()) || (!v.empty() && v.size() != ps.size()))
+      throw Error(loaded->first + ": the optimizer state does not cover every parameter");
+    opt.restore(std::move(m), std::move(v), st.at("opt_t").get<int64_t>());
+    amp.restore(st.at("loss_scale").get<float>(), st.at("clean_steps").get<int>());
+    task->set_rng_state(k.rng);
+    step = st.at("step").get<int64_t>();
+    start_epoch = st.at("epoch").get<int64_t>();
+    start_b = st.at("batch").get<int64_t>();
+    const int world = st.at("world").get<int>();
+    if (world == ranks) {
+      bal.restore(st.at("shares").get<std::vector<int>>(), st.at("speeds").get<std::vector<double>>(),
+                  st.at("observed").get<int>());
+    } else {
+      emit("resharding: the checkpoint was written by " + std::to_string(world) + " ranks, resuming on " +
+               std::to_string(ranks) + "; shares start again from the device weights",
+           "\"level\":\"info\",\"event\":\"reshard\"");
+    }
+    emit("resumed from " + loaded->first + " at step " + std::to_string(step) + " (epoch " + std::to_string(start_epoch) + ")",
+         "\"level\":\"info\",\"event\":\"resume\",\"step\":" + std::to_string(step));
+  }
+  {
+    const std::vector<double> steps = gather(static_cast<double>(step));
+    for (double s : steps)
+      if (s != static_cast<double>(step)) throw Error("ranks resumed at different steps (is --ckpt-dir shared by every node?)");
+  }
+  auto snapshot = [&](int64_t epoch, int64_t next_b, int64_t done) {
+    Checkpoint k;
+    k.model_config = task->config_json();
+    k.train_config = train_config;
+    for (const auto& p : task->params()) k.params.emplace_back(p.name, p.value.to(Device::kCpu).clone());
+    for (size_t i = 0; i < opt.first_moments().size(); ++i)
+      k.opt_m.emplace_back(task->params()[i].name, opt.first_moments()[i].to(Device::kCpu).clone());
+    for (size_t i = 0; i < opt.second_moments().size(); ++i)
+      k.opt_v.emplace_back(task->params()[i].name, opt.second_moments()[i].to(Device::kCpu).clone());
+    nlohmann::json st;
+    st["step"] = done;
+    st["epoch"] = epoch;
+    st["batch"] = next_b;
+    st["world"] = ranks;
+    st["opt_t"] = opt.steps();
+    st["loss_scale"] = amp.scale();
+    st["clean_steps"] = amp.clean_steps();
+    st["shares"] = bal.shares();
+    st["speeds"] = bal.speeds();
+    st["observed"] = bal.observed();
+    k.state_json = st.dump();
+    k.rng = task->rng_state();
+    return k;
+  };
+  bool stopped = false, evaluated = false;
+  const int64_t first_step = step;  // > 0 after a resume
+  if (step >= total)
+    emit("the checkpoint is already at step " + std::to_string(step) + " of " + std::to_string(total) + ": nothing to train",
+         "\"level\":\"info\",\"event\":\"done_before\"");
+  for (int64_t epoch = start_epoch; step < total && !stopped; ++epoch) {
+    for (int64_t b = epoch == start_epoch ? start_b : 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
       const int share = bal.shares()[static_cast<size_t>(me)];
       amp.enter(task->params());
@@ -363,11 +461,13 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         compute = seconds_since(t0);
       }
       if (ranks > 1) {
-        std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f};  // loss, overflowed ranks
+        // loss, overflowed ranks, ranks told to stop (SIGUSR1/SIGTERM): every rank decides alike
+        std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f, ckpt.stop_requested() ? 1.0f : 0.0f};
         exchange.finish(extras, step);
         comm_bytes += exchange.last_bytes();
         loss = extras[0];
         finite = extras[1] == 0.0f;  // every rank now makes the same decision
+        stopped = extras[2] > 0.0f;
         if (!reported_compression && exchange.last_bytes() < exchange.plain_bytes()) {
           reported_compression = true;
           const double ratio = static_cast<double>(exchange.plain_bytes()) / exchange.last_bytes();
@@ -421,8 +521,27 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         window_seconds = 0;
         window_samples = 0;
       }
+      if (ranks == 1) stopped = ckpt.stop_requested();
+      if (ckpt.enabled() && (stopped || ckpt.due(step + 1) || step + 1 == total)) {
+        // Rank 0 holds everything a resume needs (the state is the same on every rank).
+        if (me == 0) {
+          auto t_copy = Clock::now();
+          Checkpoint k = snapshot(epoch, b + 1, step + 1);
+          ckpt.save(std::move(k), step + 1, /*sync=*/stopped || step + 1 == total, seconds_since(t_copy));
+        }
+        if (stopped && c.comm) c.comm->barrier();  // no rank exits (and ends the job) before the file is down
+      }
+      if (stopped) {
+        ++step;
+        emit("stopping at step " + std::to_string(step) + " on a signal" +
+                 (ckpt.enabled() ? ", checkpoint written: resume with --resume auto" : " (no --ckpt-dir: nothing saved)"),
+             "\"level\":\"warning\",\"event\":\"preempted\",\"step\":" + std::to_string(step));
+        break;
+      }
     }
+    if (stopped) break;
     if (me == 0) ev = task->evaluate();
+    evaluated = true;
     emit("epoch " + std::to_string(epoch) + " test accuracy " + num(ev.accuracy) + " test loss " + num(ev.loss),
          "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) +
              ",\"test_accuracy\":" + num(ev.accuracy));
@@ -430,10 +549,14 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
       metrics << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step
               << ",\"test_accuracy\":" << num(ev.accuracy) << ",\"test_loss\":" << num(ev.loss) << "}\n";
   }
+  ckpt.finish();  // the last asynchronous write, if any, is down (or reported) before we go on
+  r.preempted = stopped;
   r.steps = step;
-  r.samples_per_s = step * c.global_batch / std::max(train_seconds, 1e-9);
+  if (!evaluated && !stopped && me == 0) ev = task->evaluate();  // resumed with nothing left to train
+  const double trained = static_cast<double>(step - first_step);  // steps this run computed
+  r.samples_per_s = train_seconds > 0 ? trained * c.global_batch / train_seconds : 0;
   r.test_accuracy = ev.accuracy;
-  r.gflops = task->train_flops(c.global_batch) * step / std::max(train_seconds, 1e-9) / 1e9;
+  r.gflops = train_seconds > 0 ? task->train_flops(c.global_batch) * trained / train_seconds / 1e9 : 0;
   if (!c.export_path.empty() && me == 0) {
     std::vector<Param> host;
     for (const auto& p : task->params()) host.push_back({p.name, p.value.to(Device::kCpu), Tensor()});

@@ -27,6 +27,11 @@ class MixedPrecision {
   // After all ranks agreed: on overflow halve the scale (the step is skipped), otherwise count a
   // clean step and double the scale every 2000 of them.
   void update(bool overflow_anywhere);
+  int clean_steps() const { return clean_; }
+  void restore(float scale, int clean) {  // from a checkpoint
+    scale_ = scale;
+    clean_ = clean;
+  }
 
  private:
   std::string precision_;

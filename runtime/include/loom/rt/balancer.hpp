@@ -24,6 +24,10 @@ class Balancer {
   // after it has kept up for a step; one slow step (noise, a page fault) is not reported.
   std::vector<int> stragglers(const std::vector<double>& seconds);
   const std::string& mode() const { return mode_; }
+  // For checkpoints: smoothed speeds and the steps observed; restore() needs the same ranks.
+  const std::vector<double>& speeds() const { return speed_; }
+  int observed() const { return observed_; }
+  void restore(std::vector<int> shares, std::vector<double> speeds, int observed);
 
   // Largest-remainder split of `total` in proportion to `weights`, each share at least 1.
   static std::vector<int> split(int total, const std::vector<double>& weights);

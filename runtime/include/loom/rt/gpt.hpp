@@ -43,6 +43,13 @@ class Gpt {
   GptConfig c_;
   std::vector<Param> params_;
   std::mt19937_64 rng_;
+
+ public:
+  // The dropout generator's state as text (checkpoints), and back; throws Error on bad text.
+  std::string rng_state() const;
+  void set_rng_state(const std::string& text);
+
+ private:
   int batch_ = 0;
   std::vector<int32_t> tokens_, targets_;
   std::vector<LayerActs> acts_;

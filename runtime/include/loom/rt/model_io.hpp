@@ -31,4 +31,20 @@ Mlp load_mlp(const std::string& path);
 // A GPT built from a model file (type "gpt"); the same checks as load_mlp.
 Gpt load_gpt(const std::string& path);
 
+// A training checkpoint (loom.format "checkpoint"): the model's parameters as in a model file,
+// plus /optimizer/m/<name>, /optimizer/v/<name> (the optimizer's moments, when it has them),
+// /state/json (step, epoch, data cursor, loss scaler, balancer, optimizer step count) and
+// /state/rng (the model's random-number state), every dataset with a Fletcher32 checksum, and
+// the root attributes loom.magic ("loom-checkpoint") and train.config (the options a resume must
+// share with the run that wrote it).
+constexpr const char* kCheckpointMagic = "loom-checkpoint";
+struct Checkpoint {
+  std::string model_config, train_config, state_json, rng;
+  std::vector<std::pair<std::string, Tensor>> params, opt_m, opt_v;
+};
+void save_checkpoint(const std::string& path, const Checkpoint& c);
+// Reads every dataset (so every checksum is verified); throws Error naming the file and what is
+// wrong: missing, truncated, not HDF5, not a checkpoint, wrong version, a failed checksum.
+Checkpoint load_checkpoint(const std::string& path);
+
 }  // namespace loom::rt

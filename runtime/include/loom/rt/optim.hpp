@@ -22,6 +22,15 @@ class Optimizer {
   explicit Optimizer(OptimConfig c) : c_(std::move(c)) {}
   void step(std::vector<Param>& params, float lr);
   int64_t steps() const { return t_; }
+  // For checkpoints: the moments (empty before the first step; v only for AdamW) and the step
+  // count; restore() takes what a checkpoint holds, on the CPU.
+  const std::vector<Tensor>& first_moments() const { return m_; }
+  const std::vector<Tensor>& second_moments() const { return v_; }
+  void restore(std::vector<Tensor> m, std::vector<Tensor> v, int64_t t) {
+    m_ = std::move(m);
+    v_ = std::move(v);
+    t_ = t;
+  }
 
  private:
   OptimConfig c_;

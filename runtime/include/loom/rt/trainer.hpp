@@ -3,6 +3,7 @@
 // evaluation each epoch, progress and metrics (JSON lines), and the HDF5 export.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -50,6 +51,16 @@ struct TrainConfig {
   double comm_timeout = 120.0;  // seconds a collective waits for a peer  // gradient buckets overlapped with backward (0: one exchange after it)
   std::string precision = "fp32";  // fp32 | fp16 | bf16 (emulated by rounding on the CPU)
   int64_t inject_overflow_step = -1;  // tests: this rank's gradients overflow at that step
+  // Checkpoints (Contract 4): DIR/ckpt-<step>.h5 every N steps and/or M minutes, the newest K
+  // kept, written in the background with ckpt_async; resume auto | never | FILE.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  double ckpt_every_min = 0;
+  int ckpt_keep = 3;
+  bool ckpt_async = false;
+  std::string resume = "auto";
+  // Set (non-zero) by SIGUSR1/SIGTERM: finish the step, checkpoint, stop (TrainResult::preempted).
+  const std::atomic<int>* stop_signal = nullptr;
 
 };
 
@@ -59,6 +70,7 @@ struct TrainResult {
   double test_accuracy = 0;
   double last_loss = 0;
   double gflops = 0;          // achieved training GFLOP/s
+  bool preempted = false;     // stopped early on a signal (a checkpoint was written)
 };
 
 // Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.

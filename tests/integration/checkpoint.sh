@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# checkpoint.sh — loom-train checkpoints (Contract 4): a run stopped by SIGUSR1 at an arbitrary
+# step and resumed gives bitwise the same losses and weights as an uninterrupted run (1 rank and
+# 2 MPI ranks, with and without --ckpt-async); a 4-rank checkpoint resumes on 2 ranks and on 1
+# (resharding); truncated, corrupted, wrong-version and foreign checkpoints are refused and
+# --resume auto falls back to the previous good one; SIGKILL during writes never leaves a file
+# that would load; h5py, h5dump and PyTorch read the files.
+. "$(dirname "$0")/lib.sh"
+T=$LOOM_BUILDDIR/loom-train
+[ -x "$T" ] || skip "loom-train not built"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cd "$LOOM_TMP" || exit 99
+cat >rankenv.sh <<'SH'
+#!/bin/sh
+export LOOM_DEVICE_WEIGHT=$((2 * ${OMPI_COMM_WORLD_RANK:-0} + 1))
+exec "$@"
+SH
+chmod +x rankenv.sh
+common="--steps 300 --global-batch 64 --seed 3 --lr 0.05 --log-every 1 --balance static"
+
+launch() {  # NP ARGS...: loom-train on NP ranks (1: no mpirun)
+  local np=$1
+  shift
+  if [ "$np" = 1 ]; then "$T" "$@"; else mpirun -np "$np" --oversubscribe ./rankenv.sh "$T" "$@"; fi
+}
+# interrupt NAME NP ARGS...: runs in the background, sends SIGUSR1 to every rank once rank 0 has
+# logged step 20 + a random number of steps (< 70); leaves the exit status in $rc.
+interrupt() {
+  local name=$1 np=$2 at=$((20 + RANDOM % 50))
+  shift 2
+  rm -f "$name.jsonl"
+  launch "$np" "$@" --metrics-file "$name.jsonl" 2>"$name.err" &
+  local pid=$! n=0
+  until grep -q "\"step\":$at," "$name.jsonl" 2>/dev/null || [ $n -gt 3000 ]; do sleep 0.01; n=$((n + 1)); done
+  pkill -USR1 -f "^$T .*--metrics-file $name.jsonl" || true  # the ranks, not mpirun
+  wait $pid
+  rc=$?
+}
+losses() { /usr/bin/python3 -c 'import json,sys; [print(l["step"], repr(l["loss"])) for l in map(json.loads, open(sys.argv[1])) if "rank_batch" in l]' "$1"; }
+
+for np in 1 2; do
+  launch "$np" $common --metrics-file "full$np.jsonl" --export "full$np.h5" 2>/dev/null
+  for mode in sync async; do
+    name=r$np$mode
+    extra="--ckpt-dir $name.d --ckpt-every 50"
+    [ $mode = async ] && extra="$extra --ckpt-async"
+    interrupt "$name" "$np" $common $extra
+    expect_eq "$np rank(s) $mode: stopped on SIGUSR1 with status 75" 75 "$rc"
+    expect_match "$np rank(s) $mode: stop checkpoint" "stopping at step [0-9]+ on a signal, checkpoint written" "$(cat "$name.err")"
+    stop=$(grep -oE "stopping at step [0-9]+" "$name.err" | grep -oE "[0-9]+$")
+    run_cmd launch "$np" $common $extra --metrics-file "$name.2.jsonl" --export "$name.h5"
+    expect_eq "$np rank(s) $mode: resumed run exit" 0 "$rc"
+    expect_match "$np rank(s) $mode: resumed where it stopped" "resumed from $name.d/ckpt-0*$stop.h5 at step $stop" "$err"
+    h5diff "full$np.h5" "$name.h5" /params /params >/dev/null && pass ||
+      fail "$np rank(s) $mode: final weights differ from the uninterrupted run (stopped at $stop)"
+    # Every loss after the resume equals the uninterrupted run's, bit for bit.
+    diff <(losses "full$np.jsonl" | awk -v s="$stop" '$1 > s') <(losses "$name.2.jsonl") >/dev/null && pass ||
+      fail "$np rank(s) $mode: losses after step $stop differ"
+    echo "checkpoint: $np rank(s), $mode: stopped at step $stop, resumed, bitwise equal"
+  done
+done
+grep -h "async: training paused" r1async.err r1async.2.jsonl 2>/dev/null | head -2
+
+# Resharding: a 4-rank checkpoint resumed on 2 ranks and on 1 follows the same loss curve (within
+# fp32 tolerance: the sums are taken in another order; over many steps such differences grow).
+short="$common --steps 100"
+launch 4 $short --metrics-file full4.jsonl --export full4.h5 2>/dev/null
+interrupt r4 4 $short --ckpt-dir r4.d
+expect_eq "4 ranks: stopped" 75 "$rc"
+stop=$(grep -oE "stopping at step [0-9]+" r4.err | grep -oE "[0-9]+$")
+for np in 2 1; do
+  rm -rf "rs$np.d" && cp -r r4.d "rs$np.d"
+  run_cmd launch "$np" $short --ckpt-dir "rs$np.d" --metrics-file "rs$np.jsonl" --export "rs$np.h5"
+  expect_eq "4 -> $np ranks exit" 0 "$rc"
+  expect_match "4 -> $np ranks: resharding said" "resharding: the checkpoint was written by 4 ranks, resuming on $np" "$err"
+  h5diff -d 1e-4 full4.h5 "rs$np.h5" /params /params >/dev/null && pass || fail "4 -> $np ranks: final weights differ"
+  /usr/bin/python3 - full4.jsonl "rs$np.jsonl" "$stop" <<'PY' && pass || fail "4 -> $np ranks: loss curve"
+import json, sys
+def losses(p):
+    return {l["step"]: l["loss"] for l in map(json.loads, open(p)) if "rank_batch" in l}
+a, b, stop = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
+print(f"checkpoint: resharded after step {stop}: largest relative loss difference {worst:.2e} over {len(b)} steps")
+assert min(b) == stop + 1 and worst < 1e-3, (min(b), worst)
+PY
+done
+
+# Bad checkpoints: refused with a message; --resume auto falls back to the previous good one.
+"$T" $common --steps 30 --ckpt-dir bad.d --ckpt-every 10 --ckpt-keep 5 --metrics-file bad.jsonl 2>/dev/null
+newest=bad.d/ckpt-0000000030.h5
+cp "$newest" keep.h5
+check_bad() {  # WHAT REGEX: --resume FILE of the damaged newest file, then --resume auto
+  run_cmd "$T" $common --steps 30 --resume "$newest"
+  expect_eq "$1: --resume FILE exit" 1 "$rc"
+  expect_match "$1: --resume FILE message" "$2" "$err"
+  run_cmd "$T" $common --steps 30 --ckpt-dir bad.d --log-every 100
+  expect_eq "$1: --resume auto exit" 0 "$rc"
+  expect_match "$1: --resume auto skips it, naming it" "skipping a checkpoint that does not verify: $newest" "$err"
+  expect_match "$1: --resume auto takes the previous" "resumed from bad.d/ckpt-0000000020.h5 at step 20" "$err"
+  rm -f bad.d/*.tmp.* && cp keep.h5 "$newest"
+}
+head -c 100000 keep.h5 >"$newest"
+check_bad "truncated" "not an HDF5 file \(or truncated\)|truncated or corrupt"
+/usr/bin/python3 - "$newest" <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:  # flip a byte inside the largest dataset's data
+    ds = f["params/fc1.weight"]
+    off = ds.id.get_offset() if ds.chunks is None else ds.id.get_chunk_info(0).byte_offset
+data = bytearray(open(sys.argv[1], "rb").read())
+data[off + 1000] ^= 0x5A
+open(sys.argv[1], "wb").write(bytes(data))
+PY
+check_bad "flipped byte" "fails its checksum"
+/usr/bin/python3 -c 'import h5py, numpy, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["loom.version"] = numpy.int32(99)' "$newest"
+check_bad "wrong version" "format version 99 is not supported"
+"$T" --layers 784,64,10 --steps 10 --global-batch 64 --ckpt-dir other.d --ckpt-every 10 2>/dev/null
+run_cmd "$T" $common --steps 30 --resume other.d/ckpt-0000000010.h5
+expect_eq "another configuration: exit" 1 "$rc"
+expect_match "another configuration: named" "checkpoint of another configuration \(model.layers" "$err"
+run_cmd "$T" $common --steps 30 --resume "$LOOM_TMP/full1.h5"
+expect_match "a model file is not a checkpoint" "a Loom model file, not a checkpoint" "$err"
+run_cmd "$T" $common --ckpt-every 5
+expect_eq "--ckpt-every without --ckpt-dir" 2 "$rc"
+
+# SIGKILL while checkpoints are being written (one every step): whatever is left in the folder
+# verifies, and temporary files are never taken for checkpoints.
+for i in 1 2 3 4 5; do
+  "$T" $common --steps 100000 --ckpt-dir kill.d --ckpt-every 1 --ckpt-keep 2 --log-every 1000 2>/dev/null &
+  pid=$!
+  sleep "0.$((RANDOM % 9 + 1))"; sleep 1
+  kill -KILL $pid
+  wait $pid 2>/dev/null
+done
+n=0
+for f in kill.d/ckpt-*.h5; do
+  "$T" --inspect "$f" >/dev/null 2>&1 && pass || fail "after SIGKILL: $f does not verify"
+  n=$((n + 1))
+done
+echo "checkpoint: after 5 SIGKILLs during writes: $n checkpoint files, all verify; $(ls kill.d | grep -c tmp || true) temporary files left"
+run_cmd "$T" $common --steps 100000 --ckpt-dir kill.d --steps 3 --resume never --log-every 1000
+expect_eq "no temporary file left once a writer starts again" "" "$(ls kill.d | grep tmp || true)"
+
+# Readers: --inspect, h5dump, h5py, and the parameters load into PyTorch.
+run_cmd "$T" --inspect r1sync.d/ckpt-0000000300.h5
+expect_eq "--inspect exit" 0 "$rc"
+expect_match "--inspect output" "Loom checkpoint, format version 1, every checksum verified" "$out"
+expect_match "--inspect state" "\"step\":300" "$out"
+run_cmd "$T" --inspect "$newest.nope"
+expect_eq "--inspect a missing file" 1 "$rc"
+h5dump -H r1sync.d/ckpt-0000000300.h5 | grep -q 'DATASET "fc1.weight"' && pass || fail "h5dump cannot read a checkpoint"
+/usr/bin/python3 - r1sync.d/ckpt-0000000300.h5 <<'PY' && pass || fail "h5py / PyTorch"
+import h5py, json, sys, torch
+with h5py.File(sys.argv[1], "r") as f:
+    assert f.attrs["loom.format"] in (b"checkpoint", "checkpoint")
+    state = json.loads(bytes(f["state/json"][()]).decode())
+    sd = {k: torch.from_numpy(f["params"][k][()]) for k in f["params"]}
+    assert set(f["optimizer/m"]) == set(sd)
+m = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+m.load_state_dict({k.replace("fc1", "0").replace("fc2", "2").replace("fc3", "4"): v for k, v in sd.items()})
+assert state["step"] == 300
+PY
+finish
