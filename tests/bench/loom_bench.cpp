@@ -1,6 +1,7 @@
 // loom_bench.cpp — `loom-bench`: each subcommand measures Loom and a peer in the same run and
 // prints both and the ratio. Built so far: `train` (loom-train's MLP against PyTorch 1.13 on the
 // same model, batch, threads and data; achieved GFLOP/s against cblas_sgemm at the same shapes).
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -23,6 +25,7 @@
 #endif
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/mlp.hpp"
+#include "loom/rt/model_io.hpp"
 #include "loom/rt/trainer.hpp"
 
 namespace {
@@ -207,12 +210,67 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
 }
 #endif
 
+// loom-bench checkpoint: a training state of N bytes (64 MiB tensors) written by Loom's
+// checkpoint writer (HDF5, Fletcher32, fsync, rename) against `dd conv=fsync` of the same size
+// into the same folder; and what an asynchronous checkpoint costs the training loop (the copy
+// of the state) against the synchronous write. Best of `reps` runs each.
+int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::string& format) {
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const size_t per = size_t{64} << 20, floats_total = bytes / sizeof(float);
+  loom::rt::Checkpoint k;
+  k.model_config = "{\"type\":\"bench\"}";
+  k.train_config = "{}";
+  k.state_json = "{\"step\":0}";
+  for (size_t at = 0, i = 0; at < floats_total; ++i) {
+    const size_t n = std::min(per / sizeof(float), floats_total - at);
+    loom::rt::Tensor t = loom::rt::Tensor::empty({static_cast<int64_t>(n)});
+    for (size_t j = 0; j < n; ++j) t.f32()[j] = static_cast<float>((j * 2654435761u) % 1000) * 1e-3f;
+    k.params.emplace_back("t" + std::to_string(i), t);
+    at += n;
+  }
+  const std::string file = dir + "/loom-bench-ckpt.h5", ddfile = dir + "/loom-bench-dd.bin";
+  double best_loom = 1e30, best_dd = 1e30, best_copy = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    loom::rt::save_checkpoint(file, k);
+    best_loom = std::min(best_loom, secs(t0));
+    t0 = Clock::now();
+    // The peer writes the same bytes: a copy of the file just written (still in the page cache),
+    // not zeros, which a thin-provisioned disk may never store.
+    const std::string cmd = "dd if='" + file + "' of='" + ddfile + "' bs=4M conv=fsync status=none";
+    if (std::system(cmd.c_str()) != 0) throw loom::rt::Error("dd failed: " + cmd);
+    best_dd = std::min(best_dd, secs(t0));
+    t0 = Clock::now();
+    std::vector<loom::rt::Tensor> copy;  // what --ckpt-async takes from the loop
+    for (const auto& p : k.params) copy.push_back(p.second.clone());
+    best_copy = std::min(best_copy, secs(t0));
+  }
+  struct stat st {};
+  const double file_bytes = stat(file.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : static_cast<double>(bytes);
+  std::remove(file.c_str());
+  std::remove(ddfile.c_str());
+  const double gib = static_cast<double>(bytes) / (1u << 30);
+  const double loom_gbps = file_bytes / best_loom / 1e9, dd_gbps = file_bytes / best_dd / 1e9;
+  if (format == "json")
+    std::printf("{\"bench\":\"checkpoint\",\"bytes\":%zu,\"loom_write_gbps\":%.3f,\"dd_write_gbps\":%.3f,\"ratio\":%.3f,"
+                "\"sync_write_s\":%.4f,\"async_pause_s\":%.4f,\"async_pause_ratio\":%.4f}\n",
+                bytes, loom_gbps, dd_gbps, loom_gbps / dd_gbps, best_loom, best_copy, best_copy / best_loom);
+  else
+    std::printf("loom-bench checkpoint: %.2f GiB to %s: loom %.3f GB/s (%.2f s), peer dd conv=fsync %.3f GB/s, ratio %.2f\n"
+                "loom-bench checkpoint: --ckpt-async pauses training %.3f s (copy of the state) against %.2f s for a "
+                "synchronous write: %.3fx\n",
+                gib, dir.c_str(), loom_gbps, best_loom, dd_gbps, loom_gbps / dd_gbps, best_copy, best_loom, best_copy / best_loom);
+  return 0;
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
-               "(checkpoint, infer and serve arrive with their parts)\n");
+               "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
+               "(infer and serve arrive with their parts)\n");
   return 2;
 }
 
@@ -221,6 +279,29 @@ int usage() {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  if (cmd == "checkpoint") {
+    size_t bytes = size_t{1} << 30;
+    std::string dir = ".", format = "text";
+    int reps = 2;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      std::string a = argv[i], v = argv[i + 1];
+      if (a == "--bytes") bytes = static_cast<size_t>(std::stoull(v));
+      else if (a == "--dir") dir = v;
+      else if (a == "--reps") reps = std::max(1, std::stoi(v));
+      else if (a == "--format") format = v;
+      else return usage();
+    }
+    if (bytes < (size_t{4} << 20)) {
+      std::fprintf(stderr, "loom-bench: --bytes must be at least 4 MiB\n");
+      return 2;
+    }
+    try {
+      return bench_checkpoint(bytes, dir, reps, format);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-bench: %s\n", e.what());
+      return 1;
+    }
+  }
   if (cmd == "allreduce") {
 #ifdef LOOM_HAVE_MPI
     std::vector<size_t> sizes{1u << 20, 4u << 20, 16u << 20, 64u << 20};

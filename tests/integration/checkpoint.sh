@@ -160,4 +160,9 @@ m = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Lin
 m.load_state_dict({k.replace("fc1", "0").replace("fc2", "2").replace("fc3", "4"): v for k, v in sd.items()})
 assert state["step"] == 300
 PY
+
+# loom-bench checkpoint runs (the figures come from `make bench`; here only that it works).
+run_cmd "$LOOM_BUILDDIR/loom-bench" checkpoint --bytes 8388608 --dir "$LOOM_TMP" --reps 1 --format json
+expect_eq "loom-bench checkpoint exit" 0 "$rc"
+expect_match "loom-bench checkpoint figures" '"loom_write_gbps":[0-9.]+,"dd_write_gbps":[0-9.]+,"ratio"' "$out"
 finish
