@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# requeue_cluster.sh — the real preemption path on the local cluster: examples/train-requeue.sbatch
+# with a one-minute time limit and a 50 s --signal lead time. Slurm sends SIGUSR1 before the limit,
+# loom-train checkpoints and exits 75, the script requeues the job, the requeued job resumes from
+# the checkpoint, and the final weights equal those of an uninterrupted run, bit for bit.
+. "$(dirname "$0")/lib.sh"
+[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
+[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
+sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+T=$LOOM_BUILDDIR/loom-train
+[ -x "$T" ] || skip "loom-train not built"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+chmod 0755 "$LOOM_TMP"
+# About 50 s of training on one core: long enough that Slurm's time-limit check (every ~30 s)
+# signals it before it ends.
+args="--steps 6000 --global-batch 256 --seed 9 --lr 0.05 --log-every 1000"
+"$T" $args --export "$LOOM_TMP/ref.h5" 2>"$LOOM_TMP/ref.err" &
+ref=$!
+jid=$(LOOM_TRAIN=$T LOOM_CKPT_DIR=$LOOM_TMP/ckpt sbatch --parsable -n1 --gpus=1 --time=1 --signal=USR1@50 \
+  -o "$LOOM_TMP/job.out" "$LOOM_SRCDIR/examples/train-requeue.sbatch" $args --export "$LOOM_TMP/job.h5")
+expect_match "sbatch accepted the job" "^[0-9]+$" "$jid"
+state=
+for _ in $(seq 300); do
+  info=$(scontrol show job "$jid" 2>/dev/null)
+  state=$(grep -oE "JobState=[A-Z_]+" <<<"$info" | cut -d= -f2)
+  case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+  # Slurm holds a requeued job back for a couple of minutes (Reason=BeginTime); let it go now.
+  grep -q "Reason=BeginTime" <<<"$info" && scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
+  sleep 1
+done
+wait $ref
+expect_eq "the job completed" COMPLETED "$state"
+out=$(cat "$LOOM_TMP/job.out" 2>/dev/null)
+expect_match "Slurm's warning signal stopped training with a checkpoint" "stopping at step [0-9]+ on a signal, checkpoint written" "$out"
+expect_match "the job requeued itself" "loom-requeue: stopped with a checkpoint; requeueing job $jid" "$out"
+expect_match "the requeued job started again" "restart [1-9]" "$out"
+expect_match "and resumed from the checkpoint" "resumed from $LOOM_TMP/ckpt/ckpt-[0-9]+\.h5 at step [1-9]" "$out"
+h5diff "$LOOM_TMP/ref.h5" "$LOOM_TMP/job.h5" /params /params >/dev/null && pass ||
+  fail "the requeued job's final weights differ from an uninterrupted run"
+echo "requeue_cluster: $(grep -cE 'restart [0-9]' <<<"$out") runs of job $jid; $(grep -oE 'stopping at step [0-9]+' <<<"$out" | tr '\n' ';')"
+[ "$state" = COMPLETED ] || tail -30 "$LOOM_TMP/job.out" >&2
+finish
