@@ -176,43 +176,90 @@ void save_model(const std::string& path, const std::string& config_json, const s
   write_atomic(path, {{"loom.format", "model"}, {"model.config", config_json}}, blobs);
 }
 
-ModelFile load_model(const std::string& path) {
+namespace {
+
+// Every float32 dataset of a group, by name (checksums verified by the read).
+std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
+                                                       bool required) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
+    // H5Lexists on "a/b" needs "a" to exist: check the first component too.
+    const auto slash = group_path.find('/');
+    if (slash == std::string::npos || H5Lexists(file, group_path.substr(0, slash).c_str(), H5P_DEFAULT) <= 0 ||
+        H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
+      if (required) throw Error(path + ": no /" + group_path + " group");
+      return out;
+    }
+  }
+  H5Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
+  h5check(group, path + ": cannot open /" + group_path);
+  hsize_t n = 0;
+  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /" + group_path);
+  for (hsize_t i = 0; i < n; ++i) {
+    char name[256] = {0};
+    if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /" + group_path);
+    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    h5check(ds, path + ": cannot open /" + group_path + "/" + name);
+    H5Handle space(H5Dget_space(ds), H5Sclose);
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 1 || nd > 4) throw Error(path + ": /" + group_path + "/" + name + " has " + std::to_string(nd) + " dimensions");
+    std::vector<hsize_t> dims(static_cast<size_t>(nd));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()));
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
+      throw Error(path + ": /" + group_path + "/" + name + " fails its checksum or cannot be read (corrupt file)");
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required) {
+  if (H5Lexists(file, "state", H5P_DEFAULT) <= 0 || H5Lexists(file, ds_path.c_str(), H5P_DEFAULT) <= 0) {
+    if (required) throw Error(path + ": no /" + ds_path);
+    return "";
+  }
+  H5Handle ds(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT), H5Dclose);
+  h5check(ds, path + ": cannot open /" + ds_path);
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n <= 0 || n > (hssize_t{1} << 26)) throw Error(path + ": /" + ds_path + " has an unreasonable size");
+  std::string out(static_cast<size_t>(n), '\0');
+  if (H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(path + ": /" + ds_path + " fails its checksum or cannot be read (corrupt file)");
+  return out;
+}
+
+// Opens a Loom HDF5 file for reading and checks its format version: missing, truncated,
+// not HDF5 and unsupported versions are one-line errors naming the file.
+hid_t open_loom_file(const std::string& path, std::string* format) {
   static H5Quiet quiet;
   if (access(path.c_str(), R_OK) != 0) throw Error(path + ": " + std::strerror(errno));
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (or truncated)");
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  h5check(file, path + ": cannot open as HDF5 (truncated or corrupt)");
-  ModelFile m;
-  m.format = read_string_attr(file, "loom.format", path);
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  h5check(id, path + ": cannot open as HDF5 (truncated or corrupt)");
+  H5Handle file(id, H5Fclose);
+  *format = read_string_attr(file, "loom.format", path);
   if (H5Aexists(file, "loom.version") <= 0) throw Error(path + ": not a Loom model file (no loom.version)");
+  int version = 0;
   {
     H5Handle attr(H5Aopen(file, "loom.version", H5P_DEFAULT), H5Aclose);
-    h5check(H5Aread(attr, H5T_NATIVE_INT, &m.version), path + ": cannot read loom.version");
+    h5check(H5Aread(attr, H5T_NATIVE_INT, &version), path + ": cannot read loom.version");
   }
-  if (m.version != kFormatVersion)
-    throw Error(path + ": format version " + std::to_string(m.version) + " is not supported (this build reads " +
+  if (version != kFormatVersion)
+    throw Error(path + ": format version " + std::to_string(version) + " is not supported (this build reads " +
                 std::to_string(kFormatVersion) + ")");
+  file.id = -1;  // handed to the caller
+  return id;
+}
+
+}  // namespace
+
+ModelFile load_model(const std::string& path) {
+  ModelFile m;
+  H5Handle file(open_loom_file(path, &m.format), H5Fclose);
+  m.version = kFormatVersion;
   m.config_json = read_string_attr(file, "model.config", path);
-  H5Handle group(H5Gopen2(file, "params", H5P_DEFAULT), H5Gclose);
-  h5check(group, path + ": no /params group");
-  hsize_t n = 0;
-  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /params");
-  for (hsize_t i = 0; i < n; ++i) {
-    char name[256] = {0};
-    if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /params");
-    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
-    h5check(ds, path + ": cannot open /params/" + name);
-    H5Handle space(H5Dget_space(ds), H5Sclose);
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 1 || nd > 4) throw Error(path + ": /params/" + name + " has " + std::to_string(nd) + " dimensions");
-    std::vector<hsize_t> dims(static_cast<size_t>(nd));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    std::vector<int64_t> shape(dims.begin(), dims.end());
-    Tensor t = Tensor::empty(shape);
-    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
-      throw Error(path + ": /params/" + name + " fails its checksum or cannot be read (corrupt file)");
-    m.params.emplace_back(name, t);
-  }
+  m.params = read_group(file, "params", path, true);
   return m;
 }
 
@@ -293,80 +340,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                blobs);
 }
 
-namespace {
-
-// Every float32 dataset of a group, by name (checksums verified by the read).
-std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
-                                                       bool required) {
-  std::vector<std::pair<std::string, Tensor>> out;
-  if (H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
-    // H5Lexists on "a/b" needs "a" to exist: check the first component too.
-    const auto slash = group_path.find('/');
-    if (slash == std::string::npos || H5Lexists(file, group_path.substr(0, slash).c_str(), H5P_DEFAULT) <= 0 ||
-        H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
-      if (required) throw Error(path + ": no /" + group_path + " group");
-      return out;
-    }
-  }
-  H5Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
-  h5check(group, path + ": cannot open /" + group_path);
-  hsize_t n = 0;
-  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /" + group_path);
-  for (hsize_t i = 0; i < n; ++i) {
-    char name[256] = {0};
-    if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /" + group_path);
-    H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
-    h5check(ds, path + ": cannot open /" + group_path + "/" + name);
-    H5Handle space(H5Dget_space(ds), H5Sclose);
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 1 || nd > 4) throw Error(path + ": /" + group_path + "/" + name + " has " + std::to_string(nd) + " dimensions");
-    std::vector<hsize_t> dims(static_cast<size_t>(nd));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()));
-    if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
-      throw Error(path + ": /" + group_path + "/" + name + " fails its checksum or cannot be read (corrupt file)");
-    out.emplace_back(name, t);
-  }
-  return out;
-}
-
-std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required) {
-  if (H5Lexists(file, "state", H5P_DEFAULT) <= 0 || H5Lexists(file, ds_path.c_str(), H5P_DEFAULT) <= 0) {
-    if (required) throw Error(path + ": no /" + ds_path);
-    return "";
-  }
-  H5Handle ds(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT), H5Dclose);
-  h5check(ds, path + ": cannot open /" + ds_path);
-  H5Handle space(H5Dget_space(ds), H5Sclose);
-  hssize_t n = H5Sget_simple_extent_npoints(space);
-  if (n <= 0 || n > (hssize_t{1} << 26)) throw Error(path + ": /" + ds_path + " has an unreasonable size");
-  std::string out(static_cast<size_t>(n), '\0');
-  if (H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw Error(path + ": /" + ds_path + " fails its checksum or cannot be read (corrupt file)");
-  return out;
-}
-
-}  // namespace
-
 Checkpoint load_checkpoint(const std::string& path) {
-  static H5Quiet quiet;
-  if (access(path.c_str(), R_OK) != 0) throw Error(path + ": " + std::strerror(errno));
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (or truncated)");
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  h5check(file, path + ": cannot open as HDF5 (truncated or corrupt)");
-  const std::string format = read_string_attr(file, "loom.format", path);
+  std::string format;
+  H5Handle file(open_loom_file(path, &format), H5Fclose);
   if (format != "checkpoint") throw Error(path + ": a Loom " + format + " file, not a checkpoint");
   if (H5Aexists(file, "loom.magic") <= 0 || read_string_attr(file, "loom.magic", path) != kCheckpointMagic)
     throw Error(path + ": not a Loom checkpoint (loom.magic missing or wrong)");
-  int version = 0;
-  if (H5Aexists(file, "loom.version") <= 0) throw Error(path + ": no loom.version");
-  {
-    H5Handle attr(H5Aopen(file, "loom.version", H5P_DEFAULT), H5Aclose);
-    h5check(H5Aread(attr, H5T_NATIVE_INT, &version), path + ": cannot read loom.version");
-  }
-  if (version != kFormatVersion)
-    throw Error(path + ": checkpoint format version " + std::to_string(version) + " is not supported (this build reads " +
-                std::to_string(kFormatVersion) + ")");
   Checkpoint c;
   c.model_config = read_string_attr(file, "model.config", path);
   c.train_config = read_string_attr(file, "train.config", path);

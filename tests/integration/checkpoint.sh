@@ -27,7 +27,7 @@ launch() {  # NP ARGS...: loom-train on NP ranks (1: no mpirun)
 # interrupt NAME NP ARGS...: runs in the background, sends SIGUSR1 to every rank once rank 0 has
 # logged step 20 + a random number of steps (< 70); leaves the exit status in $rc.
 interrupt() {
-  local name=$1 np=$2 at=$((20 + RANDOM % 50))
+  local name=$1 np=$2 at=$((20 + RANDOM % ${SPAN:-50}))
   shift 2
   rm -f "$name.jsonl"
   launch "$np" "$@" --metrics-file "$name.jsonl" 2>"$name.err" &
@@ -63,10 +63,11 @@ done
 grep -h "async: training paused" r1async.err r1async.2.jsonl 2>/dev/null | head -2
 
 # Resharding: a 4-rank checkpoint resumed on 2 ranks and on 1 follows the same loss curve (within
-# fp32 tolerance: the sums are taken in another order; over many steps such differences grow).
+# fp32 tolerance: the sums are taken in another order; this training is chaotic enough that
+# such differences grow from 1e-7 to 1e-2 between steps 100 and 150, so the run stops at 100).
 short="$common --steps 100"
 launch 4 $short --metrics-file full4.jsonl --export full4.h5 2>/dev/null
-interrupt r4 4 $short --ckpt-dir r4.d
+SPAN=20 interrupt r4 4 $short --ckpt-dir r4.d  # well before the end: 4 small ranks run fast
 expect_eq "4 ranks: stopped" 75 "$rc"
 stop=$(grep -oE "stopping at step [0-9]+" r4.err | grep -oE "[0-9]+$")
 for np in 2 1; do

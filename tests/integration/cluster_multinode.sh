@@ -6,12 +6,13 @@
 # srun --mpi=pmix across the namespace nodes intermittently hangs at start-up on this kind of
 # machine (seen in about 1 run of 4: the PMIx fence between the two slurmstepds never completes).
 # MPI runs get one retry, and the log says when one was needed.
-mpi_srun() {  # ARGS...: run_cmd with a 45 s limit, once more after a hang
-  run_cmd timeout 45 srun "$@"
-  if [ "$rc" -eq 124 ]; then
-    echo "NOTE: srun $* hung (PMIx start-up); retrying once" >&2
-    run_cmd timeout 45 srun "$@"
-  fi
+mpi_srun() {  # ARGS...: run_cmd with a 45 s limit (srun ignores a first SIGTERM), retried after a hang
+  local try
+  for try in 1 2 3; do
+    run_cmd timeout -k 5 45 srun "$@"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || return 0
+    echo "NOTE: srun $* hung (PMIx start-up); retrying" >&2
+  done
 }
 [ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces and slurmd"
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
@@ -53,8 +54,8 @@ if [ -x "$hello" ]; then
 #SBATCH -N1 -n1 --gpus=a100:2 -o $LOOM_TMP/het.out
 #SBATCH hetjob
 #SBATCH -N1 -n1 --gpus=v100:2
-for try in 1 2; do timeout 45 srun --het-group=0,1 --mpi=pmix $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
-for try in 1 2; do timeout 45 srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
+for try in 1 2 3; do timeout -k 5 45 srun --het-group=0,1 --mpi=pmix $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
+for try in 1 2 3; do timeout -k 5 45 srun --het-group=0,1 --mpi=pmix --loom-bind=ring --loom-verbose $hello && break; echo "NOTE: het srun hung, retrying" >&2; done
 JOB
   jid=$(sbatch --parsable "$LOOM_TMP/het.sbatch")
   for _ in $(seq 1000); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
@@ -77,8 +78,8 @@ JOB
 #SBATCH -N1 -n2 -c1 --gpus=a100:2 -o $LOOM_TMP/train.out
 #SBATCH hetjob
 #SBATCH -N1 -n2 -c1 --gpus=v100:2
-for try in 1 2; do
-  timeout 90 srun --het-group=0,1 --mpi=pmix --loom-bind=ring $train $targs --balance static --export $LOOM_TMP/het4.h5 && break
+for try in 1 2 3; do
+  timeout -k 5 90 srun --het-group=0,1 --mpi=pmix --loom-bind=ring $train $targs --balance static --export $LOOM_TMP/het4.h5 && break
   echo "NOTE: het srun failed or hung, retrying" >&2
 done
 JOB
