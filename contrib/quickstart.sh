@@ -47,11 +47,15 @@ else
   echo "spank_loom.so was not built (Slurm headers missing?): skipped"
 fi
 
-banner "8. Train the MLP on Fashion-MNIST (one process) and export it"
+banner "8. Train the MLP on Fashion-MNIST (one process), with checkpoints, and export it"
 if [ -x "$build/loom-train" ]; then
+  rm -rf "$build/ckpt"
   "$build/loom-train" --epochs 3 --threads 2 --lr 0.1 --lr-schedule cosine --warmup-steps 200 --log-every 200 \
-    --export "$build/fashion-mlp.h5"
+    --ckpt-dir "$build/ckpt" --ckpt-every 500 --ckpt-async --export "$build/fashion-mlp.h5"
   h5dump -H "$build/fashion-mlp.h5" | head -12
+  echo "--- the last checkpoint (loom-train --inspect; a rerun with --resume auto continues from it)"
+  last=$(ls "$build"/ckpt/ckpt-*.h5 | tail -1)
+  "$build/loom-train" --inspect "$last" | head -4
 fi
 
 banner "9. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"

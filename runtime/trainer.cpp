@@ -286,7 +286,8 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   if (c.emulate_speed < 1)
     emit_any("emulating a slow device: compute takes 1/" + num(c.emulate_speed) + " as long (LOOM_EMULATE_SPEED)",
              "\"level\":\"warning\",\"event\":\"emulation\"");
-  if (ranks > 1 && cuda) throw Error("multi-rank training on CUDA needs the NCCL communicator, not built yet; use --device cpu");
+  if (ranks > 1 && cuda)
+    throw Error("multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet (it is built and tested on its own: tests/gpu/nccl_test); use --device cpu");
 
   // Shares of the global batch: static from every rank's device weight, then dynamic.
   Balancer bal(c.balance, c.global_batch, ranks, c.replan_every);
