@@ -287,7 +287,8 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     emit_any("emulating a slow device: compute takes 1/" + num(c.emulate_speed) + " as long (LOOM_EMULATE_SPEED)",
              "\"level\":\"warning\",\"event\":\"emulation\"");
   if (ranks > 1 && cuda)
-    throw Error("multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet (it is built and tested on its own: tests/gpu/nccl_test); use --device cpu");
+    throw Error("multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet "
+                "(it is built and tested on its own: tests/gpu/nccl_test); use --device cpu");
 
   // Shares of the global batch: static from every rank's device weight, then dynamic.
   Balancer bal(c.balance, c.global_batch, ranks, c.replan_every);
@@ -406,6 +407,10 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     }
     emit("resumed from " + loaded->first + " at step " + std::to_string(step) + " (epoch " + std::to_string(start_epoch) + ")",
          "\"level\":\"info\",\"event\":\"resume\",\"step\":" + std::to_string(step));
+    if (ranks > 1 && parse_grad_compress(c.grad_compress).kind == "powersgd")
+      emit("PowerSGD's error feedback and warm-started Q are not in checkpoints: they start again from zero "
+           "(the resumed run is close to, not bitwise, the uninterrupted one)",
+           "\"level\":\"warning\",\"event\":\"resume_powersgd\"");
   }
   {
     const std::vector<double> steps = gather(static_cast<double>(step));
