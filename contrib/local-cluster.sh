@@ -107,6 +107,8 @@ write_conf() {  # HOSTSPEC
     echo "SlurmctldPort=$port"
     echo "SlurmdPort=$((port + 1))"
     echo "AuthType=auth/munge"
+    # A requeued job waits out its old credential (120 s by default); a test cluster need not.
+    echo "AuthInfo=cred_expire=20"
     echo "CredType=cred/munge"
     echo "SlurmUser=root"
     echo "SlurmdUser=root"

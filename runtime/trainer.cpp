@@ -500,7 +500,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
                    num(amp.scale()),
                "\"level\":\"warning\",\"event\":\"overflow\",\"step\":" + std::to_string(step + 1) +
                    ",\"loss_scale\":" + num(amp.scale()));
-          if (metrics)
+          if (metrics.is_open())
             metrics << "{\"event\":\"overflow\",\"step\":" << step + 1 << ",\"loss_scale\":" << num(amp.scale()) << "}\n";
         }
       }
@@ -520,7 +520,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
                  " loss " + num(loss) + " " + num(rate) + " samples/s ETA " + num(eta) + " s",
              "\"level\":\"info\",\"step\":" + std::to_string(step + 1) + ",\"loss\":" + num(loss) +
                  ",\"samples_per_s\":" + num(rate));
-        if (metrics)
+        if (metrics.is_open())
           metrics << "{\"step\":" << step + 1 << ",\"epoch\":" << epoch << ",\"loss\":" << num(loss)
                   << ",\"samples_per_s\":" << num(rate) << ",\"rank_batch\":[" << shares_text()
                   << "],\"comm_bytes\":" << comm_bytes << ",\"loss_scale\":" << num(amp.scale()) << "}\n";
@@ -551,7 +551,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     emit("epoch " + std::to_string(epoch) + " test accuracy " + num(ev.accuracy) + " test loss " + num(ev.loss),
          "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) +
              ",\"test_accuracy\":" + num(ev.accuracy));
-    if (metrics)
+    if (metrics.is_open())
       metrics << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step
               << ",\"test_accuracy\":" << num(ev.accuracy) << ",\"test_loss\":" << num(ev.loss) << "}\n";
   }
@@ -569,7 +569,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     save_model(c.export_path, task->config_json(), host);
     emit("exported " + c.export_path, "\"level\":\"info\",\"event\":\"export\"");
   }
-  if (metrics) {
+  if (metrics.is_open()) {
     metrics << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
             << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << num(r.test_accuracy) << ",\"gflops\":" << num(r.gflops)
             << "}\n";

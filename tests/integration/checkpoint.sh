@@ -61,6 +61,12 @@ for np in 1 2; do
   done
 done
 grep -h "async: training paused" r1async.err r1async.2.jsonl 2>/dev/null | head -2
+# A finished run resumed again has nothing to train: it says so, evaluates and exports (a requeued
+# job can end this way).
+run_cmd "$T" $common --ckpt-dir r1sync.d --export again.h5 --log-every 1000
+expect_eq "nothing left to train: exit" 0 "$rc"
+expect_match "nothing left to train: said" "already at step 300 of 300: nothing to train" "$err"
+h5diff full1.h5 again.h5 /params /params >/dev/null && pass || fail "nothing left to train: export differs"
 
 # Resharding: a 4-rank checkpoint resumed on 2 ranks and on 1 follows the same loss curve (within
 # fp32 tolerance: the sums are taken in another order; this training is chaotic enough that

@@ -20,12 +20,12 @@ jid=$(LOOM_TRAIN=$T LOOM_CKPT_DIR=$LOOM_TMP/ckpt sbatch --parsable -n1 --gpus=1 
   -o "$LOOM_TMP/job.out" "$LOOM_SRCDIR/examples/train-requeue.sbatch" $args --export "$LOOM_TMP/job.h5")
 expect_match "sbatch accepted the job" "^[0-9]+$" "$jid"
 state=
+# A requeued job waits until its old credential expires (the local cluster sets cred_expire=20;
+# releasing it earlier makes Slurm kill it: "Job credential revoked").
 for _ in $(seq 300); do
   info=$(scontrol show job "$jid" 2>/dev/null)
   state=$(grep -oE "JobState=[A-Z_]+" <<<"$info" | cut -d= -f2)
   case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-  # Slurm holds a requeued job back for a couple of minutes (Reason=BeginTime); let it go now.
-  grep -q "Reason=BeginTime" <<<"$info" && scontrol update JobId="$jid" StartTime=now >/dev/null 2>&1
   sleep 1
 done
 wait $ref
