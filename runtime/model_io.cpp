@@ -178,18 +178,22 @@ void save_model(const std::string& path, const std::string& config_json, const s
 
 namespace {
 
+// Whether "a/b/c" exists below `file`: H5Lexists needs every parent to exist, so each prefix is
+// checked in turn.
+bool path_exists(hid_t file, const std::string& p) {
+  for (size_t slash = p.find('/');; slash = p.find('/', slash + 1)) {
+    if (H5Lexists(file, p.substr(0, slash).c_str(), H5P_DEFAULT) <= 0) return false;
+    if (slash == std::string::npos) return true;
+  }
+}
+
 // Every float32 dataset of a group, by name (checksums verified by the read).
 std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
                                                        bool required) {
   std::vector<std::pair<std::string, Tensor>> out;
-  if (H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
-    // H5Lexists on "a/b" needs "a" to exist: check the first component too.
-    const auto slash = group_path.find('/');
-    if (slash == std::string::npos || H5Lexists(file, group_path.substr(0, slash).c_str(), H5P_DEFAULT) <= 0 ||
-        H5Lexists(file, group_path.c_str(), H5P_DEFAULT) <= 0) {
-      if (required) throw Error(path + ": no /" + group_path + " group");
-      return out;
-    }
+  if (!path_exists(file, group_path)) {
+    if (required) throw Error(path + ": no /" + group_path + " group");
+    return out;
   }
   H5Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
   h5check(group, path + ": cannot open /" + group_path);
@@ -214,7 +218,7 @@ std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::st
 }
 
 std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required) {
-  if (H5Lexists(file, "state", H5P_DEFAULT) <= 0 || H5Lexists(file, ds_path.c_str(), H5P_DEFAULT) <= 0) {
+  if (!path_exists(file, ds_path)) {
     if (required) throw Error(path + ": no /" + ds_path);
     return "";
   }

@@ -421,11 +421,12 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     Checkpoint k;
     k.model_config = task->config_json();
     k.train_config = train_config;
-    for (const auto& p : task->params()) k.params.emplace_back(p.name, p.value.to(Device::kCpu).clone());
+    // to(kCpu) always copies (a clone on the CPU): the writer thread owns what it gets.
+    for (const auto& p : task->params()) k.params.emplace_back(p.name, p.value.to(Device::kCpu));
     for (size_t i = 0; i < opt.first_moments().size(); ++i)
-      k.opt_m.emplace_back(task->params()[i].name, opt.first_moments()[i].to(Device::kCpu).clone());
+      k.opt_m.emplace_back(task->params()[i].name, opt.first_moments()[i].to(Device::kCpu));
     for (size_t i = 0; i < opt.second_moments().size(); ++i)
-      k.opt_v.emplace_back(task->params()[i].name, opt.second_moments()[i].to(Device::kCpu).clone());
+      k.opt_v.emplace_back(task->params()[i].name, opt.second_moments()[i].to(Device::kCpu));
     nlohmann::json st;
     st["step"] = done;
     st["epoch"] = epoch;
