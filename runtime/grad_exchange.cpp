@@ -77,7 +77,41 @@ void GradExchange::plan(const std::vector<Param>& params) {
       plain_.push_back(i);
     }
   }
+  for (const auto& t : restore_) {
+    bool used = false;
+    for (auto& m : matrices_) {
+      const std::string stem = "powersgd." + std::to_string(m.param) + ".";
+      std::vector<float>* dst = t.first == stem + "error" ? &m.error : t.first == stem + "q" ? &m.q : nullptr;
+      if (!dst) continue;
+      if (static_cast<size_t>(t.second.numel()) != dst->size())
+        throw Error("PowerSGD state " + t.first + " has " + std::to_string(t.second.numel()) + " values, the model needs " +
+                    std::to_string(dst->size()));
+      std::copy(t.second.f32(), t.second.f32() + t.second.numel(), dst->begin());
+      used = true;
+    }
+    if (!used) throw Error("PowerSGD state " + t.first + " does not belong to this model or rank");
+  }
+  restore_.clear();
   planned_ = true;
+}
+
+std::vector<std::pair<std::string, Tensor>> GradExchange::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  auto put = [&](const std::string& name, const std::vector<float>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.f32());
+    out.emplace_back(name, t);
+  };
+  for (const auto& m : matrices_) {
+    put("powersgd." + std::to_string(m.param) + ".error", m.error);
+    put("powersgd." + std::to_string(m.param) + ".q", m.q);
+  }
+  return out;
+}
+
+void GradExchange::restore(std::vector<std::pair<std::string, Tensor>> state) {
+  if (planned_) throw Error("GradExchange::restore after the first step");
+  restore_ = std::move(state);
 }
 
 void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {

@@ -219,6 +219,12 @@ int inspect(const std::string& path) {
       for (const auto& p : k.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
       std::printf("  /optimizer: %zu first moments, %zu second moments; rng state %zu bytes\n", k.opt_m.size(),
                   k.opt_v.size(), k.rng.size());
+      if (k.shards > 0) {
+        std::printf("  sharded: %d shards, every one verified:", k.shards);
+        for (int r = 0; r < k.shards; ++r)
+          std::printf(" %s (%zu rank tensors)", loom::rt::shard_path(path, r, k.shards).c_str(), k.rank_state[static_cast<size_t>(r)].size());
+        std::printf("\n");
+      }
       return 0;
     } catch (const loom::rt::Error& e) {
       if (std::string(e.what()).find("a Loom model file, not a checkpoint") == std::string::npos) throw;

@@ -369,7 +369,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
   tc["precision"] = precision;
   tc["grad_compress"] = c.grad_compress;
   const std::string train_config = tc.dump();
-  CheckpointWriter ckpt(c, me, [&](const std::string& h, const std::string& f) { emit_any(h, f); });
+  CheckpointWriter ckpt(c, ranks > 1 ? c.comm : nullptr, [&](const std::string& h, const std::string& f) { emit_any(h, f); });
   int64_t start_epoch = 0, start_b = 0;
   if (auto loaded = ckpt.find_resume(train_config)) {
     const Checkpoint& k = loaded->second;
@@ -407,10 +407,15 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     }
     emit("resumed from " + loaded->first + " at step " + std::to_string(step) + " (epoch " + std::to_string(start_epoch) + ")",
          "\"level\":\"info\",\"event\":\"resume\",\"step\":" + std::to_string(step));
-    if (ranks > 1 && parse_grad_compress(c.grad_compress).kind == "powersgd")
-      emit("PowerSGD's error feedback and warm-started Q are not in checkpoints: they start again from zero "
-           "(the resumed run is close to, not bitwise, the uninterrupted one)",
-           "\"level\":\"warning\",\"event\":\"resume_powersgd\"");
+    if (ranks > 1 && parse_grad_compress(c.grad_compress).kind == "powersgd") {
+      if (world == ranks && k.shards == ranks) {
+        exchange.restore(k.rank_state[static_cast<size_t>(me)]);
+      } else {
+        emit("PowerSGD's error feedback and warm-started Q belong to the " + std::to_string(world) +
+                 " ranks that wrote the checkpoint: they start again from zero on " + std::to_string(ranks),
+             "\"level\":\"warning\",\"event\":\"resume_powersgd\"");
+      }
+    }
   }
   {
     const std::vector<double> steps = gather(static_cast<double>(step));
@@ -418,15 +423,14 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
       if (s != static_cast<double>(step)) throw Error("ranks resumed at different steps (is --ckpt-dir shared by every node?)");
   }
   auto snapshot = [&](int64_t epoch, int64_t next_b, int64_t done) {
-    Checkpoint k;
+    CheckpointState k;
     k.model_config = task->config_json();
     k.train_config = train_config;
-    // to(kCpu) always copies (a clone on the CPU): the writer thread owns what it gets.
-    for (const auto& p : task->params()) k.params.emplace_back(p.name, p.value.to(Device::kCpu));
-    for (size_t i = 0; i < opt.first_moments().size(); ++i)
-      k.opt_m.emplace_back(task->params()[i].name, opt.first_moments()[i].to(Device::kCpu));
-    for (size_t i = 0; i < opt.second_moments().size(); ++i)
-      k.opt_v.emplace_back(task->params()[i].name, opt.second_moments()[i].to(Device::kCpu));
+    const auto& ps = task->params();
+    for (const auto& p : ps) k.tensors.push_back({"params", p.name, p.value});
+    for (size_t i = 0; i < opt.first_moments().size(); ++i) k.tensors.push_back({"optimizer/m", ps[i].name, opt.first_moments()[i]});
+    for (size_t i = 0; i < opt.second_moments().size(); ++i) k.tensors.push_back({"optimizer/v", ps[i].name, opt.second_moments()[i]});
+    if (ranks > 1) k.rank_state = exchange.state();
     nlohmann::json st;
     st["step"] = done;
     st["epoch"] = epoch;
@@ -442,8 +446,10 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     k.rng = task->rng_state();
     return k;
   };
-  bool stopped = false, evaluated = false;
+  bool stopped = false, evaluated = false, time_due = false;
   const int64_t first_step = step;  // > 0 after a resume
+  const auto loop_start = Clock::now();
+  double eval_seconds = 0;
   if (step >= total)
     emit("the checkpoint is already at step " + std::to_string(step) + " of " + std::to_string(total) + ": nothing to train",
          "\"level\":\"info\",\"event\":\"done_before\"");
@@ -451,6 +457,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
     for (int64_t b = epoch == start_epoch ? start_b : 0; b < per_epoch && step < total; ++b, ++step) {
       auto t0 = Clock::now();
       const int share = bal.shares()[static_cast<size_t>(me)];
+      if (amp.enabled()) ckpt.wait_copied();  // rounding to fp16/bf16 changes the parameters
       amp.enter(task->params());
       // Each rank's gradient is the mean over its share; weighted by share / global batch and
       // summed, they are the gradient of the mean over the whole global batch.
@@ -469,8 +476,13 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
       }
       if (ranks > 1) {
         // loss, overflowed ranks, ranks told to stop (SIGUSR1/SIGTERM): every rank decides alike
-        std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f, ckpt.stop_requested() ? 1.0f : 0.0f};
+        // and the checkpoint's: shards written and failed, and rank 0's clock for --ckpt-every-min.
+        const auto shard = ckpt.shard_flags();
+        std::vector<float> extras{static_cast<float>(loss) * w, finite ? 0.0f : 1.0f, ckpt.stop_requested() ? 1.0f : 0.0f,
+                                  shard.first, shard.second, me == 0 && ckpt.time_due() ? 1.0f : 0.0f};
         exchange.finish(extras, step);
+        ckpt.agree(extras[3], extras[4]);
+        time_due = extras[5] > 0.0f;
         comm_bytes += exchange.last_bytes();
         loss = extras[0];
         finite = extras[1] == 0.0f;  // every rank now makes the same decision
@@ -506,6 +518,7 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         }
       }
       if (!skip) {
+        ckpt.wait_copied();  // an asynchronous checkpoint's copy of the state is done before it changes
         if (c.clip > 0) clip_grad_norm(task->params(), c.clip);
         opt.step(task->params(), lr_at(step, total, c.lr, c.warmup, c.schedule));
       }
@@ -528,15 +541,14 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
         window_seconds = 0;
         window_samples = 0;
       }
-      if (ranks == 1) stopped = ckpt.stop_requested();
-      if (ckpt.enabled() && (stopped || ckpt.due(step + 1) || step + 1 == total)) {
-        // Rank 0 holds everything a resume needs (the state is the same on every rank).
-        if (me == 0) {
-          auto t_copy = Clock::now();
-          Checkpoint k = snapshot(epoch, b + 1, step + 1);
-          ckpt.save(std::move(k), step + 1, /*sync=*/stopped || step + 1 == total, seconds_since(t_copy));
-        }
-        if (stopped && c.comm) c.comm->barrier();  // no rank exits (and ends the job) before the file is down
+      if (ranks == 1) {
+        stopped = ckpt.stop_requested();
+        time_due = ckpt.time_due();
+      }
+      if (ckpt.enabled() && (stopped || ckpt.due(step + 1, time_due) || step + 1 == total)) {
+        // Every rank writes its slice (one rank: the whole state) and rank 0 the index.
+        ckpt.save(snapshot(epoch, b + 1, step + 1), step + 1, /*sync=*/stopped || step + 1 == total);
+        if (stopped && c.comm) c.comm->barrier();  // no rank exits (and ends the job) before the index is down
       }
       if (stopped) {
         ++step;
@@ -547,7 +559,9 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
       }
     }
     if (stopped) break;
-    if (me == 0) ev = task->evaluate();
+    const auto t_eval = Clock::now();
+    if (me == 0 && c.evaluate) ev = task->evaluate();
+    eval_seconds += seconds_since(t_eval);
     evaluated = true;
     emit("epoch " + std::to_string(epoch) + " test accuracy " + num(ev.accuracy) + " test loss " + num(ev.loss),
          "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) +
@@ -557,9 +571,10 @@ TrainResult train(const TrainConfig& c, const std::function<void(const std::stri
               << ",\"test_accuracy\":" << num(ev.accuracy) << ",\"test_loss\":" << num(ev.loss) << "}\n";
   }
   ckpt.finish();  // the last asynchronous write, if any, is down (or reported) before we go on
+  r.loop_seconds = seconds_since(loop_start) - eval_seconds;
   r.preempted = stopped;
   r.steps = step;
-  if (!evaluated && !stopped && me == 0) ev = task->evaluate();  // resumed with nothing left to train
+  if (!evaluated && !stopped && me == 0 && c.evaluate) ev = task->evaluate();  // resumed with nothing left to train
   const double trained = static_cast<double>(step - first_step);  // steps this run computed
   r.samples_per_s = train_seconds > 0 ? trained * c.global_batch / train_seconds : 0;
   r.test_accuracy = ev.accuracy;

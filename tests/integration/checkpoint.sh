@@ -60,7 +60,36 @@ for np in 1 2; do
     echo "checkpoint: $np rank(s), $mode: stopped at step $stop, resumed, bitwise equal"
   done
 done
-grep -h "async: training paused" r1async.err r1async.2.jsonl 2>/dev/null | head -2
+grep -h "async: the copy" r1async.err r1async.2.jsonl 2>/dev/null | head -2
+# Two ranks write their shards in parallel, rank 0 the index last; --inspect verifies them all.
+for mode in sync async; do
+  idx=$(ls r2$mode.d/ckpt-*.h5 | grep -v shard | tail -1)
+  for r in 0 1; do
+    [ -f "${idx%.h5}.shard-$r-of-2.h5" ] && pass || fail "2 ranks $mode: no shard $r next to $idx"
+  done
+  run_cmd "$T" --inspect "$idx"
+  expect_match "2 ranks $mode: --inspect verifies the shards" "sharded: 2 shards, every one verified" "$out"
+done
+expect_match "2 ranks async: shards written in the background, index by rank 0" \
+  "and 2 shards written in parallel \([0-9.]+ MiB; rank 0 took [0-9.]+ s, async: the copy of the state took [0-9.]+ ms beside the next step, which waited [0-9.]+ ms" \
+  "$(cat r2async.err)"
+
+# PowerSGD keeps per-rank state (error feedback, warm-started Q); it is in each rank's shard, and
+# a resumed PowerSGD run is bitwise the uninterrupted one.
+psgd="$common --grad-compress powersgd:rank=4,start=10"
+launch 2 $psgd --metrics-file psgd-full.jsonl --export psgd-full.h5 2>/dev/null
+interrupt psgd 2 $psgd --ckpt-dir psgd.d --ckpt-every 50 --ckpt-async
+expect_eq "PowerSGD: stopped" 75 "$rc"
+stop=$(grep -oE "stopping at step [0-9]+" psgd.err | grep -oE "[0-9]+$")
+run_cmd launch 2 $psgd --ckpt-dir psgd.d --ckpt-every 50 --ckpt-async --metrics-file psgd.2.jsonl --export psgd.h5
+expect_eq "PowerSGD: resumed run exit" 0 "$rc"
+expect_no_match "PowerSGD: its state is restored" "start again from zero" "$err"
+run_cmd "$T" --inspect "$(ls psgd.d/ckpt-*.h5 | grep -v shard | tail -1)"
+expect_match "PowerSGD: each shard holds its rank's state" "shard-0-of-2.h5 \(6 rank tensors\) .*shard-1-of-2.h5 \(6 rank tensors\)" "$out"
+h5diff psgd-full.h5 psgd.h5 /params /params >/dev/null && pass || fail "PowerSGD: final weights differ (stopped at $stop)"
+diff <(losses psgd-full.jsonl | awk -v s="$stop" '$1 > s') <(losses psgd.2.jsonl) >/dev/null && pass ||
+  fail "PowerSGD: losses after step $stop differ"
+echo "checkpoint: 2 ranks PowerSGD: stopped at step $stop, resumed, bitwise equal"
 # A finished run resumed again has nothing to train: it says so, evaluates and exports (a requeued
 # job can end this way).
 run_cmd "$T" $common --ckpt-dir r1sync.d --export again.h5 --log-every 1000
@@ -129,6 +158,42 @@ run_cmd "$T" $common --steps 30 --resume "$LOOM_TMP/full1.h5"
 expect_match "a model file is not a checkpoint" "a Loom model file, not a checkpoint" "$err"
 run_cmd "$T" $common --ckpt-every 5
 expect_eq "--ckpt-every without --ckpt-dir" 2 "$rc"
+
+# Bad shards: a missing one, a flipped byte, another checkpoint's shard in its place. The index
+# is refused naming the shard, and --resume auto falls back to the previous checkpoint.
+launch 2 $common --steps 30 --ckpt-dir bads.d --ckpt-every 10 --ckpt-keep 5 2>/dev/null
+newest=bads.d/ckpt-0000000030.h5
+shard=bads.d/ckpt-0000000030.shard-1-of-2.h5
+cp "$shard" keep-shard.h5
+check_bad_shard() {  # WHAT REGEX
+  run_cmd launch 2 $common --steps 30 --resume "$newest"
+  expect_ne "$1: --resume FILE refused" 0 "$rc"
+  expect_match "$1: --resume FILE message" "$2" "$err"
+  run_cmd launch 2 $common --steps 30 --ckpt-dir bads.d --log-every 100
+  expect_eq "$1: --resume auto exit" 0 "$rc"
+  expect_match "$1: --resume auto skips it" "skipping a checkpoint that does not verify: $newest.*$shard" "$err"
+  expect_match "$1: --resume auto takes the previous" "resumed from bads.d/ckpt-0000000020.h5 at step 20" "$err"
+  cp keep-shard.h5 "$shard"
+}
+rm "$shard"
+check_bad_shard "missing shard" "$shard: No such file"
+/usr/bin/python3 - "$shard" <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["shard/data"].id.get_chunk_info(0).byte_offset
+data = bytearray(open(sys.argv[1], "rb").read())
+data[off + 1000] ^= 0x5A
+open(sys.argv[1], "wb").write(bytes(data))
+PY
+check_bad_shard "flipped byte in a shard" "$shard: /shard/data fails its checksum"
+cp bads.d/ckpt-0000000020.shard-1-of-2.h5 "$shard"
+check_bad_shard "another checkpoint's shard" "$shard: the shard does not match its index"
+run_cmd "$T" --inspect "$shard"
+expect_match "a shard is not an index" "a shard of a checkpoint; load its index" "$err"
+# Shards whose index was never written (the ranks were killed before it) are removed at start.
+cp keep-shard.h5 bads.d/ckpt-0000000040.shard-1-of-2.h5
+run_cmd launch 2 $common --steps 30 --ckpt-dir bads.d --log-every 100
+expect_eq "an orphan shard is removed" "" "$(ls bads.d | grep 0000000040 || true)"
 
 # SIGKILL while checkpoints are being written (one every step): whatever is left in the folder
 # verifies, and temporary files are never taken for checkpoints.

@@ -19,6 +19,14 @@ expect_eq() {
 expect_match() {
   if printf '%s' "$3" | grep -Eq -- "$2"; then pass; else fail "$1: '$3' does not match /$2/"; fi
 }
+# expect_ne WHAT UNEXPECTED ACTUAL
+expect_ne() {
+  if [ "$2" != "$3" ]; then pass; else fail "$1: got '$3'"; fi
+}
+# expect_no_match WHAT REGEX TEXT
+expect_no_match() {
+  if printf '%s' "$3" | grep -Eq -- "$2"; then fail "$1: '$3' matches /$2/"; else pass; fi
+}
 
 # run_cmd CMD...: sets rc, out, err
 run_cmd() {

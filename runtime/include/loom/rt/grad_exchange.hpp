@@ -51,6 +51,11 @@ class GradExchange {
   size_t last_bytes() const { return last_bytes_; }
   size_t plain_bytes() const { return plain_bytes_; }
   size_t buckets() const { return buckets_.size(); }
+  // PowerSGD's state on this rank (error feedback, warm-started Q), for checkpoints, as
+  // "powersgd.<parameter index>.error|q"; restore() applies such a state (when the exchange is
+  // planned at its first step) and throws Error when it does not fit the model.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void restore(std::vector<std::pair<std::string, Tensor>> state);
 
  private:
   struct Matrix {
@@ -79,6 +84,7 @@ class GradExchange {
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   std::vector<char> is_ready_;
   std::vector<Matrix> matrices_;
+  std::vector<std::pair<std::string, Tensor>> restore_;  // applied by plan()
   std::vector<size_t> plain_;  // PowerSGD: parameters sent as they are
   std::vector<float> buf_;
   size_t last_bytes_ = 0, plain_bytes_ = 0, grad_bytes_ = 0;

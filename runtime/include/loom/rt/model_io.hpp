@@ -41,10 +41,36 @@ constexpr const char* kCheckpointMagic = "loom-checkpoint";
 struct Checkpoint {
   std::string model_config, train_config, state_json, rng;
   std::vector<std::pair<std::string, Tensor>> params, opt_m, opt_v;
+  // Sharded checkpoints only: how many shards, and each rank's own state (PowerSGD's error
+  // feedback), by rank.
+  int shards = 0;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> rank_state;
 };
 void save_checkpoint(const std::string& path, const Checkpoint& c);
 // Reads every dataset (so every checksum is verified); throws Error naming the file and what is
-// wrong: missing, truncated, not HDF5, not a checkpoint, wrong version, a failed checksum.
+// wrong: missing, truncated, not HDF5, not a checkpoint, wrong version, a failed checksum, a
+// missing or mismatched shard. Reads single-file and sharded checkpoints alike.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Sharded checkpoints (several ranks write in parallel). The flat state is every /params
+// tensor, then every /optimizer/m, then every /optimizer/v tensor, in order; rank r of N holds
+// the contiguous slice shard_slice(total, r, N) and writes it, with its own state, to
+// shard_path(index, r, N) (loom.format "checkpoint-shard": /shard/data float32 and /rank/<name>).
+// Rank 0 writes the index last, once every shard is down: the single-file layout without the
+// tensors, plus /state/shards (JSON: the tensors' groups, names and shapes, and the shards'
+// files and slices). A reader sees a checkpoint only when its index exists, and verifies every
+// shard it names.
+constexpr const char* kShardFormat = "checkpoint-shard";
+std::pair<int64_t, int64_t> shard_slice(int64_t total, int rank, int world);  // (offset, count)
+std::string shard_path(const std::string& index_path, int rank, int world);
+struct CheckpointShard {
+  int64_t step = 0, offset = 0, total = 0;
+  int rank = 0, world = 1;
+  Tensor data;  // 1-D, host, its slice of the flat state (undefined when the slice is empty)
+  std::vector<std::pair<std::string, Tensor>> rank_state;
+};
+void save_checkpoint_shard(const std::string& path, const CheckpointShard& s);
+// `c`'s tensors are not written (they are in the shards); `layout_json` goes to /state/shards.
+void save_checkpoint_index(const std::string& path, const Checkpoint& c, const std::string& layout_json);
 
 }  // namespace loom::rt

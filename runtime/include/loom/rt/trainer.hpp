@@ -34,6 +34,7 @@ struct TrainConfig {
   int threads = 1;
   std::string device = "auto";  // auto | cpu | cuda (the MLP runs on either; gpt on the CPU)
   std::string gemm = "auto";  // auto | openblas | onednn
+  bool evaluate = true;  // false: no test-set evaluation after each epoch (benchmarks)
   int log_every = 100;
   std::string log_format = "text";  // text | json
   std::string metrics_file;
@@ -71,6 +72,7 @@ struct TrainResult {
   double last_loss = 0;
   double gflops = 0;          // achieved training GFLOP/s
   bool preempted = false;     // stopped early on a signal (a checkpoint was written)
+  double loop_seconds = 0;    // wall time of the training loop, checkpoints included, evaluation not
 };
 
 // Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.
