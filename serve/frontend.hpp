@@ -1,0 +1,60 @@
+// frontend.hpp — what the HTTP and gRPC front ends share: the repository, metrics, limits, the
+// token, readiness, and the request flow common to both (find, decode, batch, answer).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core.hpp"
+
+namespace loom::serve {
+
+struct Context {
+  Repository* repo = nullptr;
+  Metrics* metrics = nullptr;
+  Options options;
+  std::string token;                  // empty: no authentication
+  size_t max_request_bytes = 64 << 20;
+  int read_timeout_s = 30;            // a request must arrive whole within this
+  int max_connections = 512;
+  std::atomic<bool> ready{false}, stopping{false};
+  std::function<void(const std::string& level, const std::string& msg)> log;
+
+  // Constant-time comparison of an "Authorization" header value with "Bearer <token>".
+  bool authorized(const std::string& authorization) const;
+  // The model's metadata as the protocol's JSON object (HTTP) — gRPC builds the same fields.
+  std::string model_metadata_json(const std::string& name, const std::string& version) const;
+  std::string server_metadata_json() const;
+};
+
+constexpr const char* kServerName = "loom-serve";
+constexpr const char* kServerVersion = "0.1.0";
+
+// HTTP/1.1 (keep-alive) front end on Boost.Beast: one thread per connection, at most
+// max_connections; a watchdog closes connections whose request does not arrive in time.
+class HttpServer {
+ public:
+  HttpServer(Context& ctx, const std::string& bind, int port);
+  ~HttpServer();
+  int port() const;
+  void stop_accepting();  // no new connections; idle keep-alive ones are closed
+  void wait_idle();       // until every connection has finished its request and closed
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// gRPC front end (inference.GRPCInferenceService), when built with gRPC.
+class GrpcServer {
+ public:
+  GrpcServer(Context& ctx, const std::string& bind, int port);
+  ~GrpcServer();
+  int port() const;
+  void shutdown();  // stops accepting, waits for in-flight calls
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::serve
