@@ -16,7 +16,10 @@ grpc::Status to_grpc(Status s, const std::string& msg) {
   return grpc::Status(static_cast<grpc::StatusCode>(grpc_code(s)), msg);
 }
 
-class Service final : public inference::GRPCInferenceService::Service {
+// ModelInfer uses the callback API: no thread waits while a request sits in the batcher's queue;
+// the batcher's answer finishes the call. The other methods are cheap and synchronous.
+class Service final
+    : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<inference::GRPCInferenceService::Service> {
  public:
   explicit Service(Context& ctx) : ctx_(ctx) {}
 
@@ -65,24 +68,45 @@ class Service final : public inference::GRPCInferenceService::Service {
       out->add_shape(m.out_features());
     });
   }
-  grpc::Status ModelInfer(grpc::ServerContext* sc, const inference::ModelInferRequest* req,
-                          inference::ModelInferResponse* res) override {
-    std::string model = req->model_name();
-    grpc::Status st = guarded(sc, [&] { infer(sc, *req, res); });
-    ctx_.metrics->request(valid_name(model) ? model : "-", "grpc",
-                          st.ok() ? Status::kOk
-                          : st.error_code() == grpc::INVALID_ARGUMENT ? Status::kBadRequest
-                          : st.error_code() == grpc::UNAUTHENTICATED ? Status::kUnauthorized
-                          : st.error_code() == grpc::NOT_FOUND ? Status::kNotFound
-                          : st.error_code() == grpc::UNAVAILABLE ? Status::kUnavailable
-                          : st.error_code() == grpc::DEADLINE_EXCEEDED ? Status::kTimeout
-                                                                        : Status::kInternal);
-    return st;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
+                                       inference::ModelInferResponse* res) override {
+    grpc::ServerUnaryReactor* reactor = sc->DefaultReactor();
+    const std::string model = valid_name(req->model_name()) ? req->model_name() : "-";
+    auto finish = [this, reactor, model](const grpc::Status& st) {
+      ctx_.metrics->request(model, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
+      reactor->Finish(st);
+    };
+    grpc::Status st = guarded(sc, [&] {
+      int rows = 0;
+      std::shared_ptr<Batcher> batcher;
+      std::vector<float> x = decode(*req, &batcher, &rows);
+      const ServedModel& m = batcher->model();
+      auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
+      const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
+      if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+      const int out_f = m.out_features();
+      std::string name = m.name(), version = m.version(), id = req->id();
+      batcher->submit(std::move(x), rows, deadline, [res, finish, rows, out_f, name, version, id](Batcher::Outcome o) {
+        if (o.status != Status::kOk) return finish(to_grpc(o.status, o.error));
+        res->set_model_name(name);
+        res->set_model_version(version);
+        res->set_id(id);
+        auto* t = res->add_outputs();
+        t->set_name("logits");
+        t->set_datatype("FP32");
+        t->add_shape(rows);
+        t->add_shape(out_f);
+        res->add_raw_output_contents(std::string(reinterpret_cast<const char*>(o.out.data()), o.out.size() * sizeof(float)));
+        finish(grpc::Status::OK);
+      });
+    });
+    if (!st.ok()) finish(st);  // refused before it reached a batcher
+    return reactor;
   }
 
  private:
   template <class F>
-  grpc::Status guarded(grpc::ServerContext* sc, F&& f) {
+  grpc::Status guarded(grpc::ServerContextBase* sc, F&& f) {
     if (!ctx_.token.empty()) {
       const auto& md = sc->client_metadata();
       auto it = md.find("authorization");
@@ -99,9 +123,21 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
   }
 
-  void infer(grpc::ServerContext* sc, const inference::ModelInferRequest& req, inference::ModelInferResponse* res) {
-    auto batcher = ctx_.repo->find(req.model_name(), req.model_version());
-    const ServedModel& m = batcher->model();
+  static Status from_grpc(grpc::StatusCode c) {
+    switch (c) {
+      case grpc::INVALID_ARGUMENT: return Status::kBadRequest;
+      case grpc::UNAUTHENTICATED: return Status::kUnauthorized;
+      case grpc::NOT_FOUND: return Status::kNotFound;
+      case grpc::UNAVAILABLE: return Status::kUnavailable;
+      case grpc::DEADLINE_EXCEEDED: return Status::kTimeout;
+      default: return Status::kInternal;
+    }
+  }
+
+  // The request's input as the model's FP32 rows, and the batcher that will run it.
+  std::vector<float> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows) {
+    *batcher = ctx_.repo->find(req.model_name(), req.model_version());
+    const ServedModel& m = (*batcher)->model();
     std::vector<TensorIn> inputs;
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size())
       throw ServeError(Status::kBadRequest, "raw_input_contents must hold one entry per input");
@@ -126,23 +162,7 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
     for (const auto& o : req.outputs())
       if (o.name() != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "': the model's output is 'logits'");
-    int rows = 0;
-    std::vector<float> x = decode_input(m, inputs, &rows);
-    auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
-    const auto client = sc->deadline();  // the client's own deadline, when shorter
-    const auto left = client - std::chrono::system_clock::now();
-    if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
-    auto out = batcher->run(std::move(x), rows, deadline);
-    if (out.status != Status::kOk) throw ServeError(out.status, out.error);
-    res->set_model_name(m.name());
-    res->set_model_version(m.version());
-    res->set_id(req.id());
-    auto* o = res->add_outputs();
-    o->set_name("logits");
-    o->set_datatype("FP32");
-    o->add_shape(rows);
-    o->add_shape(m.out_features());
-    res->add_raw_output_contents(std::string(reinterpret_cast<const char*>(out.out.data()), out.out.size() * sizeof(float)));
+    return decode_input(m, inputs, rows);
   }
 
   Context& ctx_;

@@ -343,15 +343,34 @@ int usage() {
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
-               "(infer and serve arrive with their parts)\n");
+               "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n");
   return 2;
 }
 
 }  // namespace
 
+#ifdef LOOM_BENCH_SERVE
+int bench_serve(int argc, char** argv, const std::string& self);
+#endif
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  if (cmd == "serve") {
+#ifdef LOOM_BENCH_SERVE
+    try {
+      char self[4096];
+      const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      return bench_serve(argc, argv, n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-bench serve: %s\n", e.what());
+      return 1;
+    }
+#else
+    std::fprintf(stderr, "loom-bench serve: this build has no loom-serve with gRPC (yaml-cpp, Boost.Beast or gRPC missing)\n");
+    return 1;
+#endif
+  }
   if (cmd == "checkpoint") {
     size_t bytes = size_t{1} << 30;
     std::string dir = ".", format = "text";

@@ -1,0 +1,266 @@
+// bench_serve.cpp — `loom-bench serve`: starts loom-serve on a temporary repository and loads it
+// over gRPC (binary raw_input_contents, closed-loop clients), measuring against peers taken in
+// the same run:
+//   1. throughput at saturation (concurrency >= 2 x max batch) against the same model's offline
+//      batched forward throughput (the runtime's forward pass on batches of max-batch rows);
+//   2. dynamic batching: throughput with --max-batch-size 32 against 1 at concurrency 32, with
+//      p50/p99 latency of both;
+//   3. added latency: p50 of a tiny model's request over gRPC (one client) minus its compute time
+//      measured offline.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc_service.grpc.pb.h"
+#include "loom/rt/kernels.hpp"
+#include "loom/rt/model_io.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Server {
+  pid_t pid = -1;
+  std::string grpc;
+};
+
+// Starts loom-serve; returns once it printed its ports.
+Server start_server(const std::string& exe, const std::string& repo, int max_batch, int64_t delay_us, int threads) {
+  int fds[2];
+  if (pipe(fds) != 0) throw loom::rt::Error("pipe failed");
+  Server s;
+  s.pid = fork();
+  if (s.pid == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    const std::string mb = std::to_string(max_batch), d = std::to_string(delay_us), t = std::to_string(threads);
+    execl(exe.c_str(), exe.c_str(), "--model-repository", repo.c_str(), "--http-port", "0", "--grpc-port", "0",
+          "--max-batch-size", mb.c_str(), "--max-queue-delay-us", d.c_str(), "--threads", t.c_str(),
+          "--max-queue-size", "4096", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string log;
+  char buf[512];
+  ssize_t n;
+  while (log.find("listening:") == std::string::npos && (n = read(fds[0], buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
+  // Keep draining its stderr in the background (a full pipe would block the server).
+  std::thread([fd = fds[0]] {
+    char b[512];
+    while (read(fd, b, sizeof b) > 0) {}
+    close(fd);
+  }).detach();
+  const size_t at = log.find(" grpc ");
+  if (at == std::string::npos) throw loom::rt::Error("loom-serve did not start: " + log);
+  s.grpc = log.substr(at + 6, log.find_first_of(",; \n", at + 6) - (at + 6));
+  return s;
+}
+
+void stop_server(Server& s) {
+  if (s.pid <= 0) return;
+  kill(s.pid, SIGTERM);
+  int st = 0;
+  waitpid(s.pid, &st, 0);
+  s.pid = -1;
+}
+
+struct Load {
+  double rows_per_s = 0, p50_ms = 0, p99_ms = 0;
+  uint64_t failed = 0;
+};
+
+// `clients` closed-loop clients, each with one request in flight at a time, sending requests of
+// `rows` rows for `seconds`. Driven asynchronously (completion queues, one driver thread per 32
+// clients) so that the load generator takes little of the CPU the server shares with it.
+Load run_load(const std::string& addr, const std::string& model, int in_features, int clients, double seconds, int rows = 1) {
+  std::string data(static_cast<size_t>(in_features) * rows * sizeof(float), '\0');
+  for (size_t i = 0; i < data.size() / 4; ++i) {
+    const float v = static_cast<float>(i % 255) / 255.0f;
+    std::memcpy(&data[i * 4], &v, 4);
+  }
+  inference::ModelInferRequest req;
+  req.set_model_name(model);
+  auto* in = req.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(rows);
+  in->add_shape(in_features);
+  req.add_raw_input_contents(data);
+  struct Call {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse res;
+    grpc::Status st;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> rpc;
+    Clock::time_point t0;
+  };
+  const int drivers = std::max(1, (clients + 31) / 32);
+  std::atomic<uint64_t> failed{0};
+  std::vector<std::vector<double>> lat(static_cast<size_t>(drivers));
+  const auto t_start = Clock::now();
+  const auto end = t_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::vector<std::thread> threads;
+  for (int d = 0; d < drivers; ++d)
+    threads.emplace_back([&, d] {
+      grpc::ChannelArguments a;
+      a.SetInt("loom.bench.channel", d);  // one connection per driver
+      auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), a));
+      grpc::CompletionQueue cq;
+      auto launch = [&] {
+        auto* c = new Call;
+        c->t0 = Clock::now();
+        c->rpc = stub->PrepareAsyncModelInfer(&c->ctx, req, &cq);
+        c->rpc->StartCall();
+        c->rpc->Finish(&c->res, &c->st, c);
+      };
+      int mine = clients / drivers + (d < clients % drivers ? 1 : 0), outstanding = mine;
+      for (int i = 0; i < mine; ++i) launch();
+      void* tag;
+      bool ok;
+      while (outstanding > 0 && cq.Next(&tag, &ok)) {
+        std::unique_ptr<Call> c(static_cast<Call*>(tag));
+        if (ok && c->st.ok()) lat[static_cast<size_t>(d)].push_back(secs(c->t0));
+        else ++failed;
+        if (Clock::now() < end) launch();
+        else --outstanding;
+      }
+      cq.Shutdown();
+      while (cq.Next(&tag, &ok)) {}
+    });
+  for (auto& t : threads) t.join();
+  const double took = secs(t_start);
+  std::vector<double> all;
+  for (const auto& l : lat) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  Load r;
+  r.failed = failed;
+  r.rows_per_s = static_cast<double>(all.size()) * rows / took;
+  if (!all.empty()) {
+    r.p50_ms = all[all.size() / 2] * 1e3;
+    r.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)] * 1e3;
+  }
+  return r;
+}
+
+// The runtime's forward pass on batches of `batch` rows, rows per second (best of 3 runs).
+double offline_rows_per_s(const std::string& file, int batch, int threads, double seconds, double* one_row_s) {
+  loom::rt::cpu::set_threads(threads);
+  loom::rt::Mlp m = loom::rt::load_mlp(file);
+  loom::rt::Tensor x = loom::rt::Tensor::empty({batch, m.widths().front()});
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>(i % 255) / 255.0f;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t n = 0;
+    const auto t0 = Clock::now();
+    while (secs(t0) < seconds / 3) {
+      m.forward(x);
+      n += batch;
+    }
+    best = std::max(best, static_cast<double>(n) / secs(t0));
+  }
+  if (one_row_s) {
+    loom::rt::Tensor x1 = loom::rt::Tensor::empty({1, m.widths().front()});
+    std::fill(x1.f32(), x1.f32() + x1.numel(), 0.5f);
+    std::vector<double> t;
+    for (int i = 0; i < 2000; ++i) {
+      const auto t0 = Clock::now();
+      m.forward(x1);
+      t.push_back(secs(t0));
+    }
+    std::sort(t.begin(), t.end());
+    *one_row_s = t[t.size() / 2];
+  }
+  return best;
+}
+
+void write_model(const std::string& path, std::vector<int> widths) {
+  loom::rt::Mlp m(std::move(widths), 7);
+  loom::rt::save_model(path, m.config_json(), m.params());
+}
+
+}  // namespace
+
+int bench_serve(int argc, char** argv, const std::string& self) {
+  std::string server = self.substr(0, self.find_last_of('/') + 1) + "loom-serve", format = "text";
+  double seconds = 4;
+  int threads = 1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--server") server = v;
+    else if (a == "--seconds") seconds = std::max(0.5, std::stod(v));
+    else if (a == "--threads") threads = std::max(1, std::stoi(v));
+    else if (a == "--format") format = v;
+    else {
+      std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n");
+      return 2;
+    }
+  }
+  if (access(server.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "loom-bench serve: %s is not there (give --server PATH)\n", server.c_str());
+    return 1;
+  }
+  char tmpl[] = "/tmp/loom-bench-serve.XXXXXX";
+  if (!mkdtemp(tmpl)) return 1;
+  const std::string repo = tmpl;
+  mkdir((repo + "/mlp").c_str(), 0755);
+  mkdir((repo + "/mlp/1").c_str(), 0755);
+  mkdir((repo + "/tiny").c_str(), 0755);
+  mkdir((repo + "/tiny/1").c_str(), 0755);
+  write_model(repo + "/mlp/1/model.h5", {784, 512, 512, 10});  // the Fashion-MNIST MLP
+  write_model(repo + "/tiny/1/model.h5", {784, 16, 10});
+  const int max_batch = 32;
+  double tiny_compute = 0;
+  const double offline = offline_rows_per_s(repo + "/mlp/1/model.h5", max_batch, threads, seconds, nullptr);
+  offline_rows_per_s(repo + "/tiny/1/model.h5", 1, threads, 0.3, &tiny_compute);
+
+  Server s = start_server(server, repo, max_batch, 2000, threads);
+  Load sat = run_load(s.grpc, "mlp", 784, 2 * max_batch, seconds);
+  Load sat8 = run_load(s.grpc, "mlp", 784, 2 * max_batch / 8, seconds, 8);  // as many rows in flight, 8 a request
+  Load b32 = run_load(s.grpc, "mlp", 784, 32, seconds);
+  stop_server(s);
+  s = start_server(server, repo, 1, 0, threads);
+  Load b1 = run_load(s.grpc, "mlp", 784, 32, seconds);
+  stop_server(s);
+  s = start_server(server, repo, max_batch, 0, threads);
+  Load tiny = run_load(s.grpc, "tiny", 784, 1, seconds / 2);
+  stop_server(s);
+  for (const char* f : {"/mlp/1/model.h5", "/tiny/1/model.h5", "/mlp/1", "/tiny/1", "/mlp", "/tiny", ""})
+    std::remove((repo + f).c_str());
+
+  const double added_ms = tiny.p50_ms - tiny_compute * 1e3;
+  const uint64_t failed = sat.failed + sat8.failed + b32.failed + b1.failed + tiny.failed;
+  if (format == "json") {
+    std::printf("{\"bench\":\"serve\",\"saturation_rows_per_s\":%.1f,\"offline_rows_per_s\":%.1f,\"saturation_ratio\":%.3f,"
+                "\"saturation_8row_rows_per_s\":%.1f,\"saturation_8row_ratio\":%.3f,\"batch32_rows_per_s\":%.1f,\"batch32_p50_ms\":%.3f,\"batch32_p99_ms\":%.3f,\"batch1_rows_per_s\":%.1f,"
+                "\"batch1_p50_ms\":%.3f,\"batch1_p99_ms\":%.3f,\"batching_gain\":%.3f,\"tiny_p50_ms\":%.4f,"
+                "\"tiny_compute_ms\":%.4f,\"added_latency_ms\":%.4f,\"failed\":%llu}\n",
+                sat.rows_per_s, offline, sat.rows_per_s / offline, sat8.rows_per_s, sat8.rows_per_s / offline,
+                b32.rows_per_s, b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms, tiny_compute * 1e3, added_ms,
+                static_cast<unsigned long long>(failed));
+  } else {
+    std::printf("loom-bench serve: MLP 784,512,512,10, %d BLAS thread(s), gRPC raw FP32, one-row requests\n"
+                "  saturation (%d clients, max batch %d): %.0f rows/s; peer: offline batched forward %.0f rows/s; ratio %.3f\n"
+                "  the same rows in flight as 8-row requests (%d clients): %.0f rows/s; ratio %.3f\n"
+                "  dynamic batching at 32 clients: max batch 32 %.0f rows/s (p50 %.2f ms, p99 %.2f ms), max batch 1 %.0f rows/s "
+                "(p50 %.2f ms, p99 %.2f ms); gain %.2fx\n"
+                "  added latency (MLP 784,16,10, one client): p50 %.3f ms - compute %.3f ms = %.3f ms\n"
+                "  failed requests: %llu\n",
+                threads, 2 * max_batch, max_batch, sat.rows_per_s, offline, sat.rows_per_s / offline, 2 * max_batch / 8,
+                sat8.rows_per_s, sat8.rows_per_s / offline, b32.rows_per_s,
+                b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms,
+                tiny_compute * 1e3, added_ms, static_cast<unsigned long long>(failed));
+  }
+  return failed == 0 ? 0 : 1;
+}
