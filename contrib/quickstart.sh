@@ -58,7 +58,32 @@ if [ -x "$build/loom-train" ]; then
   "$build/loom-train" --inspect "$last" | head -4
 fi
 
-banner "9. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
+banner "9. Serve the exported model over KServe v2 (REST and gRPC) and classify test images"
+if [ -x "$build/loom-serve" ] && [ -f "$build/fashion-mlp.h5" ]; then
+  rm -rf "$build/models" && mkdir -p "$build/models/fashion-mlp/1"
+  cp "$build/fashion-mlp.h5" "$build/models/fashion-mlp/1/model.h5"
+  "$build/loom-serve" --model-repository "$build/models" --http-port 0 --grpc-port 0 2>"$build/serve.log" &
+  serve_pid=$!
+  for _ in $(seq 100); do grep -q "listening:" "$build/serve.log" && break; sleep 0.1; done
+  cat "$build/serve.log"
+  http=$(grep -oE "http [0-9.]+:[0-9]+" "$build/serve.log" | cut -d' ' -f2)
+  curl -s "$http/v2/models/fashion-mlp"; echo
+  /usr/bin/python3 - "$http" <<'PY'
+import gzip, json, sys, urllib.request
+names = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+raw = gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz").read()[16:16 + 8 * 784]
+labels = gzip.open("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").read()[8:16]
+body = json.dumps({"inputs": [{"name": "input", "shape": [8, 784], "datatype": "UINT8", "data": list(raw)}]}).encode()
+out = json.loads(urllib.request.urlopen(urllib.request.Request("http://" + sys.argv[1] + "/v2/models/fashion-mlp/infer", body)).read())
+logits = out["outputs"][0]["data"]
+for i in range(8):
+    row = logits[i * 10:(i + 1) * 10]
+    print(f"test image {i}: served as {names[row.index(max(row))]:12s} (label {names[labels[i]]})")
+PY
+  kill -TERM "$serve_pid" && wait "$serve_pid" && echo "loom-serve stopped cleanly on SIGTERM"
+fi
+
+banner "10. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
 # examples/train-hetero.sbatch: a heterogeneous job (an a100 component and a v100 component)
 # launched with srun --het-group=0,1; the V100 rank is emulated at 0.4 of the speed. Run once
 # with dynamic shares and once with an equal split, and compare.
