@@ -143,6 +143,7 @@ std::vector<float> decode_input(const ServedModel& m, const std::vector<TensorIn
 
 Batcher::Batcher(std::shared_ptr<ServedModel> model, const Options& o, Metrics* metrics)
     : model_(std::move(model)), o_(o), metrics_(metrics) {
+  answer_thread_ = std::thread([this] { answer_loop(); });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -152,7 +153,26 @@ Batcher::~Batcher() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  thread_.join();  // every admitted request computed (or timed out) ...
+  {
+    std::lock_guard<std::mutex> lock(answer_mu_);
+    answers_done_ = true;
+  }
+  answer_cv_.notify_all();
+  answer_thread_.join();  // ... and answered
+}
+
+void Batcher::answer_loop() {
+  for (;;) {
+    std::deque<std::pair<Done, Outcome>> batch;
+    {
+      std::unique_lock<std::mutex> lock(answer_mu_);
+      answer_cv_.wait(lock, [this] { return answers_done_ || !answers_.empty(); });
+      if (answers_.empty()) return;
+      batch.swap(answers_);
+    }
+    for (auto& a : batch) a.first(std::move(a.second));
+  }
 }
 
 size_t Batcher::queued() const {
@@ -261,8 +281,10 @@ void Batcher::loop() {
       at += static_cast<size_t>(j.rows) * out_f;
       if (metrics_) metrics_->observe(model_->name(), o.queue_s, compute, rows, first);
       first = false;
-      j.done(std::move(o));
+      std::lock_guard<std::mutex> lock(answer_mu_);
+      answers_.emplace_back(std::move(j.done), std::move(o));
     }
+    answer_cv_.notify_one();
   }
 }
 

@@ -102,6 +102,7 @@ class Batcher {
     Done done;
   };
   void loop();
+  void answer_loop();
   std::shared_ptr<ServedModel> model_;
   Options o_;
   Metrics* metrics_;
@@ -110,6 +111,13 @@ class Batcher {
   std::deque<Job> queue_;
   bool stop_ = false;
   std::thread thread_;
+  // Answers go out on a thread of their own: sending responses (gRPC may write inline) does
+  // not hold up the next batch's forward pass.
+  std::mutex answer_mu_;
+  std::condition_variable answer_cv_;
+  std::deque<std::pair<Done, Outcome>> answers_;
+  bool answers_done_ = false;
+  std::thread answer_thread_;
 };
 
 // Prometheus text: counters, gauges and histograms per model.

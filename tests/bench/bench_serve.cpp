@@ -196,11 +196,13 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   std::string server = self.substr(0, self.find_last_of('/') + 1) + "loom-serve", format = "text";
   double seconds = 4;
   int threads = 1;
+  int64_t delay_us = 500;  // loom-serve's default --max-queue-delay-us
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--server") server = v;
     else if (a == "--seconds") seconds = std::max(0.5, std::stod(v));
     else if (a == "--threads") threads = std::max(1, std::stoi(v));
+    else if (a == "--delay-us") delay_us = std::max<int64_t>(0, std::stoll(v));
     else if (a == "--format") format = v;
     else {
       std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n");
@@ -225,7 +227,7 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   const double offline = offline_rows_per_s(repo + "/mlp/1/model.h5", max_batch, threads, seconds, nullptr);
   offline_rows_per_s(repo + "/tiny/1/model.h5", 1, threads, 0.3, &tiny_compute);
 
-  Server s = start_server(server, repo, max_batch, 2000, threads);
+  Server s = start_server(server, repo, max_batch, delay_us, threads);
   Load sat = run_load(s.grpc, "mlp", 784, 2 * max_batch, seconds);
   Load sat8 = run_load(s.grpc, "mlp", 784, 2 * max_batch / 8, seconds, 8);  // as many rows in flight, 8 a request
   Load b32 = run_load(s.grpc, "mlp", 784, 32, seconds);
