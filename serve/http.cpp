@@ -254,8 +254,7 @@ struct HttpServer::Impl {
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu);
-        me->deadline = Clock::now() + std::chrono::seconds(ctx.read_timeout_s);
-        if (closing) break;
+        me->deadline = Clock::now() + std::chrono::seconds(closing ? 1 : ctx.read_timeout_s);
       }
       http::request_parser<http::string_body> parser;
       parser.body_limit(ctx.max_request_bytes);
@@ -371,11 +370,16 @@ HttpServer::HttpServer(Context& ctx, const std::string& bind, int port) : impl_(
     for (;;) {
       im->cv.wait_for(lock, std::chrono::milliseconds(100));
       const auto now = Clock::now();
-      for (auto& c : im->conns)
-        if (!c.timed_out && (now > c.deadline || (im->closing && c.deadline != Clock::time_point::max()))) {
+      for (auto& c : im->conns) {
+        // Once the server closes, a connection waiting for a request gets one more second: a
+        // request already on its way is read and answered, an idle keep-alive one is closed.
+        if (im->closing && c.deadline != Clock::time_point::max())
+          c.deadline = std::min(c.deadline, now + std::chrono::seconds(1));
+        if (!c.timed_out && now > c.deadline) {
           c.timed_out = true;
           ::shutdown(c.fd, SHUT_RD);
         }
+      }
       if (im->closing && im->conns.empty()) return;
     }
   });

@@ -269,6 +269,43 @@ expect_eq "SIGTERM during a burst: exit 0" 0 "$rc"
 expect_match "SIGTERM during a burst: no admitted request lost" '"other":0' "$(cat drain.json)"
 echo "serve: SIGTERM during a burst of 60: $(cat drain.json)"
 
+# Per-request timeouts: requests that wait in the queue past --request-timeout-ms are answered
+# DEADLINE_EXCEEDED / 504, not computed; the rest succeed.
+"$T" --layers 784,2048,2048,10 --steps 1 --global-batch 64 --export big.h5 2>/dev/null
+mkdir -p repo2/big/1 && cp big.h5 repo2/big/1/model.h5
+start slow --model-repository repo2 --max-batch-size 1 --max-queue-delay-us 0 --request-timeout-ms 20
+run_cmd "$G" "$grpc" burst big 100 row.bin
+echo "serve: burst of 100 with a 20 ms timeout: $out"
+expect_match "timeouts: DEADLINE_EXCEEDED for the requests that waited too long" '"ok":[1-9][0-9]*,"unavailable":0,"other":0,.*"deadline_exceeded":[1-9]' "$out"
+got=$(curl -s -w '\n%{http_code}' -X POST "$http/v2/models/big/infer" --data-binary @<(printf '{"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":[%s]}]}' "$row") &
+  for i in $(seq 30); do curl -s -o /dev/null -X POST "$http/v2/models/big/infer" \
+    --data-binary "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,784],\"datatype\":\"FP32\",\"data\":[$row]}]}" & done; wait)
+expect_match "timeouts: HTTP answers 200 or 504" "^(200|504)$" "${got##*$'\n'}"
+expect_match "metrics: timeouts counted" 'loom_serve_request_failures_total\{model="big",reason="timeout"\} [1-9]' "$(curl -s "$http/metrics")"
+stop
+# HTTP graceful shutdown: 60 requests sent at once, SIGTERM while they run: every one answered.
+start drain --model-repository repo2 --max-batch-size 1 --max-queue-delay-us 0
+$PY - "$http" "$row" "$pid" <<'PY' && pass || fail "HTTP: SIGTERM loses no admitted request"
+import http.client, os, signal, sys, threading, time
+host, port = sys.argv[1].split(":")
+body = '{"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":[%s]}]}' % sys.argv[2]
+codes, barrier = [], threading.Barrier(61)
+def one():
+    c = http.client.HTTPConnection(host, int(port), timeout=30); c.connect(); barrier.wait()
+    c.request("POST", "/v2/models/big/infer", body)
+    try:
+        r = c.getresponse(); r.read(); codes.append(r.status)
+    except Exception as e:
+        codes.append(repr(e))
+ts = [threading.Thread(target=one) for _ in range(60)]
+[t.start() for t in ts]; barrier.wait(); time.sleep(0.02); os.kill(int(sys.argv[3]), signal.SIGTERM)
+[t.join() for t in ts]
+print(f"serve: SIGTERM during 60 HTTP requests: {codes.count(200)} answered 200, others {[c for c in codes if c != 200]}")
+assert all(c == 200 for c in codes), codes
+PY
+wait "$pid"
+expect_eq "HTTP drain: exit 0" 0 "$?"
+
 # InferenceService specs: served under metadata.name; bad fields named; other schemes refused.
 sed "s#/models/fashion-mlp/1/model.h5#$LOOM_TMP/repo/fashion/1/model.h5#" "$LOOM_SRCDIR/examples/inferenceservice.yaml" >isvc.yaml
 start spec --spec isvc.yaml --log-format json

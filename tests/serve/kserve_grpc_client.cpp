@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   if (cmd == "burst" && argc >= 6) {
     const int n = std::atoi(argv[4]);
     const std::string row = slurp(argv[5]);
-    std::atomic<int> ok{0}, unavailable{0}, other{0};
+    std::atomic<int> ok{0}, unavailable{0}, deadline{0}, other{0};
     std::atomic<long long> worst_unavailable_us{0};
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i)
@@ -155,13 +155,15 @@ int main(int argc, char** argv) {
           ++unavailable;
           long long w = worst_unavailable_us.load();
           while (us > w && !worst_unavailable_us.compare_exchange_weak(w, us)) {}
+        } else if (s.error_code() == grpc::DEADLINE_EXCEEDED) {
+          ++deadline;
         } else {
           ++other;
         }
       });
     for (auto& t : threads) t.join();
-    std::printf("{\"ok\":%d,\"unavailable\":%d,\"other\":%d,\"slowest_unavailable_ms\":%.1f}\n", ok.load(),
-                unavailable.load(), other.load(), worst_unavailable_us.load() / 1000.0);
+    std::printf("{\"ok\":%d,\"unavailable\":%d,\"other\":%d,\"slowest_unavailable_ms\":%.1f,\"deadline_exceeded\":%d}\n",
+                ok.load(), unavailable.load(), other.load(), worst_unavailable_us.load() / 1000.0, deadline.load());
     return 0;
   }
   std::fprintf(stderr, "kserve_grpc_client: unknown command %s\n", cmd.c_str());
