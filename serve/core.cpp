@@ -13,6 +13,7 @@
 
 #include "loom/rt/kernels.hpp"
 #include "loom/rt/model_io.hpp"
+#include "loom/rt/ops.hpp"
 
 namespace loom::serve {
 
@@ -67,8 +68,10 @@ bool valid_name(const std::string& s) {
 
 // ---------------------------------------------------------------- ServedModel
 
-ServedModel::ServedModel(std::string name, std::string version, std::string path)
+ServedModel::ServedModel(std::string name, std::string version, std::string path, const std::string& device)
     : name_(std::move(name)), version_(std::move(version)), path_(std::move(path)) {
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    throw rt::Error("--device must be auto, cpu or cuda, not '" + device + "'");
   rt::ModelFile f = rt::load_model(path_);  // verifies every checksum
   nlohmann::json cfg;
   try {
@@ -91,11 +94,20 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
       throw rt::Error(path_ + ": model.config preprocess has a bad scale, mean or std");
   }
   config_ = f.config_json;
+  std::string why;
+  cuda_ = device != "cpu" && rt::ops::cuda_usable(&why);
+  if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
+  if (cuda_) mlp_->to(rt::Device::kCuda);
 }
 
 void ServedModel::forward(const float* x, int rows, float* out) {
   rt::Tensor in = rt::Tensor::empty({rows, in_});
   std::memcpy(in.f32(), x, static_cast<size_t>(rows) * in_ * sizeof(float));
+  if (cuda_) {
+    const rt::Tensor y = mlp_->forward(in.to(rt::Device::kCuda)).to(rt::Device::kCpu);
+    std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
+    return;
+  }
   const rt::Tensor& y = mlp_->forward(in);
   std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
 }
@@ -447,7 +459,7 @@ void Repository::reload(bool initial) {
       auto& slot = models_[m.first][v.first];
       if (slot.batcher && slot.path == v.second && slot.mtime_ns == t && slot.size == s) continue;
       try {
-        auto model = std::make_shared<ServedModel>(m.first, v.first, v.second);
+        auto model = std::make_shared<ServedModel>(m.first, v.first, v.second, o_.device);
         // The old batcher (if any) finishes its queue when the last request holding it is done.
         slot.batcher = std::make_shared<Batcher>(model, o_, metrics_);
         slot.path = v.second;
@@ -456,7 +468,7 @@ void Repository::reload(bool initial) {
         loaded.push_back(m.first + "/" + v.first);
         log_("info", "loaded model " + m.first + " version " + v.first + " from " + v.second + " (" +
                          std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) +
-                         " outputs)");
+                         " outputs, " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
       } catch (const std::exception& e) {
         failed.push_back(m.first + "/" + v.first);
         log_("error", "cannot load model " + m.first + " version " + v.first + ": " + e.what() +

@@ -40,6 +40,7 @@ struct Options {
   int max_queue_size = 256;      // requests waiting per model version; beyond: 503 at once
   int64_t request_timeout_ms = 30000;
   int threads = 1;               // BLAS threads of each model's forward pass
+  std::string device = "auto";   // auto (CUDA when built and a GPU is usable) | cpu | cuda
 };
 
 // One model version loaded from a Loom HDF5 file (type "mlp"). Inputs: "input", FP32 (as the
@@ -48,11 +49,13 @@ struct Options {
 // "logits", FP32 [N, classes].
 class ServedModel {
  public:
-  ServedModel(std::string name, std::string version, std::string path);
+  // Throws rt::Error when the file cannot be served, or device "cuda" is not usable.
+  ServedModel(std::string name, std::string version, std::string path, const std::string& device = "cpu");
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const std::string& path() const { return path_; }
   int in_features() const { return in_; }
+  bool on_cuda() const { return cuda_; }
   int out_features() const { return out_; }
   const std::string& config_json() const { return config_; }
   float scale() const { return scale_; }
@@ -64,6 +67,7 @@ class ServedModel {
  private:
   std::string name_, version_, path_, config_;
   int in_ = 0, out_ = 0;
+  bool cuda_ = false;
   float scale_ = 1, mean_ = 0, std_ = 1;
   std::unique_ptr<rt::Mlp> mlp_;
 };

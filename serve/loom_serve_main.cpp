@@ -4,7 +4,8 @@
 //   loom-serve --model-repository DIR [--spec FILE]... [--bind 127.0.0.1] [--http-port 8000]
 //              [--grpc-port 8001] [--max-batch-size 32] [--max-queue-delay-us 500]
 //              [--max-queue-size 256] [--request-timeout-ms 30000] [--max-request-bytes 67108864]
-//              [--auth-token-file F] [--threads N] [--poll-s S] [--log-format text|json]
+//              [--auth-token-file F] [--threads N] [--device auto|cpu|cuda] [--poll-s S]
+//              [--log-format text|json]
 //
 // SIGTERM/SIGINT: not ready, stop accepting, finish every admitted request, exit 0.
 // SIGHUP (or every --poll-s seconds): load new or changed model files, unload removed ones.
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
       "max-connections", po::value(&ctx.max_connections)->default_value(512), "HTTP connections at once")(
       "auth-token-file", po::value(&token_file), "bearer token required on every endpoint but health")(
       "threads", po::value(&ctx.options.threads)->default_value(1), "BLAS threads per model's forward pass")(
+      "device", po::value(&ctx.options.device)->default_value("auto"), "auto (CUDA when usable) | cpu | cuda")(
       "poll-s", po::value(&poll_s)->default_value(0), "reload changed models every S seconds (0: on SIGHUP only)")(
       "log-format", po::value(&g_log_format)->default_value("text"), "text | json");
   po::variables_map vm;
@@ -110,6 +112,8 @@ int main(int argc, char** argv) {
   if (ctx.options.max_queue_delay_us < 0 || ctx.options.request_timeout_ms < 1) return usage_error("bad delay or timeout");
   if (ctx.max_request_bytes < 1024) return usage_error("--max-request-bytes must be at least 1024");
   if (ctx.options.threads < 1) return usage_error("--threads must be at least 1");
+  if (ctx.options.device != "auto" && ctx.options.device != "cpu" && ctx.options.device != "cuda")
+    return usage_error("--device must be auto, cpu or cuda, not '" + ctx.options.device + "'");
   if (http_port < 0 || http_port > 65535 || grpc_port < -1 || grpc_port > 65535) return usage_error("bad port");
 #ifndef LOOM_HAVE_GRPC
   if (grpc_port >= 0) {

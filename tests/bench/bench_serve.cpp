@@ -49,7 +49,7 @@ Server start_server(const std::string& exe, const std::string& repo, int max_bat
     const std::string mb = std::to_string(max_batch), d = std::to_string(delay_us), t = std::to_string(threads);
     execl(exe.c_str(), exe.c_str(), "--model-repository", repo.c_str(), "--http-port", "0", "--grpc-port", "0",
           "--max-batch-size", mb.c_str(), "--max-queue-delay-us", d.c_str(), "--threads", t.c_str(),
-          "--max-queue-size", "4096", static_cast<char*>(nullptr));
+          "--max-queue-size", "4096", "--device", "cpu", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
@@ -252,7 +252,7 @@ int bench_serve(int argc, char** argv, const std::string& self) {
                 b32.rows_per_s, b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms, tiny_compute * 1e3, added_ms,
                 static_cast<unsigned long long>(failed));
   } else {
-    std::printf("loom-bench serve: MLP 784,512,512,10, %d BLAS thread(s), gRPC raw FP32, one-row requests\n"
+    std::printf("loom-bench serve: MLP 784,512,512,10 on the CPU, %d BLAS thread(s), gRPC raw FP32, one-row requests\n"
                 "  saturation (%d clients, max batch %d): %.0f rows/s; peer: offline batched forward %.0f rows/s; ratio %.3f\n"
                 "  the same rows in flight as 8-row requests (%d clients): %.0f rows/s; ratio %.3f\n"
                 "  dynamic batching at 32 clients: max batch 32 %.0f rows/s (p50 %.2f ms, p99 %.2f ms), max batch 1 %.0f rows/s "

@@ -15,7 +15,7 @@ mkdir -p "$build"
 cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
 cd "$build" && "$root/configure" --with-cuda --disable-werror >configure.log 2>&1 ||
   { tail -30 configure.log; exit 1; }
-make -j"$(nproc)" loom-topo loom-train loom-bench tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
+make -j"$(nproc)" loom-topo loom-train loom-bench loom-serve tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
   tests/gpu/nccl_test \
   >make.log 2>&1 ||
   { tail -30 make.log; exit 1; }
@@ -31,6 +31,25 @@ echo "== loom-bench allreduce --backend nccl against MPI_Allreduce on host buffe
 timeout 180 mpirun -np "$ngpu" ./loom-bench allreduce --backend nccl --format json | tee "$out/allreduce-nccl.jsonl" || status=1
 echo "== loom-train --device cuda, 2 epochs of Fashion-MNIST"
 ./loom-train --device cuda --epochs 2 --global-batch 256 --lr 0.1 --log-every 200 --metrics-file "$out/cuda-train.jsonl" || status=1
+echo "== loom-serve --device cuda against --device cpu: the same logits for the same test images"
+rm -rf serve-repo && mkdir -p serve-repo/m/1
+./loom-train --device cuda --steps 200 --global-batch 256 --export serve-repo/m/1/model.h5 >/dev/null 2>&1 || status=1
+for dev in cuda cpu; do
+  ./loom-serve --model-repository serve-repo --device $dev --http-port 0 --grpc-port -1 2>"serve-$dev.log" &
+  for _ in $(seq 100); do grep -q listening "serve-$dev.log" && break; sleep 0.1; done
+  grep -E "loaded|listening" "serve-$dev.log"
+  /usr/bin/python3 - "$(grep -oE 'http [0-9.]+:[0-9]+' "serve-$dev.log" | cut -d' ' -f2)" "$out/serve-$dev.json" <<'PY' || status=1
+import gzip, json, sys, urllib.request
+raw = gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz").read()[16:16 + 32 * 784]
+body = json.dumps({"inputs": [{"name": "input", "shape": [32, 784], "datatype": "UINT8", "data": list(raw)}]}).encode()
+out = json.loads(urllib.request.urlopen(urllib.request.Request("http://" + sys.argv[1] + "/v2/models/m/infer", body)).read())
+json.dump(out["outputs"][0]["data"], open(sys.argv[2], "w"))
+PY
+  kill -TERM $! && wait $!
+done
+/usr/bin/python3 -c 'import json,sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); d = max(abs(x - y) for x, y in zip(a, b)); print(f"loom-serve cuda vs cpu: largest logit difference {d:.2e}"); assert d < 1e-3' \
+  "$out/serve-cuda.json" "$out/serve-cpu.json" || status=1
+./loom-bench serve --seconds 3 || status=1
 echo "== loom-bench train (CPU of the GPU machine, against PyTorch)"; ./loom-bench train --threads "$(nproc)" || status=1
 echo "== loom-topo on this node (live: hwloc + NVML)"
 ./loom-topo show || status=1

@@ -326,6 +326,13 @@ spec_err "min above max" "minReplicas exceeds maxReplicas" 's/minReplicas: 2/min
 run_cmd "$S" --model-repository "$LOOM_TMP/nothing-here" --http-port 0
 expect_eq "a missing repository: exit" 1 "$rc"
 expect_match "a missing repository: message" "not a folder" "$err"
+run_cmd "$S" --model-repository repo --device gpu
+expect_eq "--device gpu: usage error" 2 "$rc"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  run_cmd "$S" --model-repository repo --device cuda --http-port 0 --grpc-port -1
+  expect_eq "--device cuda without a GPU: exit" 1 "$rc"
+  expect_match "--device cuda without a GPU: says why" "cannot load model .*--device cuda: " "$err"
+fi
 run_cmd "$S" --model-repository repo --auth-token-file "$LOOM_TMP/no-token"
 expect_match "a missing token file" "auth-token-file .*cannot read it" "$err"
 
