@@ -1,0 +1,192 @@
+// serve_test.cpp — loom-serve's core without a network: the dynamic batcher (batch sizes, each
+// request its own rows, the queue bound, timeouts, draining), input decoding and the
+// InferenceService spec, against a real model file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <mutex>
+
+#include "core.hpp"
+#include "loom/rt/model_io.hpp"
+
+namespace {
+
+using loom::serve::Batcher;
+using loom::serve::Clock;
+using loom::serve::Options;
+using loom::serve::ServedModel;
+using loom::serve::ServeError;
+using loom::serve::Status;
+
+class ServeCore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char t[] = "/tmp/loom-serve-test.XXXXXX";
+    ASSERT_NE(mkdtemp(t), nullptr);
+    dir_ = t;
+    loom::rt::Mlp m({784, 32, 10}, 3);
+    loom::rt::save_model(dir_ + "/model.h5", m.config_json(), m.params());
+    model_ = std::make_shared<ServedModel>("m", "1", dir_ + "/model.h5");
+  }
+  void TearDown() override {
+    std::remove((dir_ + "/model.h5").c_str());
+    std::remove((dir_ + "/spec.yaml").c_str());
+    rmdir(dir_.c_str());
+  }
+  std::vector<float> rows(int n, float base) {
+    std::vector<float> x(static_cast<size_t>(n) * 784);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = base + static_cast<float>(i % 97) * 0.01f;
+    return x;
+  }
+  std::vector<float> alone(const std::vector<float>& x, int n) {  // the model on these rows only
+    ServedModel m("m", "1", dir_ + "/model.h5");
+    std::vector<float> out(static_cast<size_t>(n) * 10);
+    m.forward(x.data(), n, out.data());
+    return out;
+  }
+  std::string dir_;
+  std::shared_ptr<ServedModel> model_;
+};
+
+TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {
+  Options o;
+  o.max_batch_size = 8;
+  o.max_queue_delay_us = 20000;
+  Batcher b(model_, o, nullptr);
+  std::vector<std::future<Batcher::Outcome>> fs;
+  std::vector<std::vector<float>> inputs;
+  for (int i = 0; i < 10; ++i) {
+    inputs.push_back(rows(3, 0.1f * static_cast<float>(i)));
+    auto p = std::make_shared<std::promise<Batcher::Outcome>>();
+    fs.push_back(p->get_future());
+    b.submit(inputs.back(), 3, Clock::now() + std::chrono::seconds(10), [p](Batcher::Outcome out) { p->set_value(std::move(out)); });
+  }
+  int batched = 0;
+  for (int i = 0; i < 10; ++i) {
+    Batcher::Outcome out = fs[static_cast<size_t>(i)].get();
+    ASSERT_EQ(out.status, Status::kOk) << out.error;
+    EXPECT_LE(out.batch_rows, 8);
+    EXPECT_GE(out.batch_rows, 3);
+    batched += out.batch_rows > 3;
+    const auto want = alone(inputs[static_cast<size_t>(i)], 3);
+    ASSERT_EQ(out.out.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(out.out[k], want[k], 1e-5f * std::max(1.0f, std::fabs(want[k])));
+  }
+  EXPECT_GT(batched, 0) << "the 20 ms delay should have let requests share batches";
+}
+
+TEST_F(ServeCore, RefusesBeyondTheQueueBoundAndTooManyRows) {
+  Options o;
+  o.max_batch_size = 4;
+  o.max_queue_size = 2;
+  o.max_queue_delay_us = 200000;  // the first batch waits, so the queue fills
+  Batcher b(model_, o, nullptr);
+  std::atomic<int> answered{0};
+  auto done = [&](Batcher::Outcome) { ++answered; };
+  b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), done);
+  b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), done);
+  try {
+    b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), done);
+    FAIL() << "a third request was admitted into a queue of 2";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status, Status::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("queue full"), std::string::npos);
+  }
+  try {
+    b.submit(rows(5, 0), 5, Clock::now() + std::chrono::seconds(10), done);
+    FAIL() << "5 rows admitted with --max-batch-size 4";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status, Status::kBadRequest);
+  }
+  while (answered.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+TEST_F(ServeCore, AnswersRequestsPastTheirDeadlineWithoutComputingThem) {
+  Options o;
+  Batcher b(model_, o, nullptr);
+  Batcher::Outcome out = b.run(rows(2, 0), 2, Clock::now() - std::chrono::milliseconds(1));
+  EXPECT_EQ(out.status, Status::kTimeout);
+  EXPECT_TRUE(out.out.empty());
+  EXPECT_EQ(b.run(rows(2, 0), 2, Clock::now() + std::chrono::seconds(5)).status, Status::kOk);
+}
+
+TEST_F(ServeCore, DestroyingABatcherAnswersEveryAdmittedRequest) {
+  std::atomic<int> ok{0};
+  {
+    Options o;
+    o.max_batch_size = 2;
+    o.max_queue_delay_us = 100000;
+    Batcher b(model_, o, nullptr);
+    for (int i = 0; i < 20; ++i)
+      b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(30), [&](Batcher::Outcome out) { ok += out.status == Status::kOk; });
+  }
+  EXPECT_EQ(ok.load(), 20);
+}
+
+TEST_F(ServeCore, DecodesUint8WithTheModelsPreprocessingAndChecksShapes) {
+  loom::serve::TensorIn t{"input", "UINT8", {1, 28, 28}, std::string(784, static_cast<char>(255))};
+  int n = 0;
+  auto x = loom::serve::decode_input(*model_, {t}, &n);
+  EXPECT_EQ(n, 1);
+  EXPECT_NEAR(x[0], 255 * model_->scale(), 1e-6);  // the MLP's preprocess: scale 1/255, mean 0, std 1
+  EXPECT_NEAR(x[783], 1.0f, 1e-6);
+  auto expect_bad = [&](loom::serve::TensorIn in, const char* what) {
+    try {
+      loom::serve::decode_input(*model_, {in}, &n);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ServeError& e) {
+      EXPECT_EQ(e.status, Status::kBadRequest) << what;
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_bad({"input", "UINT8", {1, 783}, std::string(783, '\0')}, "each row must hold 784 values");
+  expect_bad({"input", "FP32", {1, 784}, std::string(784, '\0')}, "shape and FP32 need 3136");
+  expect_bad({"input", "INT64", {1, 784}, std::string(784 * 8, '\0')}, "datatype INT64 is not supported");
+  expect_bad({"pixels", "UINT8", {1, 784}, std::string(784, '\0')}, "unexpected input 'pixels'");
+  float nan = std::nanf("");
+  std::string bad(784 * 4, '\0');
+  std::memcpy(&bad[0], &nan, 4);
+  expect_bad({"input", "FP32", {1, 784}, bad}, "NaN");
+}
+
+TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
+  auto write = [&](const std::string& text) {
+    std::ofstream(dir_ + "/spec.yaml") << text;
+    return dir_ + "/spec.yaml";
+  };
+  const std::string good =
+      "apiVersion: loom.ai/v1\nkind: InferenceService\nmetadata:\n  name: fm\nspec:\n  model:\n    path: file://" + dir_ +
+      "/model.h5\n    format: loom-hdf5\n  resources:\n    requests: {gpu: 1, memory: 8Gi}\n"
+      "  autoscaling:\n    minReplicas: 2\n    maxReplicas: 10\n    metrics:\n      - type: Requests\n        queueLength: 5\n";
+  auto s = loom::serve::load_spec(write(good));
+  EXPECT_EQ(s.name, "fm");
+  EXPECT_EQ(s.path, dir_ + "/model.h5");
+  EXPECT_EQ(s.requests_gpu, 1);
+  EXPECT_EQ(s.requests_memory, "8Gi");
+  EXPECT_EQ(s.max_replicas, 10);
+  EXPECT_EQ(s.queue_length, 5);
+  auto expect_bad = [&](const std::string& from, const std::string& to, const char* what) {
+    std::string text = good;
+    text.replace(text.find(from), from.size(), to);
+    try {
+      loom::serve::load_spec(write(text));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ServeError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_bad("queueLength", "queueLenght", "unknown field spec.autoscaling.metrics[0].queueLenght");
+  expect_bad("file://", "https://", "scheme https:// is not supported");
+  expect_bad("gpu: 1", "gpu: one", "spec.resources.requests.gpu must be an integer");
+  expect_bad("name: fm", "name: ../fm", "metadata.name");
+  expect_bad("loom.ai/v1", "loom.ai/v2", "apiVersion must be loom.ai/v1");
+  expect_bad("  model:\n", "  mode:\n", "unknown field spec.mode");
+}
+
+}  // namespace
