@@ -294,8 +294,9 @@ nlohmann::json config_of(const std::string& path, const ModelFile& f, const char
 
 }  // namespace
 
-Mlp load_mlp(const std::string& path) {
-  ModelFile f = load_model(path);
+Mlp load_mlp(const std::string& path) { return load_mlp(path, load_model(path)); }
+
+Mlp load_mlp(const std::string& path, const ModelFile& f) {
   auto cfg = config_of(path, f, "mlp");
   std::vector<int> widths;
   try {

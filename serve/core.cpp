@@ -82,7 +82,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   const std::string type = cfg.value("type", "");
   if (type != "mlp")
     throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves type mlp)");
-  mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_));
+  mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
   in_ = mlp_->widths().front();
   out_ = mlp_->widths().back();
   if (cfg.contains("preprocess")) {

@@ -48,6 +48,7 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
 namespace {
 
 struct Reply {
+  Status kind = Status::kOk;  // what the metrics count
   http::status status = http::status::ok;
   std::string body, content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
@@ -55,6 +56,7 @@ struct Reply {
 
 Reply error_reply(Status s, const std::string& msg) {
   Reply r;
+  r.kind = s;
   r.status = static_cast<http::status>(http_status(s));
   r.body = json{{"error", msg}}.dump();
   if (s == Status::kUnavailable) r.headers.emplace_back("Retry-After", "1");
@@ -295,13 +297,7 @@ struct HttpServer::Impl {
         } catch (const std::exception& e) {
           r = error_reply(Status::kInternal, e.what());
         }
-        if (is_infer) {
-          const int code = static_cast<int>(r.status);
-          Status s = code == 200 ? Status::kOk : code == 400 ? Status::kBadRequest : code == 401 ? Status::kUnauthorized
-                   : code == 404 ? Status::kNotFound : code == 503 ? Status::kUnavailable : code == 504 ? Status::kTimeout
-                   : Status::kInternal;
-          ctx.metrics->request(model, "http", s);
-        }
+        if (is_infer) ctx.metrics->request(model, "http", r.kind);
         close = !req.keep_alive() || ctx.stopping.load();
       }
       http::response<http::string_body> res{r.status, 11};

@@ -28,6 +28,8 @@ ModelFile load_model(const std::string& path);
 // An MLP built from a model file: widths from model.config, weights by state_dict name.
 // Throws Error when the file is not an MLP or a tensor is missing or of the wrong shape.
 Mlp load_mlp(const std::string& path);
+// The same from a file already read by load_model (`path` names it in errors).
+Mlp load_mlp(const std::string& path, const ModelFile& f);
 // A GPT built from a model file (type "gpt"); the same checks as load_mlp.
 Gpt load_gpt(const std::string& path);
 
