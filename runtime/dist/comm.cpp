@@ -1,5 +1,5 @@
 // comm.cpp — ring collectives over a Transport, and the in-process transport.
-#include "loom/rt/comm.hpp"
+#include "loom/rt/dist/comm.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt {
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/comm.hpp"
+#include "loom/rt/dist/comm.hpp"
 
 namespace loom::rt {
 

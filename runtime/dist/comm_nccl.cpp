@@ -1,7 +1,7 @@
 // comm_nccl.cpp — NcclCommunicator: NCCL collectives on the rank's CUDA stream, the unique id
 // broadcast through MPI, non-blocking NCCL (config.blocking = 0) so that every wait can be
 // bounded by a deadline and a hung peer aborts the communicator instead of hanging the job.
-#include "loom/rt/comm_nccl.hpp"
+#include "loom/rt/dist/comm_nccl.hpp"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/rt/comm.hpp"
+#include "loom/rt/dist/comm.hpp"
 
 namespace loom::rt {
 

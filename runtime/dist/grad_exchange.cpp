@@ -1,12 +1,12 @@
 // grad_exchange.cpp — plain and PowerSGD gradient exchange.
-#include "loom/rt/grad_exchange.hpp"
+#include "loom/rt/dist/grad_exchange.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
 
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt {
 

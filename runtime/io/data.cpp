@@ -1,5 +1,5 @@
 // data.cpp — IDX reading through zlib (gz read directly), Fashion-MNIST, shuffling, batching.
-#include "loom/rt/data.hpp"
+#include "loom/rt/io/data.hpp"
 
 #include <sys/stat.h>
 #include <zlib.h>

@@ -1,6 +1,6 @@
 // model_io.cpp — HDF5 reading and writing. Every HDF5 call is checked; HDF5's own error stack
 // printing is silenced and its failures become one-line errors naming the file.
-#include "loom/rt/model_io.hpp"
+#include "loom/rt/io/model_io.hpp"
 
 #include <fcntl.h>
 #include <malloc.h>

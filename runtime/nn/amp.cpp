@@ -1,5 +1,5 @@
 // amp.cpp — emulated fp16/bf16 compute with fp32 master weights and dynamic loss scaling.
-#include "loom/rt/amp.hpp"
+#include "loom/rt/nn/amp.hpp"
 
 #include <cmath>
 

@@ -5,13 +5,13 @@
 //              x += (att v) Wo^T + b
 //              x += GELU(LN2(x) Wfc^T + b) Wp^T + b            (hidden 4C)
 //   logits = LN_f(x) Wlm^T                                     [N, V]
-#include "loom/rt/gpt.hpp"
+#include "loom/rt/nn/gpt.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt {
 

@@ -1,13 +1,13 @@
 // mlp.cpp — forward and backward of the MLP. Shapes: X [B,in], W [out,in], Y [B,out].
 //   forward:  Y = X W^T + b, then ReLU except after the last layer
 //   backward: dW += dY^T X, db += sum_rows dY, dX = dY W (then ReLU mask of the layer below)
-#include "loom/rt/mlp.hpp"
+#include "loom/rt/nn/mlp.hpp"
 
 #include <cmath>
 #include <random>
 #include <sstream>
 
-#include "loom/rt/ops.hpp"
+#include "loom/rt/tensor/ops.hpp"
 
 namespace loom::rt {
 

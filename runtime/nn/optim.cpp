@@ -1,11 +1,11 @@
 // optim.cpp — parameter updates, the schedule and clipping.
-#include "loom/rt/optim.hpp"
+#include "loom/rt/nn/optim.hpp"
 
 #include <cmath>
 
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 #ifdef LOOM_HAVE_CUDA
-#include "loom/rt/kernels_cuda.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
 #endif
 
 namespace loom::rt {

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "loom/rt/error.hpp"
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "loom/rt/error.hpp"
-#include "loom/rt/kernels_cuda.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
 
 #define CUDA_OK(call)                                                                                   \
   do {                                                                                                  \

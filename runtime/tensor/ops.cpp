@@ -1,8 +1,8 @@
 // ops.cpp — device dispatch for the kernels.
-#include "loom/rt/ops.hpp"
+#include "loom/rt/tensor/ops.hpp"
 
 #ifdef LOOM_HAVE_CUDA
-#include "loom/rt/kernels_cuda.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
 #define ON_CUDA(call) \
   do {               \
     cuda::call;      \

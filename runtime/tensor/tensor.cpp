@@ -1,8 +1,8 @@
 // tensor.cpp — tensors, their storage and the CPU caching allocator.
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 #ifdef LOOM_HAVE_CUDA
-#include "loom/rt/kernels_cuda.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
 #endif
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// checkpoint.cpp — CheckpointWriter: the cadence, the background writer, pruning and the
+// checkpoint_writer.cpp — CheckpointWriter: the cadence, the background writer, pruning and the
 // choice of the checkpoint to resume from.
-#include "loom/rt/checkpoint.hpp"
+#include "loom/rt/train/checkpoint_writer.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "loom/rt/comm.hpp"
-#include "loom/rt/kernels_cuda.hpp"
-#include "loom/rt/trainer.hpp"
+#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
+#include "loom/rt/train/train_config.hpp"
 
 namespace loom::rt {
 
@@ -63,12 +63,7 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, c
 CheckpointWriter::CheckpointWriter(const TrainConfig& c, Communicator* comm, Log log)
     : dir_(c.ckpt_dir), resume_(c.resume), async_(c.ckpt_async), every_(c.ckpt_every), every_min_(c.ckpt_every_min),
       keep_(c.ckpt_keep), rank_(comm ? comm->rank() : 0), world_(comm ? comm->size() : 1), comm_(comm),
-      stop_(c.stop_signal), log_(std::move(log)), last_(std::chrono::steady_clock::now()) {
-  if (every_ < 0) throw Error("--ckpt-every must not be negative");
-  if (!(every_min_ >= 0)) throw Error("--ckpt-every-min must not be negative");
-  if (keep_ < 1) throw Error("--ckpt-keep must be at least 1");
-  if ((every_ > 0 || every_min_ > 0 || async_) && dir_.empty())
-    throw Error("--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir");
+      log_(std::move(log)), last_(std::chrono::steady_clock::now()) {
   if (resume_ == "auto" && dir_.empty()) resume_ = "never";
   if (dir_.empty()) return;
   struct stat st;
@@ -99,8 +94,6 @@ CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool CheckpointWriter::stop_requested() const { return stop_ && stop_->load() != 0; }
-
 std::string CheckpointWriter::path_for(int64_t step) const {
   char name[40];
   std::snprintf(name, sizeof name, "ckpt-%010lld.h5", static_cast<long long>(step));
@@ -128,7 +121,8 @@ bool CheckpointWriter::due(int64_t done, bool time_due) {
   return (every_ > 0 && done % every_ == 0) || time_due;
 }
 
-std::optional<std::pair<std::string, Checkpoint>> CheckpointWriter::find_resume(const std::string& train_config) {
+std::optional<std::pair<std::string, Checkpoint>> CheckpointWriter::find_resume(const std::string& train_config,
+                                                                                   const std::vector<std::string>& may_differ) {
   if (resume_ == "never") return std::nullopt;
   auto check = [&](const std::string& path, const Checkpoint& k) {
     nlohmann::json a, b = nlohmann::json::parse(train_config);
@@ -136,6 +130,10 @@ std::optional<std::pair<std::string, Checkpoint>> CheckpointWriter::find_resume(
       a = nlohmann::json::parse(k.train_config);
     } catch (const nlohmann::json::exception&) {
       throw Error(path + ": train.config is not valid JSON (corrupt checkpoint)");
+    }
+    for (const auto& key : may_differ) {
+      if (a.is_object()) a.erase(key);
+      b.erase(key);
     }
     std::string d = first_difference(a, b);
     if (!d.empty())

@@ -21,10 +21,10 @@
 #include <string>
 #include <thread>
 
-#include "loom/rt/grad_exchange.hpp"
-#include "loom/rt/mlp.hpp"
-#include "loom/rt/model_io.hpp"
-#include "loom/rt/trainer.hpp"
+#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/io/model_io.hpp"
+#include "loom/rt/train/trainer.hpp"
 
 namespace po = boost::program_options;
 
@@ -36,7 +36,7 @@ struct Usage {
 
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
-  std::string model, layers, data, optimizer, device, config;
+  std::string model, layers, data, optimizer, device, config, seed;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
   opts.add_options()
       ("help,h", "show this help")
@@ -50,7 +50,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("n-embd", po::value(&c.embd)->default_value(64), "gpt: embedding width")
       ("dropout", po::value(&c.dropout)->default_value(0.0f), "gpt: dropout probability")
       ("epochs", po::value(&c.epochs)->default_value(1), "epochs over the training set")
-      ("steps", po::value(&c.steps)->default_value(0), "stop after this many steps (0: use --epochs)")
+      ("steps", po::value(&c.steps), "stop after this many steps (default: --epochs over the data)")
       ("global-batch", po::value(&c.global_batch)->default_value(128), "samples per step")
       ("lr", po::value(&c.lr)->default_value(0.05f), "learning rate")
       ("optimizer", po::value(&optimizer)->default_value("sgd"), "sgd | adamw")
@@ -59,8 +59,10 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("weight-decay", po::value(&c.optim.weight_decay)->default_value(0.0f), "weight decay (decoupled for adamw)")
       ("lr-schedule", po::value(&c.schedule)->default_value("constant"), "constant | cosine")
       ("warmup-steps", po::value(&c.warmup)->default_value(0), "linear warmup steps")
+      ("lr-replan", po::bool_switch(&c.lr_replan),
+       "resuming with another --steps/--epochs: re-plan the cosine schedule over the new total")
       ("clip-grad-norm", po::value(&c.clip)->default_value(0.0f), "clip gradients to this global norm (0: off)")
-      ("seed", po::value(&c.seed)->default_value(1), "seed of weights and shuffling")
+      ("seed", po::value(&seed)->default_value("1"), "seed of weights and shuffling (0 to 2^64-1)")
       ("device", po::value(&device)->default_value("auto"), "auto | cpu | cuda")
       ("threads", po::value(&c.threads)->default_value(1), "CPU threads")
       ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
@@ -75,7 +77,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0), "gradient bucket size, overlapped with backward (0: after it)")
       ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing")
       ("ckpt-dir", po::value(&c.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5 (and resume from there)")
-      ("ckpt-every", po::value(&c.ckpt_every)->default_value(0), "checkpoint every N steps")
+      ("ckpt-every", po::value(&c.ckpt_every), "checkpoint every N steps")
       ("ckpt-every-min", po::value(&c.ckpt_every_min)->default_value(0.0), "checkpoint every M minutes")
       ("ckpt-keep", po::value(&c.ckpt_keep)->default_value(3), "keep the newest K checkpoints")
       ("ckpt-async", po::bool_switch(&c.ckpt_async), "write checkpoints in the background")
@@ -132,23 +134,27 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
     throw Usage{"--data must be fashion-mnist[:DIR] or text:FILE, not '" + data + "'"};
   }
   c.optim.kind = optimizer;
+  // Boost would read "-5" as 2^64-5: the seed is read as digits.
+  if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos)
+    throw Usage{"--seed must be a whole number from 0 to 2^64-1, not '" + seed + "'"};
+  try {
+    c.seed = std::stoull(seed);
+  } catch (const std::exception&) {
+    throw Usage{"--seed must be a whole number from 0 to 2^64-1, not '" + seed + "'"};
+  }
   if (device != "auto" && device != "cpu" && device != "cuda") throw Usage{"--device must be auto, cpu or cuda"};
   c.device = device;
   if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
     throw Usage{"--precision must be fp32, fp16 or bf16, not '" + c.precision + "'"};
-  if (c.threads <= 0 || c.threads > 1024) throw Usage{"--threads must be between 1 and 1024"};
-  if (c.log_every <= 0) throw Usage{"--log-every must be positive"};
   if (c.log_format != "text" && c.log_format != "json") throw Usage{"--log-format must be text or json"};
   if (c.balance != "off" && c.balance != "static" && c.balance != "dynamic")
     throw Usage{"--balance must be off, static or dynamic, not '" + c.balance + "'"};
-  if (c.replan_every <= 0) throw Usage{"--replan-every must be positive"};
-  if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Usage{"--bucket-mb must be between 0 and 4096"};
-  if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400)) throw Usage{"--comm-timeout must be between 0 and 86400 seconds"};
-  if (c.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
-  if (!(c.ckpt_every_min >= 0)) throw Usage{"--ckpt-every-min must not be negative"};
-  if (c.ckpt_keep < 1) throw Usage{"--ckpt-keep must be at least 1"};
-  if (c.resume.empty()) throw Usage{"--resume must be auto, never or a checkpoint FILE"};
-  if ((c.ckpt_every > 0 || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
+  // Counts left out take their defaults; given, they must be positive (validate() checks the rest).
+  if (vm.count("steps") && c.steps <= 0)
+    throw Usage{"--steps must be positive, not " + std::to_string(c.steps) + " (leave it out to train --epochs)"};
+  if (vm.count("ckpt-every") && c.ckpt_every <= 0)
+    throw Usage{"--ckpt-every must be positive, not " + std::to_string(c.ckpt_every) + " (leave it out for none)"};
+  if ((vm.count("ckpt-every") || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
     throw Usage{"--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir"};
   loom::rt::parse_grad_compress(c.grad_compress);  // throws an Error naming the problem
   auto env_number = [](const char* name, double fallback) {
@@ -163,8 +169,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
   c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
   c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
-  if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
-    throw loom::rt::Error("LOOM_EMULATE_SPEED must be in (0, 1]");
+  loom::rt::validate(c);
   return c;
 }
 

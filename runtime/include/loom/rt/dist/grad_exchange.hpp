@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/comm.hpp"
-#include "loom/rt/mlp.hpp"
+#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/tensor/param.hpp"
 
 namespace loom::rt {
 

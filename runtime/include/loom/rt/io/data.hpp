@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt {
 

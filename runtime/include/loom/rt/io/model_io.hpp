@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "loom/rt/gpt.hpp"
-#include "loom/rt/mlp.hpp"
+#include "loom/rt/nn/gpt.hpp"
+#include "loom/rt/nn/mlp.hpp"
 
 namespace loom::rt {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/mlp.hpp"
+#include "loom/rt/nn/mlp.hpp"
 
 namespace loom::rt {
 

@@ -7,15 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/tensor/param.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt {
-
-struct Param {
-  std::string name;
-  Tensor value;
-  Tensor grad;
-};
 
 class Mlp {
  public:

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/mlp.hpp"
+#include "loom/rt/tensor/param.hpp"
 
 namespace loom::rt {
 

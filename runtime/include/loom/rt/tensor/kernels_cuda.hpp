@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "loom/rt/kernels.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt::cuda {
 

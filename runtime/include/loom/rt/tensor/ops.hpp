@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt::ops {
 

@@ -1,4 +1,4 @@
-// checkpoint.hpp — when and where loom-train writes checkpoints, and which one a run resumes
+// checkpoint_writer.hpp — when and where loom-train writes checkpoints, and which one a run resumes
 // from. Files are `DIR/ckpt-<step>.h5` (Contract 4, written atomically by save_checkpoint);
 // `--ckpt-keep K` keeps the newest K. Asynchronous writes run on one background thread, at most
 // one in flight, from a copy of the state taken at a step boundary into host buffers that are
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/rt/model_io.hpp"
+#include "loom/rt/io/model_io.hpp"
 
 namespace loom::rt {
 
@@ -50,8 +50,6 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   bool enabled() const { return !dir_.empty(); }
-  // SIGUSR1 or SIGTERM arrived (the trainer agrees on it across ranks).
-  bool stop_requested() const;
   // Whether --ckpt-every-min minutes passed since the last checkpoint (on this rank's clock:
   // the trainer sends rank 0's answer to every rank).
   bool time_due() const;
@@ -60,9 +58,10 @@ class CheckpointWriter {
   bool due(int64_t done, bool time_due);
   // --resume never: nothing. FILE: that checkpoint (any problem is an Error). auto: the newest
   // DIR/ckpt-*.h5 that verifies; corrupt or truncated ones are skipped with a warning naming
-  // them. A checkpoint of another configuration (train_config differs) is an Error naming the
-  // first difference.
-  std::optional<std::pair<std::string, Checkpoint>> find_resume(const std::string& train_config);
+  // them. A checkpoint of another configuration (train_config differs, the top-level keys in
+  // `may_differ` aside: the caller judges those) is an Error naming the first difference.
+  std::optional<std::pair<std::string, Checkpoint>> find_resume(const std::string& train_config,
+                                                                const std::vector<std::string>& may_differ = {});
   // Writes the checkpoint of step `step`: now (sync), or on the background thread, which first
   // copies the state into host buffers kept from one checkpoint to the next. Returns the
   // seconds the call took (what an asynchronous checkpoint costs the loop, besides waiting).
@@ -112,7 +111,6 @@ class CheckpointWriter {
     double write_s = 0;
   } result_;
   std::atomic<int> shard_status_{0};  // 0 in flight, 1 written, 2 failed
-  const std::atomic<int>* stop_;
   Log log_;
   std::chrono::steady_clock::time_point last_;
   std::thread thread_;

@@ -1,0 +1,55 @@
+// gradient_sync.hpp — each step's exchange between ranks: the gradients (dist/grad_exchange.hpp:
+// buckets overlapped with backward, fp16 or PowerSGD payloads) and, riding in the same
+// allreduce, the few numbers every rank must decide alike (the loss, an overflow anywhere, a
+// stop signal anywhere, the checkpoint's shard flags and rank 0's clock). One process: no
+// exchange, its own values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/train/checkpoint_writer.hpp"
+#include "loom/rt/train/ranks.hpp"
+#include "loom/rt/train/reporter.hpp"
+
+namespace loom::rt {
+
+struct TrainConfig;
+
+// What a step ends with, on this rank before finish() and agreed by every rank after it.
+struct StepVotes {
+  double loss = 0;        // this rank's mean loss over its share; after: the global batch's
+  bool finite = true;     // no gradient overflowed (anywhere, after)
+  bool stop = false;      // a stop signal arrived (anywhere, after)
+  bool time_due = false;  // after: --ckpt-every-min is due by rank 0's clock
+};
+
+class GradientSync {
+ public:
+  GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_enabled, const Reporter& rep);
+  // Told by backward as each gradient is final (empty when buckets do not overlap backward).
+  const std::function<void(size_t)>& ready() const { return ready_; }
+  void begin(std::vector<Param>& params, float weight);
+  // After backward: the weighted sum of every rank's gradients, and the votes agreed.
+  StepVotes finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step);
+  size_t comm_bytes() const { return comm_bytes_; }  // sent by this rank, summed over the run
+  GradExchange& exchange() { return exchange_; }
+  bool powersgd() const { return powersgd_; }
+
+ private:
+  void report_compression(int64_t step);
+  Ranks ranks_;
+  const Reporter& rep_;
+  std::string compress_;
+  bool powersgd_;
+  GradExchange exchange_;
+  std::function<void(size_t)> ready_;
+  size_t comm_bytes_ = 0;
+  bool reported_compression_ = false;
+};
+
+}  // namespace loom::rt

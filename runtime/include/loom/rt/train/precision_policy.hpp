@@ -1,0 +1,43 @@
+// precision_policy.hpp — the compute precision every rank agrees on (bf16 only when every
+// rank's GPU has it, else fp16 with loss scaling everywhere), the mixed-precision pass around
+// each step (nn/amp.hpp), and the decision to skip a step whose gradients overflowed anywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/rt/nn/amp.hpp"
+#include "loom/rt/train/ranks.hpp"
+#include "loom/rt/train/reporter.hpp"
+
+namespace loom::rt {
+
+struct TrainConfig;
+
+class PrecisionPolicy {
+ public:
+  // Collective with --precision bf16 (every rank says whether its GPU class has bf16).
+  PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep);
+  const std::string& precision() const { return amp_.precision(); }
+  bool enabled() const { return amp_.enabled(); }
+  // Says what runs; throws Error where this build cannot run it (low precision on CUDA).
+  void announce(bool cuda) const;
+  void enter(std::vector<Param>& params) { amp_.enter(params); }
+  // After backward: false when this rank's gradients overflowed (or a test injected that).
+  bool leave(std::vector<Param>& params, int64_t step);
+  // After the ranks agreed on `finite`: whether the optimizer step is skipped (then the loss
+  // scale is lowered and the overflow reported).
+  bool skip(bool finite, int64_t step);
+  MixedPrecision& amp() { return amp_; }
+  const MixedPrecision& amp() const { return amp_; }
+
+ private:
+  static std::string agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep);
+  std::string asked_;
+  int64_t inject_step_;
+  Reporter& rep_;
+  MixedPrecision amp_;
+};
+
+}  // namespace loom::rt

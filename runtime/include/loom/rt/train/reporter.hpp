@@ -1,0 +1,50 @@
+// reporter.hpp — what a training run says: progress lines as human text or JSON objects
+// (`--log-format`), rank 0 speaking for the job, and the `--metrics-file` JSON lines of
+// Contract 3 (steps, evaluations, overflows, the summary), written by rank 0 only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <string>
+
+namespace loom::rt {
+
+struct TrainConfig;
+struct TrainResult;
+
+class Reporter {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  // Opens the metrics file on rank 0 (throws Error when it cannot).
+  Reporter(const TrainConfig& c, int rank, int ranks, Log log);
+
+  // Rank 0's line for the job; `fields` are extra JSON members ("\"level\":\"info\",...").
+  void say(const std::string& human, const std::string& fields) const;
+  // This rank's own line (prefixed "rank R:" in text when there are several).
+  void say_mine(const std::string& human, const std::string& fields) const;
+
+  struct StepLine {
+    int64_t step, epoch;
+    double loss, samples_per_s;
+    std::string shares;  // "64,32"
+    size_t comm_bytes;
+    double loss_scale;
+  };
+  void step(const StepLine& s);
+  void eval(int64_t epoch, int64_t step, double accuracy, double loss);
+  void overflow(int64_t step, double loss_scale);
+  // The last metrics line and the last log line: "done: ..." for a finished run, "stopped: ..."
+  // for one stopped on a signal (no test accuracy: none was measured).
+  void summary(const TrainResult& r, int64_t total, size_t comm_bytes);
+
+ private:
+  std::string metrics_path_;
+  std::ofstream metrics_;
+  bool json_;
+  int rank_, ranks_;
+  Log log_;
+};
+
+}  // namespace loom::rt

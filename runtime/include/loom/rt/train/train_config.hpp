@@ -1,0 +1,75 @@
+// train_config.hpp — everything a training run is told (Contract 3's options, the launcher's
+// environment), with one strict check of every value before anything is built.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/io/data.hpp"
+#include "loom/rt/nn/optim.hpp"
+
+namespace loom::rt {
+
+struct TrainConfig {
+  std::string model = "mlp";         // mlp | gpt
+  std::string text_path;             // gpt: the training text
+  int context = 64, gpt_layers = 2, heads = 4, embd = 64;
+  float dropout = 0.0f;
+  std::vector<int> layers{784, 512, 512, 10};
+  std::string data_dir = kFashionMnistDir;
+  int epochs = 1;
+  int64_t steps = 0;  // > 0: stop after this many steps (0: --epochs decides)
+  int global_batch = 128;
+  float lr = 0.05f;
+  OptimConfig optim;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmup = 0;
+  // Resuming with another --steps/--epochs: re-plan the cosine schedule over the new total
+  // (a constant schedule needs no re-plan).
+  bool lr_replan = false;
+  float clip = 0.0f;
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string device = "auto";  // auto | cpu | cuda (the MLP runs on either; gpt on the CPU)
+  std::string gemm = "auto";  // auto | openblas | onednn
+  bool evaluate = true;  // false: no test-set evaluation after each epoch (benchmarks)
+  int log_every = 100;
+  std::string log_format = "text";  // text | json
+  std::string metrics_file;
+  std::string export_path;
+  // Data parallelism: the communicator (null: one process), how the global batch is split,
+  // this rank's device weight (LOOM_DEVICE_WEIGHT) and emulated speed (LOOM_EMULATE_SPEED).
+  Communicator* comm = nullptr;
+  std::string balance = "off";  // off | static | dynamic
+  int replan_every = 10;
+  double device_weight = 1.0;
+  std::string gpu_class;  // LOOM_GPU_CLASS from the plugin ("a100", "v100"; empty without it)
+  double emulate_speed = 1.0;
+  std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
+  double bucket_mb = 1.0;  // gradient buckets overlapped with backward (0: one exchange after it)
+  double comm_timeout = 120.0;  // seconds a collective waits for a peer
+  std::string precision = "fp32";  // fp32 | fp16 | bf16 (emulated by rounding on the CPU)
+  int64_t inject_overflow_step = -1;  // tests: this rank's gradients overflow at that step
+  // Checkpoints (Contract 4): DIR/ckpt-<step>.h5 every N steps and/or M minutes, the newest K
+  // kept, written in the background with ckpt_async; resume auto | never | FILE.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  double ckpt_every_min = 0;
+  int ckpt_keep = 3;
+  bool ckpt_async = false;
+  std::string resume = "auto";
+  // Set (non-zero) by SIGUSR1/SIGTERM: finish the step, checkpoint, stop (TrainResult::preempted).
+  const std::atomic<int>* stop_signal = nullptr;
+};
+
+// Throws Error naming the first option whose value is out of range (counts must be positive,
+// choices one of the listed words), the value and what is allowed.
+void validate(const TrainConfig& c);
+
+// A number as the logs and metrics print it (%.10g).
+std::string num(double v);
+
+}  // namespace loom::rt

@@ -1,0 +1,118 @@
+// gpt_task.cpp — the `gpt` task: a character-level GPT on a text file (the first 90% trains,
+// the last 10% measures next-character accuracy), on the CPU.
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "loom/rt/io/data.hpp"
+#include "loom/rt/nn/gpt.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/train/task.hpp"
+#include "loom/topo/emit.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+class GptTask : public Task {
+ public:
+  GptTask(const TrainConfig& c) : text_(load_text(c.text_path)), seed_(c.seed) {
+    GptConfig g;
+    g.vocab = static_cast<int>(text_.chars.size());
+    g.context = c.context;
+    g.layers = c.gpt_layers;
+    g.heads = c.heads;
+    g.embd = c.embd;
+    g.dropout = c.dropout;
+    model_ = std::make_unique<Gpt>(g, c.seed);
+    split_ = static_cast<int64_t>(text_.ids.size()) * 9 / 10;
+    if (split_ - c.context - 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
+      throw Error(c.text_path + ": " + std::to_string(text_.ids.size()) + " characters are too few for --context " +
+                  std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
+  }
+  std::string describe() const override {
+    int64_t n = 0;
+    for (const auto& p : model_->params()) n += p.value.numel();
+    return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.ids.size()) +
+           " characters (vocabulary " + std::to_string(text_.chars.size()) + ")";
+  }
+  int64_t steps_per_epoch(int batch) const override {
+    return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
+  }
+  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>&) override {
+    const int T = model_->config().context;
+    const int64_t starts = split_ - T - 1 + 1;
+    if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
+    tok_.resize(static_cast<size_t>(batch) * T);
+    tgt_.resize(tok_.size());
+    for (int b = 0; b < batch; ++b) {
+      int64_t s = order_[static_cast<size_t>((first + b) % starts)];
+      for (int t = 0; t < T; ++t) {
+        tok_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t)];
+        tgt_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t + 1)];
+      }
+    }
+    double loss = model_->forward(tok_, tgt_, batch, true);
+    model_->backward();
+    return loss;
+  }
+  Eval evaluate() override {  // next-character accuracy and loss on the last 10% of the text
+    const int T = model_->config().context, V = model_->config().vocab;
+    const int64_t windows = std::min<int64_t>(64, (static_cast<int64_t>(text_.ids.size()) - split_ - 1) / T);
+    std::vector<int32_t> tok(static_cast<size_t>(windows) * T), tgt(tok.size()), pred(tok.size());
+    for (int64_t w = 0; w < windows; ++w)
+      for (int t = 0; t < T; ++t) {
+        tok[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t)];
+        tgt[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t + 1)];
+      }
+    double loss = model_->forward(tok, tgt, static_cast<int>(windows), false);
+    cpu::argmax_rows(model_->logits().f32(), static_cast<int>(tok.size()), V, pred.data());
+    int64_t correct = 0;
+    for (size_t i = 0; i < tok.size(); ++i) correct += pred[i] == tgt[i];
+    return {static_cast<double>(correct) / static_cast<double>(tok.size()), loss};
+  }
+  std::vector<Param>& params() override { return model_->params(); }
+  std::string config_json() const override {
+    std::string j = model_->config().json();
+    j.pop_back();
+    return j + ",\"chars\":" + loom::topo::json_quote(text_.chars) + "}";
+  }
+  double train_flops(int batch) const override { return model_->train_flops(batch); }
+  std::string rng_state() const override { return model_->rng_state(); }
+  void set_rng_state(const std::string& s) override {
+    if (!s.empty()) model_->set_rng_state(s);
+  }
+
+ private:
+  struct Text {
+    std::string chars;          // the vocabulary, sorted
+    std::vector<int32_t> ids;   // the text as vocabulary indices
+  };
+  static Text load_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot read the text file");
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (s.empty()) throw Error(path + ": the text file has no content");
+    Text t;
+    bool seen[256] = {false};
+    for (unsigned char ch : s) seen[ch] = true;
+    int index[256];
+    for (int ch = 0; ch < 256; ++ch)
+      if (seen[ch]) index[ch] = static_cast<int>(t.chars.size()), t.chars += static_cast<char>(ch);
+    t.ids.reserve(s.size());
+    for (unsigned char ch : s) t.ids.push_back(index[ch]);
+    return t;
+  }
+  Text text_;
+  uint64_t seed_;
+  std::unique_ptr<Gpt> model_;
+  int64_t split_ = 0, order_epoch_ = -1;
+  std::vector<int64_t> order_;
+  std::vector<int32_t> tok_, tgt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_gpt_task(const TrainConfig& c) { return std::make_unique<GptTask>(c); }
+
+}  // namespace loom::rt

@@ -1,0 +1,57 @@
+// gradient_sync.cpp — the gradient allreduce of each step and the votes that ride with it.
+#include "loom/rt/train/gradient_sync.hpp"
+
+#include "loom/rt/train/train_config.hpp"
+
+namespace loom::rt {
+
+GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_enabled, const Reporter& rep)
+    : ranks_(ranks), rep_(rep), compress_(c.grad_compress), powersgd_(parse_grad_compress(c.grad_compress).kind == "powersgd"),
+      exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
+  if (!ranks_.many()) return;
+  // Gradients go out while backward runs, unless their precision pass (AMP) or an injected
+  // overflow must see them all first, or the transport cannot be driven from a second thread.
+  const bool overlap = exchange_.overlaps() && !amp_enabled && c.inject_overflow_step < 0 && c.comm->thread_serialized();
+  if (overlap) ready_ = [this](size_t i) { exchange_.ready(i); };
+  rep_.say("allreduce " + c.comm->describe() + " (" + c.comm->backend() + "), " +
+               (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward" : std::string("after backward")) +
+               (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),
+           "\"level\":\"info\",\"event\":\"comm\",\"hierarchical\":" + std::string(c.comm->hierarchical() ? "true" : "false") +
+               ",\"overlap\":" + (overlap ? "true" : "false"));
+}
+
+void GradientSync::begin(std::vector<Param>& params, float weight) {
+  if (ranks_.many()) exchange_.begin(*ranks_.comm, params, weight);
+}
+
+StepVotes GradientSync::finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step) {
+  if (!ranks_.many()) {
+    mine.time_due = ckpt.time_due();
+    return mine;
+  }
+  const auto shard = ckpt.shard_flags();
+  std::vector<float> extras{static_cast<float>(mine.loss) * weight, mine.finite ? 0.0f : 1.0f, mine.stop ? 1.0f : 0.0f,
+                            shard.first, shard.second, ranks_.me == 0 && ckpt.time_due() ? 1.0f : 0.0f};
+  exchange_.finish(extras, step);
+  ckpt.agree(extras[3], extras[4]);
+  comm_bytes_ += exchange_.last_bytes();
+  report_compression(step);
+  StepVotes all;
+  all.loss = extras[0];
+  all.finite = extras[1] == 0.0f;  // every rank now makes the same decision
+  all.stop = extras[2] > 0.0f;
+  all.time_due = extras[5] > 0.0f;
+  return all;
+}
+
+void GradientSync::report_compression(int64_t step) {
+  if (reported_compression_ || exchange_.last_bytes() >= exchange_.plain_bytes()) return;
+  reported_compression_ = true;
+  const double ratio = static_cast<double>(exchange_.plain_bytes()) / exchange_.last_bytes();
+  rep_.say("gradient compression " + compress_ + " from step " + std::to_string(step + 1) + ": " +
+               std::to_string(exchange_.last_bytes()) + " bytes per step instead of " +
+               std::to_string(exchange_.plain_bytes()) + " (" + num(ratio) + "x fewer)",
+           "\"level\":\"info\",\"event\":\"compression\",\"ratio\":" + num(ratio));
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,96 @@
+// mlp_task.cpp — the `mlp` task: the MLP on Fashion-MNIST images in the seeded epoch order,
+// softmax cross-entropy, test-set accuracy; on the CPU or on CUDA.
+#include <algorithm>
+
+#include "loom/rt/io/data.hpp"
+#include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/ops.hpp"
+#include "loom/rt/train/task.hpp"
+
+namespace loom::rt {
+
+namespace {
+
+class MlpTask : public Task {
+ public:
+  MlpTask(const TrainConfig& c, Device device)
+      : train_(load_fashion_mnist(c.data_dir, "train")), test_(load_fashion_mnist(c.data_dir, "t10k")),
+        model_(c.layers, c.seed), seed_(c.seed), device_(device) {
+    const int features = static_cast<int>(train_.images.dim(1));
+    if (c.layers.front() != features)
+      throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
+                  std::to_string(features) + " inputs");
+    if (c.layers.back() != train_.classes)
+      throw Error("--layers ends at " + std::to_string(c.layers.back()) + " but Fashion-MNIST has " +
+                  std::to_string(train_.classes) + " classes");
+    if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
+    dlogits_ = Tensor::empty({c.global_batch, c.layers.back()}, DType::kF32, device_);
+    model_.to(device_);
+  }
+  std::string describe() const override {
+    int64_t n = 0;
+    for (const auto& p : model_.params()) n += p.value.numel();
+    return "mlp with " + std::to_string(n) + " parameters on " + std::to_string(train_.size()) +
+           " Fashion-MNIST images, on " + (device_ == Device::kCuda ? "cuda" : "cpu");
+  }
+  int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
+  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
+    if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
+    gather_batch(train_, order_, first, first + batch, &x_, &y_);
+    if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
+    if (device_ == Device::kCpu) {
+      const Tensor& logits = model_.forward(x_);
+      double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
+      model_.backward(dlogits_, false, ready);
+      return loss;
+    }
+    Tensor labels = Tensor::empty({batch}, DType::kI32);
+    std::copy(y_.begin(), y_.end(), labels.data<int32_t>());
+    Tensor xd = x_.to(device_), yd = labels.to(device_);
+    const Tensor& logits = model_.forward(xd);
+    double loss = ops::softmax_xent(device_, logits.f32(), yd.data<int32_t>(), dlogits_.f32(), batch,
+                                    static_cast<int>(logits.dim(1)));
+    model_.backward(dlogits_);
+    return loss;
+  }
+  Eval evaluate() override {
+    const int64_t n = test_.size(), chunk = 1000;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    Tensor x;
+    std::vector<int32_t> y, pred;
+    int64_t correct = 0;
+    double loss = 0;
+    for (int64_t b = 0; b < n; b += chunk) {
+      int64_t e = std::min(n, b + chunk);
+      gather_batch(test_, order, b, e, &x, &y);
+      const Tensor logits = device_ == Device::kCpu ? model_.forward(x) : model_.forward(x.to(device_)).to(Device::kCpu);
+      const int rows = static_cast<int>(e - b), cols = static_cast<int>(logits.dim(1));
+      pred.resize(static_cast<size_t>(rows));
+      cpu::argmax_rows(logits.f32(), rows, cols, pred.data());
+      for (int i = 0; i < rows; ++i) correct += pred[static_cast<size_t>(i)] == y[static_cast<size_t>(i)];
+      loss += cpu::softmax_xent(logits.f32(), y.data(), nullptr, rows, cols) * rows;
+    }
+    return {static_cast<double>(correct) / static_cast<double>(n), loss / static_cast<double>(n)};
+  }
+  std::vector<Param>& params() override { return model_.params(); }
+  std::string config_json() const override { return model_.config_json(); }
+  double train_flops(int batch) const override { return model_.train_flops(batch); }
+
+ private:
+  Dataset train_, test_;
+  Mlp model_;
+  uint64_t seed_;
+  Device device_;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+  Tensor x_, dlogits_;
+  std::vector<int32_t> y_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_mlp_task(const TrainConfig& c, Device device) { return std::make_unique<MlpTask>(c, device); }
+
+}  // namespace loom::rt

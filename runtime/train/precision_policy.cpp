@@ -1,0 +1,54 @@
+// precision_policy.cpp — bf16/fp16 agreement across ranks, the AMP pass and overflow skips.
+#include "loom/rt/train/precision_policy.hpp"
+
+#include <cmath>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/train/train_config.hpp"
+#include "loom/topo/topology.hpp"
+
+namespace loom::rt {
+
+std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep) {
+  if (c.precision != "bf16") return c.precision;
+  const std::vector<double> lacking = ranks.gather(loom::topo::device_has_bf16(c.gpu_class) ? 0.0 : 1.0);
+  for (size_t r = 0; r < lacking.size(); ++r)
+    if (lacking[r] > 0) {
+      rep.say("rank " + std::to_string(r) + " has a GPU without bf16 (LOOM_GPU_CLASS" +
+                  (static_cast<int>(r) == ranks.me ? "=" + c.gpu_class : std::string()) +
+                  "): every rank uses fp16 with loss scaling instead",
+              "\"level\":\"warning\",\"event\":\"precision\",\"precision\":\"fp16\"");
+      return "fp16";
+    }
+  return "bf16";
+}
+
+PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep)
+    : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep)) {}
+
+void PrecisionPolicy::announce(bool cuda) const {
+  if (!enabled()) return;
+  if (cuda) throw Error("--precision " + asked_ + " runs on the CPU (emulated) in this build");
+  rep_.say("mixed precision " + precision() + " (emulated by rounding on the CPU), fp32 master weights" +
+               (precision() == "fp16" ? ", loss scale " + num(amp_.scale()) : std::string()),
+           "\"level\":\"info\",\"event\":\"precision\"");
+}
+
+bool PrecisionPolicy::leave(std::vector<Param>& params, int64_t step) {
+  bool finite = amp_.leave(params);
+  if (step == inject_step_) {
+    params[0].grad.f32()[0] = INFINITY;  // as an fp16 overflow would leave it
+    finite = false;
+  }
+  return finite;
+}
+
+bool PrecisionPolicy::skip(bool finite, int64_t step) {
+  if (!enabled() && inject_step_ < 0) return false;
+  amp_.update(!finite);
+  if (finite) return false;  // no rank steps alone
+  rep_.overflow(step + 1, amp_.scale());
+  return true;
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,77 @@
+// reporter.cpp — progress lines (text or JSON) and the metrics file's JSON lines.
+#include "loom/rt/train/reporter.hpp"
+
+#include <chrono>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/train/trainer.hpp"
+#include "loom/topo/emit.hpp"
+
+namespace loom::rt {
+
+Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
+    : metrics_path_(c.metrics_file), json_(c.log_format == "json"), rank_(rank), ranks_(ranks), log_(std::move(log)) {
+  if (!c.metrics_file.empty() && rank == 0) {
+    metrics_.open(c.metrics_file, std::ios::trunc);
+    if (!metrics_) throw Error(c.metrics_file + ": cannot open for writing");
+  }
+}
+
+void Reporter::say_mine(const std::string& human, const std::string& fields) const {
+  if (json_) {
+    double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    log_("{\"ts\":" + num(ts) + ",\"component\":\"loom-train\",\"rank\":" + std::to_string(rank_) + "," + fields +
+         ",\"msg\":" + loom::topo::json_quote(human) + "}");
+  } else {
+    log_("loom-train: " + (ranks_ > 1 ? "rank " + std::to_string(rank_) + ": " : std::string()) + human);
+  }
+}
+
+void Reporter::say(const std::string& human, const std::string& fields) const {
+  if (rank_ == 0) say_mine(human, fields);
+}
+
+void Reporter::step(const StepLine& s) {
+  if (!metrics_.is_open()) return;
+  metrics_ << "{\"step\":" << s.step << ",\"epoch\":" << s.epoch << ",\"loss\":" << num(s.loss)
+           << ",\"samples_per_s\":" << num(s.samples_per_s) << ",\"rank_batch\":[" << s.shares
+           << "],\"comm_bytes\":" << s.comm_bytes << ",\"loss_scale\":" << num(s.loss_scale) << "}\n";
+}
+
+void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
+  say("epoch " + std::to_string(epoch) + " test accuracy " + num(accuracy) + " test loss " + num(loss),
+      "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) + ",\"test_accuracy\":" + num(accuracy));
+  if (metrics_.is_open())
+    metrics_ << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step << ",\"test_accuracy\":" << num(accuracy)
+             << ",\"test_loss\":" << num(loss) << "}\n";
+}
+
+void Reporter::overflow(int64_t step, double loss_scale) {
+  say("gradient overflow at step " + std::to_string(step) + ": step skipped on every rank, loss scale " + num(loss_scale),
+      "\"level\":\"warning\",\"event\":\"overflow\",\"step\":" + std::to_string(step) + ",\"loss_scale\":" + num(loss_scale));
+  if (metrics_.is_open())
+    metrics_ << "{\"event\":\"overflow\",\"step\":" << step << ",\"loss_scale\":" << num(loss_scale) << "}\n";
+}
+
+void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
+  const std::string accuracy = r.evaluated ? num(r.test_accuracy) : "null";
+  if (metrics_.is_open()) {
+    metrics_ << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
+             << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << accuracy << ",\"gflops\":" << num(r.gflops)
+             << (r.preempted ? ",\"preempted\":true" : "") << "}\n";
+    if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
+  }
+  const std::string rates = num(r.samples_per_s) + " samples/s, " + num(r.gflops) + " GFLOP/s";
+  const std::string fields = "\"level\":\"info\",\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
+                             ",\"test_accuracy\":" + accuracy;
+  if (r.preempted)
+    say("stopped: " + std::to_string(r.steps) + " of " + std::to_string(total) + " steps, " + rates +
+            "; not evaluated and not exported (the run is unfinished)",
+        fields + ",\"preempted\":true");
+  else
+    say("done: " + std::to_string(r.steps) + " steps, " + rates +
+            (r.evaluated ? ", test accuracy " + num(r.test_accuracy) : std::string(", not evaluated")),
+        fields);
+}
+
+}  // namespace loom::rt

@@ -1,0 +1,75 @@
+// train_config.cpp — the one strict check of a TrainConfig: every count positive, every
+// choice one of its words, every rate in range; the error names the option and the value.
+#include "loom/rt/train/train_config.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <initializer_list>
+#include <vector>
+
+#include "loom/rt/error.hpp"
+
+namespace loom::rt {
+
+std::string num(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+namespace {
+
+void positive(const char* option, int64_t v) {
+  if (v <= 0) throw Error(std::string(option) + " must be positive, not " + std::to_string(v));
+}
+
+void not_negative(const char* option, double v) {
+  if (!(v >= 0) || !std::isfinite(v)) throw Error(std::string(option) + " must not be negative, not " + num(v));
+}
+
+void one_of(const char* option, const std::string& v, std::initializer_list<const char*> words) {
+  const std::vector<std::string> w(words.begin(), words.end());
+  std::string list = w[0];
+  for (size_t i = 1; i < w.size(); ++i) list += (i + 1 == w.size() ? " or " : ", ") + w[i];
+  for (const auto& x : w)
+    if (v == x) return;
+  throw Error(std::string(option) + " must be " + list + ", not '" + v + "'");
+}
+
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  one_of("--model", c.model, {"mlp", "gpt"});
+  positive("--global-batch", c.global_batch);
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("--lr must be positive, not " + num(c.lr));
+  positive("--epochs", c.epochs);
+  if (c.steps < 0) throw Error("--steps must be positive, not " + std::to_string(c.steps));
+  one_of("--optimizer", c.optim.kind, {"sgd", "adamw"});
+  one_of("--lr-schedule", c.schedule, {"constant", "cosine"});
+  not_negative("--warmup-steps", static_cast<double>(c.warmup));
+  not_negative("--clip-grad-norm", c.clip);
+  one_of("--device", c.device, {"auto", "cpu", "cuda"});
+  positive("--threads", c.threads);
+  if (c.threads > 1024) throw Error("--threads must be at most 1024, not " + std::to_string(c.threads));
+  positive("--log-every", c.log_every);
+  positive("--replan-every", c.replan_every);
+  positive("--context", c.context);
+  positive("--n-layer", c.gpt_layers);
+  positive("--n-head", c.heads);
+  positive("--n-embd", c.embd);
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw Error("--dropout must be in [0, 1), not " + num(c.dropout));
+  if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
+  if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))
+    throw Error("--comm-timeout must be between 0 and 86400 seconds, not " + num(c.comm_timeout));
+  for (int w : c.layers) positive("--layers (each width)", w);
+  not_negative("--ckpt-every", static_cast<double>(c.ckpt_every));
+  not_negative("--ckpt-every-min", c.ckpt_every_min);
+  positive("--ckpt-keep", c.ckpt_keep);
+  if (c.resume.empty()) throw Error("--resume must be auto, never or a checkpoint FILE");
+  if ((c.ckpt_every > 0 || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
+    throw Error("--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir");
+  if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
+    throw Error("LOOM_EMULATE_SPEED must be in (0, 1], not " + num(c.emulate_speed));
+}
+
+}  // namespace loom::rt
