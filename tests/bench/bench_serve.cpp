@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "grpc_service.grpc.pb.h"
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/model_io.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/io/model_io.hpp"
 
 namespace {
 

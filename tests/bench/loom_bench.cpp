@@ -18,17 +18,17 @@
 #include <vector>
 
 #include "config.h"
-#include "loom/rt/checkpoint.hpp"
-#include "loom/rt/comm.hpp"
+#include "loom/rt/train/checkpoint_writer.hpp"
+#include "loom/rt/dist/comm.hpp"
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
 #include <cuda_runtime.h>
 
-#include "loom/rt/comm_nccl.hpp"
+#include "loom/rt/dist/comm_nccl.hpp"
 #endif
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/mlp.hpp"
-#include "loom/rt/model_io.hpp"
-#include "loom/rt/trainer.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/io/model_io.hpp"
+#include "loom/rt/train/trainer.hpp"
 
 namespace {
 

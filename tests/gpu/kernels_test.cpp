@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/kernels_cuda.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/kernels_cuda.hpp"
 
 namespace {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/mlp.hpp"
-#include "loom/rt/ops.hpp"
-#include "loom/rt/optim.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/tensor/ops.hpp"
+#include "loom/rt/nn/optim.hpp"
 
 using namespace loom::rt;
 

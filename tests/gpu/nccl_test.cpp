@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "loom/rt/comm_nccl.hpp"
-#include "loom/rt/tensor.hpp"
+#include "loom/rt/dist/comm_nccl.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace {
 

@@ -97,6 +97,44 @@ expect_eq "nothing left to train: exit" 0 "$rc"
 expect_match "nothing left to train: said" "already at step 300 of 300: nothing to train" "$err"
 h5diff full1.h5 again.h5 /params /params >/dev/null && pass || fail "nothing left to train: export differs"
 
+# A stopped run exports nothing (its weights are not the model it was asked for: a serving
+# folder polled with --poll-s would take them), and its last line says it stopped, claiming no
+# test accuracy (none was measured). The resumed run that finishes writes the export.
+interrupt stopexp 1 $common --ckpt-dir stopexp.d --ckpt-every 50 --export stopexp.h5
+expect_eq "stopped run: status 75" 75 "$rc"
+[ ! -e stopexp.h5 ] && pass || fail "a stopped run wrote its unfinished model to --export"
+expect_match "stopped run: says it does not export" "not exporting stopexp.h5: the run stopped at step [0-9]+ of 300" "$(cat stopexp.err)"
+expect_match "stopped run: last line" "^loom-train: stopped: [0-9]+ of 300 steps" "$(tail -n 1 stopexp.err)"
+expect_no_match "stopped run: no test accuracy claimed" "test accuracy" "$(tail -n 1 stopexp.err)"
+/usr/bin/python3 -c 'import json,sys; s=[json.loads(l) for l in open(sys.argv[1])][-1]; assert s["event"]=="summary" and s["test_accuracy"] is None and s["preempted"] is True, s' \
+  stopexp.jsonl && pass || fail "stopped run: the summary line claims an accuracy"
+run_cmd "$T" $common --ckpt-dir stopexp.d --ckpt-every 50 --export stopexp.h5 --log-every 1000
+expect_eq "stopped run resumed: exit" 0 "$rc"
+h5diff full1.h5 stopexp.h5 /params /params >/dev/null && pass || fail "stopped run resumed: the export differs"
+
+# Training longer than the checkpoint's run planned: with a constant learning rate it resumes,
+# bitwise the run that planned the longer total from the start; a cosine schedule depends on the
+# total, so it is refused with the option to pass, and re-planned with --lr-replan. Any other
+# difference is still refused.
+"$T" $common --steps 200 --ckpt-dir longer.d 2>/dev/null
+run_cmd "$T" $common --ckpt-dir longer.d --export longer.h5 --log-every 1000
+expect_eq "longer --steps, constant lr: exit" 0 "$rc"
+expect_match "longer --steps, constant lr: resumed" "resumed from longer.d/ckpt-0*200.h5 at step 200" "$err"
+h5diff full1.h5 longer.h5 /params /params >/dev/null && pass || fail "longer --steps: weights differ from the 300-step run"
+run_cmd "$T" $common --ckpt-dir longer.d --steps 400 --lr 0.1
+expect_eq "longer --steps and another lr: refused" 1 "$rc"
+expect_match "longer --steps and another lr: named" "checkpoint of another configuration \(lr.base" "$err"
+cos="$common --lr-schedule cosine --warmup-steps 20"
+"$T" $cos --steps 100 --ckpt-dir cos.d 2>/dev/null
+run_cmd "$T" $cos --steps 150 --ckpt-dir cos.d
+expect_eq "longer --steps, cosine: refused" 1 "$rc"
+expect_match "longer --steps, cosine: says what to pass" "planned 100 steps, this run 150.*pass --lr-replan" "$err"
+run_cmd "$T" $cos --steps 150 --ckpt-dir cos.d --lr-replan --log-every 50
+expect_eq "longer --steps, cosine, --lr-replan: exit" 0 "$rc"
+expect_match "longer --steps, cosine: re-planned" "re-planning the cosine schedule over 150 steps" "$err"
+expect_match "longer --steps, cosine: resumed" "resumed from cos.d/ckpt-0*100.h5 at step 100" "$err"
+expect_match "longer --steps, cosine: trained on" "step 150/150" "$err"
+
 # Resharding: a 4-rank checkpoint resumed on 2 ranks and on 1 follows the same loss curve (within
 # fp32 tolerance: the sums are taken in another order; this training is chaotic enough that
 # such differences grow from 1e-7 to 1e-2 between steps 100 and 150, so the run stops at 100).

@@ -35,6 +35,17 @@ check_err "bad layer list" 1 "not a comma-separated list" --layers 784,,10
 check_err "zero batch" 1 "--global-batch must be positive" --global-batch 0
 check_err "zero lr" 1 "--lr must be positive" --lr 0
 check_err "negative lr" 1 "--lr must be positive" --lr -0.1
+# Every count option: zero and negative values are errors naming the option and the value.
+for opt in steps epochs global-batch threads log-every replan-every ckpt-every ckpt-keep context n-layer n-head n-embd; do
+  for v in 0 -5; do
+    run_cmd "$T" "--$opt" "$v"
+    expect_ne "--$opt $v refused" 0 "$rc"
+    expect_match "--$opt $v message" "^loom-train: --$opt must be positive, not $v" "$err"
+  done
+done
+check_err "negative warmup" 1 "--warmup-steps must not be negative, not -3" --warmup-steps -3
+check_err "negative seed" 2 "--seed must be a whole number" --seed -5
+check_err "negative ckpt minutes" 1 "--ckpt-every-min must not be negative" --ckpt-every-min -1 --ckpt-dir "$LOOM_TMP/c"
 check_err "bad optimizer" 1 "--optimizer must be sgd or adamw" --optimizer lion --steps 1
 check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashion-mnist:/nonexistent
 check_err "bad precision" 2 "--precision must be fp32, fp16 or bf16" --precision fp8

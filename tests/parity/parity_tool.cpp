@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/model_io.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/io/model_io.hpp"
 
 namespace {
 

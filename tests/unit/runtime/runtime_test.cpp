@@ -12,11 +12,11 @@
 #include <random>
 #include <set>
 
-#include "loom/rt/data.hpp"
-#include "loom/rt/kernels.hpp"
-#include "loom/rt/mlp.hpp"
-#include "loom/rt/model_io.hpp"
-#include "loom/rt/optim.hpp"
+#include "loom/rt/io/data.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/io/model_io.hpp"
+#include "loom/rt/nn/optim.hpp"
 
 namespace loom::rt {
 namespace {
@@ -255,7 +255,7 @@ TEST(ModelIo, RoundTripAndCorruptFiles) {
 
 #include <thread>
 
-#include "loom/rt/comm.hpp"
+#include "loom/rt/dist/comm.hpp"
 
 namespace loom::rt {
 namespace {
@@ -393,7 +393,7 @@ TEST(Comm, AStoppedRankTimesOutWithItsName) {
 }  // namespace
 }  // namespace loom::rt
 
-#include "loom/rt/balancer.hpp"
+#include "loom/rt/dist/balancer.hpp"
 
 namespace loom::rt {
 namespace {
@@ -437,7 +437,7 @@ TEST(Balancer, DynamicFollowsMeasuredSpeed) {
 }  // namespace
 }  // namespace loom::rt
 
-#include "loom/rt/grad_exchange.hpp"
+#include "loom/rt/dist/grad_exchange.hpp"
 
 namespace loom::rt {
 namespace {

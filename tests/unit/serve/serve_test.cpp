@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "core.hpp"
-#include "loom/rt/model_io.hpp"
+#include "loom/rt/io/model_io.hpp"
 
 namespace {
 
