@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core.hpp"
+#include "repository.hpp"
 
 namespace loom::serve {
 

@@ -22,7 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
-#include "core.hpp"
+#include "repository.hpp"
+#include "spec.hpp"
 #include "frontend.hpp"
 
 namespace po = boost::program_options;

@@ -4,7 +4,8 @@
 
 #include <set>
 
-#include "core.hpp"
+#include "spec.hpp"
+#include "model.hpp"
 
 namespace loom::serve {
 

@@ -12,7 +12,8 @@
 #include <future>
 #include <mutex>
 
-#include "core.hpp"
+#include "repository.hpp"
+#include "spec.hpp"
 #include "loom/rt/io/model_io.hpp"
 
 namespace {

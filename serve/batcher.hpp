@@ -1,0 +1,72 @@
+// batcher.hpp — the dynamic batcher of one model version: requests queue, batches form and
+// run on the batcher's thread, and answers go back on a thread of their own.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model.hpp"
+#include "options.hpp"
+#include "status.hpp"
+
+namespace loom::serve {
+
+class Metrics;
+
+// Forms batches of up to max_batch_size rows, waiting at most max_queue_delay_us after the
+// first request of a batch, runs them through the model on its own thread and hands each
+// request its rows. The queue is bounded: submit() refuses at once when it is full.
+class Batcher {
+ public:
+  struct Outcome {
+    Status status = Status::kOk;
+    std::string error;
+    std::vector<float> out;  // rows x out_features
+    double queue_s = 0, compute_s = 0;
+    int batch_rows = 0;
+  };
+  using Done = std::function<void(Outcome)>;
+  Batcher(std::shared_ptr<ServedModel> model, const Options& o, Metrics* metrics);
+  ~Batcher();  // drains: every admitted request gets its answer
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+  // Throws ServeError kUnavailable (queue full, or stopping) or kBadRequest (too many rows).
+  void submit(std::vector<float> x, int rows, Clock::time_point deadline, Done done);
+  // Blocking convenience for the synchronous front ends.
+  Outcome run(std::vector<float> x, int rows, Clock::time_point deadline);
+  size_t queued() const;
+  const ServedModel& model() const { return *model_; }
+
+ private:
+  struct Job {
+    std::vector<float> x;
+    int rows;
+    Clock::time_point arrived, deadline;
+    Done done;
+  };
+  void loop();
+  void answer_loop();
+  std::shared_ptr<ServedModel> model_;
+  Options o_;
+  Metrics* metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+  // Answers go out on a thread of their own: sending responses (gRPC may write inline) does
+  // not hold up the next batch's forward pass.
+  std::mutex answer_mu_;
+  std::condition_variable answer_cv_;
+  std::deque<std::pair<Done, Outcome>> answers_;
+  bool answers_done_ = false;
+  std::thread answer_thread_;
+};
+
+}  // namespace loom::serve

@@ -1,0 +1,19 @@
+// options.hpp — the serving options every model version gets (batching, queue, timeouts,
+// threads, device), set once from loom-serve's command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::serve {
+
+struct Options {
+  int max_batch_size = 32;
+  int64_t max_queue_delay_us = 500;
+  int max_queue_size = 256;      // requests waiting per model version; beyond: 503 at once
+  int64_t request_timeout_ms = 30000;
+  int threads = 1;               // BLAS threads of each model's forward pass
+  std::string device = "auto";   // auto (CUDA when built and a GPU is usable) | cpu | cuda
+};
+
+}  // namespace loom::serve

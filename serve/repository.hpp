@@ -1,0 +1,48 @@
+// repository.hpp — the models loom-serve serves: DIR/<model>/<version>/model.h5 and
+// InferenceService specs, each version with its batcher, reloaded while requests keep running.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "batcher.hpp"
+#include "metrics.hpp"
+#include "options.hpp"
+
+namespace loom::serve {
+
+// The models loaded from a repository (DIR/<model>/<version>/model.h5) and from
+// InferenceService specs, with their batchers. reload() loads what is new or changed and
+// unloads what is gone, while requests keep running on the versions they started with.
+class Repository {
+ public:
+  Repository(std::string dir, std::vector<std::string> specs, Options o, Metrics* metrics,
+             std::function<void(const std::string& level, const std::string& msg)> log);
+  // Throws when nothing can be served at start; later reloads keep what fails to load.
+  void reload(bool initial);
+  // The batcher of `name` at `version` (empty: the newest). Throws ServeError kNotFound.
+  std::shared_ptr<Batcher> find(const std::string& name, const std::string& version) const;
+  std::vector<std::string> versions(const std::string& name) const;
+  bool empty() const;
+  void stop();  // drains and drops every batcher
+
+ private:
+  struct Entry {
+    std::string path;
+    int64_t mtime_ns = 0, size = 0;
+    std::shared_ptr<Batcher> batcher;
+  };
+  std::string dir_;
+  std::vector<std::string> specs_;
+  Options o_;
+  Metrics* metrics_;
+  std::function<void(const std::string&, const std::string&)> log_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, Entry>> models_;  // name -> version -> entry
+};
+
+}  // namespace loom::serve
