@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# layout.sh — the source tree keeps the shape doc/runtime.md describes: the runtime's folders
+# include one another only along the dependency rule, serve/ never reaches into dist/ or train/,
+# no product source file is over 700 lines and no function over 150.
+. "$(dirname "$0")/lib.sh"
+cd "$LOOM_SRCDIR" || exit 99
+/usr/bin/python3 - <<'PY' && pass || fail "the layout rules (above)"
+import os, re, sys
+allowed = {  # folder -> folders of the runtime it may include
+    "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn"},
+    "train": {"tensor", "nn", "dist", "io", "train"},
+}
+include = re.compile(r'#include "loom/rt/([a-z_]+)/')
+bad = []
+def folder_of(path):
+    parts = path.split("/")
+    if parts[0] == "runtime":
+        if parts[1] == "include": return parts[4] if len(parts) > 5 else None
+        return parts[1] if len(parts) > 2 else None
+    return parts[0]
+sources = []
+for top in ("runtime", "serve", "topology", "spank_plugin"):
+    for root, _, files in os.walk(top):
+        for f in files:
+            if f.endswith((".cpp", ".hpp", ".cu", ".h")): sources.append(os.path.join(root, f))
+for path in sorted(sources):
+    text = open(path, encoding="utf-8").read()
+    me = folder_of(path)
+    for dep in include.findall(text):
+        if me in allowed and dep not in allowed[me] | {me}:
+            bad.append(f"{path}: {me}/ includes {dep}/ (doc/runtime.md: {me}/ may use {sorted(allowed[me]) or 'nothing'})")
+        if me == "serve" and dep in ("dist", "train"):
+            bad.append(f"{path}: serve/ includes runtime {dep}/ (inference only)")
+        if me in ("topology", "spank_plugin"):
+            bad.append(f"{path}: {me}/ includes the runtime")
+    lines = text.split("\n")
+    if len(lines) > 700:
+        bad.append(f"{path}: {len(lines)} lines (at most 700)")
+    start = None  # functions at column 0 (clang-format style): a header line, then '}' at column 0
+    for i, line in enumerate(lines):
+        header = re.match(r"^[A-Za-z_].*\(", line) and not line.rstrip().endswith(";") and \
+            not line.startswith(("namespace", "struct", "class", "enum", "using", "template", "extern \"C\" {"))
+        if start is None and header:
+            start = i
+        elif start is not None and line.startswith("}"):
+            if i - start - 1 > 150:
+                bad.append(f"{path}:{start + 1}: a function of {i - start - 1} lines (at most 150)")
+            start = None
+for b in bad: print("layout:", b)
+print(f"layout: {len(sources)} source files checked")
+sys.exit(1 if bad else 0)
+PY
+finish
