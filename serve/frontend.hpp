@@ -17,10 +17,17 @@ struct Context {
   std::string token;                  // empty: no authentication
   size_t max_request_bytes = 64 << 20;
   int read_timeout_s = 30;            // a request must arrive whole within this
+  int write_timeout_s = 30;           // an answer must be taken by the client within this
   int max_connections = 512;
+  bool strict_readiness = false;      // ready only when every model found is loaded
   std::atomic<bool> ready{false}, stopping{false};
   std::function<void(const std::string& level, const std::string& msg)> log;
 
+  // Ready for traffic: started, not stopping and (with strict_readiness) every model loaded.
+  bool is_ready() const;
+  // The metrics label of a request's model: its name when loaded, else one shared label (an
+  // attacker's names must not grow /metrics).
+  std::string metrics_label(const std::string& name) const;
   // Constant-time comparison of an "Authorization" header value with "Bearer <token>".
   bool authorized(const std::string& authorization) const;
   // The model's metadata as the protocol's JSON object (HTTP) — gRPC builds the same fields.
@@ -29,6 +36,7 @@ struct Context {
 };
 
 constexpr const char* kServerName = "loom-serve";
+constexpr const char* kUnknownModelLabel = "_unknown";
 constexpr const char* kServerVersion = "0.1.0";
 
 // HTTP/1.1 (keep-alive) front end on Boost.Beast: one thread per connection, at most

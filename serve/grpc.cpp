@@ -30,7 +30,7 @@ class Service final
   }
   grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
                            inference::ServerReadyResponse* res) override {
-    res->set_ready(ctx_.ready.load() && !ctx_.stopping.load());
+    res->set_ready(ctx_.is_ready());
     return grpc::Status::OK;
   }
   grpc::Status ModelReady(grpc::ServerContext* sc, const inference::ModelReadyRequest* req,
@@ -71,7 +71,7 @@ class Service final
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
     grpc::ServerUnaryReactor* reactor = sc->DefaultReactor();
-    const std::string model = valid_name(req->model_name()) ? req->model_name() : "-";
+    const std::string model = ctx_.metrics_label(req->model_name());  // unknown names share one label
     auto finish = [this, reactor, model](const grpc::Status& st) {
       ctx_.metrics->request(model, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
       reactor->Finish(st);
@@ -120,6 +120,8 @@ class Service final
       return to_grpc(e.status, e.what());
     } catch (const std::exception& e) {
       return to_grpc(Status::kInternal, e.what());
+    } catch (...) {
+      return to_grpc(Status::kInternal, "unexpected error");
     }
   }
 
@@ -148,7 +150,7 @@ class Service final
       t.datatype = in.datatype();
       t.shape.assign(in.shape().begin(), in.shape().end());
       if (req.raw_input_contents_size() > 0) {
-        t.data = req.raw_input_contents(i);
+        t.data = req.raw_input_contents(i);  // bounded by the message size limit
       } else if (in.datatype() == "FP32") {
         const auto& c = in.contents().fp32_contents();
         t.data.assign(reinterpret_cast<const char*>(c.data()), static_cast<size_t>(c.size()) * sizeof(float));
@@ -162,7 +164,7 @@ class Service final
     }
     for (const auto& o : req.outputs())
       if (o.name() != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "': the model's output is 'logits'");
-    return decode_input(m, inputs, rows);
+    return decode_input(m.input(), inputs, ctx_.options.max_batch_size, rows);
   }
 
   Context& ctx_;

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend.hpp"
+#include "http_decode.hpp"
+#include "kserve_json.hpp"
 
 namespace loom::serve {
 
@@ -30,8 +32,16 @@ bool Context::authorized(const std::string& authorization) const {
   return diff == 0;
 }
 
+bool Context::is_ready() const {
+  return ready.load() && !stopping.load() && (!strict_readiness || repo->all_ready());
+}
+
+std::string Context::metrics_label(const std::string& name) const {
+  return repo->loaded(name) ? name : kUnknownModelLabel;
+}
+
 std::string Context::server_metadata_json() const {
-  return json{{"name", kServerName}, {"version", kServerVersion}, {"extensions", {"binary_tensor_data"}}}.dump();
+  return dump_json({{"name", kServerName}, {"version", kServerVersion}, {"extensions", {"binary_tensor_data", "model_repository"}}});
 }
 
 std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
@@ -42,7 +52,7 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
               {"platform", "loom-hdf5"},
               {"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, m.in_features()}}}}},
               {"outputs", {{{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, m.out_features()}}}}}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 namespace {
@@ -54,115 +64,46 @@ struct Reply {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
-Reply error_reply(Status s, const std::string& msg) {
+// Never throws for what a client sent: dump_json replaces bytes that are not UTF-8.
+Reply error_reply(Status s, const std::string& msg, int code = 0) {
   Reply r;
   r.kind = s;
-  r.status = static_cast<http::status>(http_status(s));
-  r.body = json{{"error", msg}}.dump();
+  r.status = static_cast<http::status>(code ? code : http_status(s));
+  r.body = dump_json({{"error", msg}});
   if (s == Status::kUnavailable) r.headers.emplace_back("Retry-After", "1");
   if (s == Status::kUnauthorized) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   return r;
 }
 
-// Flattens nested JSON arrays of numbers into little-endian bytes of `datatype`.
-void flatten(const json& v, const std::string& datatype, std::string& out) {
-  if (v.is_array()) {
-    for (const auto& e : v) flatten(e, datatype, out);
-    return;
-  }
-  if (!v.is_number()) throw ServeError(Status::kBadRequest, "input data must hold numbers only");
-  if (datatype == "FP32") {
-    const float f = v.get<float>();
-    char b[4];
-    std::memcpy(b, &f, 4);
-    out.append(b, 4);
-  } else if (datatype == "UINT8") {
-    if (!v.is_number_unsigned() || v.get<uint64_t>() > 255)
-      throw ServeError(Status::kBadRequest, "UINT8 input data must be integers 0-255");
-    out.push_back(static_cast<char>(v.get<uint64_t>()));
-  } else {
-    throw ServeError(Status::kBadRequest, "input datatype " + datatype + " is not supported (FP32 or UINT8)");
-  }
-}
-
 // POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
 Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
             const std::string& header_length) {
-  size_t json_len = body.size();
-  if (!header_length.empty()) {
-    try {
-      size_t used = 0;
-      json_len = std::stoull(header_length, &used);
-      if (used != header_length.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw ServeError(Status::kBadRequest, "Inference-Header-Content-Length is not a number");
-    }
-    if (json_len > body.size()) throw ServeError(Status::kBadRequest, "Inference-Header-Content-Length exceeds the body");
-  }
-  json req;
-  try {
-    req = json::parse(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(json_len));
-  } catch (const json::exception& e) {
-    throw ServeError(Status::kBadRequest, std::string("malformed JSON: ") + e.what());
-  }
-  if (!req.is_object()) throw ServeError(Status::kBadRequest, "the request must be a JSON object");
-  auto batcher = ctx.repo->find(name, version);
+  auto batcher = ctx.repo->find(name, version);  // an unknown model is a 404 whatever the body
+  const InferRequest req = parse_infer_request(body, header_length);
   const ServedModel& m = batcher->model();
-  if (!req.contains("inputs") || !req["inputs"].is_array())
-    throw ServeError(Status::kBadRequest, "missing inputs: the request needs an \"inputs\" array");
-  std::vector<TensorIn> inputs;
-  size_t binary_at = json_len;
-  try {
-    for (const auto& in : req["inputs"]) {
-      TensorIn t;
-      t.name = in.at("name").get<std::string>();
-      t.datatype = in.at("datatype").get<std::string>();
-      t.shape = in.at("shape").get<std::vector<int64_t>>();
-      const json params = in.value("parameters", json::object());
-      if (params.contains("binary_data_size")) {
-        const uint64_t n = params["binary_data_size"].get<uint64_t>();
-        if (n > body.size() - binary_at) throw ServeError(Status::kBadRequest, "binary_data_size of " + t.name + " exceeds the body");
-        t.data = body.substr(binary_at, n);
-        binary_at += n;
-      } else {
-        if (!in.contains("data")) throw ServeError(Status::kBadRequest, "input " + t.name + " has no data");
-        flatten(in["data"], t.datatype, t.data);
-      }
-      inputs.push_back(std::move(t));
-    }
-  } catch (const json::exception& e) {
-    throw ServeError(Status::kBadRequest, std::string("malformed input tensor: ") + e.what());
-  }
-  if (binary_at != body.size()) throw ServeError(Status::kBadRequest, "the body holds bytes no input claims");
-  bool binary_out = req.value("parameters", json::object()).value("binary_data_output", false);
-  if (req.contains("outputs")) {
-    if (!req["outputs"].is_array()) throw ServeError(Status::kBadRequest, "outputs must be an array");
-    for (const auto& o : req["outputs"]) {
-      const std::string n = o.is_object() ? o.value("name", "") : "";
-      if (n != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + n + "': the model's output is 'logits'");
-      binary_out = o.value("parameters", json::object()).value("binary_data", binary_out);
-    }
-  }
+  for (const auto& o : req.outputs)
+    if (o != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o + "': the model's output is 'logits'");
   int rows = 0;
-  std::vector<float> x = decode_input(m, inputs, &rows);
+  std::vector<float> x = decode_input(m.input(), req.inputs, ctx.options.max_batch_size, &rows);
   auto out = batcher->run(std::move(x), rows, Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms));
   if (out.status != Status::kOk) throw ServeError(out.status, out.error);
+  const bool binary_out = req.binary_out;
   json res = {{"model_name", m.name()}, {"model_version", m.version()}};
-  if (req.contains("id") && req["id"].is_string()) res["id"] = req["id"];
+  if (req.has_id) res["id"] = req.id;
   json o = {{"name", "logits"}, {"datatype", "FP32"}, {"shape", {rows, m.out_features()}}};
   Reply r;
   if (binary_out) {
     const size_t n = out.out.size() * sizeof(float);
     o["parameters"] = {{"binary_data_size", n}};
     res["outputs"] = json::array({o});
-    r.body = res.dump();
+    r.body = dump_json(res);
     r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(r.body.size()));
     r.body.append(reinterpret_cast<const char*>(out.out.data()), n);
     r.content_type = "application/octet-stream";
   } else {
     o["data"] = out.out;
     res["outputs"] = json::array({o});
-    r.body = res.dump();
+    r.body = dump_json(res);
   }
   return r;
 }
@@ -180,31 +121,62 @@ std::vector<std::string> split_path(const std::string& target) {
   return parts;
 }
 
+Reply method_not_allowed(const char* allowed) {
+  Reply r = error_reply(Status::kBadRequest, std::string("use ") + allowed, 405);
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
+
+// POST /v2/repository/index (the repository extension): every model version found, its state
+// and why it is not ready.
+Reply repository_index(Context& ctx) {
+  json list = json::array();
+  for (const auto& st : ctx.repo->index()) {
+    json e = {{"name", st.name}, {"version", st.version}, {"state", st.state}};
+    if (!st.reason.empty()) e["reason"] = st.reason;
+    list.push_back(e);
+  }
+  Reply r;
+  r.body = dump_json(list);
+  return r;
+}
+
 Reply route(Context& ctx, const http::request<http::string_body>& req, std::string* model_for_metrics) {
   const auto p = split_path(std::string(req.target()));
   const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
-  auto ok = [](std::string body) {
+  auto ok = [](const json& body) {
     Reply r;
-    r.body = std::move(body);
+    r.body = dump_json(body);
     return r;
   };
   if (p.size() == 3 && p[0] == "v2" && p[1] == "health" && (p[2] == "live" || p[2] == "ready")) {
-    if (!get) return error_reply(Status::kBadRequest, "use GET");
-    if (p[2] == "live") return ok(json{{"live", true}}.dump());
-    const bool ready = ctx.ready.load() && !ctx.stopping.load();
-    Reply r = ok(json{{"ready", ready}}.dump());
+    if (!get) return method_not_allowed("GET");
+    if (p[2] == "live") return ok({{"live", true}});
+    const bool ready = ctx.is_ready();
+    Reply r = ok({{"ready", ready}});
     if (!ready) r.status = http::status::service_unavailable;
     return r;
   }
   // Every other endpoint needs the token, when there is one.
   if (!ctx.authorized(std::string(req[http::field::authorization])))
     return error_reply(Status::kUnauthorized, "missing or wrong bearer token");
-  if (p.size() == 1 && p[0] == "metrics" && get) {
-    Reply r = ok(ctx.metrics->text());
+  if (p.size() == 1 && p[0] == "metrics") {
+    if (!get) return method_not_allowed("GET");
+    Reply r;
+    r.body = ctx.metrics->text();
     r.content_type = "text/plain; version=0.0.4";
     return r;
   }
-  if (p.size() == 1 && p[0] == "v2" && get) return ok(ctx.server_metadata_json());
+  if (p.size() == 1 && p[0] == "v2") {
+    if (!get) return method_not_allowed("GET");
+    Reply r;
+    r.body = ctx.server_metadata_json();
+    return r;
+  }
+  if (p.size() == 3 && p[0] == "v2" && p[1] == "repository" && p[2] == "index") {
+    if (!post) return method_not_allowed("POST");
+    return repository_index(ctx);
+  }
   if (p.size() >= 3 && p[0] == "v2" && p[1] == "models") {
     const std::string name = p[2];
     std::string version;
@@ -215,19 +187,25 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     }
     if (!valid_name(name) || (rest == 5 && !valid_name(version)))
       return error_reply(Status::kBadRequest, "bad model name or version in the URL");
-    *model_for_metrics = name;
-    if (p.size() == rest && get) return ok(ctx.model_metadata_json(name, version));
-    if (p.size() == rest + 1 && p[rest] == "ready" && get) {
+    *model_for_metrics = ctx.metrics_label(name);  // unknown names share one label
+    if (p.size() == rest) {
+      if (!get) return method_not_allowed("GET");
+      Reply r;
+      r.body = ctx.model_metadata_json(name, version);
+      return r;
+    }
+    if (p.size() == rest + 1 && p[rest] == "ready") {
+      if (!get) return method_not_allowed("GET");
       ctx.repo->find(name, version);  // 404 when unknown
-      return ok(json{{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load()}}.dump());
+      return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load()}});
     }
     if (p.size() == rest + 1 && p[rest] == "infer") {
-      if (!post) return error_reply(Status::kBadRequest, "use POST for infer");
+      if (!post) return method_not_allowed("POST");
       const auto hl = req.find("Inference-Header-Content-Length");
       return infer(ctx, name, version, req.body(), hl == req.end() ? "" : std::string(hl->value()));
     }
   }
-  return error_reply(Status::kNotFound, "unknown endpoint " + std::string(req.method_string()) + " " +
+  return error_reply(Status::kNotFound, "unknown endpoint " + std::string(req.method_string()).substr(0, 20) + " " +
                                             std::string(req.target()).substr(0, 200));
 }
 
@@ -242,7 +220,8 @@ struct HttpServer::Impl {
   std::condition_variable cv;
   struct Conn {
     int fd;
-    Clock::time_point deadline;  // of the request being read; max() while it is served
+    Clock::time_point deadline;  // of the request being read or the answer being written
+    bool writing = false;
     bool timed_out = false;
   };
   std::list<Conn> conns;
@@ -250,43 +229,53 @@ struct HttpServer::Impl {
 
   explicit Impl(Context& c) : ctx(c) {}
 
+  // A connection's thread: whatever happens, no exception leaves it and the connection is
+  // closed and forgotten.
   void serve(tcp::socket sock, std::list<Conn>::iterator me) {
-    beast::flat_buffer buf;
+    try {
+      serve_requests(sock, me);
+    } catch (...) {
+    }
     beast::error_code ec;
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+    std::lock_guard<std::mutex> lock(mu);
+    conns.erase(me);
+    cv.notify_all();
+  }
+
+  void start_phase(std::list<Conn>::iterator me, int seconds, bool writing) {
+    std::lock_guard<std::mutex> lock(mu);
+    me->deadline = Clock::now() + std::chrono::seconds(closing && !writing ? 1 : seconds);
+    me->writing = writing;
+  }
+  bool end_phase(std::list<Conn>::iterator me) {  // whether the watchdog cut it short
+    std::lock_guard<std::mutex> lock(mu);
+    me->deadline = Clock::time_point::max();
+    return me->timed_out;
+  }
+
+  void serve_requests(tcp::socket& sock, std::list<Conn>::iterator me) {
+    // Bounded: a header, a chunk header with its extensions, or a trailer that does not fit is
+    // refused (431) instead of growing the heap.
+    beast::flat_buffer buf(kReadBufferLimit);
     for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        me->deadline = Clock::now() + std::chrono::seconds(closing ? 1 : ctx.read_timeout_s);
-      }
-      http::request_parser<http::string_body> parser;
-      parser.body_limit(ctx.max_request_bytes);
-      parser.header_limit(16 * 1024);
+      start_phase(me, ctx.read_timeout_s, false);
+      HttpParser parser;
+      limit_parser(parser, ctx.max_request_bytes);
+      beast::error_code ec;
       http::read(sock, buf, parser, ec);
-      bool timed_out;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        me->deadline = Clock::time_point::max();
-        timed_out = me->timed_out;
-      }
+      const bool timed_out = end_phase(me);
       Reply r;
-      bool close = false;
-      std::string model = "-";
+      bool close = true;
+      std::string model = kUnknownModelLabel;
       if (timed_out && parser.got_some()) {
-        r = error_reply(Status::kTimeout, "the request did not arrive within " + std::to_string(ctx.read_timeout_s) + " s");
-        r.status = http::status::request_timeout;
-        close = true;
+        r = error_reply(Status::kTimeout, "the request did not arrive within " + std::to_string(ctx.read_timeout_s) + " s", 408);
       } else if (ec == http::error::end_of_stream || timed_out || (ec && !parser.got_some())) {
-        break;  // the client closed, or an idle keep-alive connection is closed
-      } else if (ec == http::error::body_limit) {
-        r = error_reply(Status::kTooLarge, "request body exceeds " + std::to_string(ctx.max_request_bytes) + " bytes");
-        close = true;
-      } else if (ec == http::error::header_limit) {
-        r = error_reply(Status::kBadRequest, "request headers exceed 16 KiB");
-        r.status = http::status::request_header_fields_too_large;
-        close = true;
+        return;  // the client closed, or an idle keep-alive connection is closed
       } else if (ec) {
-        r = error_reply(Status::kBadRequest, "malformed HTTP request: " + ec.message());
-        close = true;
+        const ParseFailure f = parse_failure(ec, ctx.max_request_bytes);
+        r = error_reply(f.status, f.message, f.http);
       } else {
         const auto& req = parser.get();
         const bool is_infer = req.target().find("/infer") != beast::string_view::npos;
@@ -300,21 +289,23 @@ struct HttpServer::Impl {
         if (is_infer) ctx.metrics->request(model, "http", r.kind);
         close = !req.keep_alive() || ctx.stopping.load();
       }
-      http::response<http::string_body> res{r.status, 11};
-      res.set(http::field::server, kServerName);
-      res.set(http::field::content_type, r.content_type);
-      for (const auto& h : r.headers) res.set(h.first, h.second);
-      res.body() = std::move(r.body);
-      res.keep_alive(!close);
-      res.prepare_payload();
-      http::write(sock, res, ec);
-      if (ec || close) break;
+      if (!write_reply(sock, me, r, close) || close) return;
     }
-    sock.shutdown(tcp::socket::shutdown_both, ec);
-    sock.close(ec);
-    std::lock_guard<std::mutex> lock(mu);
-    conns.erase(me);
-    cv.notify_all();
+  }
+
+  // The answer, within --write-timeout-s: a client that does not read has its connection cut.
+  bool write_reply(tcp::socket& sock, std::list<Conn>::iterator me, Reply& r, bool close) {
+    http::response<http::string_body> res{r.status, 11};
+    res.set(http::field::server, kServerName);
+    res.set(http::field::content_type, r.content_type);
+    for (const auto& h : r.headers) res.set(h.first, h.second);
+    res.body() = std::move(r.body);
+    res.keep_alive(!close);
+    res.prepare_payload();
+    start_phase(me, ctx.write_timeout_s, true);
+    beast::error_code ec;
+    http::write(sock, res, ec);
+    return !end_phase(me) && !ec;
   }
 };
 
@@ -346,13 +337,13 @@ HttpServer::HttpServer(Context& ctx, const std::string& bind, int port) : impl_(
         http::response<http::string_body> res{http::status::service_unavailable, 11};
         res.set(http::field::content_type, "application/json");
         res.set("Retry-After", "1");
-        res.body() = json{{"error", "too many connections"}}.dump();
+        res.body() = dump_json({{"error", "too many connections"}});
         res.keep_alive(false);
         res.prepare_payload();
         http::write(sock, res, e);
         continue;
       }
-      im->conns.push_back({sock.native_handle(), Clock::time_point::max(), false});
+      im->conns.push_back({sock.native_handle(), Clock::time_point::max(), false, false});
       auto me = std::prev(im->conns.end());
       lock.unlock();
       std::thread([im, s = std::move(sock), me]() mutable { im->serve(std::move(s), me); }).detach();
@@ -369,11 +360,13 @@ HttpServer::HttpServer(Context& ctx, const std::string& bind, int port) : impl_(
       for (auto& c : im->conns) {
         // Once the server closes, a connection waiting for a request gets one more second: a
         // request already on its way is read and answered, an idle keep-alive one is closed.
-        if (im->closing && c.deadline != Clock::time_point::max())
+        if (im->closing && !c.writing && c.deadline != Clock::time_point::max())
           c.deadline = std::min(c.deadline, now + std::chrono::seconds(1));
         if (!c.timed_out && now > c.deadline) {
           c.timed_out = true;
-          ::shutdown(c.fd, SHUT_RD);
+          // A late request: its reader answers 408. A late answer (the client does not read):
+          // the connection is cut.
+          ::shutdown(c.fd, c.writing ? SHUT_RDWR : SHUT_RD);
         }
       }
       if (im->closing && im->conns.empty()) return;

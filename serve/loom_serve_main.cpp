@@ -5,7 +5,7 @@
 //              [--grpc-port 8001] [--max-batch-size 32] [--max-queue-delay-us 500]
 //              [--max-queue-size 256] [--request-timeout-ms 30000] [--max-request-bytes 67108864]
 //              [--auth-token-file F] [--threads N] [--device auto|cpu|cuda] [--poll-s S]
-//              [--log-format text|json]
+//              [--log-format text|json] [--strict-readiness] [--exit-on-error] [--allow-symlinks]
 //
 // SIGTERM/SIGINT: not ready, stop accepting, finish every admitted request, exit 0.
 // SIGHUP (or every --poll-s seconds): load new or changed model files, unload removed ones.
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include <boost/program_options.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -25,6 +26,7 @@
 #include "repository.hpp"
 #include "spec.hpp"
 #include "frontend.hpp"
+#include "kserve_json.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::serve;
@@ -41,11 +43,32 @@ void log_line(const std::string& level, const std::string& msg) {
     std::time_t t = std::time(nullptr);
     std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
     std::fprintf(stderr, "%s\n",
-                 nlohmann::json{{"ts", ts}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}}.dump().c_str());
+                 dump_json({{"ts", ts}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}}).c_str());
   } else {
     std::fprintf(stderr, "loom-serve: %s%s\n", level == "info" ? "" : (level + ": ").c_str(), msg.c_str());
   }
   std::fflush(stderr);
+}
+
+// Stop and reload signals: blocked in every thread started from main and taken by sigtimedwait
+// there; a thread a library started before main (OpenBLAS's) may still take one, and its
+// handler only records it here, so that a SIGTERM during the first load is not lost.
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+// The next stop or reload signal, or SIGHUP every poll_s seconds (0: none).
+int next_signal(const sigset_t& set, double poll_s) {
+  static auto next_poll = std::chrono::steady_clock::now() + std::chrono::duration<double>(poll_s);
+  for (;;) {
+    if (int sig = g_signal.exchange(0)) return sig;
+    timespec ts{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (poll_s > 0 && std::chrono::steady_clock::now() >= next_poll) {
+      next_poll = std::chrono::steady_clock::now() + std::chrono::duration<double>(poll_s);
+      return SIGHUP;
+    }
+  }
 }
 
 std::string read_token(const std::string& path) {
@@ -84,11 +107,18 @@ int main(int argc, char** argv) {
       "request-timeout-ms", po::value(&ctx.options.request_timeout_ms)->default_value(30000), "per-request timeout")(
       "max-request-bytes", po::value(&ctx.max_request_bytes)->default_value(64 << 20), "largest request body")(
       "read-timeout-s", po::value(&ctx.read_timeout_s)->default_value(30), "a request must arrive within this")(
+      "write-timeout-s", po::value(&ctx.write_timeout_s)->default_value(30),
+      "an answer must be taken by the client within this (else the connection is cut)")(
       "max-connections", po::value(&ctx.max_connections)->default_value(512), "HTTP connections at once")(
       "auth-token-file", po::value(&token_file), "bearer token required on every endpoint but health")(
       "threads", po::value(&ctx.options.threads)->default_value(1), "BLAS threads per model's forward pass")(
       "device", po::value(&ctx.options.device)->default_value("auto"), "auto (CUDA when usable) | cpu | cuda")(
-      "poll-s", po::value(&poll_s)->default_value(0), "reload changed models every S seconds (0: on SIGHUP only)")(
+      "poll-s", po::value(&poll_s), "reload changed models every S seconds (default: on SIGHUP only)")(
+      "strict-readiness", po::bool_switch(&ctx.strict_readiness),
+      "ready only when every model found is loaded (default: ready when the server serves any)")(
+      "exit-on-error", po::bool_switch(&ctx.options.exit_on_error), "fail the start when any model fails to load")(
+      "allow-symlinks", po::bool_switch(&ctx.options.allow_symlinks),
+      "serve model files that resolve outside the repository (symbolic links)")(
       "log-format", po::value(&g_log_format)->default_value("text"), "text | json");
   po::variables_map vm;
   try {
@@ -113,6 +143,10 @@ int main(int argc, char** argv) {
   if (ctx.options.max_queue_delay_us < 0 || ctx.options.request_timeout_ms < 1) return usage_error("bad delay or timeout");
   if (ctx.max_request_bytes < 1024) return usage_error("--max-request-bytes must be at least 1024");
   if (ctx.options.threads < 1) return usage_error("--threads must be at least 1");
+  if (ctx.max_connections < 1 || ctx.max_connections > 65536) return usage_error("--max-connections must be 1-65536");
+  if (ctx.read_timeout_s < 1 || ctx.read_timeout_s > 86400) return usage_error("--read-timeout-s must be 1-86400");
+  if (ctx.write_timeout_s < 1 || ctx.write_timeout_s > 86400) return usage_error("--write-timeout-s must be 1-86400");
+  if (vm.count("poll-s") && !(poll_s >= 0.1 && poll_s <= 86400)) return usage_error("--poll-s must be 0.1-86400 seconds");
   if (ctx.options.device != "auto" && ctx.options.device != "cpu" && ctx.options.device != "cuda")
     return usage_error("--device must be auto, cpu or cuda, not '" + ctx.options.device + "'");
   if (http_port < 0 || http_port > 65535 || grpc_port < -1 || grpc_port > 65535) return usage_error("bad port");
@@ -129,6 +163,10 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -153,23 +191,13 @@ int main(int argc, char** argv) {
                          (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
                          std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
     for (;;) {
-      int sig = 0;
-      if (poll_s > 0) {
-        timespec ts{static_cast<time_t>(poll_s), static_cast<long>((poll_s - static_cast<time_t>(poll_s)) * 1e9)};
-        sig = sigtimedwait(&set, nullptr, &ts);
-        if (sig < 0) sig = SIGHUP;  // the poll
-      } else if (sigwait(&set, &sig) != 0) {
-        continue;
+      const int sig = next_signal(set, vm.count("poll-s") ? poll_s : 0);
+      if (sig != SIGHUP) break;
+      try {
+        repo.reload(false);
+      } catch (const std::exception& e) {
+        log_line("error", std::string("reload failed, serving what was loaded: ") + e.what());
       }
-      if (sig == SIGHUP) {
-        try {
-          repo.reload(false);
-        } catch (const std::exception& e) {
-          log_line("error", std::string("reload failed, serving what was loaded: ") + e.what());
-        }
-        continue;
-      }
-      break;
     }
     log_line("info", "stopping: no new requests; finishing the admitted ones");
     ctx.stopping = true;

@@ -9,6 +9,7 @@
 
 #include "loom/rt/nn/mlp.hpp"
 #include "status.hpp"
+#include "tensor_in.hpp"
 
 namespace loom::serve {
 
@@ -27,9 +28,7 @@ class ServedModel {
   bool on_cuda() const { return cuda_; }
   int out_features() const { return out_; }
   const std::string& config_json() const { return config_; }
-  float scale() const { return scale_; }
-  float mean() const { return mean_; }
-  float stddev() const { return std_; }
+  const InputSpec& input() const { return input_; }
   // rows x in_features (preprocessed) -> rows x out_features; one caller at a time (the batcher).
   void forward(const float* x, int rows, float* out);
 
@@ -37,21 +36,8 @@ class ServedModel {
   std::string name_, version_, path_, config_;
   int in_ = 0, out_ = 0;
   bool cuda_ = false;
-  float scale_ = 1, mean_ = 0, std_ = 1;
+  InputSpec input_;
   std::unique_ptr<rt::Mlp> mlp_;
 };
-
-// A Loom model name or version as found in a URL or a folder: letters, digits, '-', '_', '.'
-// (not starting with '.'), at most 128 characters.
-bool valid_name(const std::string& s);
-
-// Decodes one input tensor's bytes to the model's FP32 rows: checks name, datatype, shape and
-// size against the model. `data` holds datatype-sized little-endian elements.
-struct TensorIn {
-  std::string name, datatype;
-  std::vector<int64_t> shape;
-  std::string data;  // raw bytes
-};
-std::vector<float> decode_input(const ServedModel& m, const std::vector<TensorIn>& inputs, int* rows);
 
 }  // namespace loom::serve

@@ -14,6 +14,8 @@ struct Options {
   int64_t request_timeout_ms = 30000;
   int threads = 1;               // BLAS threads of each model's forward pass
   std::string device = "auto";   // auto (CUDA when built and a GPU is usable) | cpu | cuda
+  bool allow_symlinks = false;   // serve model files that resolve outside the repository
+  bool exit_on_error = false;    // a model that fails to load at start fails the start (Triton's flag)
 };
 
 }  // namespace loom::serve

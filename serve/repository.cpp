@@ -4,6 +4,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "loom/rt/error.hpp"
@@ -39,9 +42,33 @@ std::vector<std::string> subdirs(const std::string& dir) {
 }
 }  // namespace
 
-void Repository::reload(bool initial) {
-  // What should be served: name -> version -> file.
-  std::map<std::string, std::map<std::string, std::string>> want;
+namespace {
+// Group- or world-writable: anyone in that group could replace what is served.
+void warn_writable(const std::string& path, const std::function<void(const std::string&, const std::string&)>& log) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)))
+    log("warning", path + " is writable by " + ((st.st_mode & S_IWOTH) ? "everyone" : "its group") +
+                       ": anyone who can write it decides what is served (chmod go-w)");
+}
+
+std::string real(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+}  // namespace
+
+std::string Repository::contained(const std::string& file) const {
+  if (o_.allow_symlinks) return "";
+  const std::string root = real(dir_), target = real(file);
+  if (root.empty() || target.empty()) return file + ": cannot resolve its path";
+  if (target.compare(0, root.size() + 1, root + "/") != 0)
+    return file + " resolves to " + target + ", outside the repository " + root +
+           " (a symbolic link; --allow-symlinks serves it)";
+  return "";
+}
+
+Repository::Wanted Repository::scan() {
+  Wanted want;
   if (!dir_.empty()) {
     struct stat st;
     if (stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -57,36 +84,85 @@ void Repository::reload(bool initial) {
     InferenceServiceSpec spec = load_spec(file);
     want[spec.name]["1"] = spec.path;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> loaded, failed;
-  for (const auto& m : want)
-    for (const auto& v : m.second) {
-      int64_t t = 0, s = 0;
-      stat_file(v.second, &t, &s);
-      auto& slot = models_[m.first][v.first];
-      if (slot.batcher && slot.path == v.second && slot.mtime_ns == t && slot.size == s) continue;
-      try {
-        auto model = std::make_shared<ServedModel>(m.first, v.first, v.second, o_.device);
-        // The old batcher (if any) finishes its queue when the last request holding it is done.
-        slot.batcher = std::make_shared<Batcher>(model, o_, metrics_);
-        slot.path = v.second;
-        slot.mtime_ns = t;
-        slot.size = s;
-        loaded.push_back(m.first + "/" + v.first);
-        log_("info", "loaded model " + m.first + " version " + v.first + " from " + v.second + " (" +
-                         std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) +
-                         " outputs, " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
-      } catch (const std::exception& e) {
-        failed.push_back(m.first + "/" + v.first);
-        log_("error", "cannot load model " + m.first + " version " + v.first + ": " + e.what() +
-                          (slot.batcher ? " (the loaded one stays)" : ""));
-        if (!slot.batcher) models_[m.first].erase(v.first);
+  return want;
+}
+
+std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::string& version, const std::string& file) {
+  if (!dir_.empty() && file.compare(0, dir_.size() + 1, dir_ + "/") == 0) {
+    const std::string why = contained(file);
+    if (!why.empty()) throw rt::Error(why);
+    for (const std::string& p : {dir_, dir_ + "/" + name, dir_ + "/" + name + "/" + version, file}) warn_writable(p, log_);
+  } else {
+    warn_writable(file, log_);
+  }
+  auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
+  log_("info", "loaded model " + name + " version " + version + " from " + file + " (" +
+                   std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) +
+                   " outputs, " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
+  return std::make_shared<Batcher>(model, o_, metrics_);
+}
+
+void Repository::reload(bool initial) {
+  std::lock_guard<std::mutex> one(reload_mu_);
+  const Wanted want = scan();
+  struct Todo {
+    std::string name, version, file;
+    int64_t mtime_ns = 0, size = 0;
+    std::shared_ptr<Batcher> batcher;
+    std::string error;
+  };
+  std::vector<Todo> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& m : want)
+      for (const auto& v : m.second) {
+        Todo t;
+        t.name = m.first;
+        t.version = v.first;
+        t.file = v.second;
+        stat_file(t.file, &t.mtime_ns, &t.size);
+        auto mi = models_.find(m.first);
+        const Entry* e = mi == models_.end() || !mi->second.count(v.first) ? nullptr : &mi->second.at(v.first);
+        if (!(e && e->batcher && e->path == t.file && e->mtime_ns == t.mtime_ns && e->size == t.size)) todo.push_back(t);
       }
+  }
+  for (auto& t : todo) {  // outside the lock: requests to every loaded model go on meanwhile
+    try {
+      t.batcher = load(t.name, t.version, t.file);
+    } catch (const std::exception& e) {
+      t.error = e.what();
     }
-  // Versions that are gone are unloaded.
+  }
+  size_t failures = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : todo) {
+      if (t.batcher) {
+        // The old batcher (if any) finishes its queue when the last request holding it is done.
+        models_[t.name][t.version] = {t.file, t.mtime_ns, t.size, t.batcher};
+        failed_[t.name].erase(t.version);
+        continue;
+      }
+      ++failures;
+      const bool kept = models_.count(t.name) && models_[t.name].count(t.version);
+      auto fm = failed_.find(t.name);
+      if (fm != failed_.end() && fm->second.count(t.version) && fm->second[t.version] == t.error) continue;  // said already
+      log_("error", "cannot load model " + t.name + " version " + t.version + ": " + t.error +
+                        (kept ? " (the loaded one stays)" : ""));
+      if (!kept) failed_[t.name][t.version] = t.error;
+    }
+    unload_gone(want);
+    if (initial && failures > 0 && o_.exit_on_error)
+      throw rt::Error(std::to_string(failures) + " model version(s) failed to load (--exit-on-error)");
+    if (initial && models_.empty())
+      throw rt::Error("no model to serve" + std::string(failures == 0 ? " (the repository holds no <model>/<version>/model.h5)" : ""));
+  }
+}
+
+void Repository::unload_gone(const Wanted& want) {
   for (auto m = models_.begin(); m != models_.end();) {
     for (auto v = m->second.begin(); v != m->second.end();) {
-      if (!want.count(m->first) || !want[m->first].count(v->first)) {
+      if (!want.count(m->first) || !want.at(m->first).count(v->first)) {
         log_("info", "unloaded model " + m->first + " version " + v->first + " (its file is gone)");
         v = m->second.erase(v);
       } else {
@@ -95,8 +171,11 @@ void Repository::reload(bool initial) {
     }
     m = m->second.empty() ? models_.erase(m) : std::next(m);
   }
-  if (initial && models_.empty())
-    throw rt::Error("no model to serve" + std::string(failed.empty() ? " (the repository holds no <model>/<version>/model.h5)" : ""));
+  for (auto m = failed_.begin(); m != failed_.end();) {
+    for (auto v = m->second.begin(); v != m->second.end();)
+      v = want.count(m->first) && want.at(m->first).count(v->first) ? std::next(v) : m->second.erase(v);
+    m = m->second.empty() ? failed_.erase(m) : std::next(m);
+  }
 }
 
 namespace {
@@ -137,6 +216,32 @@ std::vector<std::string> Repository::versions(const std::string& name) const {
 bool Repository::empty() const {
   std::lock_guard<std::mutex> lock(mu_);
   return models_.empty();
+}
+
+bool Repository::loaded(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto m = models_.find(name);
+  return m != models_.end() && !m->second.empty();
+}
+
+std::vector<Repository::State> Repository::index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<State> out;
+  for (const auto& m : models_)
+    for (const auto& v : m.second) out.push_back({m.first, v.first, "READY", ""});
+  for (const auto& m : failed_)
+    for (const auto& v : m.second) out.push_back({m.first, v.first, "UNAVAILABLE", v.second});
+  std::sort(out.begin(), out.end(), [](const State& a, const State& b) {
+    return a.name != b.name ? a.name < b.name : a.version < b.version;
+  });
+  return out;
+}
+
+bool Repository::all_ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& m : failed_)
+    if (!m.second.empty()) return false;
+  return true;
 }
 
 void Repository::stop() {

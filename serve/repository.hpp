@@ -17,7 +17,9 @@ namespace loom::serve {
 
 // The models loaded from a repository (DIR/<model>/<version>/model.h5) and from
 // InferenceService specs, with their batchers. reload() loads what is new or changed and
-// unloads what is gone, while requests keep running on the versions they started with.
+// unloads what is gone, while requests keep running on the versions they started with; models
+// load outside the lock, so a large one does not stall the others' requests. A model file that
+// resolves outside the repository (a symbolic link) is refused unless allow_symlinks.
 class Repository {
  public:
   Repository(std::string dir, std::vector<std::string> specs, Options o, Metrics* metrics,
@@ -28,6 +30,14 @@ class Repository {
   std::shared_ptr<Batcher> find(const std::string& name, const std::string& version) const;
   std::vector<std::string> versions(const std::string& name) const;
   bool empty() const;
+  bool loaded(const std::string& name) const;  // some version of `name` is being served
+  // The repository extension's index: every model version found, READY or UNAVAILABLE (with
+  // the reason it did not load).
+  struct State {
+    std::string name, version, state, reason;
+  };
+  std::vector<State> index() const;
+  bool all_ready() const;  // every model version found is loaded (--strict-readiness)
   void stop();  // drains and drops every batcher
 
  private:
@@ -36,13 +46,20 @@ class Repository {
     int64_t mtime_ns = 0, size = 0;
     std::shared_ptr<Batcher> batcher;
   };
+  using Wanted = std::map<std::string, std::map<std::string, std::string>>;  // name -> version -> file
+  Wanted scan();
+  std::string contained(const std::string& file) const;  // "" when it may be served, else why not
+  std::shared_ptr<Batcher> load(const std::string& name, const std::string& version, const std::string& file);
+  void unload_gone(const Wanted& want);  // with mu_ held
   std::string dir_;
   std::vector<std::string> specs_;
   Options o_;
   Metrics* metrics_;
   std::function<void(const std::string&, const std::string&)> log_;
-  mutable std::mutex mu_;
+  std::mutex reload_mu_;  // one reload at a time
+  mutable std::mutex mu_;  // models_ and failed_
   std::map<std::string, std::map<std::string, Entry>> models_;  // name -> version -> entry
+  std::map<std::string, std::map<std::string, std::string>> failed_;  // name -> version -> reason
 };
 
 }  // namespace loom::serve

@@ -187,9 +187,27 @@ bool path_exists(hid_t file, const std::string& p) {
   }
 }
 
-// Every float32 dataset of a group, by name (checksums verified by the read).
+// Before a dataset is read: what it declares must be stored (an unwritten or truncated dataset
+// would read as gigabytes of fill values), and whether it carries a Fletcher32 checksum.
+void check_stored(hid_t ds, uint64_t bytes, const std::string& where, const std::string& path,
+                  std::vector<std::string>* unchecked) {
+  const uint64_t stored = H5Dget_storage_size(ds);
+  if (stored < bytes)
+    throw Error(path + ": " + where + " declares " + std::to_string(bytes) + " bytes but the file stores " +
+                std::to_string(stored) + " (unwritten or truncated dataset)");
+  H5Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  unsigned flags = 0;
+  size_t nvalues = 0;
+  unsigned config = 0;
+  const bool checksummed = dcpl >= 0 && H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nvalues, nullptr, 0,
+                                                              nullptr, &config) >= 0;
+  if (!checksummed && unchecked) unchecked->push_back(where);
+}
+
+// Every float32 dataset of a group, by name (checksums verified by the read; datasets without
+// one are named in `unchecked`).
 std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
-                                                       bool required) {
+                                                       bool required, std::vector<std::string>* unchecked = nullptr) {
   std::vector<std::pair<std::string, Tensor>> out;
   if (!path_exists(file, group_path)) {
     if (required) throw Error(path + ": no /" + group_path + " group");
@@ -209,6 +227,9 @@ std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::st
     if (nd < 1 || nd > 4) throw Error(path + ": /" + group_path + "/" + name + " has " + std::to_string(nd) + " dimensions");
     std::vector<hsize_t> dims(static_cast<size_t>(nd));
     H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    uint64_t n = 1;
+    for (hsize_t d : dims) n = d > 0 && n > (uint64_t{1} << 40) / d ? (uint64_t{1} << 40) : n * d;
+    check_stored(ds, n * sizeof(float), "/" + group_path + "/" + name, path, unchecked);
     Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()));
     if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
       throw Error(path + ": /" + group_path + "/" + name + " fails its checksum or cannot be read (corrupt file)");
@@ -217,7 +238,8 @@ std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::st
   return out;
 }
 
-std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required) {
+std::string read_bytes(hid_t file, const std::string& ds_path, const std::string& path, bool required,
+                       std::vector<std::string>* unchecked = nullptr) {
   if (!path_exists(file, ds_path)) {
     if (required) throw Error(path + ": no /" + ds_path);
     return "";
@@ -227,6 +249,7 @@ std::string read_bytes(hid_t file, const std::string& ds_path, const std::string
   H5Handle space(H5Dget_space(ds), H5Sclose);
   hssize_t n = H5Sget_simple_extent_npoints(space);
   if (n <= 0 || n > (hssize_t{1} << 26)) throw Error(path + ": /" + ds_path + " has an unreasonable size");
+  check_stored(ds, static_cast<uint64_t>(n), "/" + ds_path, path, unchecked);
   std::string out(static_cast<size_t>(n), '\0');
   if (H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw Error(path + ": /" + ds_path + " fails its checksum or cannot be read (corrupt file)");
@@ -263,7 +286,7 @@ ModelFile load_model(const std::string& path) {
   H5Handle file(open_loom_file(path, &m.format), H5Fclose);
   m.version = kFormatVersion;
   m.config_json = read_string_attr(file, "model.config", path);
-  m.params = read_group(file, "params", path, true);
+  m.params = read_group(file, "params", path, true, &m.unchecked);
   return m;
 }
 
@@ -305,6 +328,25 @@ Mlp load_mlp(const std::string& path, const ModelFile& f) {
     throw Error(path + ": model.config layers are not valid: " + e.what());
   }
   if (widths.size() < 2) throw Error(path + ": model.config has fewer than two layer widths");
+  // The file's tensors (already read, so bounded by the file) must be the config's layers
+  // before the model is built: a config of 5000 wide layers must not allocate gigabytes.
+  if (f.params.size() != 2 * (widths.size() - 1))
+    throw Error(path + ": model.config says " + std::to_string(widths.size() - 1) + " layers but /params holds " +
+                std::to_string(f.params.size()) + " tensors");
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    if (widths[i] <= 0) throw Error(path + ": model.config layers must be positive widths");
+    const std::string fc = "fc" + std::to_string(i + 1);
+    const std::vector<std::vector<int64_t>> want{{widths[i + 1], widths[i]}, {widths[i + 1]}};
+    const char* part[] = {".weight", ".bias"};
+    for (int k = 0; k < 2; ++k) {
+      auto it = std::find_if(f.params.begin(), f.params.end(), [&](const auto& q) { return q.first == fc + part[k]; });
+      if (it == f.params.end()) throw Error(path + ": missing /params/" + fc + part[k]);
+      if (it->second.shape() != want[static_cast<size_t>(k)])
+        throw Error(path + ": /params/" + fc + part[k] + " has shape " + it->second.shape_str() +
+                    ", but model.config's layers need [" + std::to_string(widths[i + 1]) +
+                    (k == 0 ? "," + std::to_string(widths[i]) : std::string()) + "]");
+    }
+  }
   Mlp m(widths, 0);
   assign_params(path, f, m.params());
   return m;
@@ -324,6 +366,16 @@ Gpt load_gpt(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": model.config is not a valid gpt configuration: " + e.what());
   }
+  // The model the config describes must be about the size of the tensors stored (already read,
+  // bounded by the file) before it is built.
+  if (g.vocab <= 0 || g.context <= 0 || g.layers <= 0 || g.heads <= 0 || g.embd <= 0)
+    throw Error(path + ": model.config's gpt sizes must be positive");
+  int64_t stored = 0;
+  for (const auto& p : f.params) stored += p.second.numel();
+  const double described = (static_cast<double>(g.vocab) + g.context) * g.embd + 12.0 * g.layers * g.embd * g.embd;
+  if (described > 2.0 * static_cast<double>(stored) + 1e6)
+    throw Error(path + ": model.config describes a gpt of about " + std::to_string(static_cast<int64_t>(described)) +
+                " parameters but /params holds " + std::to_string(stored));
   Gpt m(g, 0);
   assign_params(path, f, m.params());
   return m;
@@ -464,16 +516,16 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint c;
   c.model_config = read_string_attr(file, "model.config", path);
   c.train_config = read_string_attr(file, "train.config", path);
-  c.state_json = read_bytes(file, "state/json", path, true);
-  c.rng = read_bytes(file, "state/rng", path, false);
-  const std::string layout = read_bytes(file, "state/shards", path, false);
+  c.state_json = read_bytes(file, "state/json", path, true, &c.unchecked);
+  c.rng = read_bytes(file, "state/rng", path, false, &c.unchecked);
+  const std::string layout = read_bytes(file, "state/shards", path, false, &c.unchecked);
   if (!layout.empty()) {
     load_shards(path, layout, c);
     return c;
   }
-  c.params = read_group(file, "params", path, true);
-  c.opt_m = read_group(file, "optimizer/m", path, false);
-  c.opt_v = read_group(file, "optimizer/v", path, false);
+  c.params = read_group(file, "params", path, true, &c.unchecked);
+  c.opt_m = read_group(file, "optimizer/m", path, false, &c.unchecked);
+  c.opt_v = read_group(file, "optimizer/v", path, false, &c.unchecked);
   return c;
 }
 

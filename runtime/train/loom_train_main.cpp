@@ -213,12 +213,23 @@ void watch_stop_signals() {
   }).detach();
 }
 
+// What the read verified: every dataset with a Fletcher32 checksum, and those without one.
+std::string checksums_text(const std::vector<std::string>& unchecked) {
+  if (unchecked.empty()) return "every checksum verified";
+  std::string names;
+  for (size_t i = 0; i < unchecked.size() && i < 8; ++i) names += (i ? ", " : "") + unchecked[i];
+  if (unchecked.size() > 8) names += ", ...";
+  return std::to_string(unchecked.size()) + " dataset(s) carry no checksum and were not verified (" + names +
+         "); every other checksum verified";
+}
+
 // --inspect FILE: what a checkpoint or model file holds; reading it verifies every checksum.
 int inspect(const std::string& path) {
   try {
     try {
       loom::rt::Checkpoint k = loom::rt::load_checkpoint(path);
-      std::printf("%s: Loom checkpoint, format version %d, every checksum verified\n", path.c_str(), loom::rt::kFormatVersion);
+      std::printf("%s: Loom checkpoint, format version %d, %s\n", path.c_str(), loom::rt::kFormatVersion,
+                  checksums_text(k.unchecked).c_str());
       std::printf("state: %s\nmodel.config: %s\ntrain.config: %s\n", k.state_json.c_str(), k.model_config.c_str(),
                   k.train_config.c_str());
       for (const auto& p : k.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
@@ -235,8 +246,8 @@ int inspect(const std::string& path) {
       if (std::string(e.what()).find("a Loom model file, not a checkpoint") == std::string::npos) throw;
     }
     loom::rt::ModelFile m = loom::rt::load_model(path);
-    std::printf("%s: Loom model, format version %d, every checksum verified\nmodel.config: %s\n", path.c_str(), m.version,
-                m.config_json.c_str());
+    std::printf("%s: Loom model, format version %d, %s\nmodel.config: %s\n", path.c_str(), m.version,
+                checksums_text(m.unchecked).c_str(), m.config_json.c_str());
     for (const auto& p : m.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -61,7 +61,7 @@ run_cmd "$G" "$grpc" health
 expect_eq "gRPC ServerLive/Ready/Metadata" '{"live":true,"ready":true,"name":"loom-serve"}' "$out"
 
 # Metadata and readiness, every model and version.
-expect_match "GET /v2" '"extensions":\["binary_tensor_data"\],"name":"loom-serve"' "$(curl -s "${auth[@]}" "$http/v2")"
+expect_match "GET /v2" '"extensions":\["binary_tensor_data","model_repository"\],"name":"loom-serve"' "$(curl -s "${auth[@]}" "$http/v2")"
 expect_match "model metadata" '"inputs":\[\{"datatype":"FP32","name":"input","shape":\[-1,784\]\}\].*"versions":\["1","2"\]' \
   "$(curl -s "${auth[@]}" "$http/v2/models/fashion")"
 expect_eq "version metadata" 200 "$(code "${auth[@]}" "$http/v2/models/fashion/versions/2")"

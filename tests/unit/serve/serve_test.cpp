@@ -133,13 +133,13 @@ TEST_F(ServeCore, DestroyingABatcherAnswersEveryAdmittedRequest) {
 TEST_F(ServeCore, DecodesUint8WithTheModelsPreprocessingAndChecksShapes) {
   loom::serve::TensorIn t{"input", "UINT8", {1, 28, 28}, std::string(784, static_cast<char>(255))};
   int n = 0;
-  auto x = loom::serve::decode_input(*model_, {t}, &n);
+  auto x = loom::serve::decode_input(model_->input(), {t}, 32, &n);
   EXPECT_EQ(n, 1);
-  EXPECT_NEAR(x[0], 255 * model_->scale(), 1e-6);  // the MLP's preprocess: scale 1/255, mean 0, std 1
+  EXPECT_NEAR(x[0], 255 * model_->input().scale, 1e-6);  // the MLP's preprocess: scale 1/255, mean 0, std 1
   EXPECT_NEAR(x[783], 1.0f, 1e-6);
   auto expect_bad = [&](loom::serve::TensorIn in, const char* what) {
     try {
-      loom::serve::decode_input(*model_, {in}, &n);
+      loom::serve::decode_input(model_->input(), {in}, 32, &n);
       ADD_FAILURE() << "accepted: " << what;
     } catch (const ServeError& e) {
       EXPECT_EQ(e.status, Status::kBadRequest) << what;

@@ -21,6 +21,7 @@ struct ModelFile {
   int version = 0;
   std::string config_json;
   std::vector<std::pair<std::string, Tensor>> params;
+  std::vector<std::string> unchecked;  // datasets that carry no Fletcher32 checksum (not verified)
 };
 // Throws Error for a missing, truncated or corrupt file (checksums verified), or a wrong version.
 ModelFile load_model(const std::string& path);
@@ -47,6 +48,7 @@ struct Checkpoint {
   // feedback), by rank.
   int shards = 0;
   std::vector<std::vector<std::pair<std::string, Tensor>>> rank_state;
+  std::vector<std::string> unchecked;  // datasets of the index that carry no Fletcher32 checksum
 };
 void save_checkpoint(const std::string& path, const Checkpoint& c);
 // Reads every dataset (so every checksum is verified); throws Error naming the file and what is

@@ -1,0 +1,36 @@
+// kserve_json.hpp — the KServe v2 REST request body, decoded strictly: JSON parsed with a
+// nesting limit, every field checked for its type (a wrong one is a 400 naming the field, never
+// a 500), tensors from JSON arrays or the binary-data extension. And JSON text that never
+// throws: bytes that are not UTF-8 (a client's, quoted in an error) become U+FFFD.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tensor_in.hpp"
+
+namespace loom::serve {
+
+constexpr int kMaxJsonDepth = 32;  // an inference request nests 4 levels, its data a few more
+
+// JSON text of `j`; invalid UTF-8 in its strings is replaced, so this never throws.
+std::string dump_json(const nlohmann::json& j);
+
+// Parses [begin, end) as JSON no deeper than kMaxJsonDepth. Throws ServeError kBadRequest.
+nlohmann::json parse_json(const char* begin, const char* end);
+
+struct InferRequest {
+  std::string id;
+  bool has_id = false;
+  std::vector<TensorIn> inputs;
+  std::vector<std::string> outputs;  // the names asked for (empty: all)
+  bool binary_out = false;           // binary_data_output, or an output's binary_data
+};
+
+// An infer request's body: JSON, or `header_length` bytes of JSON followed by the binary
+// tensors (Inference-Header-Content-Length). Throws ServeError kBadRequest naming the fault.
+InferRequest parse_infer_request(const std::string& body, const std::string& header_length);
+
+}  // namespace loom::serve

@@ -1,0 +1,34 @@
+// tensor_in.hpp — a request's input tensors as the front ends decode them (name, datatype,
+// shape, raw bytes), checked against what a model takes and turned into its FP32 rows. Pure
+// functions: the front ends, the unit tests and the fuzzers call them alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::serve {
+
+// What a model takes as input: FP32 rows of `features` values, or UINT8 pixels preprocessed
+// as (v * scale - mean) / std.
+struct InputSpec {
+  int features = 0;
+  float scale = 1, mean = 0, std = 1;
+};
+
+// A Loom model name or version as found in a URL or a folder: letters, digits, '-', '_', '.'
+// (not starting with '.'), at most 128 characters.
+bool valid_name(const std::string& s);
+
+// Decodes one input tensor's bytes to the model's FP32 rows: checks name, datatype, shape and
+// size against the model, and rows against `max_rows` (--max-batch-size), all before anything
+// is allocated. `data` holds datatype-sized little-endian elements. Throws ServeError
+// kBadRequest naming what is wrong.
+struct TensorIn {
+  std::string name, datatype;
+  std::vector<int64_t> shape;
+  std::string data;  // raw bytes
+};
+std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows);
+
+}  // namespace loom::serve
