@@ -232,11 +232,22 @@ struct HttpServer::Impl {
   // A connection's thread: whatever happens, no exception leaves it and the connection is
   // closed and forgotten.
   void serve(tcp::socket sock, std::list<Conn>::iterator me) {
+    bool linger = false;
     try {
-      serve_requests(sock, me);
+      linger = serve_requests(sock, me);
     } catch (...) {
     }
     beast::error_code ec;
+    if (linger) {
+      // A request refused mid-way (too large, malformed) may still be arriving: stop sending,
+      // then read and drop what comes for up to a second, so the client reads the answer
+      // instead of a reset (RFC 9112's "lingering close").
+      sock.shutdown(tcp::socket::shutdown_send, ec);
+      start_phase(me, 1, false);
+      char drop[16384];
+      while (!ec) sock.read_some(asio::buffer(drop), ec);
+      end_phase(me);
+    }
     sock.shutdown(tcp::socket::shutdown_both, ec);
     sock.close(ec);
     std::lock_guard<std::mutex> lock(mu);
@@ -255,7 +266,8 @@ struct HttpServer::Impl {
     return me->timed_out;
   }
 
-  void serve_requests(tcp::socket& sock, std::list<Conn>::iterator me) {
+  // Returns whether the connection ends on a request refused before it was read whole.
+  bool serve_requests(tcp::socket& sock, std::list<Conn>::iterator me) {
     // Bounded: a header, a chunk header with its extensions, or a trailer that does not fit is
     // refused (431) instead of growing the heap.
     beast::flat_buffer buf(kReadBufferLimit);
@@ -272,10 +284,12 @@ struct HttpServer::Impl {
       if (timed_out && parser.got_some()) {
         r = error_reply(Status::kTimeout, "the request did not arrive within " + std::to_string(ctx.read_timeout_s) + " s", 408);
       } else if (ec == http::error::end_of_stream || timed_out || (ec && !parser.got_some())) {
-        return;  // the client closed, or an idle keep-alive connection is closed
+        return false;  // the client closed, or an idle keep-alive connection is closed
       } else if (ec) {
         const ParseFailure f = parse_failure(ec, ctx.max_request_bytes);
         r = error_reply(f.status, f.message, f.http);
+        write_reply(sock, me, r, true);
+        return true;
       } else {
         const auto& req = parser.get();
         const bool is_infer = req.target().find("/infer") != beast::string_view::npos;
@@ -289,7 +303,7 @@ struct HttpServer::Impl {
         if (is_infer) ctx.metrics->request(model, "http", r.kind);
         close = !req.keep_alive() || ctx.stopping.load();
       }
-      if (!write_reply(sock, me, r, close) || close) return;
+      if (!write_reply(sock, me, r, close) || close) return false;
     }
   }
 

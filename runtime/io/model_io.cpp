@@ -59,6 +59,7 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& pat
     char* s = nullptr;
     H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));  // h5py writes str attributes as UTF-8; HDF5 converts no cset
     h5check(H5Aread(attr, mem, &s), path + ": cannot read attribute " + name);
     std::string out = s ? s : "";
     H5free_memory(s);
