@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # build
-  build-essential autoconf automake libtool pkg-config clang
+  build-essential autoconf automake libtool pkg-config clang libomp-dev
   # Slurm + munge (real daemons for the integration tests)
   slurm-wlm slurmctld slurmd libslurm-dev munge
   # MPI

@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
-# run.sh — runs both libFuzzer targets, seeded with the topology fixtures. By default a fixed
+# run.sh — runs the libFuzzer targets: the two topology readers (seeded with the topology
+# fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
+# model-file loaders (inputs that drive what an HDF5 file holds). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
 # here with the same inputs. LOOM_FUZZ_SECONDS=N explores instead: a random seed for N seconds
 # per target (`make fuzz`). Any crash, abort or timeout in Loom's code fails the test.
 . "$(dirname "$0")/../integration/lib.sh"
 B=$LOOM_BUILDDIR/tests/fuzz
 [ -x "$B/fuzz_nvsmi" ] || skip "fuzz targets not built (configure --enable-fuzzing)"
-for target in nvsmi hwloc_xml; do
+targets="nvsmi hwloc_xml"
+[ -x "$B/fuzz_http" ] && targets="$targets http model_file"
+for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
-  if [ $target = nvsmi ]; then cp "$LOOM_FIXTURES"/*.nvsmi.txt "$corpus/"; else cp "$LOOM_FIXTURES"/local-*.xml "$LOOM_FIXTURES"/cpu-only.xml "$LOOM_FIXTURES"/crashers/*.xml "$LOOM_FIXTURES"/fuzz-regressions/*.xml "$corpus/"; fi
+  case $target in
+    nvsmi) cp "$LOOM_FIXTURES"/*.nvsmi.txt "$corpus/" ;;
+    hwloc_xml) cp "$LOOM_FIXTURES"/local-*.xml "$LOOM_FIXTURES"/cpu-only.xml "$LOOM_FIXTURES"/crashers/*.xml "$LOOM_FIXTURES"/fuzz-regressions/*.xml "$corpus/" ;;
+    http) cp "$LOOM_SRCDIR"/tests/fixtures/http/* "$corpus/" ;;
+    model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
+  esac
+  # Runs per target in make check: about 15-30 s each here (the model files go through HDF5 on
+  # /dev/shm, about 300 a second); `make fuzz` explores for longer.
+  case $target in
+    nvsmi) runs=30000 ;;
+    hwloc_xml) runs=300 ;;
+    http) runs=100000 ;;
+    model_file) runs=8000 ;;
+  esac
   # hwloc keeps process-wide state for its XML backends; leaks inside it are not ours to fix.
   # The XML target forks a child per input (see hwloc_reader.cpp), so crashes inside hwloc
   # itself are caught there and must not fail the run; crashes in Loom's code still do.
   if [ -n "${LOOM_FUZZ_SECONDS:-}" ]; then
     budget="-max_total_time=$LOOM_FUZZ_SECONDS"
   else  # about 15 s each here; the time cap only guards a much slower machine
-    budget="-seed=20261129 -max_total_time=120 -runs=$([ $target = nvsmi ] && echo 30000 || echo 300)"
+    budget="-seed=20261129 -max_total_time=120 -runs=$runs"
   fi
-  ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 -rss_limit_mb=2048 \
+  # A memory limit per input: a request or file that makes the code allocate far beyond its own
+  # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
+  limits="-rss_limit_mb=2048"
+  case $target in http | model_file) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 $limits \
     -artifact_prefix="$LOOM_TMP/" "$corpus" >"$LOOM_TMP/$target.log" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
