@@ -8,7 +8,6 @@
 #include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/train/task.hpp"
-#include "loom/topo/emit.hpp"
 
 namespace loom::rt {
 
@@ -75,7 +74,11 @@ class GptTask : public Task {
   std::string config_json() const override {
     std::string j = model_->config().json();
     j.pop_back();
-    return j + ",\"chars\":" + loom::topo::json_quote(text_.chars) + "}";
+    // Byte-level tokens: the vocabulary as the byte values it holds (any file, UTF-8 or not,
+    // round-trips through the JSON of model.config).
+    std::string bytes;
+    for (unsigned char ch : text_.chars) bytes += (bytes.empty() ? "" : ",") + std::to_string(ch);
+    return j + ",\"vocab_bytes\":[" + bytes + "]}";
   }
   double train_flops(int batch) const override { return model_->train_flops(batch); }
   std::string rng_state() const override { return model_->rng_state(); }
@@ -85,7 +88,7 @@ class GptTask : public Task {
 
  private:
   struct Text {
-    std::string chars;          // the vocabulary, sorted
+    std::string chars;          // the vocabulary: the distinct bytes of the text, sorted
     std::vector<int32_t> ids;   // the text as vocabulary indices
   };
   static Text load_text(const std::string& path) {

@@ -72,7 +72,25 @@ expect_match "gpt evaluates" "test accuracy 0\.[0-9]+" "$err"
 first=$(grep -o 'step 40/120 .* loss [0-9.]*' <<<"$err" | awk '{print $NF}')
 last=$(grep -o 'step 120/120 .* loss [0-9.]*' <<<"$err" | awk '{print $NF}')
 /usr/bin/python3 -c "import sys; sys.exit(0 if $last < $first else 1)" && pass || fail "gpt loss did not fall ($first -> $last)"
-/usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["type"]=="gpt" and c["vocab"]==len(c["chars"])' gpt.h5 && pass || fail "gpt model.config"
+/usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["type"]=="gpt" and c["vocab"]==len(c["vocab_bytes"])' gpt.h5 && pass || fail "gpt model.config"
+
+# Any text trains: byte-level tokens, so UTF-8 (and bytes that are not UTF-8) round-trip through
+# the export and a checkpoint.
+printf 'caf\xc3\xa9 na\xc3\xafve \xe2\x82\xac \xff\xfe ' >utf8.txt
+for i in $(seq 9); do cat utf8.txt utf8.txt >utf8.2 && mv utf8.2 utf8.txt; done
+run_cmd "$T" --model gpt --data text:"$LOOM_TMP/utf8.txt" --context 16 --n-embd 16 --n-head 2 --global-batch 4 --steps 6 \
+  --log-every 3 --export utf8.h5 --ckpt-dir utf8.d --ckpt-every 3
+expect_eq "gpt on UTF-8 text: exit" 0 "$rc"
+/usr/bin/python3 - utf8.h5 utf8.txt <<'PY' && pass || fail "gpt on UTF-8 text: the vocabulary does not round-trip"
+import h5py, json, sys
+c = json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"])
+assert bytes(c["vocab_bytes"]) == bytes(sorted(set(open(sys.argv[2], "rb").read()))), c["vocab_bytes"]
+PY
+run_cmd "$T" --model gpt --data text:"$LOOM_TMP/utf8.txt" --context 16 --n-embd 16 --n-head 2 --global-batch 4 --steps 9 \
+  --log-every 3 --ckpt-dir utf8.d --ckpt-every 3
+expect_match "gpt on UTF-8 text: resumes from its checkpoint" "resumed from utf8.d/ckpt-0*6.h5 at step 6" "$err"
+run_cmd "$T" --inspect utf8.h5
+expect_eq "gpt on UTF-8 text: --inspect" 0 "$rc"
 
 # A config file takes the same keys; the command line wins.
 printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini

@@ -85,9 +85,9 @@ with h5py.File(model_path, "r") as f:
 model = Gpt(cfg)
 model.load_state_dict(state, strict=True)
 
-chars = cfg["chars"]
-text = open(text_path, encoding="latin-1").read()
-ids = np.array([chars.index(ch) for ch in text[:5000]], dtype=np.int32)
+index = {b: i for i, b in enumerate(cfg["vocab_bytes"])}  # byte-level tokens
+text = open(text_path, "rb").read()
+ids = np.array([index[b] for b in text[:5000]], dtype=np.int32)
 b, t = 6, cfg["context"]
 starts = np.arange(b) * 97 + 11
 tokens = np.stack([ids[s:s + t] for s in starts])
