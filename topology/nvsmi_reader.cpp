@@ -208,18 +208,43 @@ void derive_numa_nodes(bool numa_col, Topology* t) {
   }
 }
 
-// nvidia-smi does not tell cores from threads: one core per CPU, numbered in order.
+// nvidia-smi prints CPU ids, not cores. Hardware threads show in an affinity as k ranges of
+// equal length a fixed stride apart ("0-19,40-59": siblings 40 apart, as Linux numbers them on
+// x86): then there are k threads per core and a CPU's core is its id modulo the stride, which is
+// Slurm's abstract core id (gres.conf Cores=). Returns the stride, or 0 when no affinity shows
+// threads (then every CPU is a core of its own).
+int smt_stride(const Topology& t, int* threads) {
+  int stride = 0, k = 1;
+  for (const auto& gpu : t.gpus) {
+    if (gpu.cpus.empty()) continue;
+    std::vector<std::pair<int, int>> ranges;  // [first, last]
+    for (int c : gpu.cpus) {
+      if (!ranges.empty() && c == ranges.back().second + 1) ranges.back().second = c;
+      else ranges.push_back({c, c});
+    }
+    if (ranges.size() < 2) continue;
+    const int len = ranges[0].second - ranges[0].first, s = ranges[1].first - ranges[0].first;
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].second - ranges[i].first != len || ranges[i].first - ranges[i - 1].first != s) return 0;
+    if (s <= len || (stride != 0 && (s != stride || static_cast<int>(ranges.size()) != k))) return 0;
+    stride = s;
+    k = static_cast<int>(ranges.size());
+  }
+  for (const auto& n : t.numa_nodes)
+    for (int c : n.cpus)
+      if (stride > 0 && c / stride >= k) return 0;  // a CPU beyond the last sibling: not this pattern
+  *threads = stride > 0 ? k : 1;
+  return stride;
+}
+
 void derive_cores(Topology* t) {
-  int logical = 0;
-  std::set<int> all;
-  for (auto& n : t->numa_nodes) all.insert(n.cpus.begin(), n.cpus.end());
-  for (int cpu : all) {
-    for (auto& n : t->numa_nodes)
-      if (std::binary_search(n.cpus.begin(), n.cpus.end(), cpu)) {
-        n.cores.push_back({logical, {cpu}});
-        break;
-      }
-    ++logical;
+  int threads = 1;
+  const int stride = smt_stride(*t, &threads);
+  t->threads_per_core = threads;
+  for (auto& n : t->numa_nodes) {
+    std::map<int, std::vector<int>> by_core;
+    for (int cpu : n.cpus) by_core[stride > 0 ? cpu % stride : cpu].push_back(cpu);
+    for (auto& [id, pus] : by_core) n.cores.push_back({id, pus});
   }
 }
 

@@ -89,4 +89,10 @@ expect_match "live node-conf" "^NodeName=here CPUs=$(nproc --all) " "$out"
 run_cmd "$T" node-conf
 expect_match "live node-conf host" "^NodeName=$(hostname -s) " "$out"
 
+# The live node-conf line agrees with Slurm's own view of this node (slurmd -C).
+if command -v slurmd >/dev/null; then
+  mine=$("$T" node-conf 2>/dev/null | grep -oE '(CPUs|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
+  slurms=$(slurmd -C 2>/dev/null | head -n 1 | grep -oE '(CPUs|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
+  expect_eq "node-conf agrees with slurmd -C" "$slurms" "$mine"
+fi
 finish

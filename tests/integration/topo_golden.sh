@@ -48,4 +48,11 @@ while IFS='|' read -r name args; do
     diff <(cat "$G/$name") <(printf '%s\n' "$actual") | head -20 >&2
   fi
 done < <(cases)
+# gres.conf Cores= are Slurm's core ids whichever input they come from: nvidia-smi's CPU
+# affinities (OS CPU ids, hyperthread siblings included) give the same cores as hwloc's XML.
+for m in dgx1-v100 dgx-a100 mixed-a100-v100; do
+  a=$("$T" --nvidia-smi "$F/$m.nvsmi.txt" gres 2>/dev/null | grep -oE 'nvidia[0-9]+ Cores=[^ ]+')
+  b=$("$T" --xml "$F/$m.xml" gres 2>/dev/null | grep -oE 'nvidia[0-9]+ Cores=[^ ]+')
+  expect_eq "$m: Cores= from nvidia-smi text equal those from hwloc XML" "$b" "$a"
+done
 finish
