@@ -16,11 +16,15 @@ using loom::topo::Topology;
 
 std::vector<int> parse_index_list(const std::string& text, const char* what) {
   if (text.empty()) return {};
+  const std::string shown = text.size() > 60 ? text.substr(0, 60) + "..." : text;
+  std::vector<int> ids;
   try {
-    return loom::topo::parse_cpu_list(text);
+    ids = loom::topo::parse_cpu_list(text);  // bounded: at most kMaxListEntries, however it is written
   } catch (const Error&) {
-    throw Error(std::string(what) + " '" + text + "' is not a list of indices");
+    throw Error(std::string(what) + " '" + shown + "' is not a list of at most " +
+                std::to_string(loom::topo::kMaxListEntries) + " indices");
   }
+  return ids;
 }
 
 std::vector<int> slurm_cores_to_cpus(const Topology& t, const std::string& cores) {
@@ -63,9 +67,16 @@ StepPlan plan_step(const Topology& t, const StepInfo& step) {
   if (step.bind == Bind::kNone || step.bind == Bind::kUnset) return plan;
   if (step.local_tasks <= 0) throw Error("the step has no local tasks");
 
+  // The step's GPUs come from the job's environment: each must be one of this node's.
+  if (step.step_gpus.size() > t.gpus.size())
+    throw Error("the step names " + std::to_string(step.step_gpus.size()) + " GPUs; this node has " +
+                std::to_string(t.gpus.size()));
   for (int g : step.step_gpus)
     if (!t.gpu_by_index(g))
       throw Error("the step's GPU " + std::to_string(g) + " is not in the topology (" + t.source + ")");
+  if (step.cuda_ids.size() > step.step_gpus.size() && !step.step_gpus.empty())
+    throw Error("CUDA_VISIBLE_DEVICES names " + std::to_string(step.cuda_ids.size()) + " devices for " +
+                std::to_string(step.step_gpus.size()) + " step GPUs");
   // GPU index -> the id CUDA knows it by in this step (they differ under ConstrainDevices).
   std::map<int, std::string> cuda_id;
   for (size_t i = 0; i < step.step_gpus.size(); ++i)

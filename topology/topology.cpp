@@ -222,14 +222,24 @@ std::vector<int> parse_cpu_list(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   if (text.empty()) throw Error("empty CPU list");
+  // Bounded work whatever the text: a few KB of ranges must not expand to millions of entries
+  // (the plugin parses lists inside root's slurmstepd).
+  int64_t expanded = 0;
+  auto too_long = [&] {
+    return Error("CPU list '" + text.substr(0, 60) + (text.size() > 60 ? "...'" : "'") + " names more than " +
+                 std::to_string(kMaxListEntries) + " entries");
+  };
   while (std::getline(ss, item, ',')) {
     auto dash = item.find('-');
     if (dash == std::string::npos) {
+      if (++expanded > kMaxListEntries) throw too_long();
       out.insert(parse_cpu_number(item, text));
     } else {
       int a = parse_cpu_number(item.substr(0, dash), text);
       int b = parse_cpu_number(item.substr(dash + 1), text);
-      if (b < a || b - a > 65536) throw Error("bad CPU range '" + item + "' in '" + text + "'");
+      if (b < a) throw Error("bad CPU range '" + item + "' in '" + text + "'");
+      expanded += static_cast<int64_t>(b) - a + 1;
+      if (expanded > kMaxListEntries) throw too_long();
       for (int c = a; c <= b; ++c) out.insert(c);
     }
   }

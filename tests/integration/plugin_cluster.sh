@@ -46,6 +46,19 @@ done <"$LOOM_TMP/ring.out"
 expect_eq "--loom-verbose: one line per task" 4 "$(grep -c '^spank_loom: rank [0-3] (local [0-3]) on '"$host"': gpu' <<<"$err")"
 expect_eq "exported files removed after the step" "" "$(ls -d /tmp/loom-"$(id -u)"-* 2>/dev/null)"
 
+# A forged SLURM_STEP_GPUS and CUDA_VISIBLE_DEVICES (4 KB of ranges that would expand to 20
+# million entries) in the job's environment: the task gets the GPU Slurm allocated, at once, and
+# without GPUs the forged list gives none.
+forged=$(/usr/bin/python3 -c 'print(",".join(f"{i * 70000}-{i * 70000 + 65535}" for i in range(300)))')
+t0=$(date +%s)
+run_cmd timeout 60 env SLURM_STEP_GPUS="$forged" CUDA_VISIBLE_DEVICES="$forged" srun -n1 --gpus=1 --loom-bind=ring bash -c "$report"
+expect_eq "forged GPU lists: the step runs" 0 "$rc"
+expect_match "forged GPU lists: Slurm's GPU is the task's" " gpu=([0-3]) class=[av]100 cvd=\1[ ,]" "$out"
+expect_eq "forged GPU lists: no time spent on them" 1 "$([ $(($(date +%s) - t0)) -lt 20 ] && echo 1)"
+run_cmd timeout 60 srun -n1 --export=ALL,SLURM_STEP_GPUS=0,1,2,3,CUDA_VISIBLE_DEVICES=0,1,2,3 --loom-bind=ring bash -c "$report"
+expect_match "forged GPU lists without a GPU allocation: no GPU" "rank=0 gpu= " "$out"
+sinfo -h >/dev/null 2>&1 && pass || fail "slurmctld died after the forged lists"
+
 # none: Loom sets nothing.
 run_cmd timeout 60 srun -n1 --gpus=1 --loom-bind=none bash -c 'echo "[$LOOM_BIND$LOOM_GPU$LOOM_RING]"'
 expect_eq "--loom-bind=none sets nothing" "[]" "$out"

@@ -1,5 +1,6 @@
 // spank_test.cpp — the plugin's pure parts: strict option and plugstack parsing, Slurm's
 // abstract core ids to OS CPUs, and the per-task plan (CPU sets and Contract 2 environment).
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -170,6 +171,29 @@ TEST(Plan, NoneSetsNothingAndBadInputIsRefused) {
   s.alloc_cores = "9";
   EXPECT_THROW(plan_step(t, s), loom::topo::Error);
   EXPECT_THROW(parse_index_list("1,a", "SLURM_STEP_GPUS"), loom::topo::Error);
+}
+
+// The job's environment is the user's to forge: a few KB of ranges must not expand to millions
+// of entries inside root's slurmstepd, and what it names must be this node's GPUs.
+TEST(Plan, ForgedGpuListsAreBoundedAndChecked) {
+  std::string ranges;
+  for (int i = 0; ranges.size() < 4000; ++i) ranges += (i ? "," : "") + std::to_string(i * 70000) + "-" + std::to_string(i * 70000 + 65535);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(parse_index_list(ranges, "SLURM_STEP_GPUS"), loom::topo::Error);
+  std::string repeats;
+  while (repeats.size() < 4000) repeats += "0-1023,";
+  repeats += "0";
+  EXPECT_THROW(parse_index_list(repeats, "SLURM_STEP_GPUS"), loom::topo::Error);  // repeats count too
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  Topology t = fixture("local-mixed");
+  StepInfo s;
+  s.local_tasks = 1;
+  s.bind = Bind::kRing;
+  s.step_gpus = {0, 1, 2, 3, 0};  // more GPUs than the node has
+  EXPECT_THROW(plan_step(t, s), loom::topo::Error);
+  s.step_gpus = {0};
+  s.cuda_ids = {"0", "1", "2"};  // more CUDA ids than step GPUs
+  EXPECT_THROW(plan_step(t, s), loom::topo::Error);
 }
 
 }  // namespace

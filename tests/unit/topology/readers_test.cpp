@@ -207,5 +207,22 @@ TEST(Live, DiscoversThisNode) {
   EXPECT_EQ(again.gpus.size(), t.gpus.size());
 }
 
+TEST(CpuList, ExpansionIsBounded) {
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("0-65535").size(), 65536u);
+  EXPECT_THROW(parse_cpu_list("0-65536"), Error);
+  EXPECT_THROW(parse_cpu_list("0-40000,40001-80000"), Error);
+  EXPECT_THROW(parse_cpu_list("0-40000,0-40000"), Error);  // repeats count as they expand
+}
+
+TEST(NvidiaSmi, HyperthreadSiblingsAreOneCore) {
+  Topology t = read_nvidia_smi_file(std::string(LOOM_TOPO_FIXTURES) + "/dgx1-v100.nvsmi.txt");
+  EXPECT_EQ(t.threads_per_core, 2);
+  ASSERT_EQ(t.numa_nodes.size(), 2u);
+  ASSERT_EQ(t.numa_nodes[1].cores.size(), 20u);
+  EXPECT_EQ(t.numa_nodes[1].cores[0].logical, 20);  // Slurm's core 20: CPUs 20 and 60
+  EXPECT_EQ(t.numa_nodes[1].cores[0].pus, (std::vector<int>{20, 60}));
+}
+
 }  // namespace
 }  // namespace loom::topo

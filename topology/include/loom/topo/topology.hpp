@@ -97,6 +97,9 @@ bool device_has_bf16(const std::string& cls);
 
 // CPU lists in Linux/Slurm form: "0-3,8,10-11".
 std::string format_cpu_list(const std::vector<int>& cpus);
-std::vector<int> parse_cpu_list(const std::string& text);  // throws Error
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}; throws Error for bad text or more than kMaxListEntries
+// entries (ranges counted as they expand, repeats included).
+constexpr int64_t kMaxListEntries = 65536;
+std::vector<int> parse_cpu_list(const std::string& text);
 
 }  // namespace loom::topo
