@@ -47,6 +47,12 @@ std::string Context::server_metadata_json() const {
 std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
   auto b = repo->find(name, version);
   const ServedModel& m = b->model();
+  if (m.generator())
+    return dump_json({{"name", m.name()},
+                      {"versions", repo->versions(name)},
+                      {"platform", "loom-hdf5"},
+                      {"inputs", {{{"name", "text_input"}, {"datatype", "BYTES"}, {"shape", {1}}}}},
+                      {"outputs", {{{"name", "text_output"}, {"datatype", "BYTES"}, {"shape", {1}}}}}});
   return json{{"name", m.name()},
               {"versions", repo->versions(name)},
               {"platform", "loom-hdf5"},
@@ -62,6 +68,9 @@ struct Reply {
   http::status status = http::status::ok;
   std::string body, content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set for a streamed answer (server-sent events): called with a function that sends one
+  // chunk (false once the client is gone); the body is not used.
+  std::function<void(const std::function<bool(const std::string&)>&)> stream;
 };
 
 // Never throws for what a client sent: dump_json replaces bytes that are not UTF-8.
@@ -79,8 +88,10 @@ Reply error_reply(Status s, const std::string& msg, int code = 0) {
 Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
             const std::string& header_length) {
   auto batcher = ctx.repo->find(name, version);  // an unknown model is a 404 whatever the body
-  const InferRequest req = parse_infer_request(body, header_length);
   const ServedModel& m = batcher->model();
+  if (m.generator())
+    throw ServeError(Status::kBadRequest, "model " + name + " is a gpt: use POST /v2/models/" + name + "/generate");
+  const InferRequest req = parse_infer_request(body, header_length);
   for (const auto& o : req.outputs)
     if (o != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o + "': the model's output is 'logits'");
   int rows = 0;
@@ -105,6 +116,47 @@ Reply infer(Context& ctx, const std::string& name, const std::string& version, c
     res["outputs"] = json::array({o});
     r.body = dump_json(res);
   }
+  return r;
+}
+
+// POST .../generate and .../generate_stream (the generate extension): {"text_input": "...",
+// "parameters": {"max_tokens", "temperature", "seed"}} (the parameters may also stand at the top
+// level) -> {"model_name", "model_version", "text_output"}; the stream sends one server-sent
+// event per piece of text, whole UTF-8 characters at a time.
+Reply generate(Context& ctx, const std::string& name, const std::string& version, const std::string& body, bool stream) {
+  auto batcher = ctx.repo->find(name, version);
+  const ServedModel& m = batcher->model();
+  if (!m.generator())
+    throw ServeError(Status::kBadRequest, "model " + name + " is not a gpt: use POST /v2/models/" + name + "/infer");
+  const GenerateRequest req = parse_generate_request(body);
+  GenerateParams p;
+  p.max_tokens = req.max_tokens;
+  p.temperature = req.temperature;
+  p.seed = req.seed;
+  p.deadline = Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms);
+  auto event = [name = m.name(), ver = m.version()](const std::string& text) {
+    return dump_json({{"model_name", name}, {"model_version", ver}, {"text_output", text}});
+  };
+  Reply r;
+  if (!stream) {
+    r.body = event(m.generator()->generate(req.prompt, p));
+    return r;
+  }
+  r.content_type = "text/event-stream";
+  TextGenerator* gen = m.generator();
+  r.stream = [gen, batcher, req, p, event](const std::function<bool(const std::string&)>& send) {
+    Utf8Chunker chunker;
+    try {
+      gen->generate(req.prompt, p, [&](const std::string& piece) {
+        const std::string whole = chunker.add(piece);
+        return whole.empty() || send("data: " + event(whole) + "\n\n");
+      });
+      const std::string rest = chunker.flush();
+      if (!rest.empty()) send("data: " + event(rest) + "\n\n");
+    } catch (const ServeError& e) {
+      send("data: " + dump_json({{"error", e.what()}}) + "\n\n");
+    }
+  };
   return r;
 }
 
@@ -199,6 +251,10 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
       ctx.repo->find(name, version);  // 404 when unknown
       return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load()}});
     }
+    if (p.size() == rest + 1 && (p[rest] == "generate" || p[rest] == "generate_stream")) {
+      if (!post) return method_not_allowed("POST");
+      return generate(ctx, name, version, req.body(), p[rest] == "generate_stream");
+    }
     if (p.size() == rest + 1 && p[rest] == "infer") {
       if (!post) return method_not_allowed("POST");
       const auto hl = req.find("Inference-Header-Content-Length");
@@ -292,7 +348,8 @@ struct HttpServer::Impl {
         return true;
       } else {
         const auto& req = parser.get();
-        const bool is_infer = req.target().find("/infer") != beast::string_view::npos;
+        const bool is_infer = req.target().find("/infer") != beast::string_view::npos ||
+                              req.target().find("/generate") != beast::string_view::npos;
         try {
           r = route(ctx, req, &model);
         } catch (const ServeError& e) {
@@ -309,6 +366,7 @@ struct HttpServer::Impl {
 
   // The answer, within --write-timeout-s: a client that does not read has its connection cut.
   bool write_reply(tcp::socket& sock, std::list<Conn>::iterator me, Reply& r, bool close) {
+    if (r.stream) return write_stream(sock, me, r, close);
     http::response<http::string_body> res{r.status, 11};
     res.set(http::field::server, kServerName);
     res.set(http::field::content_type, r.content_type);
@@ -319,6 +377,32 @@ struct HttpServer::Impl {
     start_phase(me, ctx.write_timeout_s, true);
     beast::error_code ec;
     http::write(sock, res, ec);
+    return !end_phase(me) && !ec;
+  }
+
+  // A chunked answer whose chunks come as they are made; each write has the write deadline.
+  bool write_stream(tcp::socket& sock, std::list<Conn>::iterator me, Reply& r, bool close) {
+    http::response<http::empty_body> res{r.status, 11};
+    res.set(http::field::server, kServerName);
+    res.set(http::field::content_type, r.content_type);
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(!close);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    start_phase(me, ctx.write_timeout_s, true);
+    http::write_header(sock, sr, ec);
+    bool ok = !end_phase(me) && !ec;
+    r.stream([&](const std::string& data) {
+      if (!ok) return false;
+      start_phase(me, ctx.write_timeout_s, true);
+      asio::write(sock, http::make_chunk(asio::buffer(data)), ec);
+      ok = !end_phase(me) && !ec;
+      return ok;
+    });
+    if (!ok) return false;
+    start_phase(me, ctx.write_timeout_s, true);
+    asio::write(sock, http::make_chunk_last(), ec);
     return !end_phase(me) && !ec;
   }
 };

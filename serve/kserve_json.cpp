@@ -152,4 +152,57 @@ InferRequest parse_infer_request(const std::string& body, const std::string& hea
   return r;
 }
 
+namespace {
+
+const json* generate_param(const json& req, const char* key) {
+  const json* params = parameters(req, "the request's");
+  const json* v = params ? member(*params, key) : nullptr;
+  return v ? v : member(req, key);
+}
+
+}  // namespace
+
+GenerateRequest parse_generate_request(const std::string& body) {
+  const json req = parse_json(body.data(), body.data() + body.size());
+  if (!req.is_object()) bad("the request must be a JSON object");
+  GenerateRequest r;
+  r.prompt = text(req, "text_input", "the request");
+  if (const json* v = generate_param(req, "max_tokens")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 4096)
+      bad("max_tokens must be an integer from 1 to 4096");
+    r.max_tokens = static_cast<int>(v->get<int64_t>());
+  }
+  if (const json* v = generate_param(req, "temperature")) {
+    if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > 100) bad("temperature must be a number from 0 to 100");
+    r.temperature = static_cast<float>(v->get<double>());
+  }
+  if (const json* v = generate_param(req, "seed")) {
+    if (!v->is_number_unsigned()) bad("seed must be a non-negative integer");
+    r.seed = v->get<uint64_t>();
+  }
+  return r;
+}
+
+std::string Utf8Chunker::add(const std::string& bytes) {
+  pending_ += bytes;
+  // The start of the last character, and how long it must be.
+  size_t i = pending_.size();
+  while (i > 0 && (static_cast<unsigned char>(pending_[i - 1]) & 0xC0) == 0x80 && pending_.size() - i < 3) --i;
+  if (i == 0) return flush();
+  const unsigned char lead = static_cast<unsigned char>(pending_[i - 1]);
+  const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (lead >= 0xC0 && lead < 0xF8 && pending_.size() - (i - 1) < need) {  // the last character is incomplete
+    std::string out = pending_.substr(0, i - 1);
+    pending_.erase(0, i - 1);
+    return out;
+  }
+  return flush();
+}
+
+std::string Utf8Chunker::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
 }  // namespace loom::serve

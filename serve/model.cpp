@@ -7,6 +7,7 @@
 
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/tensor/ops.hpp"
+#include "status.hpp"
 
 namespace loom::serve {
 
@@ -22,17 +23,19 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
     throw rt::Error(path_ + ": model.config is not valid JSON: " + e.what());
   }
   const std::string type = cfg.value("type", "");
+  if (type == "gpt") {
+    if (device == "cuda") throw rt::Error("--device cuda: gpt models are served on the CPU in this build");
+    load_gpt(f, cfg);
+    config_ = f.config_json;
+    return;
+  }
   if (type != "mlp")
-    throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves type mlp)");
+    throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves types mlp and gpt)");
   mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
   in_ = mlp_->widths().front();
   out_ = mlp_->widths().back();
   input_.features = in_;
-  for (const auto& p : mlp_->params()) {  // a model of NaN weights would answer null with 200
-    const float* v = p.value.f32();
-    for (int64_t i = 0, n = p.value.numel(); i < n; ++i)
-      if (!std::isfinite(v[i])) throw rt::Error(path_ + ": /params/" + p.name + " holds a NaN or infinite weight");
-  }
+  check_finite(mlp_->params());
   if (cfg.contains("preprocess")) {
     const auto& p = cfg["preprocess"];
     try {
@@ -50,6 +53,28 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   cuda_ = device != "cpu" && rt::ops::cuda_usable(&why);
   if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
   if (cuda_) mlp_->to(rt::Device::kCuda);
+}
+
+// A model of NaN weights would answer null with 200: refused at load.
+void ServedModel::check_finite(const std::vector<rt::Param>& params) const {
+  for (const auto& p : params) {
+    const float* v = p.value.f32();
+    for (int64_t i = 0, n = p.value.numel(); i < n; ++i)
+      if (!std::isfinite(v[i])) throw rt::Error(path_ + ": /params/" + p.name + " holds a NaN or infinite weight");
+  }
+}
+
+// A gpt is served by the generate extension (on the CPU): its vocabulary from vocab_bytes.
+void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
+  rt::Gpt gpt = rt::load_gpt(path_, f);
+  check_finite(gpt.params());
+  std::vector<int> bytes;
+  try {
+    bytes = cfg.at("vocab_bytes").get<std::vector<int>>();
+  } catch (const nlohmann::json::exception&) {
+    throw rt::Error(path_ + ": model.config has no vocab_bytes (a gpt exported before byte-level tokens: train it again)");
+  }
+  generator_ = std::make_unique<TextGenerator>(std::move(gpt), std::move(bytes), path_);
 }
 
 void ServedModel::forward(const float* x, int rows, float* out) {

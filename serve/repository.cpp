@@ -97,8 +97,10 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   }
   auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
   log_("info", "loaded model " + name + " version " + version + " from " + file + " (" +
-                   std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) +
-                   " outputs, " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
+                   (model->generator() ? "gpt, context " + std::to_string(model->generator()->context()) + ", generate"
+                                       : std::to_string(model->in_features()) + " inputs, " +
+                                             std::to_string(model->out_features()) + " outputs") +
+                   ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
   return std::make_shared<Batcher>(model, o_, metrics_);
 }
 

@@ -353,8 +353,9 @@ Mlp load_mlp(const std::string& path, const ModelFile& f) {
   return m;
 }
 
-Gpt load_gpt(const std::string& path) {
-  ModelFile f = load_model(path);
+Gpt load_gpt(const std::string& path) { return load_gpt(path, load_model(path)); }
+
+Gpt load_gpt(const std::string& path, const ModelFile& f) {
   auto cfg = config_of(path, f, "gpt");
   GptConfig g;
   try {

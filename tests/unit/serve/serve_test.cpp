@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 
+#include "kserve_json.hpp"
 #include "repository.hpp"
 #include "spec.hpp"
 #include "loom/rt/io/model_io.hpp"
@@ -188,6 +189,33 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
   expect_bad("name: fm", "name: ../fm", "metadata.name");
   expect_bad("loom.ai/v1", "loom.ai/v2", "apiVersion must be loom.ai/v1");
   expect_bad("  model:\n", "  mode:\n", "unknown field spec.mode");
+}
+
+TEST(Generate, StreamsWholeUtf8Characters) {
+  loom::serve::Utf8Chunker c;
+  std::vector<std::string> pieces;
+  for (char ch : std::string("caf\xc3\xa9\xe2\x82\xac!")) {
+    std::string whole = c.add(std::string(1, ch));
+    if (!whole.empty()) pieces.push_back(whole);
+  }
+  EXPECT_EQ(pieces, (std::vector<std::string>{"c", "a", "f", "\xc3\xa9", "\xe2\x82\xac", "!"}));
+  EXPECT_EQ(c.add("\xe2\x82"), "");  // incomplete: held back
+  EXPECT_EQ(c.flush(), "\xe2\x82");
+  EXPECT_EQ(c.add("\x80\x80\x80\x80"), "\x80\x80\x80\x80");  // not UTF-8: passed on, not held forever
+}
+
+TEST(Generate, RequestsAreCheckedStrictly) {
+  using loom::serve::parse_generate_request;
+  auto r = parse_generate_request(R"({"text_input":"hi","parameters":{"max_tokens":5,"temperature":0.5,"seed":3}})");
+  EXPECT_EQ(r.prompt, "hi");
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
+  EXPECT_EQ(r.seed, 3u);
+  EXPECT_EQ(parse_generate_request(R"({"text_input":"hi","max_tokens":7})").max_tokens, 7);  // Triton's top-level form
+  for (const char* bad : {R"({"text_input":5})", R"({"max_tokens":5})", R"({"text_input":"a","max_tokens":0})",
+                          R"({"text_input":"a","max_tokens":1.5})", R"({"text_input":"a","temperature":"hot"})",
+                          R"({"text_input":"a","seed":-1})", R"({"text_input":"a","parameters":[]})", "[]"})
+    EXPECT_THROW(parse_generate_request(bad), loom::serve::ServeError) << bad;
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ Mlp load_mlp(const std::string& path);
 Mlp load_mlp(const std::string& path, const ModelFile& f);
 // A GPT built from a model file (type "gpt"); the same checks as load_mlp.
 Gpt load_gpt(const std::string& path);
+Gpt load_gpt(const std::string& path, const ModelFile& f);
 
 // A training checkpoint (loom.format "checkpoint"): the model's parameters as in a model file,
 // plus /optimizer/m/<name>, /optimizer/v/<name> (the optimizer's moments, when it has them),

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# serve_gpt.sh — loom-serve serving a `gpt` model through the KServe v2 generate extension:
+# greedy text equal to PyTorch's greedy continuation with the same weights, streaming
+# (server-sent events of whole UTF-8 characters) equal to the plain answer, seeded sampling,
+# metadata, and every bad request answered 4xx with the protocol's error body.
+. "$(dirname "$0")/lib.sh"
+S=$LOOM_BUILDDIR/loom-serve
+T=$LOOM_BUILDDIR/loom-train
+[ -x "$S" ] || skip "loom-serve not built"
+cd "$LOOM_TMP" || exit 99
+PY=/usr/bin/python3
+
+# A text with multi-byte UTF-8 characters, so the model's bytes include them.
+{ head -c 60000 /usr/share/common-licenses/GPL-3; for i in $(seq 200); do printf 'café naïve € déjà '; done; } >text.txt
+mkdir -p repo/g/1 repo/m/1
+"$T" --model gpt --data text:"$LOOM_TMP/text.txt" --context 32 --n-embd 32 --n-head 4 --optimizer adamw --lr 0.003 \
+  --global-batch 8 --steps 150 --seed 3 --log-every 1000 --export repo/g/1/model.h5 2>/dev/null
+"$T" --layers 784,16,10 --steps 5 --global-batch 64 --export repo/m/1/model.h5 2>/dev/null
+[ -f repo/g/1/model.h5 ] && [ -f repo/m/1/model.h5 ] || { echo "loom-train export failed"; exit 99; }
+chmod -R go-w repo
+
+"$S" --model-repository repo --http-port 0 --grpc-port -1 2>serve.log &
+pid=$!
+n=0
+until grep -q "listening:" serve.log 2>/dev/null || [ $n -gt 200 ]; do sleep 0.05; n=$((n + 1)); done
+http=$(grep -oE "http [0-9.]+:[0-9]+" serve.log | cut -d' ' -f2)
+expect_match "the gpt loads for generate" "loaded model g version 1 .*gpt, context 32, generate" "$(cat serve.log)"
+gen="http://$http/v2/models/g/generate"
+
+run_cmd curl -s "http://$http/v2/models/g"
+expect_match "metadata: text in, text out" '"inputs":\[\{"datatype":"BYTES","name":"text_input","shape":\[1\]\}\].*"outputs":\[\{"datatype":"BYTES","name":"text_output"' "$out"
+
+# Greedy: the same text as PyTorch's greedy continuation with the same weights (the module of
+# tests/parity/gpt_parity.py), window by window.
+prompt="This License applies to "
+run_cmd curl -s -X POST "$gen" -d "{\"text_input\":\"$prompt\",\"parameters\":{\"max_tokens\":24}}"
+greedy=$out
+$PY - repo/g/1/model.h5 "$prompt" "$greedy" "$LOOM_SRCDIR/tests/parity/gpt_parity.py" <<'PY' && pass || fail "greedy generate differs from PyTorch"
+import json, math, sys
+import h5py, numpy as np, torch
+from torch import nn
+src = open(sys.argv[4]).read()
+exec(src[src.index("class Attn"):src.index("\nwith h5py.File")])  # the parity test's PyTorch module
+with h5py.File(sys.argv[1], "r") as f:
+    cfg = json.loads(f.attrs["model.config"])
+    state = {k: torch.from_numpy(np.array(v)) for k, v in f["params"].items()}
+model = Gpt(cfg)
+model.load_state_dict(state, strict=True)
+index = {b: i for i, b in enumerate(cfg["vocab_bytes"])}
+ids = [index[b] for b in sys.argv[2].encode()]
+out = b""
+with torch.no_grad():
+    for _ in range(24):
+        logits = model(torch.tensor([ids[-cfg["context"]:]]))[0, -1]
+        nxt = int(logits.argmax())
+        ids.append(nxt)
+        out += bytes([cfg["vocab_bytes"][nxt]])
+got = json.loads(sys.argv[3])
+print(f"serve_gpt: greedy continuation {out!r} (PyTorch) and {got['text_output'].encode()!r} (loom-serve)")
+assert got["model_name"] == "g" and got["text_output"].encode() == out, (got, out)
+PY
+
+# Streaming: server-sent events whose texts add up to the plain answer, whole characters each.
+run_cmd curl -s -N -X POST "http://$http/v2/models/g/generate_stream" -d "{\"text_input\":\"$prompt\",\"max_tokens\":24}"
+$PY - "$out" "$greedy" <<'PY' && pass || fail "generate_stream"
+import json, sys
+events = [json.loads(l[6:]) for l in sys.argv[1].split("\n") if l.startswith("data: ")]
+assert len(events) >= 1 and "".join(e["text_output"] for e in events) == json.loads(sys.argv[2])["text_output"], events
+PY
+# Sampled at a high temperature (bytes of every kind, some not UTF-8): the stream's events add
+# up to the plain answer of the same seed (a character split across events would not).
+run_cmd curl -s -N -X POST "http://$http/v2/models/g/generate_stream" -d '{"text_input":"caf","max_tokens":200,"temperature":1.5,"seed":5}'
+plain=$(curl -s -X POST "$gen" -d '{"text_input":"caf","max_tokens":200,"temperature":1.5,"seed":5}')
+$PY - "$out" "$plain" <<'PY' && pass || fail "generate_stream of sampled bytes differs from generate"
+import json, sys
+events = [json.loads(l[6:]) for l in sys.argv[1].split("\n") if l.startswith("data: ")]
+assert "".join(e["text_output"] for e in events) == json.loads(sys.argv[2])["text_output"], (events[:5], sys.argv[2][:200])
+PY
+
+# Sampling: the same seed, the same text; another seed, another text.
+a=$(curl -s -X POST "$gen" -d '{"text_input":"The ","parameters":{"max_tokens":48,"temperature":1.0,"seed":7}}')
+b=$(curl -s -X POST "$gen" -d '{"text_input":"The ","parameters":{"max_tokens":48,"temperature":1.0,"seed":7}}')
+c=$(curl -s -X POST "$gen" -d '{"text_input":"The ","parameters":{"max_tokens":48,"temperature":1.0,"seed":8}}')
+expect_eq "sampling: the same seed" "$a" "$b"
+expect_ne "sampling: another seed" "$a" "$c"
+
+# Bad requests: 4xx with the protocol's error body, the server stays up.
+bad() {  # WHAT CODE REGEX CURL-ARGS...
+  local what=$1 want=$2 re=$3 got
+  shift 3
+  got=$(curl -s -w '\n%{http_code}' "$@")
+  expect_eq "$what: status" "$want" "${got##*$'\n'}"
+  expect_match "$what: error" "^\{\"error\":\".*$re" "${got%$'\n'*}"
+}
+bad "empty text_input" 400 "must not be empty" -X POST "$gen" -d '{"text_input":""}'
+bad "text_input a number" 400 "text_input.*string" -X POST "$gen" -d '{"text_input":5}'
+bad "no text_input" 400 "text_input" -X POST "$gen" -d '{"parameters":{}}'
+bad "max_tokens 0" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":0}'
+bad "max_tokens 5000" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","parameters":{"max_tokens":5000}}'
+bad "max_tokens text" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":"9"}'
+bad "negative temperature" 400 "temperature must be" -X POST "$gen" -d '{"text_input":"a","temperature":-1}'
+bad "a byte outside the vocabulary" 400 "not in the model's vocabulary" -X POST "$gen" -d '{"text_input":"\u0001"}'
+bad "malformed JSON" 400 "malformed JSON" -X POST "$gen" -d '{"text_input":'
+bad "infer on a gpt" 400 "is a gpt: use POST /v2/models/g/generate" -X POST "http://$http/v2/models/g/infer" -d '{}'
+bad "generate on an mlp" 400 "is not a gpt" -X POST "http://$http/v2/models/m/generate" -d '{"text_input":"a"}'
+bad "generate on an unknown model" 404 "unknown model" -X POST "http://$http/v2/models/nope/generate" -d '{"text_input":"a"}'
+bad "GET generate" 405 "use POST" "$gen"
+expect_eq "still ready" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v2/health/ready")"
+kill -TERM $pid
+wait $pid
+expect_eq "clean exit" 0 "$?"
+# A generation past --request-timeout-ms is answered 504 (1 ms: 4096 tokens never fit in it).
+"$S" --model-repository repo --http-port 0 --grpc-port -1 --request-timeout-ms 1 2>serve2.log &
+pid=$!
+n=0
+until grep -q "listening:" serve2.log 2>/dev/null || [ $n -gt 200 ]; do sleep 0.05; n=$((n + 1)); done
+http=$(grep -oE "http [0-9.]+:[0-9]+" serve2.log | cut -d' ' -f2)
+bad "past the request timeout" 504 "timed out after" -X POST "http://$http/v2/models/g/generate" -d '{"text_input":"a","max_tokens":4096}'
+kill -TERM $pid
+wait $pid
+finish
