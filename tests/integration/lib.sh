@@ -36,6 +36,18 @@ run_cmd() {
   err=$(cat "$LOOM_TMP/err")
 }
 
+# serve_start NAME ARGS...: loom-serve in the background on a free HTTP port, its log in
+# NAME.log; waits until it listens. Sets $pid, and $http and $grpc (host:port, or empty).
+serve_start() {
+  local name=$1 n=0
+  shift
+  "$LOOM_BUILDDIR/loom-serve" --http-port 0 "$@" 2>"$name.log" &
+  pid=$!
+  until grep -q "listening:" "$name.log" 2>/dev/null || [ $n -gt 300 ]; do sleep 0.05; n=$((n + 1)); done
+  http=$(grep -oE "http [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
+  grpc=$(grep -oE "grpc [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
+}
+
 finish() {
   if [ "$failures" -gt 0 ]; then
     echo "$LOOM_TEST_NAME: $failures of $((checks + failures)) checks failed"

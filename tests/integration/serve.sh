@@ -26,16 +26,7 @@ printf 's3cret-token\n' >token && chmod 600 token
 
 # start NAME ARGS...: starts loom-serve in the background, waits until it is ready; sets
 # $pid, $http, $grpc (host:port).
-start() {
-  local name=$1
-  shift
-  "$S" --http-port 0 --grpc-port 0 "$@" 2>"$name.log" &
-  pid=$!
-  local n=0
-  until grep -q "listening:" "$name.log" 2>/dev/null || [ $n -gt 200 ]; do sleep 0.05; n=$((n + 1)); done
-  http=$(grep -oE "http [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
-  grpc=$(grep -oE "grpc [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
-}
+start() { serve_start "$1" --grpc-port 0 "${@:2}"; }
 stop() {  # sends SIGTERM and waits; leaves the exit status in $rc
   kill -TERM "$pid"
   wait "$pid"

@@ -18,16 +18,7 @@ mkdir -p repo/m/1
 [ -f repo/m/1/model.h5 ] || { echo "loom-train export failed"; exit 99; }
 chmod -R go-w repo
 
-start() {  # NAME ARGS...: loom-serve in the background, ready; sets $pid and $http, $grpc
-  local name=$1
-  shift
-  "$S" --http-port 0 --grpc-port 0 "$@" 2>"$name.log" &
-  pid=$!
-  local n=0
-  until grep -q "listening:" "$name.log" 2>/dev/null || [ $n -gt 300 ]; do sleep 0.05; n=$((n + 1)); done
-  http=$(grep -oE "http [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
-  grpc=$(grep -oE "grpc [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
-}
+start() { serve_start "$1" --grpc-port 0 "${@:2}"; }
 stop() { kill -TERM "$pid"; wait "$pid"; rc=$?; }
 hwm_kib() { awk '/VmHWM/ {print $2}' "/proc/$pid/status"; }
 

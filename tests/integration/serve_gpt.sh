@@ -19,11 +19,7 @@ mkdir -p repo/g/1 repo/m/1
 [ -f repo/g/1/model.h5 ] && [ -f repo/m/1/model.h5 ] || { echo "loom-train export failed"; exit 99; }
 chmod -R go-w repo
 
-"$S" --model-repository repo --http-port 0 --grpc-port -1 2>serve.log &
-pid=$!
-n=0
-until grep -q "listening:" serve.log 2>/dev/null || [ $n -gt 200 ]; do sleep 0.05; n=$((n + 1)); done
-http=$(grep -oE "http [0-9.]+:[0-9]+" serve.log | cut -d' ' -f2)
+serve_start serve --model-repository repo --grpc-port -1
 expect_match "the gpt loads for generate" "loaded model g version 1 .*gpt, context 32, generate" "$(cat serve.log)"
 gen="http://$http/v2/models/g/generate"
 
@@ -110,11 +106,7 @@ kill -TERM $pid
 wait $pid
 expect_eq "clean exit" 0 "$?"
 # A generation past --request-timeout-ms is answered 504 (1 ms: 4096 tokens never fit in it).
-"$S" --model-repository repo --http-port 0 --grpc-port -1 --request-timeout-ms 1 2>serve2.log &
-pid=$!
-n=0
-until grep -q "listening:" serve2.log 2>/dev/null || [ $n -gt 200 ]; do sleep 0.05; n=$((n + 1)); done
-http=$(grep -oE "http [0-9.]+:[0-9]+" serve2.log | cut -d' ' -f2)
+serve_start serve2 --model-repository repo --grpc-port -1 --request-timeout-ms 1
 bad "past the request timeout" 504 "timed out after" -X POST "http://$http/v2/models/g/generate" -d '{"text_input":"a","max_tokens":4096}'
 kill -TERM $pid
 wait $pid
