@@ -22,6 +22,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(path_ + ": model.config is not valid JSON: " + e.what());
   }
+  if (!cfg.is_object()) throw rt::Error(path_ + ": model.config must be a JSON object");
   const std::string type = cfg.value("type", "");
   if (type == "gpt") {
     if (device == "cuda") throw rt::Error("--device cuda: gpt models are served on the CPU in this build");

@@ -213,6 +213,12 @@ void watch_stop_signals() {
   }).detach();
 }
 
+// Text a file holds, shortened for the terminal (a hostile config can be megabytes).
+std::string shown(const std::string& text) {
+  if (text.size() <= 4096) return text;
+  return text.substr(0, 4096) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 // What the read verified: every dataset with a Fletcher32 checksum, and those without one.
 std::string checksums_text(const std::vector<std::string>& unchecked) {
   if (unchecked.empty()) return "every checksum verified";
@@ -230,8 +236,8 @@ int inspect(const std::string& path) {
       loom::rt::Checkpoint k = loom::rt::load_checkpoint(path);
       std::printf("%s: Loom checkpoint, format version %d, %s\n", path.c_str(), loom::rt::kFormatVersion,
                   checksums_text(k.unchecked).c_str());
-      std::printf("state: %s\nmodel.config: %s\ntrain.config: %s\n", k.state_json.c_str(), k.model_config.c_str(),
-                  k.train_config.c_str());
+      std::printf("state: %s\nmodel.config: %s\ntrain.config: %s\n", shown(k.state_json).c_str(),
+                  shown(k.model_config).c_str(), shown(k.train_config).c_str());
       for (const auto& p : k.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
       std::printf("  /optimizer: %zu first moments, %zu second moments; rng state %zu bytes\n", k.opt_m.size(),
                   k.opt_v.size(), k.rng.size());
@@ -247,7 +253,7 @@ int inspect(const std::string& path) {
     }
     loom::rt::ModelFile m = loom::rt::load_model(path);
     std::printf("%s: Loom model, format version %d, %s\nmodel.config: %s\n", path.c_str(), m.version,
-                checksums_text(m.unchecked).c_str(), m.config_json.c_str());
+                checksums_text(m.unchecked).c_str(), shown(m.config_json).c_str());
     for (const auto& p : m.params) std::printf("  /params/%s %s\n", p.first.c_str(), p.second.shape_str().c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -203,7 +203,7 @@ expect_eq "main server: clean exit after the attacks" 0 "$rc"
 
 # 9. Hostile model files: each is not ready, with a log line naming the model and the reason,
 # and the server keeps serving the good one beside it.
-mkdir -p bad/good/1 bad/wide/1 bad/nan/1 bad/unwritten/1 outside/x
+mkdir -p bad/good/1 bad/wide/1 bad/deep/1 bad/nan/1 bad/unwritten/1 outside/x
 cp repo/m/1/model.h5 bad/good/1/model.h5
 $PY - <<'PY'
 import h5py, json, numpy as np
@@ -216,6 +216,8 @@ def like(path, config=None, params=None, fletcher=True):
         for k, v in (params or {k: src["params"][k][()] for k in src["params"]}).items():
             g.create_dataset(k, data=v, fletcher32=fletcher, chunks=True if fletcher else None)
 like("bad/wide/1/model.h5", {"type": "mlp", "layers": [784] * 5000 + [10], "activation": "relu"})
+like("bad/deep/1/model.h5")
+with h5py.File("bad/deep/1/model.h5", "r+") as f: f.attrs["model.config"] = "[" * 200000 + "]" * 200000
 p = {k: src["params"][k][()] for k in src["params"]}
 p["fc1.weight"] = p["fc1.weight"].copy(); p["fc1.weight"][3, 5] = np.nan
 like("bad/nan/1/model.h5", params=p)
@@ -230,13 +232,14 @@ cp repo/m/1/model.h5 outside/x/model.h5
 ln -s "$LOOM_TMP/outside/x" bad/good/2
 mkdir -p bad/linked/1 && ln -s "$LOOM_TMP/outside/x/model.h5" bad/linked/1/model.h5
 mkdir -p bad/open/1 && cp repo/m/1/model.h5 bad/open/1/model.h5 && chmod 666 bad/open/1/model.h5
-chmod -R go-w bad/good bad/wide bad/nan bad/unwritten bad/linked
+chmod -R go-w bad/good bad/wide bad/deep bad/nan bad/unwritten bad/linked
 t0=$(date +%s.%N)
 start bad --model-repository bad
 t1=$(date +%s.%N)
-echo "serve_attacks: the server with 4 hostile files started in $($PY -c "print(round($t1 - $t0, 2))") s, peak $(($(hwm_kib) / 1024)) MiB"
+echo "serve_attacks: the server with 5 hostile files started in $($PY -c "print(round($t1 - $t0, 2))") s, peak $(($(hwm_kib) / 1024)) MiB"
 log=$(cat bad.log)
 expect_match "layers [784]*5000: refused before allocating" "cannot load model wide version 1: .*model.config says 5000 layers but /params holds 4 tensors" "$log"
+expect_match "model.config nested 200000 deep: refused" "cannot load model deep version 1: .*model.config must be a JSON object" "$log"
 expect_match "NaN weights: refused" "cannot load model nan version 1: .*/params/fc1.weight holds a NaN or infinite weight" "$log"
 expect_match "an unwritten 65536x65536 dataset: refused" "cannot load model unwritten version 1: .*declares 17179869184 bytes but the file stores 0" "$log"
 expect_match "a symlinked version folder: refused" "cannot load model good version 2: .*outside the repository .*--allow-symlinks" "$log"
@@ -251,7 +254,7 @@ $PY - "$out" <<'PY' && pass || fail "repository index states: $out"
 import json, sys
 idx = {(e["name"], e["version"]): e for e in json.loads(sys.argv[1])}
 assert idx[("good", "1")]["state"] == "READY" and idx[("open", "1")]["state"] == "READY"
-for k in (("wide", "1"), ("nan", "1"), ("unwritten", "1"), ("good", "2"), ("linked", "1")):
+for k in (("wide", "1"), ("deep", "1"), ("nan", "1"), ("unwritten", "1"), ("good", "2"), ("linked", "1")):
     assert idx[k]["state"] == "UNAVAILABLE" and idx[k]["reason"], idx[k]
 PY
 stop
