@@ -107,28 +107,28 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
 void Repository::reload(bool initial) {
   std::lock_guard<std::mutex> one(reload_mu_);
   const Wanted want = scan();
-  struct Todo {
+  struct Pending {  // a version to (re)load
     std::string name, version, file;
     int64_t mtime_ns = 0, size = 0;
     std::shared_ptr<Batcher> batcher;
     std::string error;
   };
-  std::vector<Todo> todo;
+  std::vector<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& m : want)
       for (const auto& v : m.second) {
-        Todo t;
+        Pending t;
         t.name = m.first;
         t.version = v.first;
         t.file = v.second;
         stat_file(t.file, &t.mtime_ns, &t.size);
         auto mi = models_.find(m.first);
         const Entry* e = mi == models_.end() || !mi->second.count(v.first) ? nullptr : &mi->second.at(v.first);
-        if (!(e && e->batcher && e->path == t.file && e->mtime_ns == t.mtime_ns && e->size == t.size)) todo.push_back(t);
+        if (!(e && e->batcher && e->path == t.file && e->mtime_ns == t.mtime_ns && e->size == t.size)) pending.push_back(t);
       }
   }
-  for (auto& t : todo) {  // outside the lock: requests to every loaded model go on meanwhile
+  for (auto& t : pending) {  // outside the lock: requests to every loaded model go on meanwhile
     try {
       t.batcher = load(t.name, t.version, t.file);
     } catch (const std::exception& e) {
@@ -138,7 +138,7 @@ void Repository::reload(bool initial) {
   size_t failures = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& t : todo) {
+    for (auto& t : pending) {
       if (t.batcher) {
         // The old batcher (if any) finishes its queue when the last request holding it is done.
         models_[t.name][t.version] = {t.file, t.mtime_ns, t.size, t.batcher};
