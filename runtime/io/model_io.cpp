@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -87,7 +88,23 @@ struct Blob {  // one dataset: a path below the root ("params/fc1.weight"), floa
   std::vector<int64_t> shape;
   const void* data;
   bool bytes;
+  const QuantizedTensor* int8 = nullptr;  // an int8 tensor: its integers, scales and zero point
 };
+
+void write_float_array_attr(hid_t obj, const char* name, const std::vector<float>& v, const std::string& path) {
+  const hsize_t n = v.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  H5Handle attr(H5Acreate2(obj, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  h5check(attr, path + ": cannot create attribute " + name);
+  h5check(H5Awrite(attr, H5T_NATIVE_FLOAT, v.data()), path + ": cannot write attribute " + name);
+}
+
+void write_int_attr(hid_t obj, const char* name, int v, const std::string& path) {
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Handle attr(H5Acreate2(obj, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  h5check(attr, path + ": cannot create attribute " + name);
+  h5check(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write attribute " + name);
+}
 
 hid_t open_or_create_group(hid_t parent, const std::string& name, const std::string& path) {
   if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0) return H5Gopen2(parent, name.c_str(), H5P_DEFAULT);
@@ -152,9 +169,14 @@ void write_atomic(const std::string& path, const std::vector<std::pair<std::stri
         h5check(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), path + ": H5Pset_chunk failed");
         h5check(H5Pset_fletcher32(dcpl), path + ": H5Pset_fletcher32 failed");
         hid_t ftype = b.bytes ? H5T_STD_U8LE : H5T_IEEE_F32LE, mtype = b.bytes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+        if (b.int8) ftype = H5T_STD_I8LE, mtype = H5T_NATIVE_INT8;
         H5Handle ds(H5Dcreate2(parent, leaf.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
         h5check(ds, path + ": cannot create dataset " + b.name);
         h5check(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data), path + ": cannot write dataset " + b.name);
+        if (b.int8) {
+          write_float_array_attr(ds, "scale", b.int8->scale, path);
+          write_int_attr(ds, "zero_point", b.int8->zero_point, path);
+        }
       }
       h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
     }
@@ -172,7 +194,17 @@ void write_atomic(const std::string& path, const std::vector<std::pair<std::stri
 }  // namespace
 
 void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params) {
+  save_model(path, config_json, params, {});
+}
+
+void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params,
+                const std::vector<QuantizedTensor>& quantized) {
   std::vector<Blob> blobs;
+  for (const auto& q : quantized) {
+    LOOM_CHECK(q.q.dtype() == DType::kI8 && q.q.ndim() >= 1 && q.scale.size() == static_cast<size_t>(q.q.dim(0)),
+               "int8 tensor " + q.name + " needs one scale per output channel");
+    blobs.push_back({"params/" + q.name, q.q.shape(), q.q.data<int8_t>(), false, &q});
+  }
   for (const auto& p : params) blobs.push_back({"params/" + p.name, p.value.shape(), p.value.f32(), false});
   write_atomic(path, {{"loom.format", "model"}, {"model.config", config_json}}, blobs);
 }
@@ -207,8 +239,46 @@ void check_stored(hid_t ds, uint64_t bytes, const std::string& where, const std:
 
 // Every float32 dataset of a group, by name (checksums verified by the read; datasets without
 // one are named in `unchecked`).
+std::vector<float> read_float_array_attr(hid_t ds, const char* attr_name, const std::string& where) {
+  if (H5Aexists(ds, attr_name) <= 0) throw Error(where + " is int8 but has no '" + attr_name + "' attribute");
+  H5Handle attr(H5Aopen(ds, attr_name, H5P_DEFAULT), H5Aclose);
+  H5Handle space(H5Aget_space(attr), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  if (n <= 0 || n > (1 << 24)) throw Error(where + ": attribute " + attr_name + " has a bad size");
+  std::vector<float> v(static_cast<size_t>(n));
+  if (H5Aread(attr, H5T_NATIVE_FLOAT, v.data()) < 0) throw Error(where + ": attribute " + attr_name + " is not numeric");
+  return v;
+}
+
+// An int8 weight (Contract 7): its integers, `scale` (one positive float per output channel)
+// and `zero_point` (one integer, or one per channel, all equal).
+Tensor read_int8(hid_t ds, const std::vector<hsize_t>& dims, uint64_t n, const std::string& where, const std::string& path,
+                 std::vector<std::string>* unchecked, ModelFile* quant) {
+  H5Handle type(H5Dget_type(ds), H5Tclose);
+  if (H5Tget_sign(type) != H5T_SGN_2) throw Error(path + ": " + where + " is uint8; int8 weights must be signed");
+  check_stored(ds, n, where, path, unchecked);
+  std::vector<float> scale = read_float_array_attr(ds, "scale", path + ": " + where);
+  if (scale.size() != dims[0])
+    throw Error(path + ": " + where + " has " + std::to_string(scale.size()) + " scales for " + std::to_string(dims[0]) +
+                " output channels");
+  for (float s : scale)
+    if (!(s > 0) || !std::isfinite(s)) throw Error(path + ": " + where + " has a scale that is not positive and finite");
+  std::vector<float> zp = read_float_array_attr(ds, "zero_point", path + ": " + where);
+  for (float z : zp)
+    if (z != zp[0] || z < -128 || z > 127 || z != std::floor(z))
+      throw Error(path + ": " + where + " needs one integer zero_point in [-128, 127] for all channels");
+  Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()), DType::kI8);
+  if (H5Dread(ds, H5T_NATIVE_INT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data<int8_t>()) < 0)
+    throw Error(path + ": " + where + " fails its checksum or cannot be read (corrupt file)");
+  const std::string name = where.substr(where.find_last_of('/') + 1);
+  quant->scales[name] = std::move(scale);
+  quant->zero_points[name] = static_cast<int>(zp[0]);
+  return t;
+}
+
 std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::string& group_path, const std::string& path,
-                                                       bool required, std::vector<std::string>* unchecked = nullptr) {
+                                                       bool required, std::vector<std::string>* unchecked = nullptr,
+                                                       ModelFile* quant = nullptr) {
   std::vector<std::pair<std::string, Tensor>> out;
   if (!path_exists(file, group_path)) {
     if (required) throw Error(path + ": no /" + group_path + " group");
@@ -230,6 +300,12 @@ std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::st
     H5Sget_simple_extent_dims(space, dims.data(), nullptr);
     uint64_t n = 1;
     for (hsize_t d : dims) n = d > 0 && n > (uint64_t{1} << 40) / d ? (uint64_t{1} << 40) : n * d;
+    H5Handle type(H5Dget_type(ds), H5Tclose);
+    if (H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1) {
+      if (!quant) throw Error(path + ": /" + group_path + "/" + name + " is an integer dataset (only model weights may be int8)");
+      out.emplace_back(name, read_int8(ds, dims, n, "/" + group_path + "/" + name, path, unchecked, quant));
+      continue;
+    }
     check_stored(ds, n * sizeof(float), "/" + group_path + "/" + name, path, unchecked);
     Tensor t = Tensor::empty(std::vector<int64_t>(dims.begin(), dims.end()));
     if (H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.f32()) < 0)
@@ -287,8 +363,18 @@ ModelFile load_model(const std::string& path) {
   H5Handle file(open_loom_file(path, &m.format), H5Fclose);
   m.version = kFormatVersion;
   m.config_json = read_string_attr(file, "model.config", path);
-  m.params = read_group(file, "params", path, true, &m.unchecked);
+  m.params = read_group(file, "params", path, true, &m.unchecked, &m);
   return m;
+}
+
+Tensor dequantize(const ModelFile& f, const std::string& name, const Tensor& q) {
+  const auto& scale = f.scales.at(name);
+  const int zp = f.zero_points.at(name);
+  Tensor t = Tensor::empty(q.shape());
+  const int64_t per = q.numel() / q.dim(0);
+  for (int64_t i = 0; i < q.numel(); ++i)
+    t.f32()[i] = static_cast<float>(q.data<int8_t>()[i] - zp) * scale[static_cast<size_t>(i / per)];
+  return t;
 }
 
 namespace {
@@ -301,7 +387,7 @@ void assign_params(const std::string& path, const ModelFile& f, std::vector<Para
     if (it->second.shape() != p.value.shape())
       throw Error(path + ": /params/" + p.name + " has shape " + it->second.shape_str() + ", expected " +
                   p.value.shape_str());
-    p.value = it->second;
+    p.value = it->second.dtype() == DType::kI8 ? dequantize(f, it->first, it->second) : it->second;
   }
   if (f.params.size() != params.size()) throw Error(path + ": /params holds tensors the model does not have");
 }

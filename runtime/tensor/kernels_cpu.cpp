@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/tensor/kernels.hpp"
@@ -113,6 +114,37 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
     }
   }
   return total / rows;
+}
+
+namespace {
+// softmax(x / T) of one row into p (double precision).
+void softmax_t(const float* x, int cols, double T, std::vector<double>& p) {
+  p.resize(static_cast<size_t>(cols));
+  const double mx = *std::max_element(x, x + cols) / T;
+  double sum = 0;
+  for (int c = 0; c < cols; ++c) sum += p[static_cast<size_t>(c)] = std::exp(x[c] / T - mx);
+  for (auto& v : p) v /= sum;
+}
+}  // namespace
+
+double distill_xent(const float* student, const float* teacher, const int32_t* labels, float* dlogits, int rows, int cols,
+                    float temperature, float alpha) {
+  const double T = temperature, a = alpha;
+  const double ce = softmax_xent(student, labels, dlogits, rows, cols);  // dlogits = (softmax(s) - onehot) / rows
+  std::vector<double> ps, pt;
+  double kl = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t o = static_cast<int64_t>(r) * cols;
+    softmax_t(student + o, cols, T, ps);
+    softmax_t(teacher + o, cols, T, pt);
+    for (int c = 0; c < cols; ++c) {
+      const double t = pt[static_cast<size_t>(c)], s = ps[static_cast<size_t>(c)];
+      if (t > 0) kl += t * (std::log(t) - std::log(std::max(s, 1e-300)));
+      if (dlogits)
+        dlogits[o + c] = static_cast<float>((1 - a) * dlogits[o + c] + a * T * (s - t) / rows);
+    }
+  }
+  return a * T * T * kl / rows + (1 - a) * ce;
 }
 
 void argmax_rows(const float* x, int rows, int cols, int32_t* out) {

@@ -68,6 +68,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
       ("precision", po::value(&c.precision)->default_value("fp32"), "fp32 | fp16 | bf16 (fp32 master weights)")
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
+      ("init", po::value(&c.init_path), "mlp: start from this model FILE's weights (its layers unless --layers is given)")
+      ("qat", po::bool_switch(&c.qat), "mlp: quantization-aware training (CPU); --export writes the INT8 model")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
@@ -127,6 +129,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       c.data_dir = data.substr(14);
     }
     c.layers = loom::rt::parse_widths(layers);
+    if (!c.init_path.empty() && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
   } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
     if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};
     c.text_path = data.substr(5);

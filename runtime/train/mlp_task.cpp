@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "loom/rt/io/data.hpp"
+#include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/ops.hpp"
@@ -12,11 +14,17 @@ namespace loom::rt {
 
 namespace {
 
+std::string widths_str(const std::vector<int>& w) {
+  std::string s;
+  for (size_t i = 0; i < w.size(); ++i) s += (i ? "," : "") + std::to_string(w[i]);
+  return s;
+}
+
 class MlpTask : public Task {
  public:
   MlpTask(const TrainConfig& c, Device device)
       : train_(load_fashion_mnist(c.data_dir, "train")), test_(load_fashion_mnist(c.data_dir, "t10k")),
-        model_(c.layers, c.seed), seed_(c.seed), device_(device) {
+        model_(initial_model(c)), seed_(c.seed), device_(device), qat_(c.qat), T_(c.temperature), alpha_(c.alpha) {
     const int features = static_cast<int>(train_.images.dim(1));
     if (c.layers.front() != features)
       throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
@@ -27,6 +35,29 @@ class MlpTask : public Task {
     if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
     dlogits_ = Tensor::empty({c.global_batch, c.layers.back()}, DType::kF32, device_);
     model_.to(device_);
+    if (c.qat) model_.set_fake_quant(true);
+    if (!c.teacher_path.empty()) load_teacher(c);
+  }
+  static Mlp initial_model(const TrainConfig& c) {
+    if (c.init_path.empty()) return Mlp(c.layers, c.seed);
+    Mlp m = load_mlp(c.init_path);
+    if (m.widths() != c.layers)
+      throw Error("--init " + c.init_path + " has layers " + widths_str(m.widths()) + " but --layers is " +
+                  widths_str(c.layers));
+    return m;
+  }
+  void load_teacher(const TrainConfig& c) {
+    if (device_ != Device::kCpu) throw Error("distillation runs on the CPU in this build (use --device cpu)");
+    teacher_ = std::make_unique<Mlp>(load_mlp(c.teacher_path));
+    const auto& tw = teacher_->widths();
+    if (tw.front() != c.layers.front() || tw.back() != c.layers.back())
+      throw Error("teacher " + c.teacher_path + " maps " + std::to_string(tw.front()) + " inputs to " +
+                  std::to_string(tw.back()) + " outputs but the student maps " + std::to_string(c.layers.front()) +
+                  " to " + std::to_string(c.layers.back()));
+  }
+  void export_model(const std::string& path) override {
+    if (!qat_) return Task::export_model(path);
+    save_quant_mlp(path, QuantMlp::quantize(model_, model_.observed_inputs()), model_.config_json(), "qat");
   }
   std::string describe() const override {
     int64_t n = 0;
@@ -41,7 +72,10 @@ class MlpTask : public Task {
     if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
     if (device_ == Device::kCpu) {
       const Tensor& logits = model_.forward(x_);
-      double loss = cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, static_cast<int>(logits.dim(1)));
+      const int cols = static_cast<int>(logits.dim(1));
+      double loss = teacher_ ? cpu::distill_xent(logits.f32(), teacher_->forward(x_).f32(), y_.data(), dlogits_.f32(),
+                                                 batch, cols, T_, alpha_)
+                             : cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, cols);
       model_.backward(dlogits_, false, ready);
       return loss;
     }
@@ -55,6 +89,11 @@ class MlpTask : public Task {
     return loss;
   }
   Eval evaluate() override {
+    model_.set_training(false);  // QAT: evaluation does not move the observers
+    struct Back {
+      Mlp& m;
+      ~Back() { m.set_training(true); }
+    } back{model_};
     const int64_t n = test_.size(), chunk = 1000;
     std::vector<int64_t> order(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
@@ -83,6 +122,9 @@ class MlpTask : public Task {
   Mlp model_;
   uint64_t seed_;
   Device device_;
+  bool qat_;
+  float T_, alpha_;
+  std::unique_ptr<Mlp> teacher_;
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
   Tensor x_, dlogits_;

@@ -68,6 +68,10 @@ void validate(const TrainConfig& c) {
   if (c.resume.empty()) throw Error("--resume must be auto, never or a checkpoint FILE");
   if ((c.ckpt_every > 0 || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
     throw Error("--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir");
+  if (!(c.temperature > 0) || !std::isfinite(c.temperature)) throw Error("--temperature must be positive, not " + num(c.temperature));
+  if (!(c.alpha >= 0 && c.alpha <= 1)) throw Error("--alpha must be in [0, 1], not " + num(c.alpha));
+  if ((c.qat || !c.init_path.empty() || !c.teacher_path.empty()) && c.model != "mlp")
+    throw Error("--qat, --init and distillation are for --model mlp");
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
     throw Error("LOOM_EMULATE_SPEED must be in (0, 1], not " + num(c.emulate_speed));
 }

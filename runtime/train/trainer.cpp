@@ -228,9 +228,7 @@ void Trainer::finish(TrainResult* r) {
                    std::to_string(total_) + " (the export is written when a resumed run finishes)",
                "\"level\":\"warning\",\"event\":\"export_skipped\"");
     } else {
-      std::vector<Param> host;
-      for (const auto& p : task_->params()) host.push_back({p.name, p.value.to(Device::kCpu), Tensor()});
-      save_model(c_.export_path, task_->config_json(), host);
+      task_->export_model(c_.export_path);
       rep_.say("exported " + c_.export_path, "\"level\":\"info\",\"event\":\"export\"");
     }
   }
@@ -238,6 +236,12 @@ void Trainer::finish(TrainResult* r) {
 }
 
 }  // namespace
+
+void Task::export_model(const std::string& path) {
+  std::vector<Param> host;
+  for (const auto& p : params()) host.push_back({p.name, p.value.to(Device::kCpu), Tensor()});
+  save_model(path, config_json(), host);
+}
 
 TrainResult train(const TrainConfig& c, const std::function<void(const std::string&)>& log) {
   Trainer t(c, log);

@@ -3,6 +3,7 @@
 // under a temporary name, fsync'd (file and folder) and renamed.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,17 @@ namespace loom::rt {
 constexpr int kFormatVersion = 1;
 
 void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params);
+// An int8 weight of Contract 7: integers q [out, ...], one scale per output channel, a zero point.
+struct QuantizedTensor {
+  std::string name;
+  Tensor q;
+  std::vector<float> scale;
+  int zero_point = 0;
+};
+// A model with int8 weights (`quantized`, each with attributes scale and zero_point) beside
+// float32 tensors (`params`: biases).
+void save_model(const std::string& path, const std::string& config_json, const std::vector<Param>& params,
+                const std::vector<QuantizedTensor>& quantized);
 
 struct ModelFile {
   std::string format;       // "model" or "checkpoint"
@@ -22,7 +34,12 @@ struct ModelFile {
   std::string config_json;
   std::vector<std::pair<std::string, Tensor>> params;
   std::vector<std::string> unchecked;  // datasets that carry no Fletcher32 checksum (not verified)
+  // For every int8 tensor of /params (dtype kI8 in `params`): its scales and zero point.
+  std::map<std::string, std::vector<float>> scales;
+  std::map<std::string, int> zero_points;
 };
+// An int8 tensor of `f` as float32: (q - zero_point) * scale[channel].
+Tensor dequantize(const ModelFile& f, const std::string& name, const Tensor& q);
 // Throws Error for a missing, truncated or corrupt file (checksums verified), or a wrong version.
 ModelFile load_model(const std::string& path);
 

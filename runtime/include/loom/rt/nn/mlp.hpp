@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/param.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
@@ -28,6 +29,8 @@ class Mlp {
   // Moves parameters and gradients to `device`; forward then expects inputs there.
   void to(Device device);
   Device device() const { return device_; }
+  // Every layer's input after the last forward pass: [0] the model's input, [l] layer l's (a ReLU output).
+  const std::vector<Tensor>& activations() const { return acts_; }
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   int64_t num_params() const;
@@ -35,7 +38,21 @@ class Mlp {
   double train_flops(int batch) const;
   std::string config_json() const;
 
+  // Quantization-aware training (CPU): forward fake-quantizes each Linear's weights (per output
+  // channel, symmetric int8, as loom-compress quantize does) and its input (per tensor, uint8
+  // affine over a moving-average min/max, updated while training); backward passes gradients
+  // straight through, zeroed where an input fell outside its quantization range.
+  void set_fake_quant(bool on);
+  bool fake_quant() const { return fake_quant_; }
+  void set_training(bool on) { training_ = on; }
+  // Each layer's observed input quantization (valid after a forward pass with fake_quant on).
+  std::vector<int8::QParams> observed_inputs() const;
+
  private:
+  void fake_quant_layer(int l);
+  bool fake_quant_ = false, training_ = true;
+  std::vector<std::pair<float, float>> ranges_;  // per layer input: moving-average min and max
+  std::vector<Tensor> xq_, wq_;                   // fake-quantized inputs and weights
   std::vector<int> widths_;
   Device device_ = Device::kCpu;
   std::vector<Param> params_;  // fc1.weight, fc1.bias, fc2.weight, ...

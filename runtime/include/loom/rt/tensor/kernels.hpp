@@ -33,6 +33,11 @@ void bias_grad(const float* dy, float* db, int rows, int cols);
 // Mean softmax cross-entropy over rows; writes dlogits = (softmax - onehot) / rows when non-null.
 // Labels outside [0, cols) are an error (throws loom::rt::Error).
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
+// Mean distillation loss over rows (Hinton et al. 2015): alpha T^2 KL(softmax(t/T) || softmax(s/T))
+// + (1 - alpha) CE(s, y), for student logits s and teacher logits t; writes its gradient with
+// respect to s into dlogits: (alpha T (softmax(s/T) - softmax(t/T)) + (1 - alpha)(softmax(s) - onehot)) / rows.
+double distill_xent(const float* student, const float* teacher, const int32_t* labels, float* dlogits, int rows, int cols,
+                    float temperature, float alpha);
 // Index of each row's largest value.
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
 

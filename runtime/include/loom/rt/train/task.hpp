@@ -31,6 +31,9 @@ class Task {
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
   virtual double train_flops(int batch) const = 0;
+  // Writes the trained model (--export): a float model file of params(), unless the task
+  // trains something else (QAT: the INT8 model).
+  virtual void export_model(const std::string& path);
   // Random-number state beyond the seed (dropout), for checkpoints.
   virtual std::string rng_state() const { return ""; }
   virtual void set_rng_state(const std::string&) {}

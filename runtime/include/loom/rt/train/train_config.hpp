@@ -40,6 +40,15 @@ struct TrainConfig {
   std::string log_format = "text";  // text | json
   std::string metrics_file;
   std::string export_path;
+  // mlp: start from a model file's weights (its widths must equal --layers) instead of random ones.
+  std::string init_path;
+  // mlp: quantization-aware training (fake int8 in the forward pass, CPU); --export then writes
+  // the INT8 model (Contract 7).
+  bool qat = false;
+  // mlp: distillation from a teacher model file (loom-compress distill): the loss is
+  // alpha T^2 KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) CE(s, y).
+  std::string teacher_path;
+  float temperature = 4.0f, alpha = 0.9f;
   // Data parallelism: the communicator (null: one process), how the global batch is split,
   // this rank's device weight (LOOM_DEVICE_WEIGHT) and emulated speed (LOOM_EMULATE_SPEED).
   Communicator* comm = nullptr;

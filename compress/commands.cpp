@@ -1,0 +1,302 @@
+// commands.cpp — loom-compress prune, quantize, distill, eval and convert.
+#include "commands.hpp"
+
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "calibrate.hpp"
+#include "loom/rt/io/data.hpp"
+#include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/train/trainer.hpp"
+#include "model_eval.hpp"
+#include "prune.hpp"
+
+namespace po = boost::program_options;
+
+namespace loom::compress {
+
+namespace {
+
+// loom-train's options that fine-tuning and distillation take.
+struct TrainOpts {
+  std::string data = "fashion-mnist", optimizer = "sgd", seed = "1";
+  int batch = 128, threads = 1;
+  float lr = 0.05f, momentum = 0.9f;  // prune sets lr 0.01: fine-tuning starts from a trained model
+};
+
+void add_train_options(po::options_description& d, TrainOpts& t) {
+  d.add_options()("data", po::value(&t.data)->default_value(t.data), "fashion-mnist[:DIR]")(
+      "global-batch", po::value(&t.batch)->default_value(t.batch), "samples per step")(
+      "lr", po::value(&t.lr)->default_value(t.lr), "learning rate")(
+      "optimizer", po::value(&t.optimizer)->default_value(t.optimizer), "sgd | adamw")(
+      "momentum", po::value(&t.momentum)->default_value(t.momentum), "SGD momentum")(
+      "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and shuffling")(
+      "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads");
+}
+
+std::string data_dir(const std::string& data) {
+  if (data == "fashion-mnist") return rt::kFashionMnistDir;
+  if (data.rfind("fashion-mnist:", 0) == 0 && data.size() > 14) return data.substr(14);
+  throw Usage{"--data must be fashion-mnist or fashion-mnist:DIR, not '" + data + "'"};
+}
+
+rt::TrainConfig train_config(const TrainOpts& t) {
+  rt::TrainConfig c;
+  c.data_dir = data_dir(t.data);
+  c.global_batch = t.batch;
+  c.threads = t.threads;
+  c.lr = t.lr;
+  c.optim.kind = t.optimizer;
+  c.optim.momentum = t.momentum;
+  c.device = "cpu";
+  if (t.seed.empty() || t.seed.size() > 20 || t.seed.find_first_not_of("0123456789") != std::string::npos)
+    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + t.seed + "'"};
+  c.seed = std::stoull(t.seed);
+  rt::validate(c);
+  return c;
+}
+
+po::variables_map parse(int argc, char** argv, const po::options_description& d, const char* positional, int count) {
+  po::positional_options_description pos;
+  if (positional) pos.add(positional, count);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(d).positional(pos).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+bool wants_help(int argc, char** argv, const std::string& name, const po::options_description& d) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << "usage: loom-compress " << name << " [options]\n" << d;
+      return true;
+    }
+  return false;
+}
+
+void require(const po::variables_map& vm, const char* opt, const std::string& cmd) {
+  if (!vm.count(opt)) throw Usage{cmd + " needs --" + std::string(opt)};
+}
+
+void train_log(const std::string& line) { std::cerr << line << "\n"; }
+
+std::string pct(double before, double after) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * (after - before) / before);
+  return b;
+}
+
+void print_side_by_side(const ModelReport& a, const ModelReport& b, const char* what) {
+  std::printf("%-15s %-18s %-18s\n", "", "before", what);
+  std::printf("%-15s %-18s %-18s\n", "layers", a.layers.c_str(), b.layers.c_str());
+  std::printf("%-15s %-18s %-18s\n", "precision", a.precision.c_str(), b.precision.c_str());
+  std::printf("%-15s %-18lld %-18lld %s\n", "params", static_cast<long long>(a.params), static_cast<long long>(b.params),
+              pct(static_cast<double>(a.params), static_cast<double>(b.params)).c_str());
+  std::printf("%-15s %-18lld %-18lld %.2fx\n", "file bytes", static_cast<long long>(a.file_bytes),
+              static_cast<long long>(b.file_bytes), static_cast<double>(b.file_bytes) / static_cast<double>(a.file_bytes));
+  std::printf("%-15s %-18.4f %-18.4f %+.2f pt\n", "test accuracy", a.test_accuracy, b.test_accuracy,
+              100.0 * (b.test_accuracy - a.test_accuracy));
+}
+
+// The input of prune and quantize: a float Loom MLP model file, never an INT8 one.
+rt::ModelFile float_model(const std::string& path, const std::string& cmd) {
+  rt::ModelFile f = rt::load_model(path);
+  const std::string precision = mlp_precision(path, f);
+  if (precision != "fp32")
+    throw rt::Error(path + ": an " + precision + " model; " + cmd + " takes the float model (prune first, then quantize)");
+  return f;
+}
+
+struct TempFile {  // removed when it leaves scope, whatever happened
+  std::string path;
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+}  // namespace
+
+int cmd_prune(int argc, char** argv) {
+  std::string in, out, criterion;
+  double sparsity = 0;
+  int finetune = 0;
+  TrainOpts t;
+  t.lr = 0.01f;
+  po::options_description d("prune options");
+  d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the pruned model file")(
+      "sparsity", po::value(&sparsity), "fraction of each hidden layer's neurons to remove, in (0, 1)")(
+      "criterion", po::value(&criterion)->default_value("l1"), "l1 | l2: the norm that scores a neuron's weights")(
+      "finetune-epochs", po::value(&finetune)->default_value(0), "epochs of fine-tuning after pruning (loom-train's loop)");
+  add_train_options(d, t);
+  if (wants_help(argc, argv, "prune IN.h5", d)) return 0;
+  const auto vm = parse(argc, argv, d, "input", 1);
+  require(vm, "input", "prune");
+  require(vm, "output", "prune");
+  require(vm, "sparsity", "prune");
+  if (!(sparsity > 0 && sparsity < 1)) throw Usage{"--sparsity must be in (0, 1), not " + std::to_string(sparsity)};
+  if (finetune < 0) throw Usage{"--finetune-epochs must not be negative"};
+  rt::TrainConfig c = train_config(t);
+  const rt::ModelFile f = float_model(in, "prune");
+  nlohmann::json cfg = nlohmann::json::parse(f.config_json);
+  if (cfg.contains("pruned"))
+    throw rt::Error(in + ": pruned already (sparsity " + cfg["pruned"].value("sparsity", nlohmann::json()).dump() +
+                    "); prune the original model with the sparsity you want");
+  const rt::Mlp original = rt::load_mlp(in, f);
+  const ModelReport before = evaluate_model(in, c.data_dir);
+  PruneResult r = prune_mlp(original, sparsity, criterion);
+  cfg["layers"] = r.model.widths();
+  cfg["pruned"] = {{"sparsity", sparsity}, {"criterion", criterion}, {"from", original.widths()}, {"finetune_epochs", finetune}};
+  if (finetune > 0) {
+    TempFile start{out + ".pruned.tmp"}, tuned{out + ".tuned.tmp"};
+    rt::save_model(start.path, r.model.config_json(), r.model.params());
+    c.layers = r.model.widths();
+    c.init_path = start.path;
+    c.epochs = finetune;
+    c.export_path = tuned.path;
+    rt::train(c, train_log);
+    r.model = rt::load_mlp(tuned.path);
+  }
+  rt::save_model(out, cfg.dump(), r.model.params());
+  print_side_by_side(before, evaluate_model(out, c.data_dir), "pruned");
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+int cmd_quantize(int argc, char** argv) {
+  std::string in, out, calibration, observer;
+  int samples = 0;
+  bool weights_only = false;
+  po::options_description d("quantize options");
+  d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the INT8 model file")(
+      "calibration", po::value(&calibration)->default_value("fashion-mnist"), "fashion-mnist[:DIR]: training images")(
+      "calib-samples", po::value(&samples)->default_value(2000), "calibration images (a seeded sample of the training set)")(
+      "observer", po::value(&observer)->default_value("minmax"), "minmax | percentile | entropy")(
+      "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)");
+  if (wants_help(argc, argv, "quantize IN.h5", d)) return 0;
+  const auto vm = parse(argc, argv, d, "input", 1);
+  require(vm, "input", "quantize");
+  require(vm, "output", "quantize");
+  if (samples <= 0) throw Usage{"--calib-samples must be positive"};
+  if (observer != "minmax" && observer != "percentile" && observer != "entropy")
+    throw Usage{"--observer must be minmax, percentile or entropy, not '" + observer + "'"};
+  const std::string dir = data_dir(calibration);
+  const rt::ModelFile f = float_model(in, "quantize");
+  rt::Mlp m = rt::load_mlp(in, f);
+  const ModelReport before = evaluate_model(in, dir);
+  if (weights_only) {
+    rt::save_weight_only_mlp(out, m, f.config_json);
+  } else {
+    const rt::Dataset train = rt::load_fashion_mnist(dir, "train");
+    if (samples > train.size())
+      throw Usage{"--calib-samples " + std::to_string(samples) + " is more than the " + std::to_string(train.size()) +
+                  " training images"};
+    rt::Tensor x;
+    std::vector<int32_t> y;
+    rt::gather_batch(train, rt::epoch_order(train.size(), 0, 0), 0, samples, &x, &y);
+    const auto inputs = calibrate(m, x, observer);
+    rt::save_quant_mlp(out, rt::QuantMlp::quantize(m, inputs), f.config_json, observer);
+  }
+  print_side_by_side(before, evaluate_model(out, dir), weights_only ? "int8 weights" : "int8");
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+int cmd_distill(int argc, char** argv) {
+  std::string teacher, student, out;
+  float temperature = 4, alpha = 0.9f;
+  int epochs = 1;
+  bool compare = false;
+  TrainOpts t;
+  po::options_description d("distill options");
+  d.add_options()("teacher", po::value(&teacher), "the teacher's model file")(
+      "student-layers", po::value(&student), "the student's widths, input first (e.g. 784,32,10)")(
+      "output,o", po::value(&out), "the student's model file")(
+      "temperature", po::value(&temperature)->default_value(temperature), "softmax temperature T")(
+      "alpha", po::value(&alpha)->default_value(alpha), "weight of the teacher's soft targets (1 - alpha: the labels)")(
+      "epochs", po::value(&epochs)->default_value(epochs), "training epochs")(
+      "compare", po::bool_switch(&compare), "also train the same student alone (same seed) and report the gap closed");
+  add_train_options(d, t);
+  if (wants_help(argc, argv, "distill", d)) return 0;
+  const auto vm = parse(argc, argv, d, nullptr, 0);
+  require(vm, "teacher", "distill");
+  require(vm, "student-layers", "distill");
+  require(vm, "output", "distill");
+  if (epochs <= 0) throw Usage{"--epochs must be positive"};
+  rt::TrainConfig c = train_config(t);
+  try {
+    c.layers = rt::parse_widths(student);
+  } catch (const rt::Error& e) {
+    throw Usage{std::string(e.what()).replace(0, 8, "--student-layers")};
+  }
+  c.teacher_path = teacher;
+  c.temperature = temperature;
+  c.alpha = alpha;
+  c.epochs = epochs;
+  rt::validate(c);
+  mlp_precision(teacher, rt::load_model(teacher));
+  const ModelReport tr = evaluate_model(teacher, c.data_dir);
+  c.export_path = out;
+  const rt::TrainResult distilled = rt::train(c, train_log);
+  std::printf("teacher  %-18s test accuracy %.4f\n", tr.layers.c_str(), tr.test_accuracy);
+  std::printf("student  %-18s test accuracy %.4f (distilled, T=%g alpha=%g)\n", student.c_str(), distilled.test_accuracy,
+              temperature, alpha);
+  if (compare) {
+    rt::TrainConfig alone = c;
+    alone.teacher_path.clear();
+    alone.export_path.clear();
+    const rt::TrainResult base = rt::train(alone, train_log);
+    const double gap = tr.test_accuracy - base.test_accuracy;
+    std::printf("student  %-18s test accuracy %.4f (trained alone, same seed)\n", student.c_str(), base.test_accuracy);
+    if (gap > 0) std::printf("gap closed: %.1f%% of the teacher's lead\n", 100.0 * (distilled.test_accuracy - base.test_accuracy) / gap);
+    else std::printf("gap closed: n/a (the student alone is as good as the teacher)\n");
+  }
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  std::string model, data, format;
+  po::options_description d("eval options");
+  d.add_options()("model", po::value(&model), "a Loom model file")(
+      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]")(
+      "format", po::value(&format)->default_value("text"), "text | json");
+  if (wants_help(argc, argv, "eval MODEL", d)) return 0;
+  const auto vm = parse(argc, argv, d, "model", 1);
+  require(vm, "model", "eval");
+  if (format != "text" && format != "json") throw Usage{"--format must be text or json, not '" + format + "'"};
+  const ModelReport r = evaluate_model(model, data_dir(data));
+  if (format == "json") {
+    nlohmann::json j{{"model", model},        {"test_accuracy", r.test_accuracy}, {"params", r.params},
+                     {"file_bytes", r.file_bytes}, {"weights_dtype", r.weights_dtype}, {"precision", r.precision},
+                     {"layers", r.layers}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("%s: layers %s, %s, %lld params, %lld bytes, test accuracy %.4f\n", model.c_str(), r.layers.c_str(),
+                r.precision.c_str(), static_cast<long long>(r.params), static_cast<long long>(r.file_bytes),
+                r.test_accuracy);
+  }
+  return 0;
+}
+
+int cmd_convert(int argc, char** argv) {
+  po::options_description d("convert options");
+  std::string in, out;
+  d.add_options()("input", po::value(&in), "IN (.h5 or .onnx)")("output", po::value(&out), "OUT (.onnx or .h5)");
+  if (wants_help(argc, argv, "convert IN OUT", d)) return 0;
+  po::positional_options_description pos;
+  pos.add("input", 1).add("output", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(d).positional(pos).run(), vm);
+  po::notify(vm);
+  require(vm, "input", "convert");
+  require(vm, "output", "convert");
+  auto ext = [](const std::string& p) { return p.substr(p.find_last_of('.') == std::string::npos ? p.size() : p.find_last_of('.')); };
+  const std::string a = ext(in), b = ext(out);
+  if (!((a == ".h5" && b == ".onnx") || (a == ".onnx" && b == ".h5")))
+    throw Usage{"convert goes .h5 -> .onnx or .onnx -> .h5 (by extension), not " + a + " -> " + b};
+  throw rt::Error("convert: ONNX is not in this build yet (the ONNX graph executor and exporter are issue 14); nothing written");
+}
+
+}  // namespace loom::compress

@@ -1,0 +1,192 @@
+// int8.cpp — quantization formulas and the int8 linear layer (oneDNN matmul, or reference loops).
+#include "loom/rt/tensor/int8.hpp"
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "loom/rt/error.hpp"
+#ifdef LOOM_HAVE_DNNL
+#include <dnnl.hpp>
+#endif
+
+namespace loom::rt::int8 {
+
+namespace {
+// std::nearbyint rounds half to even in the default rounding mode, which nothing here changes.
+inline float round_even(float x) { return std::nearbyint(x); }
+constexpr float kEps = std::numeric_limits<float>::epsilon();  // torch's observer floor for a scale
+}  // namespace
+
+QParams affine_from_range(float lo, float hi) {
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  QParams q;
+  q.scale = std::max((hi - lo) / static_cast<float>(kActMax), kEps);
+  q.zero_point = std::clamp(static_cast<int>(round_even(-lo / q.scale)), 0, kActMax);
+  return q;
+}
+
+int quantize_value(float x, float scale, int zero_point, int qmin, int qmax) {
+  const float r = round_even(x / scale) + static_cast<float>(zero_point);
+  return static_cast<int>(std::clamp(r, static_cast<float>(qmin), static_cast<float>(qmax)));
+}
+
+std::vector<float> symmetric_scales(const float* w, int rows, int cols) {
+  std::vector<float> s(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (int c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[static_cast<int64_t>(r) * cols + c]));
+    s[static_cast<size_t>(r)] = std::max(amax / 127.5f, kEps);
+  }
+  return s;
+}
+
+void quantize_per_channel(const float* w, int rows, int cols, const float* scale, int8_t* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const int64_t i = static_cast<int64_t>(r) * cols + c;
+      out[i] = static_cast<int8_t>(quantize_value(w[i], scale[r], 0, -128, 127));
+    }
+}
+
+void quantize_u8(const float* x, int64_t n, QParams q, uint8_t* out) {
+  const float inv = 1.0f / q.scale, zp = static_cast<float>(q.zero_point), hi = static_cast<float>(kActMax);
+  // Multiplying by the inverse (not dividing) keeps this loop vectorised; it can differ from
+  // division by one unit in the last place, i.e. only on exact .5 ties. Weights, whose integers
+  // the file format fixes, use quantize_value's division.
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(std::clamp(round_even(x[i] * inv) + zp, 0.0f, hi));
+}
+
+#ifdef LOOM_HAVE_DNNL
+const char* backend() { return "onednn"; }
+#else
+const char* backend() { return "reference"; }
+#endif
+
+#ifdef LOOM_HAVE_DNNL
+// One matmul primitive per batch size (the serving batch varies), weights reordered once into
+// the layout oneDNN prefers for this shape.
+struct Linear::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  std::mutex mu;
+  struct Prim {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    dnnl::memory weights, bias;
+  };
+  std::map<int, std::shared_ptr<Prim>> by_rows;
+  std::vector<float> bias_acc;  // bias / scale: oneDNN v2 adds the bias before the output scale
+
+  std::shared_ptr<Prim> get(const Linear& l, int m) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_rows.find(m);
+    if (it != by_rows.end()) return it->second;
+    if (by_rows.size() >= 512) by_rows.clear();
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dim M = m, N = l.n_, K = l.k_;
+    dnnl::memory::desc src({M, K}, dt::u8, tag::ab), wei_any({K, N}, dt::s8, tag::any), wei_user({K, N}, dt::s8, tag::ba);
+    dnnl::memory::desc bia({1, N}, dt::f32, tag::ab);
+    const dt out = l.e_.out == Out::kS32 ? dt::s32 : l.e_.out == Out::kF32 ? dt::f32 : dt::u8;
+    dnnl::memory::desc dst({M, N}, out, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (l.e_.out != Out::kS32) attr.set_output_scales(1 << 1, l.e_.scale);
+    if (l.x_zp_ != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {l.x_zp_});
+    if (l.e_.out == Out::kU8 && l.e_.out_zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {l.e_.out_zero_point});
+    dnnl::post_ops po;
+    if (l.e_.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (l.e_.out == Out::kU8)  // reduce range: clamp to [0, kActMax] once the zero point is added
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(-l.e_.out_zero_point),
+                        static_cast<float>(kActMax - l.e_.out_zero_point));
+    attr.set_post_ops(po);
+    const bool has_bias = l.e_.out != Out::kS32 && !l.e_.bias.empty();
+    auto p = std::make_shared<Prim>();
+    dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, wei_any, bia, dst) : dnnl::matmul::desc(src, wei_any, dst);
+    p->pd = dnnl::matmul::primitive_desc(d, attr, eng);
+    p->prim = dnnl::matmul(p->pd);
+    dnnl::memory user(wei_user, eng, const_cast<int8_t*>(l.w_.data()));
+    p->weights = dnnl::memory(p->pd.weights_desc(), eng);
+    dnnl::stream s(eng);
+    dnnl::reorder(user, p->weights).execute(s, user, p->weights);
+    s.wait();
+    if (has_bias) p->bias = dnnl::memory(bia, eng, bias_acc.data());
+    by_rows[m] = p;
+    return p;
+  }
+
+  void run(const Linear& l, const uint8_t* x, int m, void* y) {
+    auto p = get(l, m);
+    std::vector<uint8_t> scratch(p->pd.scratchpad_desc().get_size());
+    dnnl::memory src(p->pd.src_desc(), eng, const_cast<uint8_t*>(x)), dst(p->pd.dst_desc(), eng, y);
+    dnnl::memory pad(p->pd.scratchpad_desc(), eng, scratch.data());
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p->weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, pad}};
+    if (p->bias) args[DNNL_ARG_BIAS] = p->bias;
+    dnnl::stream s(eng);
+    p->prim.execute(s, args);
+    s.wait();
+  }
+};
+#else
+struct Linear::Impl {};
+#endif
+
+Linear::Linear(int n, int k, const int8_t* w, int x_zero_point, Epilogue e)
+    : n_(n), k_(k), x_zp_(x_zero_point), w_(w, w + static_cast<int64_t>(n) * k), e_(std::move(e)) {
+  if (n <= 0 || k <= 0) throw Error("int8 linear: bad shape " + std::to_string(n) + "x" + std::to_string(k));
+  if (x_zero_point < 0 || x_zero_point > kActMax) throw Error("int8 linear: input zero point out of range");
+  if (e_.out != Out::kS32 && e_.scale.size() != static_cast<size_t>(n))
+    throw Error("int8 linear: " + std::to_string(e_.scale.size()) + " output scales for " + std::to_string(n) + " channels");
+  if (!e_.bias.empty() && e_.bias.size() != static_cast<size_t>(n))
+    throw Error("int8 linear: bias of " + std::to_string(e_.bias.size()) + " for " + std::to_string(n) + " channels");
+  for (float s : e_.scale)
+    if (!(s > 0) || !std::isfinite(s)) throw Error("int8 linear: output scales must be positive and finite");
+  impl_ = std::make_unique<Impl>();
+#ifdef LOOM_HAVE_DNNL
+  for (size_t i = 0; i < e_.bias.size(); ++i) impl_->bias_acc.push_back(e_.bias[i] / e_.scale[i]);
+#endif
+}
+
+Linear::~Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+
+void Linear::run(const uint8_t* x, int m, void* y) const {
+  if (m <= 0) return;
+#ifdef LOOM_HAVE_DNNL
+  impl_->run(*this, x, m, y);
+#else
+  run_reference(x, m, y);
+#endif
+}
+
+void Linear::run_reference(const uint8_t* x, int m, void* y) const {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n_; ++j) {
+      int32_t acc = 0;
+      const uint8_t* xr = x + static_cast<int64_t>(i) * k_;
+      const int8_t* wr = w_.data() + static_cast<int64_t>(j) * k_;
+      for (int t = 0; t < k_; ++t) acc += (static_cast<int32_t>(xr[t]) - x_zp_) * wr[t];
+      const int64_t o = static_cast<int64_t>(i) * n_ + j;
+      if (e_.out == Out::kS32) {
+        static_cast<int32_t*>(y)[o] = acc;
+        continue;
+      }
+      float v = static_cast<float>(acc) * e_.scale[static_cast<size_t>(j)] + (e_.bias.empty() ? 0.0f : e_.bias[static_cast<size_t>(j)]);
+      if (e_.relu) v = std::max(v, 0.0f);
+      if (e_.out == Out::kF32) {
+        static_cast<float*>(y)[o] = v;
+        continue;
+      }
+      const float q = std::clamp(round_even(v) + static_cast<float>(e_.out_zero_point), 0.0f, static_cast<float>(kActMax));
+      static_cast<uint8_t*>(y)[o] = static_cast<uint8_t>(q);
+    }
+}
+
+}  // namespace loom::rt::int8
