@@ -11,6 +11,7 @@ namespace loom::serve {
 
 Batcher::Batcher(std::shared_ptr<ServedModel> model, const Options& o, Metrics* metrics)
     : model_(std::move(model)), o_(o), metrics_(metrics) {
+  if (metrics_) metrics_->set_info(model_->name(), model_->version(), model_->precision());
   answer_thread_ = std::thread([this] { answer_loop(); });
   thread_ = std::thread([this] { loop(); });
 }

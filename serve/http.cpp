@@ -56,6 +56,7 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
   return json{{"name", m.name()},
               {"versions", repo->versions(name)},
               {"platform", "loom-hdf5"},
+              {"parameters", {{"precision", m.precision()}}},
               {"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, m.in_features()}}}}},
               {"outputs", {{{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, m.out_features()}}}}}}
       .dump(-1, ' ', false, json::error_handler_t::replace);

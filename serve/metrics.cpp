@@ -65,6 +65,11 @@ void Metrics::set_queue(const std::string& model, size_t n) {
   at(model).queue = n;
 }
 
+void Metrics::set_info(const std::string& model, const std::string& version, const std::string& precision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at(model).precision[version] = precision;
+}
+
 std::string Metrics::text() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream os;
@@ -97,6 +102,11 @@ std::string Metrics::text() const {
          << f.second << "\n";
   os << "# HELP loom_serve_queue_length Requests waiting for a batch.\n# TYPE loom_serve_queue_length gauge\n";
   for (const auto& m : models_) os << "loom_serve_queue_length{model=\"" << label(m.first) << "\"} " << m.second.queue << "\n";
+  os << "# HELP loom_serve_model_info Loaded model versions and their precision.\n# TYPE loom_serve_model_info gauge\n";
+  for (const auto& m : models_)
+    for (const auto& v : m.second.precision)
+      os << "loom_serve_model_info{model=\"" << label(m.first) << "\",version=\"" << label(v.first) << "\",precision=\""
+         << v.second << "\"} 1\n";
   for (const auto& m : models_) {
     histogram("loom_serve_queue_seconds", "Time a request waited for its batch.", m.first, m.second.queue_s);
     histogram("loom_serve_compute_seconds", "Time a batch's forward pass took.", m.first, m.second.compute_s);

@@ -18,6 +18,8 @@ class Metrics {
   void request(const std::string& model, const std::string& protocol, Status s);
   void observe(const std::string& model, double queue_s, double compute_s, int batch_rows, bool batch_start);
   void set_queue(const std::string& model, size_t n);
+  // A loaded version's precision (fp32, int8, int8-weights): loom_serve_model_info.
+  void set_info(const std::string& model, const std::string& version, const std::string& precision);
   std::string text() const;
 
  private:
@@ -34,6 +36,7 @@ class Metrics {
     size_t queue = 0;
     Histogram queue_s, compute_s, batch;
     uint64_t batches = 0;
+    std::map<std::string, std::string> precision;  // version -> precision
   };
   PerModel& at(const std::string& model);
   mutable std::mutex mu_;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "status.hpp"
 
@@ -32,7 +33,12 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   }
   if (type != "mlp")
     throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves types mlp and gpt)");
+  precision_ = rt::model_precision(path_, f);
   mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
+  if (precision_ == "int8") {
+    if (device == "cuda") throw rt::Error("--device cuda: INT8 models are served on the CPU in this build");
+    int8_ = std::make_unique<rt::QuantMlp>(rt::load_quant_mlp(path_, f));
+  }
   in_ = mlp_->widths().front();
   out_ = mlp_->widths().back();
   input_.features = in_;
@@ -51,7 +57,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   }
   config_ = f.config_json;
   std::string why;
-  cuda_ = device != "cpu" && rt::ops::cuda_usable(&why);
+  cuda_ = device != "cpu" && !int8_ && rt::ops::cuda_usable(&why);
   if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
   if (cuda_) mlp_->to(rt::Device::kCuda);
 }
@@ -81,6 +87,11 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
 void ServedModel::forward(const float* x, int rows, float* out) {
   rt::Tensor in = rt::Tensor::empty({rows, in_});
   std::memcpy(in.f32(), x, static_cast<size_t>(rows) * in_ * sizeof(float));
+  if (int8_) {
+    const rt::Tensor y = int8_->forward(in);
+    std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
+    return;
+  }
   if (cuda_) {
     const rt::Tensor y = mlp_->forward(in.to(rt::Device::kCuda)).to(rt::Device::kCpu);
     std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));

@@ -343,12 +343,16 @@ int usage() {
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
-               "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n");
+               "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
+               "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
+               "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n");
   return 2;
 }
 
 }  // namespace
 
+int bench_gemm(int argc, char** argv);
+int bench_infer(int argc, char** argv);
 #ifdef LOOM_BENCH_SERVE
 int bench_serve(int argc, char** argv, const std::string& self);
 #endif
@@ -356,6 +360,8 @@ int bench_serve(int argc, char** argv, const std::string& self);
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  if (cmd == "gemm") return bench_gemm(argc, argv);
+  if (cmd == "infer") return bench_infer(argc, argv);
   if (cmd == "serve") {
 #ifdef LOOM_BENCH_SERVE
     try {
