@@ -32,7 +32,8 @@ QParams affine_from_range(float lo, float hi) {
 }
 
 int quantize_value(float x, float scale, int zero_point, int qmin, int qmax) {
-  const float r = round_even(x / scale) + static_cast<float>(zero_point);
+  const float inv = 1.0f / scale;  // as PyTorch's quantize_val: value * (1.0f / scale), not value / scale
+  const float r = round_even(x * inv) + static_cast<float>(zero_point);
   return static_cast<int>(std::clamp(r, static_cast<float>(qmin), static_cast<float>(qmax)));
 }
 
@@ -56,9 +57,6 @@ void quantize_per_channel(const float* w, int rows, int cols, const float* scale
 
 void quantize_u8(const float* x, int64_t n, QParams q, uint8_t* out) {
   const float inv = 1.0f / q.scale, zp = static_cast<float>(q.zero_point), hi = static_cast<float>(kActMax);
-  // Multiplying by the inverse (not dividing) keeps this loop vectorised; it can differ from
-  // division by one unit in the last place, i.e. only on exact .5 ties. Weights, whose integers
-  // the file format fixes, use quantize_value's division.
   // Rounding by the 1.5 * 2^23 trick (half to even in the default rounding mode, exact for the
   // clamped range) vectorises where a call to nearbyint per element does not.
   constexpr float kMagic = 12582912.0f;

@@ -24,8 +24,8 @@ struct QParams {
 // is widened to hold 0: scale = (max - min) / kActMax, zero_point = clamp(round(-min / scale)).
 QParams affine_from_range(float lo, float hi);
 
-// round_half_even(x / scale) + zp, clamped to [qmin, qmax] — torch.quantize_per_channel's
-// formula (it divides by the scale; it does not multiply by an inverse).
+// round_half_even(x * (1.0f / scale)) + zp, clamped to [qmin, qmax] — torch.quantize_per_channel's
+// formula (PyTorch's quantize_val multiplies by the float inverse of the scale).
 int quantize_value(float x, float scale, int zero_point, int qmin, int qmax);
 // Per-output-channel symmetric int8 weights of w [rows, cols]: scale[r] = max|w[r,:]| / 127.5
 // (PyTorch's PerChannelMinMaxObserver, qint8, per_channel_symmetric; eps-floored), zero point 0.

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# compress.sh — loom-compress end to end on Fashion-MNIST: pruning shrinks widths, parameters
+# and the file; INT8 files are a third of the size and keep their accuracy; QAT's export is the
+# model it evaluated; distillation writes the student; every bad input gives one error and
+# writes nothing; loom-serve answers with the INT8 model and says its precision.
+. "$(dirname "$0")/lib.sh"
+B=$LOOM_BUILDDIR
+[ -x "$B/loom-compress" ] || skip "loom-compress not built"
+[ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+cd "$LOOM_TMP"
+json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
+check() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print('yes' if $1 else 'no: %s' % d)"; }
+
+run_cmd "$B/loom-train" --layers 784,64,64,10 --epochs 2 --seed 4 --export fp32.h5 --log-every 1000
+expect_eq "train the float model" 0 "$rc"
+fp=$("$B/loom-compress" eval fp32.h5 --format json)
+fp_acc=$(echo "$fp" | json '["test_accuracy"]'); fp_bytes=$(echo "$fp" | json '["file_bytes"]')
+fp_params=$(echo "$fp" | json '["params"]')
+
+# Pruning: 30% of each hidden layer's neurons, physically removed.
+run_cmd "$B/loom-compress" prune fp32.h5 -o pruned.h5 --sparsity 0.3
+expect_eq "prune" 0 "$rc"
+pr=$("$B/loom-compress" eval pruned.h5 --format json)
+expect_eq "pruned widths" "784,45,45,10" "$(echo "$pr" | json '["layers"]')"
+expect_eq "params shrink" yes "$(echo "$pr" | check "d['params'] < 0.72 * $fp_params")"
+expect_eq "file shrinks" yes "$(echo "$pr" | check "d['file_bytes'] < 0.8 * $fp_bytes")"
+expect_match "the table says before and after" "params +$fp_params" "$out"
+
+# INT8: about a quarter of the size (HDF5's overhead weighs more on this small model than on
+# 784-512-512-10, where it is 0.26x), accuracy within half a point.
+run_cmd "$B/loom-compress" quantize fp32.h5 -o int8.h5 --calib-samples 1000
+expect_eq "quantize" 0 "$rc"
+q=$("$B/loom-compress" eval int8.h5 --format json)
+expect_eq "int8 precision" "int8" "$(echo "$q" | json '["precision"]')"
+expect_eq "int8 weights" "int8" "$(echo "$q" | json '["weights_dtype"]')"
+expect_eq "int8 file <= 0.35x" yes "$(echo "$q" | check "d['file_bytes'] <= 0.35 * $fp_bytes")"
+expect_eq "int8 accuracy within 0.5 pt" yes "$(echo "$q" | check "abs(d['test_accuracy'] - $fp_acc) <= 0.005")"
+for obs in percentile entropy; do
+  run_cmd "$B/loom-compress" quantize fp32.h5 -o "int8-$obs.h5" --observer "$obs" --calib-samples 500
+  expect_eq "quantize --observer $obs" 0 "$rc"
+done
+run_cmd "$B/loom-compress" quantize pruned.h5 -o pruned-int8.h5 --weights-only
+expect_eq "weights-only of the pruned model" "int8-weights" "$("$B/loom-compress" eval pruned-int8.h5 --format json | json '["precision"]')"
+
+# QAT: the INT8 export computes what the fake-quantized model evaluated.
+run_cmd "$B/loom-train" --qat --init fp32.h5 --steps 100 --lr 0.01 --export qat.h5 --log-every 1000
+expect_eq "loom-train --qat" 0 "$rc"
+qat_acc=$(echo "$out$err" | grep -oE "done: .*test accuracy [0-9.]+" | grep -oE "[0-9.]+$")
+expect_eq "QAT export is INT8" "int8" "$("$B/loom-compress" eval qat.h5 --format json | json '["precision"]')"
+expect_eq "QAT export's accuracy is the accuracy QAT evaluated ($qat_acc)" yes \
+  "$("$B/loom-compress" eval qat.h5 --format json | check "abs(d['test_accuracy'] - ${qat_acc:-9}) <= 0.002")"
+
+# Distillation writes a student of the asked widths.
+run_cmd "$B/loom-compress" distill --teacher fp32.h5 --student-layers 784,16,10 -o student.h5 --steps-note 2>/dev/null
+expect_eq "unknown option is a usage error" 2 "$rc"
+run_cmd "$B/loom-compress" distill --teacher fp32.h5 --student-layers 784,16,10 -o student.h5 --epochs 1
+expect_eq "distill" 0 "$rc"
+expect_eq "student widths" "784,16,10" "$("$B/loom-compress" eval student.h5 --format json | json '["layers"]')"
+
+# Bad inputs: one line on stderr, the exit status, nothing written.
+bad() {  # bad WHAT RC REGEX CMD...
+  local what=$1 want=$2 re=$3
+  shift 3
+  rm -f out.h5
+  run_cmd "$@"
+  expect_eq "$what: exit status" "$want" "$rc"
+  expect_match "$what: message" "$re" "$err"
+  [ ! -e out.h5 ] && pass || fail "$what: out.h5 was written"
+  expect_eq "$what: nothing on stdout" "" "$out"
+}
+bad "prune an INT8 file" 1 "int8 model; prune takes the float model" "$B/loom-compress" prune int8.h5 -o out.h5 --sparsity 0.3
+bad "prune a pruned file" 1 "pruned already" "$B/loom-compress" prune pruned.h5 -o out.h5 --sparsity 0.3
+bad "sparsity 0" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 0
+bad "sparsity 1.5" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 1.5
+bad "quantize an INT8 file" 1 "int8 model; quantize takes the float model" "$B/loom-compress" quantize int8.h5 -o out.h5
+head -c 4096 /dev/urandom > junk.h5
+bad "not a Loom file" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" quantize junk.h5 -o out.h5
+bad "unknown observer" 2 "observer must be minmax, percentile or entropy" "$B/loom-compress" quantize fp32.h5 -o out.h5 --observer kl
+bad "convert before ONNX" 1 "ONNX is not in this build" "$B/loom-compress" convert fp32.h5 out.onnx
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  /usr/bin/python3 - <<'PY'
+import h5py, numpy as np
+with h5py.File("narrow.h5", "w") as f:
+    f.attrs["loom.format"] = "model"
+    f.attrs["loom.version"] = np.int32(1)
+    f.attrs["model.config"] = '{"type":"mlp","layers":[100,8,10],"activation":"relu"}'
+    for n, s in (("fc1.weight", (8, 100)), ("fc1.bias", (8,)), ("fc2.weight", (10, 8)), ("fc2.bias", (10,))):
+        f.create_dataset("params/" + n, data=np.full(s, 0.01, np.float32))
+PY
+  bad "calibration data of the wrong width" 1 "takes 100 inputs, the data has 784" "$B/loom-compress" quantize narrow.h5 -o out.h5
+  /usr/bin/python3 - <<'PY'
+import h5py, numpy as np
+with h5py.File("five.h5", "w") as f:
+    f.attrs["loom.format"] = "model"
+    f.attrs["loom.version"] = np.int32(1)
+    f.attrs["model.config"] = '{"type":"mlp","layers":[784,8,5],"activation":"relu"}'
+    for n, s in (("fc1.weight", (8, 784)), ("fc1.bias", (8,)), ("fc2.weight", (5, 8)), ("fc2.bias", (5,))):
+        f.create_dataset("params/" + n, data=np.full(s, 0.01, np.float32))
+PY
+  bad "teacher of another output width" 1 "teacher five.h5 maps 784 inputs to 5 outputs but the student maps 784 to 10" \
+    "$B/loom-compress" distill --teacher five.h5 --student-layers 784,16,10 -o out.h5
+fi
+
+# loom-serve serves the INT8 file with the INT8 kernels and says so.
+mkdir -p repo/fp/1 repo/q/1
+cp fp32.h5 repo/fp/1/model.h5
+cp int8.h5 repo/q/1/model.h5
+serve_start serve --model-repository repo --grpc-port 0
+[ -n "$http" ] && pass || fail "loom-serve did not start: $(cat serve.log)"
+expect_match "metadata says int8" '"parameters":\{"precision":"int8"\}' "$(curl -s "$http/v2/models/q")"
+expect_match "metadata says fp32" '"parameters":\{"precision":"fp32"\}' "$(curl -s "$http/v2/models/fp")"
+/usr/bin/python3 - > req.json <<'PY'
+import gzip, json, numpy as np
+with gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)[:8]
+print(json.dumps({"inputs": [{"name": "input", "shape": [8, 784], "datatype": "UINT8", "data": x.flatten().tolist()}]}))
+PY
+a=$(curl -s -d @req.json "$http/v2/models/fp/infer"); b=$(curl -s -d @req.json "$http/v2/models/q/infer")
+verdict=$(/usr/bin/python3 -c "
+import json, sys, numpy as np
+a = np.array(json.loads(sys.argv[1])['outputs'][0]['data']).reshape(8, 10)
+b = np.array(json.loads(sys.argv[2])['outputs'][0]['data']).reshape(8, 10)
+print('same' if (a.argmax(1) == b.argmax(1)).sum() >= 7 and np.abs(a - b).max() < 0.1 * np.abs(a).max() + 0.1 else 'differ %s' % np.abs(a - b).max())
+" "$a" "$b" 2>&1)
+expect_eq "INT8 logits near the float model's" "same" "$verdict"
+expect_match "metrics say the precision" 'loom_serve_model_info\{model="q",version="1",precision="int8"\} 1' "$(curl -s "$http/metrics")"
+kill "$pid"; wait "$pid" 2>/dev/null
+finish
