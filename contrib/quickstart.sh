@@ -58,32 +58,45 @@ if [ -x "$build/loom-train" ]; then
   "$build/loom-train" --inspect "$last" | head -4
 fi
 
-banner "9. Serve the exported model over KServe v2 (REST and gRPC) and classify test images"
+banner "9. Compress it: prune 30% of the hidden neurons (one epoch of fine-tuning), then quantize to INT8"
+if [ -x "$build/loom-compress" ] && [ -f "$build/fashion-mlp.h5" ]; then
+  "$build/loom-compress" prune "$build/fashion-mlp.h5" -o "$build/fashion-mlp-pruned.h5" --sparsity 0.3 \
+    --finetune-epochs 1 --threads 2 2>/dev/null
+  "$build/loom-compress" quantize "$build/fashion-mlp-pruned.h5" -o "$build/fashion-mlp-int8.h5" --calib-samples 2000
+  echo "--- side by side (loom-compress eval)"
+  for m in fashion-mlp fashion-mlp-pruned fashion-mlp-int8; do "$build/loom-compress" eval "$build/$m.h5"; done
+fi
+
+banner "10. Serve the float and the INT8 model over KServe v2 (REST and gRPC) and classify test images"
 if [ -x "$build/loom-serve" ] && [ -f "$build/fashion-mlp.h5" ]; then
-  rm -rf "$build/models" && mkdir -p "$build/models/fashion-mlp/1"
+  rm -rf "$build/models" && mkdir -p "$build/models/fashion-mlp/1" "$build/models/fashion-mlp-int8/1"
   cp "$build/fashion-mlp.h5" "$build/models/fashion-mlp/1/model.h5"
+  [ -f "$build/fashion-mlp-int8.h5" ] && cp "$build/fashion-mlp-int8.h5" "$build/models/fashion-mlp-int8/1/model.h5"
   "$build/loom-serve" --model-repository "$build/models" --http-port 0 --grpc-port 0 2>"$build/serve.log" &
   serve_pid=$!
   for _ in $(seq 100); do grep -q "listening:" "$build/serve.log" && break; sleep 0.1; done
   cat "$build/serve.log"
   http=$(grep -oE "http [0-9.]+:[0-9]+" "$build/serve.log" | cut -d' ' -f2)
   curl -s "$http/v2/models/fashion-mlp"; echo
+  curl -s "$http/v2/models/fashion-mlp-int8"; echo
   /usr/bin/python3 - "$http" <<'PY'
 import gzip, json, sys, urllib.request
 names = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 raw = gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz").read()[16:16 + 8 * 784]
 labels = gzip.open("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz").read()[8:16]
 body = json.dumps({"inputs": [{"name": "input", "shape": [8, 784], "datatype": "UINT8", "data": list(raw)}]}).encode()
-out = json.loads(urllib.request.urlopen(urllib.request.Request("http://" + sys.argv[1] + "/v2/models/fashion-mlp/infer", body)).read())
-logits = out["outputs"][0]["data"]
+def classify(model):
+    req = urllib.request.Request("http://" + sys.argv[1] + "/v2/models/" + model + "/infer", body)
+    logits = json.loads(urllib.request.urlopen(req).read())["outputs"][0]["data"]
+    return [names[max(range(10), key=lambda c: logits[i * 10 + c])] for i in range(8)]
+fp32, int8 = classify("fashion-mlp"), classify("fashion-mlp-int8")
 for i in range(8):
-    row = logits[i * 10:(i + 1) * 10]
-    print(f"test image {i}: served as {names[row.index(max(row))]:12s} (label {names[labels[i]]})")
+    print(f"test image {i}: fp32 {fp32[i]:12s} int8 {int8[i]:12s} (label {names[labels[i]]})")
 PY
   kill -TERM "$serve_pid" && wait "$serve_pid" && echo "loom-serve stopped cleanly on SIGTERM"
 fi
 
-banner "10. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
+banner "11. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
 # examples/train-hetero.sbatch: a heterogeneous job (an a100 component and a v100 component)
 # launched with srun --het-group=0,1; the V100 rank is emulated at 0.4 of the speed. Run once
 # with dynamic shares and once with an equal split, and compare.

@@ -100,7 +100,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
                    (model->generator() ? "gpt, context " + std::to_string(model->generator()->context()) + ", generate"
                                        : std::to_string(model->in_features()) + " inputs, " +
                                              std::to_string(model->out_features()) + " outputs") +
-                   ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
+                   ", " + model->precision() + ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
   return std::make_shared<Batcher>(model, o_, metrics_);
 }
 
