@@ -1,5 +1,6 @@
 // kernels.cu — CUDA kernels and cuBLAS GEMM behind kernels_cuda.hpp. Every CUDA and cuBLAS
 // call is checked and reports file:line with the library's own message.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -228,5 +229,94 @@ void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float l
   k_adamw<<<blocks(n, 256), 256>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, root_bc2);
   CUDA_OK(cudaGetLastError());
 }
+
+namespace {
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x;
+    CUBLAS_OK(cublasLtCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+bool g_int8_lt = false;
+
+// acc[m, n] (row-major) = sum_k x[m, k] w[n, k], one thread per output.
+__global__ void k_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, int k) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= int64_t{m} * n) return;
+  const int8_t* xr = x + (i / n) * k;
+  const int8_t* wr = w + (i % n) * k;
+  int32_t s = 0;
+  for (int t = 0; t < k; ++t) s += int32_t{xr[t]} * int32_t{wr[t]};
+  acc[i] = s;
+}
+
+__global__ void k_int8_epilogue(const int32_t* acc, int m, int n, int x_zp, const int32_t* rowsum, const float* scale,
+                                const float* bias, int relu, int kind, int out_zp, int act_max, void* y) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= int64_t{m} * n) return;
+  const int c = static_cast<int>(i % n);
+  const int32_t a = acc[i] - x_zp * rowsum[c];
+  if (kind == 0) {
+    static_cast<int32_t*>(y)[i] = a;
+    return;
+  }
+  float v = static_cast<float>(a) * scale[c] + (bias ? bias[c] : 0.0f);
+  if (relu) v = fmaxf(v, 0.0f);
+  if (kind == 1) {
+    static_cast<float*>(y)[i] = v;
+    return;
+  }
+  const float q = fminf(fmaxf(rintf(v) + static_cast<float>(out_zp), 0.0f), static_cast<float>(act_max));
+  static_cast<uint8_t*>(y)[i] = static_cast<uint8_t>(q);
+}
+
+// The row-major product as cuBLASLt's column-major one: C^T[n, m] = op_T(W)[n, k] * X^T[k, m]
+// ("TN", what its int8 tensor-core kernels take). False when cuBLASLt has no kernel for it.
+bool lt_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, int k) {
+  static void* workspace = nullptr;
+  constexpr size_t kWorkspace = size_t{4} << 20;
+  if (!workspace) CUDA_OK(cudaMalloc(&workspace, kWorkspace));
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  CUBLAS_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_OK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, k, n, k));
+  CUBLAS_OK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, k, m, k));
+  CUBLAS_OK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32I, n, m, n));
+  const int32_t alpha = 1, beta = 0;
+  const cublasStatus_t st =
+      cublasLtMatmul(lt_handle(), op, &alpha, w, a, x, b, &beta, acc, c, acc, c, nullptr, workspace, kWorkspace, 0);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) return false;
+  CUBLAS_OK(st);
+  return true;
+}
+
+}  // namespace
+
+void int8_linear(int m, int n, int k, const int8_t* x, int x_zp, const int8_t* w, const int32_t* w_rowsum,
+                 const float* scale, const float* bias, bool relu, int out_kind, int out_zp, int act_max, void* y) {
+  const size_t bytes = sizeof(int32_t) * static_cast<size_t>(m) * n;
+  int32_t* acc = static_cast<int32_t*>(device_alloc(bytes));
+  g_int8_lt = lt_gemm_s8(x, w, acc, m, n, k);
+  if (!g_int8_lt) k_gemm_s8<<<blocks(int64_t{m} * n, 256), 256>>>(x, w, acc, m, n, k);
+  CUDA_OK(cudaGetLastError());
+  k_int8_epilogue<<<blocks(int64_t{m} * n, 256), 256>>>(acc, m, n, x_zp, w_rowsum, scale, bias, relu ? 1 : 0, out_kind,
+                                                        out_zp, act_max, y);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  device_free(acc, bytes);
+}
+
+bool int8_used_cublaslt() { return g_int8_lt; }
 
 }  // namespace loom::rt::cuda

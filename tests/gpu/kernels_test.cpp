@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/kernels_cuda.hpp"
 
@@ -110,6 +112,45 @@ int main() {
     int wrong = 0;
     for (int i = 0; i < m; ++i) wrong += got[i] != p[i];
     report("argmax", wrong, 0);
+  }
+  // The int8 linear layer (cuBLASLt) against the CPU's exact reference, for the three outputs.
+  for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{37, 53, 128}, {256, 512, 784}, {8, 10, 512}, {3, 5, 7}}) {
+    std::mt19937 rng(11);
+    std::vector<uint8_t> x(static_cast<size_t>(m) * k);
+    std::vector<int8_t> w(static_cast<size_t>(n) * k);
+    for (auto& v : x) v = static_cast<uint8_t>(rng() % (int8::kActMax + 1));
+    for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+    std::vector<int32_t> rowsum(static_cast<size_t>(n), 0);
+    for (int j = 0; j < n; ++j)
+      for (int t = 0; t < k; ++t) rowsum[static_cast<size_t>(j)] += w[static_cast<size_t>(j) * k + t];
+    const int zp = 3;
+    int8::Epilogue e;
+    for (int j = 0; j < n; ++j) e.scale.push_back(2e-3f * (1 + j % 5)), e.bias.push_back(0.1f * (j % 3) - 0.1f);
+    e.relu = true;
+    Dev dx(x), dw(w), drs(rowsum), dscale(e.scale), dbias(e.bias);
+    const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    for (int kind = 0; kind < 3; ++kind) {
+      e.out = kind == 0 ? int8::Out::kS32 : kind == 1 ? int8::Out::kF32 : int8::Out::kU8;
+      int8::Linear ref(n, k, w.data(), zp, e);
+      const size_t esize = kind == 2 ? 1 : 4;
+      std::vector<uint8_t> want(static_cast<size_t>(m) * n * esize), got(want.size());
+      ref.run_reference(x.data(), m, want.data());
+      Dev dy(got);
+      cuda::int8_linear(m, n, k, dx.as<int8_t>(), zp, dw.as<int8_t>(), drs.as<int32_t>(), dscale.as<float>(),
+                        dbias.as<float>(), true, kind, 0, int8::kActMax, dy.as<void>());
+      got = dy.host<uint8_t>();
+      double worst = 0;
+      for (size_t i = 0; i < static_cast<size_t>(m) * n; ++i) {
+        double a = 0, b = 0;
+        if (kind == 0) a = reinterpret_cast<int32_t*>(want.data())[i], b = reinterpret_cast<int32_t*>(got.data())[i];
+        if (kind == 1) a = reinterpret_cast<float*>(want.data())[i], b = reinterpret_cast<float*>(got.data())[i];
+        if (kind == 2) a = want[i], b = got[i];
+        worst = std::max(worst, std::fabs(a - b) / (kind == 1 ? 1 + std::fabs(a) : 1));
+      }
+      const std::string name = "int8 " + shape + (kind == 0 ? " s32" : kind == 1 ? " f32" : " u8") +
+                               (cuda::int8_used_cublaslt() ? " (cuBLASLt)" : " (plain kernel)");
+      report(name.c_str(), worst, kind == 0 ? 0 : kind == 1 ? 1e-5 : 1);
+    }
   }
   cuda::synchronize();
   std::printf("kernels_test: %s\n", failures ? "FAILED" : "all kernels match the CPU");

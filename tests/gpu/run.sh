@@ -15,7 +15,7 @@ mkdir -p "$build"
 cd "$root" && { [ -x configure ] || ./autogen.sh >/dev/null; }
 cd "$build" && "$root/configure" --with-cuda --disable-werror >configure.log 2>&1 ||
   { tail -30 configure.log; exit 1; }
-make -j"$(nproc)" loom-topo loom-train loom-bench loom-serve tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
+make -j"$(nproc)" loom-topo loom-train loom-bench loom-serve loom-compress tests/gpu/cuda_smoke tests/gpu/kernels_test tests/gpu/mlp_cuda_test \
   tests/gpu/nccl_test \
   >make.log 2>&1 ||
   { tail -30 make.log; exit 1; }
@@ -51,6 +51,12 @@ done
   "$out/serve-cuda.json" "$out/serve-cpu.json" || status=1
 ./loom-bench serve --seconds 3 || status=1
 echo "== loom-bench train (CPU of the GPU machine, against PyTorch)"; ./loom-bench train --threads "$(nproc)" || status=1
+echo "== INT8 on this machine's CPU (VNNI where it has it): loom-bench gemm and infer"
+grep -o -m1 -E 'avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+./loom-bench gemm --threads 1 --format json | tee "$out/gemm.json" || status=1
+./loom-train --epochs 1 --threads 4 --export fp32.h5 --log-every 1000 >/dev/null 2>&1 &&
+  ./loom-compress quantize fp32.h5 -o int8.h5 --calib-samples 1000 &&
+  ./loom-bench infer --model fp32.h5 --compare int8.h5 --batch 256 --threads 1 --format json | tee "$out/infer.json" || status=1
 echo "== loom-topo on this node (live: hwloc + NVML)"
 ./loom-topo show || status=1
 ./loom-topo export --format json >"$out/topology.json" || status=1

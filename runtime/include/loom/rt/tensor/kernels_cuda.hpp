@@ -33,4 +33,15 @@ void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu,
 void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
                 float wd, float bc1, float root_bc2);
 
+// The int8 linear layer of int8.hpp on the GPU: acc[m,n] = sum_k (x[m,k] - x_zp) w[n,k] with
+// x and w int8 device arrays (the CPU's uint8 activations lie in [0, 127], so their bytes are
+// valid int8), computed by cuBLASLt's int8 GEMM (tensor cores, int32 accumulation; a plain
+// kernel where cuBLASLt refuses the shape), the zero point subtracted through w's row sums,
+// then out_kind 0: int32 acc; 1: float acc * scale[n] + bias[n] (ReLU when asked);
+// 2: uint8 clamp(round_half_even(...) + out_zp, 0, act_max). scale and bias are device arrays.
+void int8_linear(int m, int n, int k, const int8_t* x, int x_zp, const int8_t* w, const int32_t* w_rowsum,
+                 const float* scale, const float* bias, bool relu, int out_kind, int out_zp, int act_max, void* y);
+// Whether the last int8_linear ran on cuBLASLt (false: the plain kernel).
+bool int8_used_cublaslt();
+
 }  // namespace loom::rt::cuda
