@@ -165,7 +165,7 @@ int cmd_prune(int argc, char** argv) {
 }
 
 int cmd_quantize(int argc, char** argv) {
-  std::string in, out, calibration, observer;
+  std::string in, out, calibration, observer, scales;
   int samples = 0;
   bool weights_only = false;
   po::options_description d("quantize options");
@@ -173,7 +173,8 @@ int cmd_quantize(int argc, char** argv) {
       "calibration", po::value(&calibration)->default_value("fashion-mnist"), "fashion-mnist[:DIR]: training images")(
       "calib-samples", po::value(&samples)->default_value(2000), "calibration images (a seeded sample of the training set)")(
       "observer", po::value(&observer)->default_value("minmax"), "minmax | percentile | entropy")(
-      "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)");
+      "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)")(
+      "weight-scales", po::value(&scales)->default_value("per-channel"), "per-channel | per-tensor (one scale per layer)");
   if (wants_help(argc, argv, "quantize IN.h5", d)) return 0;
   const auto vm = parse(argc, argv, d, "input", 1);
   require(vm, "input", "quantize");
@@ -181,6 +182,10 @@ int cmd_quantize(int argc, char** argv) {
   if (samples <= 0) throw Usage{"--calib-samples must be positive"};
   if (observer != "minmax" && observer != "percentile" && observer != "entropy")
     throw Usage{"--observer must be minmax, percentile or entropy, not '" + observer + "'"};
+  if (scales != "per-channel" && scales != "per-tensor")
+    throw Usage{"--weight-scales must be per-channel or per-tensor, not '" + scales + "'"};
+  const bool per_tensor = scales == "per-tensor";
+  if (per_tensor && weights_only) throw Usage{"--weights-only files keep per-channel weight scales"};
   const std::string dir = data_dir(calibration);
   const rt::ModelFile f = float_model(in, "quantize");
   rt::Mlp m = rt::load_mlp(in, f);
@@ -196,7 +201,7 @@ int cmd_quantize(int argc, char** argv) {
     std::vector<int32_t> y;
     rt::gather_batch(train, rt::epoch_order(train.size(), 0, 0), 0, samples, &x, &y);
     const auto inputs = calibrate(m, x, observer);
-    rt::save_quant_mlp(out, rt::QuantMlp::quantize(m, inputs), f.config_json, observer);
+    rt::save_quant_mlp(out, rt::QuantMlp::quantize(m, inputs, per_tensor), f.config_json, observer, per_tensor);
   }
   print_side_by_side(before, evaluate_model(out, dir), weights_only ? "int8 weights" : "int8");
   std::printf("wrote %s\n", out.c_str());

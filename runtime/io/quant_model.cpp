@@ -44,11 +44,12 @@ std::string model_precision(const std::string& path, const ModelFile& f) {
 }
 
 void save_quant_mlp(const std::string& path, const QuantMlp& q, const std::string& float_config,
-                    const std::string& observer) {
+                    const std::string& observer, bool per_tensor_weights) {
   auto cfg = parse_config(path, float_config);
   nlohmann::json inputs = nlohmann::json::array();
   for (const auto& l : q.layers()) inputs.push_back({{"scale", l.input.scale}, {"zero_point", l.input.zero_point}});
-  cfg["quant"] = {{"weights", "int8_per_channel_symmetric"}, {"activations", "uint8_affine"},
+  cfg["quant"] = {{"weights", per_tensor_weights ? "int8_per_tensor_symmetric" : "int8_per_channel_symmetric"},
+                  {"activations", "uint8_affine"},
                   {"act_max", int8::kActMax}, {"observer", observer}, {"inputs", inputs}};
   std::vector<Param> biases;
   for (size_t l = 0; l < q.layers().size(); ++l)

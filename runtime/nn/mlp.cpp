@@ -124,9 +124,10 @@ void Mlp::to(Device device) {
   device_ = device;
 }
 
-void Mlp::set_fake_quant(bool on) {
+void Mlp::set_fake_quant(bool on, bool per_tensor_weights) {
   if (on && device_ != Device::kCpu) throw Error("--qat runs on the CPU in this build (use --device cpu)");
   fake_quant_ = on;
+  fq_per_tensor_ = per_tensor_weights;
   ranges_.clear();
 }
 
@@ -162,7 +163,7 @@ void Mlp::fake_quant_layer(int l) {
   const Tensor& w = params_[2 * L].value;
   const int out = widths_[L + 1], in = widths_[L];
   if (!wq_[L].defined()) wq_[L] = Tensor::empty(w.shape());
-  const std::vector<float> s = int8::symmetric_scales(w.f32(), out, in);
+  const std::vector<float> s = int8::symmetric_scales(w.f32(), out, in, fq_per_tensor_);
   for (int r = 0; r < out; ++r)
     for (int c = 0; c < in; ++c) {
       const int64_t i = static_cast<int64_t>(r) * in + c;

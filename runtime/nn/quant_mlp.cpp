@@ -33,14 +33,14 @@ QuantMlp::QuantMlp(std::vector<int> widths, std::vector<QuantLinear> layers)
   }
 }
 
-QuantMlp QuantMlp::quantize(const Mlp& m, const std::vector<int8::QParams>& inputs) {
+QuantMlp QuantMlp::quantize(const Mlp& m, const std::vector<int8::QParams>& inputs, bool per_tensor) {
   const auto& w = m.widths();
   if (inputs.size() + 1 != w.size()) throw Error("int8 mlp: need one input quantization per layer");
   std::vector<QuantLinear> layers;
   for (size_t l = 0; l + 1 < w.size(); ++l) {
     const Tensor& wf = m.params()[2 * l].value;
     QuantLinear q;
-    q.w_scale = int8::symmetric_scales(wf.f32(), w[l + 1], w[l]);
+    q.w_scale = int8::symmetric_scales(wf.f32(), w[l + 1], w[l], per_tensor);
     q.w = Tensor::empty({w[l + 1], w[l]}, DType::kI8);
     int8::quantize_per_channel(wf.f32(), w[l + 1], w[l], q.w_scale.data(), q.w.data<int8_t>());
     q.bias = m.params()[2 * l + 1].value.clone();

@@ -37,13 +37,14 @@ int quantize_value(float x, float scale, int zero_point, int qmin, int qmax) {
   return static_cast<int>(std::clamp(r, static_cast<float>(qmin), static_cast<float>(qmax)));
 }
 
-std::vector<float> symmetric_scales(const float* w, int rows, int cols) {
+std::vector<float> symmetric_scales(const float* w, int rows, int cols, bool per_tensor) {
   std::vector<float> s(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) {
     float amax = 0;
     for (int c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[static_cast<int64_t>(r) * cols + c]));
     s[static_cast<size_t>(r)] = std::max(amax / 127.5f, kEps);
   }
+  if (per_tensor) std::fill(s.begin(), s.end(), *std::max_element(s.begin(), s.end()));
   return s;
 }
 

@@ -36,7 +36,7 @@ struct Usage {
 
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
-  std::string model, layers, data, optimizer, device, config, seed;
+  std::string model, layers, data, optimizer, device, config, seed, qat_scales;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
   opts.add_options()
       ("help,h", "show this help")
@@ -70,6 +70,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
       ("init", po::value(&c.init_path), "mlp: start from this model FILE's weights (its layers unless --layers is given)")
       ("qat", po::bool_switch(&c.qat), "mlp: quantization-aware training (CPU); --export writes the INT8 model")
+      ("qat-weight-scales", po::value(&qat_scales)->default_value("per-channel"), "--qat: per-channel | per-tensor weight scales")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
@@ -129,6 +130,9 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       c.data_dir = data.substr(14);
     }
     c.layers = loom::rt::parse_widths(layers);
+    if (qat_scales != "per-channel" && qat_scales != "per-tensor")
+      throw Usage{"--qat-weight-scales must be per-channel or per-tensor, not '" + qat_scales + "'"};
+    c.qat_per_tensor = qat_scales == "per-tensor";
     if (!c.init_path.empty() && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
   } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
     if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};

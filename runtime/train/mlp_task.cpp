@@ -35,7 +35,7 @@ class MlpTask : public Task {
     if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
     dlogits_ = Tensor::empty({c.global_batch, c.layers.back()}, DType::kF32, device_);
     model_.to(device_);
-    if (c.qat) model_.set_fake_quant(true);
+    if (c.qat) model_.set_fake_quant(true, c.qat_per_tensor);
     if (!c.teacher_path.empty()) load_teacher(c);
   }
   static Mlp initial_model(const TrainConfig& c) {
@@ -57,7 +57,8 @@ class MlpTask : public Task {
   }
   void export_model(const std::string& path) override {
     if (!qat_) return Task::export_model(path);
-    save_quant_mlp(path, QuantMlp::quantize(model_, model_.observed_inputs()), model_.config_json(), "qat");
+    const bool pt = model_.fake_quant_per_tensor();
+    save_quant_mlp(path, QuantMlp::quantize(model_, model_.observed_inputs(), pt), model_.config_json(), "qat", pt);
   }
   std::string describe() const override {
     int64_t n = 0;

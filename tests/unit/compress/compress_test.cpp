@@ -39,6 +39,19 @@ TEST(Int8, QuantizeRoundsHalfToEvenAndClamps) {
   EXPECT_EQ(std::vector<int>(q.begin(), q.end()), (std::vector<int>{0, 2, 2, 0, rt::int8::kActMax}));
 }
 
+TEST(Int8, SymmetricScalesPerChannelAndPerTensor) {
+  const std::vector<float> w{0.5f, -1.0f, 0.25f, 0.1f, -0.2f, 0.05f};  // rows of max |w| 1.0 and 0.2
+  const auto pc = rt::int8::symmetric_scales(w.data(), 2, 3), pt = rt::int8::symmetric_scales(w.data(), 2, 3, true);
+  EXPECT_FLOAT_EQ(pc[0], 1.0f / 127.5f);
+  EXPECT_FLOAT_EQ(pc[1], 0.2f / 127.5f);
+  EXPECT_EQ(pt, (std::vector<float>{1.0f / 127.5f, 1.0f / 127.5f}));
+  std::vector<int8_t> q(6);
+  rt::int8::quantize_per_channel(w.data(), 2, 3, pc.data(), q.data());
+  // -1.0f * (1.0f / scale) is -127.49999 in float (PyTorch multiplies by the float inverse too),
+  // so -127; row 2's -127.5 rounds to even, -128.
+  EXPECT_EQ(std::vector<int>(q.begin(), q.end()), (std::vector<int>{64, -127, 32, 64, -128, 32}));
+}
+
 TEST(Int8, AffineRangeHoldsZero) {
   auto q = rt::int8::affine_from_range(0.0f, 12.7f);
   EXPECT_EQ(q.zero_point, 0);

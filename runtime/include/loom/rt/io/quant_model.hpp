@@ -3,6 +3,7 @@
 // model.config.quant holding the activations' scheme and each layer's input scale and zero point:
 //   "quant": {"weights": "int8_per_channel_symmetric", "activations": "uint8_affine",
 //             "act_max": 127, "observer": "minmax", "inputs": [{"scale": S, "zero_point": Z}, ...]}
+// Per-tensor weights ("weights": "int8_per_tensor_symmetric") store their one scale per channel.
 // A weights-only file says "activations": "float" and has no "inputs"; it runs as a float MLP
 // whose weights are the dequantized integers.
 #pragma once
@@ -20,7 +21,7 @@ std::string model_precision(const std::string& path, const ModelFile& f);
 
 // `float_config` is the float model's model.config; "quant" is added to it.
 void save_quant_mlp(const std::string& path, const QuantMlp& q, const std::string& float_config,
-                    const std::string& observer);
+                    const std::string& observer, bool per_tensor_weights = false);
 void save_weight_only_mlp(const std::string& path, const Mlp& m, const std::string& float_config);
 // Throws Error naming the file when it is not a full INT8 MLP or its quantization is invalid.
 QuantMlp load_quant_mlp(const std::string& path, const ModelFile& f);

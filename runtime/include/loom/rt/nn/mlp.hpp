@@ -42,15 +42,16 @@ class Mlp {
   // channel, symmetric int8, as loom-compress quantize does) and its input (per tensor, uint8
   // affine over a moving-average min/max, updated while training); backward passes gradients
   // straight through, zeroed where an input fell outside its quantization range.
-  void set_fake_quant(bool on);
+  void set_fake_quant(bool on, bool per_tensor_weights = false);
   bool fake_quant() const { return fake_quant_; }
+  bool fake_quant_per_tensor() const { return fq_per_tensor_; }
   void set_training(bool on) { training_ = on; }
   // Each layer's observed input quantization (valid after a forward pass with fake_quant on).
   std::vector<int8::QParams> observed_inputs() const;
 
  private:
   void fake_quant_layer(int l);
-  bool fake_quant_ = false, training_ = true;
+  bool fake_quant_ = false, fq_per_tensor_ = false, training_ = true;
   std::vector<std::pair<float, float>> ranges_;  // per layer input: moving-average min and max
   std::vector<Tensor> xq_, wq_;                   // fake-quantized inputs and weights
   std::vector<int> widths_;

@@ -26,7 +26,8 @@ class QuantMlp {
   QuantMlp(std::vector<int> widths, std::vector<QuantLinear> layers);
   // Quantizes a float MLP: weights per channel as torch.quantize_per_channel, `inputs[l]` the
   // calibrated parameters of layer l's input.
-  static QuantMlp quantize(const Mlp& m, const std::vector<int8::QParams>& inputs);
+  // `per_tensor`: one weight scale per layer (stored per channel, all equal).
+  static QuantMlp quantize(const Mlp& m, const std::vector<int8::QParams>& inputs, bool per_tensor = false);
   const std::vector<int>& widths() const { return widths_; }
   const std::vector<QuantLinear>& layers() const { return layers_; }
   int64_t num_params() const;

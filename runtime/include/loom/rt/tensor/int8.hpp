@@ -29,7 +29,8 @@ QParams affine_from_range(float lo, float hi);
 int quantize_value(float x, float scale, int zero_point, int qmin, int qmax);
 // Per-output-channel symmetric int8 weights of w [rows, cols]: scale[r] = max|w[r,:]| / 127.5
 // (PyTorch's PerChannelMinMaxObserver, qint8, per_channel_symmetric; eps-floored), zero point 0.
-std::vector<float> symmetric_scales(const float* w, int rows, int cols);
+// `per_tensor`: one scale for the whole tensor (max|w| / 127.5), repeated for every channel.
+std::vector<float> symmetric_scales(const float* w, int rows, int cols, bool per_tensor = false);
 void quantize_per_channel(const float* w, int rows, int cols, const float* scale, int8_t* out);
 void quantize_u8(const float* x, int64_t n, QParams q, uint8_t* out);
 

@@ -45,6 +45,7 @@ struct TrainConfig {
   // mlp: quantization-aware training (fake int8 in the forward pass, CPU); --export then writes
   // the INT8 model (Contract 7).
   bool qat = false;
+  bool qat_per_tensor = false;  // --qat-weight-scales per-tensor: one weight scale per layer
   // mlp: distillation from a teacher model file (loom-compress distill): the loss is
   // alpha T^2 KL(softmax(t/T) || softmax(s/T)) + (1 - alpha) CE(s, y).
   std::string teacher_path;
