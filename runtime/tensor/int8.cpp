@@ -57,13 +57,18 @@ void quantize_per_channel(const float* w, int rows, int cols, const float* scale
 }
 
 void quantize_u8(const float* x, int64_t n, QParams q, uint8_t* out) {
-  const float inv = 1.0f / q.scale, zp = static_cast<float>(q.zero_point), hi = static_cast<float>(kActMax);
+  // `hi` is read through a volatile once: with the constant in view GCC turns the clamp below
+  // into branches and does not vectorise the loop (0.25 ms instead of 0.07 ms for 256 x 784).
+  volatile float act_max = static_cast<float>(kActMax);
+  const float inv = 1.0f / q.scale, zp = static_cast<float>(q.zero_point), hi = act_max;
   // Rounding by the 1.5 * 2^23 trick (half to even in the default rounding mode, exact for the
   // clamped range) vectorises where a call to nearbyint per element does not.
+  // Clamped first (hi is an integer, so rounding stays in range), then an int32 conversion that
+  // the vectoriser packs to bytes.
   constexpr float kMagic = 12582912.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const float v = std::min(std::max(x[i] * inv + zp, -1.0f), hi + 1.0f);
-    out[i] = static_cast<uint8_t>(std::min(std::max((v + kMagic) - kMagic, 0.0f), hi));
+    const float v = std::min(std::max(x[i] * inv + zp, 0.0f), hi);
+    out[i] = static_cast<uint8_t>(static_cast<int32_t>((v + kMagic) - kMagic));
   }
 }
 
