@@ -50,12 +50,21 @@ expect_eq "QAT export is INT8" "int8" "$("$B/loom-compress" eval qat.h5 --format
 expect_eq "QAT export's accuracy is the accuracy QAT evaluated ($qat_acc)" yes \
   "$("$B/loom-compress" eval qat.h5 --format json | check "abs(d['test_accuracy'] - ${qat_acc:-9}) <= 0.002")"
 
-# Distillation writes a student of the asked widths.
+# Distillation: a 784-32-10 student of a 784-512-512-10 teacher beats the same student trained
+# alone (same seed, same schedule).
 run_cmd "$B/loom-compress" distill --teacher fp32.h5 --student-layers 784,16,10 -o student.h5 --steps-note 2>/dev/null
 expect_eq "unknown option is a usage error" 2 "$rc"
-run_cmd "$B/loom-compress" distill --teacher fp32.h5 --student-layers 784,16,10 -o student.h5 --epochs 1
-expect_eq "distill" 0 "$rc"
-expect_eq "student widths" "784,16,10" "$("$B/loom-compress" eval student.h5 --format json | json '["layers"]')"
+run_cmd "$B/loom-train" --layers 784,512,512,10 --epochs 5 --lr 0.1 --lr-schedule cosine --threads 2 --export teacher.h5 \
+  --log-every 100000
+expect_eq "train the teacher" 0 "$rc"
+run_cmd "$B/loom-compress" distill --teacher teacher.h5 --student-layers 784,32,10 -o student.h5 --epochs 3 --lr 0.1 \
+  --lr-schedule cosine --threads 2 --compare
+expect_eq "distill --compare" 0 "$rc"
+expect_eq "student widths" "784,32,10" "$("$B/loom-compress" eval student.h5 --format json | json '["layers"]')"
+distilled=$(echo "$out" | grep "(distilled" | grep -oE "accuracy [0-9.]+" | cut -d' ' -f2)
+alone=$(echo "$out" | grep "(trained alone" | grep -oE "accuracy [0-9.]+" | cut -d' ' -f2)
+expect_eq "distilled student ($distilled) beats the student alone ($alone)" yes \
+  "$(/usr/bin/python3 -c "print('yes' if ${distilled:-0} > ${alone:-1} else 'no')")"
 
 # Bad inputs: one line on stderr, the exit status, nothing written.
 bad() {  # bad WHAT RC REGEX CMD...
