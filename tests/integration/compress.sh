@@ -87,25 +87,23 @@ bad "not a Loom file" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" quantize 
 bad "unknown observer" 2 "observer must be minmax, percentile or entropy" "$B/loom-compress" quantize fp32.h5 -o out.h5 --observer kl
 bad "convert before ONNX" 1 "ONNX is not in this build" "$B/loom-compress" convert fp32.h5 out.onnx
 if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
-  /usr/bin/python3 - <<'PY'
-import h5py, numpy as np
-with h5py.File("narrow.h5", "w") as f:
+  # mlp_file FILE W0,W1,W2: a float Loom MLP file written by h5py, every weight 0.01.
+  mlp_file() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import h5py, json, sys, numpy as np
+w = [int(x) for x in sys.argv[2].split(",")]
+with h5py.File(sys.argv[1], "w") as f:
     f.attrs["loom.format"] = "model"
     f.attrs["loom.version"] = np.int32(1)
-    f.attrs["model.config"] = '{"type":"mlp","layers":[100,8,10],"activation":"relu"}'
-    for n, s in (("fc1.weight", (8, 100)), ("fc1.bias", (8,)), ("fc2.weight", (10, 8)), ("fc2.bias", (10,))):
-        f.create_dataset("params/" + n, data=np.full(s, 0.01, np.float32))
+    f.attrs["model.config"] = json.dumps({"type": "mlp", "layers": w, "activation": "relu"})
+    for i in range(len(w) - 1):
+        f.create_dataset(f"params/fc{i + 1}.weight", data=np.full((w[i + 1], w[i]), 0.01, np.float32))
+        f.create_dataset(f"params/fc{i + 1}.bias", data=np.full((w[i + 1],), 0.01, np.float32))
 PY
+  }
+  mlp_file narrow.h5 100,8,10
   bad "calibration data of the wrong width" 1 "takes 100 inputs, the data has 784" "$B/loom-compress" quantize narrow.h5 -o out.h5
-  /usr/bin/python3 - <<'PY'
-import h5py, numpy as np
-with h5py.File("five.h5", "w") as f:
-    f.attrs["loom.format"] = "model"
-    f.attrs["loom.version"] = np.int32(1)
-    f.attrs["model.config"] = '{"type":"mlp","layers":[784,8,5],"activation":"relu"}'
-    for n, s in (("fc1.weight", (8, 784)), ("fc1.bias", (8,)), ("fc2.weight", (5, 8)), ("fc2.bias", (5,))):
-        f.create_dataset("params/" + n, data=np.full(s, 0.01, np.float32))
-PY
+  mlp_file five.h5 784,8,5
   bad "teacher of another output width" 1 "teacher five.h5 maps 784 inputs to 5 outputs but the student maps 784 to 10" \
     "$B/loom-compress" distill --teacher five.h5 --student-layers 784,16,10 -o out.h5
 fi
