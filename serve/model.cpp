@@ -35,10 +35,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
     throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves types mlp and gpt)");
   precision_ = rt::model_precision(path_, f);
   mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
-  if (precision_ == "int8") {
-    if (device == "cuda") throw rt::Error("--device cuda: INT8 models are served on the CPU in this build");
-    int8_ = std::make_unique<rt::QuantMlp>(rt::load_quant_mlp(path_, f));
-  }
+  if (precision_ == "int8") int8_ = std::make_unique<rt::QuantMlp>(rt::load_quant_mlp(path_, f));
   in_ = mlp_->widths().front();
   out_ = mlp_->widths().back();
   input_.features = in_;
@@ -57,9 +54,10 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   }
   config_ = f.config_json;
   std::string why;
-  cuda_ = device != "cpu" && !int8_ && rt::ops::cuda_usable(&why);
+  cuda_ = device != "cpu" && rt::ops::cuda_usable(&why);
   if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
-  if (cuda_) mlp_->to(rt::Device::kCuda);
+  if (cuda_ && int8_) int8_->to(rt::Device::kCuda);  // cuBLASLt's int8 GEMM
+  else if (cuda_) mlp_->to(rt::Device::kCuda);
 }
 
 // A model of NaN weights would answer null with 200: refused at load.

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "loom/rt/tensor/ops.hpp"
+
 namespace loom::rt {
 
 QuantMlp::QuantMlp(std::vector<int> widths, std::vector<QuantLinear> layers)
@@ -56,6 +58,43 @@ int64_t QuantMlp::num_params() const {
   return n;
 }
 
+void QuantMlp::to(Device device) {
+  if (device == device_) return;
+  cuda_.clear();
+  if (device == Device::kCuda) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const QuantLinear& q = layers_[l];
+      const int out = widths_[l + 1], in = widths_[l];
+      Tensor rowsum = Tensor::empty({out}, DType::kI32), scale = Tensor::empty({out}), bias = Tensor::empty({out});
+      const int8::Epilogue& e = kernels_[l].epilogue();
+      for (int n = 0; n < out; ++n) {
+        int32_t s = 0;
+        for (int t = 0; t < in; ++t) s += q.w.data<int8_t>()[static_cast<int64_t>(n) * in + t];
+        rowsum.data<int32_t>()[n] = s;
+        scale.f32()[n] = e.scale[static_cast<size_t>(n)];
+        bias.f32()[n] = e.bias[static_cast<size_t>(n)];
+      }
+      cuda_.push_back({q.w.to(device), rowsum.to(device), scale.to(device), bias.to(device)});
+    }
+  }
+  device_ = device;
+}
+
+Tensor QuantMlp::forward_cuda(const Tensor& a) const {
+  const int rows = static_cast<int>(a.dim(0));
+  Tensor x = a.to(Device::kCuda);
+  for (size_t l = 0; l < cuda_.size(); ++l) {
+    const bool last = l + 1 == cuda_.size();
+    const int8::Epilogue& e = kernels_[l].epilogue();
+    Tensor y = Tensor::empty({rows, widths_[l + 1]}, last ? DType::kF32 : DType::kI8, Device::kCuda);
+    ops::int8_linear_cuda(rows, widths_[l + 1], widths_[l], x.data<int8_t>(), layers_[l].input.zero_point,
+                          cuda_[l].w.data<int8_t>(), cuda_[l].rowsum.data<int32_t>(), cuda_[l].scale.f32(),
+                          cuda_[l].bias.f32(), e.relu, last ? 1 : 2, e.out_zero_point, int8::kActMax, y.data<void>());
+    x = y;
+  }
+  return x.to(Device::kCpu);
+}
+
 Tensor QuantMlp::forward(const Tensor& x) const {
   if (x.ndim() != 2 || x.dim(1) != widths_[0])
     throw Error("input of shape " + x.shape_str() + " does not match the model's input width " +
@@ -63,6 +102,7 @@ Tensor QuantMlp::forward(const Tensor& x) const {
   const int rows = static_cast<int>(x.dim(0));
   Tensor a = Tensor::empty({rows, widths_[0]}, DType::kI8);  // holds uint8 codes
   int8::quantize_u8(x.f32(), x.numel(), layers_[0].input, a.data<uint8_t>());
+  if (device_ == Device::kCuda) return forward_cuda(a);
   for (size_t l = 0; l + 1 < kernels_.size(); ++l) {
     Tensor next = Tensor::empty({rows, widths_[l + 1]}, DType::kI8);
     kernels_[l].run(a.data<uint8_t>(), rows, next.data<uint8_t>());

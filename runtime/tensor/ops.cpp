@@ -61,4 +61,9 @@ double softmax_xent(Device d, const float* logits, const int32_t* labels, float*
   return cpu::softmax_xent(logits, labels, dlogits, rows, cols);
 }
 
+void int8_linear_cuda(int m, int n, int k, const int8_t* x, int x_zp, const int8_t* w, const int32_t* w_rowsum,
+                      const float* scale, const float* bias, bool relu, int out_kind, int out_zp, int act_max, void* y) {
+  ON_CUDA(int8_linear(m, n, k, x, x_zp, w, w_rowsum, scale, bias, relu, out_kind, out_zp, act_max, y));
+}
+
 }  // namespace loom::rt::ops

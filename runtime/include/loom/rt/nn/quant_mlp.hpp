@@ -31,13 +31,24 @@ class QuantMlp {
   const std::vector<int>& widths() const { return widths_; }
   const std::vector<QuantLinear>& layers() const { return layers_; }
   int64_t num_params() const;
-  // x float [B, widths[0]] (preprocessed) -> logits float [B, widths.back()]. Thread-safe.
+  // x float [B, widths[0]] (preprocessed, on the host) -> logits float [B, widths.back()] on the
+  // host. Thread-safe. On CUDA the input is quantized on the host and every layer runs
+  // cuBLASLt's int8 GEMM with the same epilogue (ops::int8_linear_cuda).
   Tensor forward(const Tensor& x) const;
+  // Moves the layers' integers, row sums, scales and biases to `device` (Error without CUDA).
+  void to(Device device);
+  Device device() const { return device_; }
 
  private:
+  struct CudaLayer {
+    Tensor w, rowsum, scale, bias;  // on the device: int8 [out, in], int32 [out], float [out] x2
+  };
   std::vector<int> widths_;
   std::vector<QuantLinear> layers_;
   std::vector<int8::Linear> kernels_;
+  Device device_ = Device::kCpu;
+  std::vector<CudaLayer> cuda_;
+  Tensor forward_cuda(const Tensor& a) const;
 };
 
 }  // namespace loom::rt
