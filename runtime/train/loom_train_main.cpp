@@ -74,6 +74,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
+      ("mllog", po::value(&c.mllog_path), "append MLPerf-style :::MLLOG lines to FILE (rank 0)")
       ("balance", po::value(&c.balance)->default_value("off"), "off | static | dynamic (shares of the global batch)")
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
       ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | fp16 | powersgd[:rank=R,start=S]")

@@ -117,6 +117,8 @@ class MlpTask : public Task {
   std::vector<Param>& params() override { return model_.params(); }
   std::string config_json() const override { return model_.config_json(); }
   double train_flops(int batch) const override { return model_.train_flops(batch); }
+  int64_t train_size() const override { return train_.size(); }
+  int64_t eval_size() const override { return test_.size(); }
 
  private:
   Dataset train_, test_;

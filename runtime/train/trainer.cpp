@@ -15,6 +15,7 @@
 #include "loom/rt/train/batch_plan.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/train/gradient_sync.hpp"
+#include "loom/rt/train/mllog.hpp"
 #include "loom/rt/train/precision_policy.hpp"
 #include "loom/rt/train/reporter.hpp"
 #include "loom/rt/train/run_state.hpp"
@@ -61,6 +62,7 @@ class Trainer {
   bool preflight() const;  // what must be said or refused before the ranks start agreeing
 
   const TrainConfig& c_;
+  MlLog ml_;  // first after the config: init_start is logged before the data and model load
   const Device device_;
   std::unique_ptr<Task> task_;
   Ranks ranks_;
@@ -83,6 +85,7 @@ class Trainer {
 
 Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
     : c_(prepared(c)),
+      ml_(c.mllog_path, c.comm ? c.comm->rank() : 0, __FILE__, __LINE__),
       device_(choose_device(c)),
       task_(c.model == "gpt" ? make_gpt_task(c) : make_mlp_task(c, device_)),
       ranks_(c.comm),
@@ -103,6 +106,15 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
            "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total_));
   pos_ = state_.resume(ckpt_, parts());
+  LOOM_MLLOG(ml_, kPoint, "submission_benchmark", c.model == "gpt" ? "loom_gpt_text" : "loom_mlp_fashion_mnist");
+  LOOM_MLLOG(ml_, kPoint, "submission_org", "Loom");
+  LOOM_MLLOG(ml_, kPoint, "global_batch_size", c.global_batch);
+  LOOM_MLLOG(ml_, kPoint, "opt_name", c.optim.kind);
+  LOOM_MLLOG(ml_, kPoint, "opt_base_learning_rate", std::stod(num(c.lr)));  // 0.05, not 0.0500000007
+  LOOM_MLLOG(ml_, kPoint, "train_samples", task_->train_size());
+  LOOM_MLLOG(ml_, kPoint, "eval_samples", task_->eval_size());
+  LOOM_MLLOG(ml_, kEnd, "init_stop", nullptr);
+  LOOM_MLLOG(ml_, kStart, "run_start", nullptr, {{"resumed_at_step", pos_.step}});
 }
 
 bool Trainer::preflight() const {
@@ -124,8 +136,10 @@ TrainResult Trainer::run() {
              "\"level\":\"info\",\"event\":\"done_before\"");
   bool stopped = false;
   for (int64_t epoch = pos_.epoch; pos_.step < total_ && !stopped; ++epoch) {
+    LOOM_MLLOG(ml_, kStart, "epoch_start", nullptr, {{"epoch_num", epoch}});
     for (int64_t b = epoch == pos_.epoch ? pos_.batch : 0; b < per_epoch_ && pos_.step < total_ && !stopped; ++b)
       stopped = step(epoch, b);
+    LOOM_MLLOG(ml_, kEnd, "epoch_stop", nullptr, {{"epoch_num", epoch}});
     if (!stopped) evaluate(epoch);
   }
   ckpt_.finish();  // the last asynchronous write, if any, is down (or reported) before we go on
@@ -213,7 +227,10 @@ void Trainer::checkpoint(int64_t epoch, int64_t b, const StepVotes& votes) {
 void Trainer::evaluate(int64_t epoch) {
   if (!c_.evaluate) return;
   const auto t_eval = Clock::now();
+  LOOM_MLLOG(ml_, kStart, "eval_start", nullptr, {{"epoch_num", epoch}});
   if (ranks_.me == 0) ev_ = task_->evaluate();
+  LOOM_MLLOG(ml_, kPoint, "eval_accuracy", ev_.accuracy, {{"epoch_num", epoch}});
+  LOOM_MLLOG(ml_, kEnd, "eval_stop", nullptr, {{"epoch_num", epoch}});
   eval_seconds_ += seconds_since(t_eval);
   evaluated_ = true;
   rep_.eval(epoch, pos_.step, ev_.accuracy, ev_.loss);
@@ -233,6 +250,7 @@ void Trainer::finish(TrainResult* r) {
     }
   }
   rep_.summary(*r, total_, sync_.comm_bytes());
+  ml_.run_stop(r->preempted ? "aborted" : "success", __FILE__, __LINE__);
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ for np in 1 2; do
     name=r$np$mode
     extra="--ckpt-dir $name.d --ckpt-every 50"
     [ $mode = async ] && extra="$extra --ckpt-async"
+    [ $np$mode = 2sync ] && extra="$extra --mllog $name.mllog"  # both runs append their MLPerf log
     interrupt "$name" "$np" $common $extra
     expect_eq "$np rank(s) $mode: stopped on SIGUSR1 with status 75" 75 "$rc"
     expect_match "$np rank(s) $mode: stop checkpoint" "stopping at step [0-9]+ on a signal, checkpoint written" "$(cat "$name.err")"
@@ -60,6 +61,37 @@ for np in 1 2; do
     echo "checkpoint: $np rank(s), $mode: stopped at step $stop, resumed, bitwise equal"
   done
 done
+# The MLPerf log of the stopped and the resumed 2-rank run: rank 0's lines only, JSON with the
+# MLCommons keys in their order; the stopped run ends aborted, the resumed one is a new run.
+verdict=$(/usr/bin/python3 - r2sync.mllog "$(grep -oE "stopping at step [0-9]+" r2sync.err | grep -oE "[0-9]+$")" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert all(l.startswith(":::MLLOG {") for l in lines), "a line without the :::MLLOG prefix"
+ev = [json.loads(l[len(":::MLLOG "):]) for l in lines]
+assert all(list(e) == ["namespace", "time_ms", "event_type", "key", "value", "metadata"] for e in ev), "key order"
+assert all("file" in e["metadata"] and "lineno" in e["metadata"] for e in ev), "metadata without file and lineno"
+runs, cur = [], None
+for e in ev:
+    if e["key"] == "init_start":
+        cur = []
+        runs.append(cur)
+    cur.append(e)
+assert len(runs) == 2, f"{len(runs)} runs (rank 1 must not write)"
+for r in runs:
+    keys = [e["key"] for e in r]
+    for k in ("submission_benchmark", "global_batch_size", "opt_base_learning_rate", "train_samples", "eval_samples"):
+        assert k in keys, k
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("epoch_start"), keys[:12]
+    assert keys[-1] == "run_stop", keys[-1]
+assert runs[0][-1]["metadata"]["status"] == "aborted", runs[0][-1]
+assert runs[1][-1]["metadata"]["status"] == "success", runs[1][-1]
+assert runs[1][[e["key"] for e in runs[1]].index("run_start")]["metadata"]["resumed_at_step"] == int(sys.argv[2])
+acc = [e for e in runs[1] if e["key"] == "eval_accuracy"]
+assert acc and 0 < acc[-1]["value"] <= 1 and "epoch_num" in acc[-1]["metadata"], acc
+print("ok")
+PY
+)
+expect_eq "MLPerf log of the stopped and resumed run" ok "$verdict"
 grep -h "async: the copy" r1async.err r1async.2.jsonl 2>/dev/null | head -2
 # Two ranks write their shards in parallel, rank 0 the index last; --inspect verifies them all.
 for mode in sync async; do

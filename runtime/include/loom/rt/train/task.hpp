@@ -31,6 +31,9 @@ class Task {
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
   virtual double train_flops(int batch) const = 0;
+  // Samples in the training and evaluation sets (MLPerf's train_samples and eval_samples).
+  virtual int64_t train_size() const { return 0; }
+  virtual int64_t eval_size() const { return 0; }
   // Writes the trained model (--export): a float model file of params(), unless the task
   // trains something else (QAT: the INT8 model).
   virtual void export_model(const std::string& path);

@@ -39,6 +39,7 @@ struct TrainConfig {
   int log_every = 100;
   std::string log_format = "text";  // text | json
   std::string metrics_file;
+  std::string mllog_path;  // --mllog: MLPerf-style :::MLLOG lines (rank 0)
   std::string export_path;
   // mlp: start from a model file's weights (its widths must equal --layers) instead of random ones.
   std::string init_path;
