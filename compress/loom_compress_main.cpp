@@ -3,6 +3,8 @@
 // loom-train's training loop (rt::train) in this process.
 #include <boost/program_options.hpp>
 
+#include "config.h"
+
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -35,6 +37,10 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("loom-compress (Loom) %s\n", PACKAGE_VERSION);
     return 0;
   }
   try {

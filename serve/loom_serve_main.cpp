@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   double poll_s = 0;
   Context ctx;
   po::options_description desc("loom-serve: KServe v2 inference server for Loom models");
-  desc.add_options()("help,h", "show this help")(
+  desc.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "model-repository", po::value(&repo_dir), "DIR/<model>/<version>/model.h5")(
       "spec", po::value(&specs)->composing(), "an InferenceService YAML (examples/inferenceservice.yaml); repeatable")(
       "bind", po::value(&bind)->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")(
@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << desc;
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::printf("loom-serve (Loom) %s\n", PACKAGE_VERSION);
     return 0;
   }
   auto usage_error = [](const std::string& m) {

@@ -1,5 +1,7 @@
 // loom_topo_main.cpp — the `loom-topo` admin tool: reads a topology (live, hwloc XML or
 // nvidia-smi text), then prints it, exports it, or emits Slurm and NCCL configuration.
+#include "config.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,6 +93,10 @@ Options parse_args(int argc, char** argv) {
       o.command = "help";
       return o;
     }
+    if (a == "--version") {
+      o.command = "version";
+      return o;
+    }
     if (a.compare(0, 1, "-") != 0) {
       if (!o.command.empty()) throw UsageError{"unexpected argument '" + a + "'"};
       if (!kCommandFlags.count(a)) throw UsageError{"unknown command '" + a + "'"};
@@ -178,6 +184,10 @@ int main(int argc, char** argv) {
   }
   if (o.command == "help") {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (o.command == "version") {
+    std::printf("loom-topo (Loom) %s\n", PACKAGE_VERSION);
     return 0;
   }
   try {

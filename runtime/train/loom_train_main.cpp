@@ -24,6 +24,7 @@
 #include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -34,12 +35,23 @@ struct Usage {
   std::string msg;
 };
 
+// What an option's value is refused with (rt::Error from the runtime's checks) is a usage error.
+template <typename F>
+auto as_usage(F f) {
+  try {
+    return f();
+  } catch (const loom::rt::Error& e) {
+    throw Usage{e.what()};
+  }
+}
+
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
   std::string model, layers, data, optimizer, device, config, seed, qat_scales;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
   opts.add_options()
       ("help,h", "show this help")
+      ("version", "print the version and exit")
       ("config", po::value(&config), "read options from FILE (command-line values win)")
       ("model", po::value(&model)->default_value("mlp"), "mlp | gpt")
       ("layers", po::value(&layers)->default_value("784,512,512,10"), "MLP widths, input first")
@@ -100,12 +112,17 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
     po::store(parsed, vm);
     if (vm.count("config")) {
       std::ifstream in(vm["config"].as<std::string>());
-      if (!in) throw Usage{"--config: cannot read " + vm["config"].as<std::string>()};
+      if (!in) throw loom::rt::Error("--config: cannot read " + vm["config"].as<std::string>());  // a file, not usage: 1
       po::store(po::parse_config_file(in, opts), vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
     throw Usage{e.what()};
+  }
+  if (vm.count("version")) {
+    std::printf("loom-train (Loom) %s\n", PACKAGE_VERSION);
+    *help_only = true;
+    return c;
   }
   if (vm.count("help")) {
     std::cout << "usage: loom-train [options]\n" << opts
@@ -130,7 +147,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       if (data[13] != ':' || data.size() == 14) throw Usage{"--data: expected fashion-mnist or fashion-mnist:DIR"};
       c.data_dir = data.substr(14);
     }
-    c.layers = loom::rt::parse_widths(layers);
+    c.layers = as_usage([&] { return loom::rt::parse_widths(layers); });
     if (qat_scales != "per-channel" && qat_scales != "per-tensor")
       throw Usage{"--qat-weight-scales must be per-channel or per-tensor, not '" + qat_scales + "'"};
     c.qat_per_tensor = qat_scales == "per-tensor";
@@ -164,7 +181,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
     throw Usage{"--ckpt-every must be positive, not " + std::to_string(c.ckpt_every) + " (leave it out for none)"};
   if ((vm.count("ckpt-every") || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
     throw Usage{"--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir"};
-  loom::rt::parse_grad_compress(c.grad_compress);  // throws an Error naming the problem
+  as_usage([&] { return loom::rt::parse_grad_compress(c.grad_compress); });
+  as_usage([&] { loom::rt::cpu::set_gemm_backend(c.gemm); return 0; });
   auto env_number = [](const char* name, double fallback) {
     const char* v = std::getenv(name);
     if (!v || !*v) return fallback;
@@ -177,7 +195,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
   c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
   c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
-  loom::rt::validate(c);
+  as_usage([&] { loom::rt::validate(c); return 0; });  // a bad option value is a usage error (exit 2)
   return c;
 }
 

@@ -337,8 +337,8 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
   return 0;
 }
 
-int usage() {
-  std::fprintf(stderr,
+int usage(std::FILE* to = stderr) {
+  std::fprintf(to,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
@@ -360,6 +360,14 @@ int bench_serve(int argc, char** argv, const std::string& self);
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("loom-bench (Loom) %s\n", PACKAGE_VERSION);
+    return 0;
+  }
   if (cmd == "gemm") return bench_gemm(argc, argv);
   if (cmd == "infer") return bench_infer(argc, argv);
   if (cmd == "serve") {

@@ -31,10 +31,10 @@ check_err "heads do not divide embd" 1 "not a multiple of heads" --model gpt --d
 check_err "text for mlp" 2 "is for --model gpt" --data text:/usr/share/common-licenses/GPL-3
 check_err "layers not from 784" 1 "--layers starts at 100 but Fashion-MNIST images have 784 inputs" --layers 100,10 --steps 1
 check_err "layers not to 10" 1 "--layers ends at 5" --layers 784,32,5 --steps 1
-check_err "bad layer list" 1 "not a comma-separated list" --layers 784,,10
-check_err "zero batch" 1 "--global-batch must be positive" --global-batch 0
-check_err "zero lr" 1 "--lr must be positive" --lr 0
-check_err "negative lr" 1 "--lr must be positive" --lr -0.1
+check_err "bad layer list" 2 "not a comma-separated list" --layers 784,,10
+check_err "zero batch" 2 "--global-batch must be positive" --global-batch 0
+check_err "zero lr" 2 "--lr must be positive" --lr 0
+check_err "negative lr" 2 "--lr must be positive" --lr -0.1
 # Every count option: zero and negative values are errors naming the option and the value.
 for opt in steps epochs global-batch threads log-every replan-every ckpt-every ckpt-keep context n-layer n-head n-embd; do
   for v in 0 -5; do
@@ -43,10 +43,24 @@ for opt in steps epochs global-batch threads log-every replan-every ckpt-every c
     expect_match "--$opt $v message" "^loom-train: --$opt must be positive, not $v" "$err"
   done
 done
-check_err "negative warmup" 1 "--warmup-steps must not be negative, not -3" --warmup-steps -3
+check_err "negative warmup" 2 "--warmup-steps must not be negative, not -3" --warmup-steps -3
 check_err "negative seed" 2 "--seed must be a whole number" --seed -5
-check_err "negative ckpt minutes" 1 "--ckpt-every-min must not be negative" --ckpt-every-min -1 --ckpt-dir "$LOOM_TMP/c"
-check_err "bad optimizer" 1 "--optimizer must be sgd or adamw" --optimizer lion --steps 1
+check_err "negative ckpt minutes" 2 "--ckpt-every-min must not be negative" --ckpt-every-min -1 --ckpt-dir "$LOOM_TMP/c"
+check_err "bad optimizer" 2 "--optimizer must be sgd or adamw" --optimizer lion --steps 1
+check_err "bad gemm" 2 "--gemm must be auto, openblas or onednn" --gemm mkl
+check_err "bad grad-compress" 2 "grad-compress" --grad-compress zip
+check_err "bad lr schedule" 2 "--lr-schedule must be constant or cosine" --lr-schedule step
+check_err "missing --config file" 1 "--config: cannot read" --config "$LOOM_TMP/none.ini"
+# Every program says its version; loom-bench --help is help, not an error.
+for p in loom-train loom-serve loom-compress loom-bench loom-topo; do
+  [ -x "$LOOM_BUILDDIR/$p" ] || continue
+  run_cmd "$LOOM_BUILDDIR/$p" --version
+  expect_eq "$p --version exit" 0 "$rc"
+  expect_match "$p --version" "^$p \\(Loom\\) [0-9]+\\.[0-9]+" "$out"
+done
+run_cmd "$LOOM_BUILDDIR/loom-bench" --help
+expect_eq "loom-bench --help exit" 0 "$rc"
+expect_match "loom-bench --help on stdout" "usage: loom-bench" "$out"
 check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashion-mnist:/nonexistent
 check_err "bad precision" 2 "--precision must be fp32, fp16 or bf16" --precision fp8
 check_err "bad data spec" 2 "--data must be" --data mnist
@@ -122,7 +136,6 @@ for gemm in openblas onednn; do
   run_cmd "$T" --config cfg.ini --threads 2 --gemm "$gemm" --export "d-$gemm-2.h5"
   h5diff "d-$gemm-1.h5" "d-$gemm-2.h5" /params /params >/dev/null && pass || fail "GEMM $gemm, 2 threads: not deterministic"
 done
-check_err "unknown GEMM" 1 "--gemm must be auto, openblas or onednn" --gemm mkl --steps 1
 
 # The accuracy goal: the 784-512-512-10 MLP reaches 88% within 10 epochs.
 run_cmd "$T" --epochs 10 --threads 2 --lr 0.1 --lr-schedule cosine --warmup-steps 200 --log-every 100000 --metrics-file acc.jsonl

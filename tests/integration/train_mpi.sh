@@ -127,7 +127,7 @@ assert abs(bh / bp - 0.5) < 0.001, (bp, bh)
 PY
 check_mpi_err() {
   run_cmd "$T" --steps 1 --grad-compress "$1"
-  expect_eq "--grad-compress $1 exit" 1 "$rc"
+  expect_eq "--grad-compress $1 exit (a usage error)" 2 "$rc"
   expect_match "--grad-compress $1 message" "$2" "$err"
 }
 check_mpi_err zip "must be none, fp16 or powersgd"
