@@ -136,6 +136,20 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
   int rank = 0, p = 1, rc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
+  // Refusals every rank reaches alike end cleanly (no MPI_Abort banner): one rank has nothing to
+  // reduce (the bus bandwidth would be 0/0), and NCCL needs a GPU.
+  std::string refused;
+  if (p < 2) refused = "allreduce needs at least 2 ranks (mpirun -np 2 loom-bench allreduce, or srun -n 2)";
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA)
+  int gpus_seen = 0;
+  if (refused.empty() && backend == "nccl" && (cudaGetDeviceCount(&gpus_seen) != cudaSuccess || gpus_seen == 0))
+    refused = "--backend nccl: no usable CUDA device on this node";
+#endif
+  if (!refused.empty()) {
+    if (rank == 0) std::fprintf(stderr, "loom-bench: %s\n", refused.c_str());
+    MPI_Finalize();
+    return p < 2 ? 2 : 1;
+  }
   try {
     loom::rt::Communicator ring(loom::rt::make_mpi_transport(), 60.0);
     std::function<void(float*, size_t)> loom_allreduce = [&](float* h, size_t n) { ring.allreduce_sum(h, n); };

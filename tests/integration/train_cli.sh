@@ -58,6 +58,11 @@ for p in loom-train loom-serve loom-compress loom-bench loom-topo; do
   expect_eq "$p --version exit" 0 "$rc"
   expect_match "$p --version" "^$p \\(Loom\\) [0-9]+\\.[0-9]+" "$out"
 done
+if [ -x "$LOOM_BUILDDIR/loom-bench" ] && command -v mpirun >/dev/null; then
+  run_cmd "$LOOM_BUILDDIR/loom-bench" allreduce --bytes 1048576
+  expect_eq "loom-bench allreduce on one rank: refused" 2 "$rc"
+  expect_match "loom-bench allreduce on one rank: says why" "needs at least 2 ranks" "$err"
+fi
 run_cmd "$LOOM_BUILDDIR/loom-bench" --help
 expect_eq "loom-bench --help exit" 0 "$rc"
 expect_match "loom-bench --help on stdout" "usage: loom-bench" "$out"
