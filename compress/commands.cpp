@@ -28,12 +28,18 @@ struct TrainOpts {
   float lr = 0.05f, momentum = 0.9f;  // prune sets lr 0.01: fine-tuning starts from a trained model
 };
 
+std::string shown(float v) {  // a default as --help shows it: 0.05, not 0.0500000007
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
 void add_train_options(po::options_description& d, TrainOpts& t) {
   d.add_options()("data", po::value(&t.data)->default_value(t.data), "fashion-mnist[:DIR]")(
       "global-batch", po::value(&t.batch)->default_value(t.batch), "samples per step")(
-      "lr", po::value(&t.lr)->default_value(t.lr), "learning rate")(
+      "lr", po::value(&t.lr)->default_value(t.lr, shown(t.lr)), "learning rate")(
       "optimizer", po::value(&t.optimizer)->default_value(t.optimizer), "sgd | adamw")(
-      "momentum", po::value(&t.momentum)->default_value(t.momentum), "SGD momentum")(
+      "momentum", po::value(&t.momentum)->default_value(t.momentum, shown(t.momentum)), "SGD momentum")(
       "lr-schedule", po::value(&t.schedule)->default_value(t.schedule), "constant | cosine")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and shuffling")(
       "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads");

@@ -61,7 +61,7 @@ void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
              << (r.preempted ? ",\"preempted\":true" : "") << "}\n";
     if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
   }
-  const std::string rates = num(r.samples_per_s) + " samples/s, " + num(r.gflops) + " GFLOP/s";
+  const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s";
   const std::string fields = "\"level\":\"info\",\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
                              ",\"test_accuracy\":" + accuracy;
   if (r.preempted)

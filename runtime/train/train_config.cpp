@@ -17,6 +17,12 @@ std::string num(double v) {
   return buf;
 }
 
+std::string fixed(double v, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
 namespace {
 
 void positive(const char* option, int64_t v) {

@@ -208,7 +208,7 @@ void Trainer::progress(int64_t epoch, double loss, double seconds) {
   const double rate = window_samples_ / std::max(window_seconds_, 1e-9);
   const double eta = (total_ - done) * c_.global_batch / std::max(rate, 1e-9);
   rep_.say("step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " + std::to_string(epoch) + " loss " +
-               num(loss) + " " + num(rate) + " samples/s ETA " + num(eta) + " s",
+               fixed(loss, 4) + " " + fixed(rate, 0) + " samples/s ETA " + fixed(eta, 1) + " s",
            "\"level\":\"info\",\"step\":" + std::to_string(done) + ",\"loss\":" + num(loss) +
                ",\"samples_per_s\":" + num(rate));
   rep_.step({done, epoch, loss, rate, plan_.shares_text(), sync_.comm_bytes(), precision_.amp().scale()});

@@ -82,5 +82,8 @@ void validate(const TrainConfig& c);
 
 // A number as the logs and metrics print it (%.10g).
 std::string num(double v);
+// A number as a person reads it in the text log: `decimals` places after the point (rates
+// 24967, ETA 1.9); JSON logs and metrics keep num()'s precision.
+std::string fixed(double v, int decimals);
 
 }  // namespace loom::rt
