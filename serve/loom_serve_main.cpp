@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
+#include "loom/rt/io/timestamp.hpp"
 #include "repository.hpp"
 #include "spec.hpp"
 #include "frontend.hpp"
@@ -39,9 +40,7 @@ std::string g_log_format = "text";
 void log_line(const std::string& level, const std::string& msg) {
   std::lock_guard<std::mutex> lock(g_log_mu);
   if (g_log_format == "json") {
-    char ts[32];
-    std::time_t t = std::time(nullptr);
-    std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    const std::string ts = loom::rt::utc_timestamp();
     std::fprintf(stderr, "%s\n",
                  dump_json({{"ts", ts}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}}).c_str());
   } else {

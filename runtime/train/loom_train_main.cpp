@@ -45,6 +45,25 @@ auto as_usage(F f) {
   }
 }
 
+// The checks that need the whole configuration, and what the launcher's environment adds.
+void finish_config(loom::rt::TrainConfig& c) {
+  as_usage([&] { return loom::rt::parse_grad_compress(c.grad_compress); });
+  as_usage([&] { loom::rt::cpu::set_gemm_backend(c.gemm); return 0; });
+  auto env_number = [](const char* name, double fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    double d = std::strtod(v, &end);
+    if (*end) throw loom::rt::Error(std::string(name) + "='" + v + "' is not a number");
+    return d;
+  };
+  c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
+  if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
+  c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
+  c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
+  as_usage([&] { loom::rt::validate(c); return 0; });  // a bad option value is a usage error (exit 2)
+}
+
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
   std::string model, layers, data, optimizer, device, config, seed, qat_scales;
@@ -181,21 +200,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
     throw Usage{"--ckpt-every must be positive, not " + std::to_string(c.ckpt_every) + " (leave it out for none)"};
   if ((vm.count("ckpt-every") || c.ckpt_every_min > 0 || c.ckpt_async) && c.ckpt_dir.empty())
     throw Usage{"--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir"};
-  as_usage([&] { return loom::rt::parse_grad_compress(c.grad_compress); });
-  as_usage([&] { loom::rt::cpu::set_gemm_backend(c.gemm); return 0; });
-  auto env_number = [](const char* name, double fallback) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) return fallback;
-    char* end = nullptr;
-    double d = std::strtod(v, &end);
-    if (*end) throw loom::rt::Error(std::string(name) + "='" + v + "' is not a number");
-    return d;
-  };
-  c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
-  if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
-  c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
-  c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
-  as_usage([&] { loom::rt::validate(c); return 0; });  // a bad option value is a usage error (exit 2)
+  finish_config(c);
   return c;
 }
 

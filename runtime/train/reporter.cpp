@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "loom/rt/io/timestamp.hpp"
+
 #include "loom/rt/error.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "loom/topo/emit.hpp"
@@ -19,8 +21,7 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
 
 void Reporter::say_mine(const std::string& human, const std::string& fields) const {
   if (json_) {
-    double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    log_("{\"ts\":" + num(ts) + ",\"component\":\"loom-train\",\"rank\":" + std::to_string(rank_) + "," + fields +
+    log_("{\"ts\":\"" + utc_timestamp() + "\",\"component\":\"loom-train\",\"rank\":" + std::to_string(rank_) + "," + fields +
          ",\"msg\":" + loom::topo::json_quote(human) + "}");
   } else {
     log_("loom-train: " + (ranks_ > 1 ? "rank " + std::to_string(rank_) + ": " : std::string()) + human);
