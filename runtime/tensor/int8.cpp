@@ -90,13 +90,14 @@ struct Linear::Impl {
     dnnl::memory weights, bias;
   };
   std::map<int, std::shared_ptr<Prim>> by_rows;
+  std::vector<dnnl::memory> packed;  // the weights in each layout a primitive asked for (usually one)
   std::vector<float> bias_acc;  // bias / scale: oneDNN v2 adds the bias before the output scale
 
   std::shared_ptr<Prim> get(const Linear& l, int m) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = by_rows.find(m);
     if (it != by_rows.end()) return it->second;
-    if (by_rows.size() >= 512) by_rows.clear();
+    if (by_rows.size() >= 512) by_rows.clear(), packed.clear();
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::dim M = m, N = l.n_, K = l.k_;
@@ -120,11 +121,17 @@ struct Linear::Impl {
     dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(src, wei_any, bia, dst) : dnnl::matmul::desc(src, wei_any, dst);
     p->pd = dnnl::matmul::primitive_desc(d, attr, eng);
     p->prim = dnnl::matmul(p->pd);
-    dnnl::memory user(wei_user, eng, const_cast<int8_t*>(l.w_.data()));
-    p->weights = dnnl::memory(p->pd.weights_desc(), eng);
-    dnnl::stream s(eng);
-    dnnl::reorder(user, p->weights).execute(s, user, p->weights);
-    s.wait();
+    // Batch sizes share the reordered weights: one copy per layout, not one per primitive.
+    for (const auto& m : packed)
+      if (m.get_desc() == p->pd.weights_desc()) p->weights = m;
+    if (!p->weights) {
+      dnnl::memory user(wei_user, eng, const_cast<int8_t*>(l.w_.data()));
+      p->weights = dnnl::memory(p->pd.weights_desc(), eng);
+      dnnl::stream s(eng);
+      dnnl::reorder(user, p->weights).execute(s, user, p->weights);
+      s.wait();
+      packed.push_back(p->weights);
+    }
     if (has_bias) p->bias = dnnl::memory(bia, eng, bias_acc.data());
     by_rows[m] = p;
     return p;

@@ -103,6 +103,23 @@ TEST(Int8, LinearMatchesExactReference) {
   }
 }
 
+// One layer run at several batch sizes (one primitive each, the reordered weights shared).
+TEST(Int8, LinearServesEveryBatchSize) {
+  std::mt19937 rng(3);
+  const int n = 24, k = 40;
+  std::vector<int8_t> w(static_cast<size_t>(n) * k);
+  for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+  rt::int8::Linear lin(n, k, w.data(), 2, {});
+  for (int m : {1, 7, 32, 7, 1, 33}) {
+    std::vector<uint8_t> x(static_cast<size_t>(m) * k);
+    for (auto& v : x) v = static_cast<uint8_t>(rng() % (rt::int8::kActMax + 1));
+    std::vector<int32_t> a(static_cast<size_t>(m) * n), b(a.size());
+    lin.run(x.data(), m, a.data());
+    lin.run_reference(x.data(), m, b.data());
+    ASSERT_EQ(a, b) << "batch " << m;
+  }
+}
+
 TEST(Int8, LinearRejectsBadEpilogues) {
   std::vector<int8_t> w(6, 1);
   Epilogue e;
