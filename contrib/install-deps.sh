@@ -16,6 +16,8 @@ packages=(
   libhdf5-dev hdf5-tools zlib1g-dev
   # CLI, tests, numerics
   libboost-program-options-dev libgtest-dev googletest libopenblas-dev libdnnl-dev
+  # sweeps (loom-sweep: Gaussian process with Eigen, NLopt)
+  libeigen3-dev libnlopt-cxx-dev
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libyaml-cpp-dev nlohmann-json3-dev
   # data, peers and tools used by tests and benchmarks

@@ -121,8 +121,13 @@ write_conf() {  # HOSTSPEC
     echo "SlurmdParameters=config_overrides"
     echo "ReturnToService=2"
     echo "SchedulerType=sched/backfill"
+    # Start a batch job (a sweep's next array task) when one ends, not up to 3 s later.
+    echo "SchedulerParameters=batch_sched_delay=0"
     echo "AccountingStorageType=accounting_storage/none"
-    echo "JobCompType=jobcomp/none"
+    # Finished jobs (array tasks included) go to a text file that `sacct -c` reads: the test
+    # cluster runs no slurmdbd.
+    echo "JobCompType=jobcomp/filetxt"
+    echo "JobCompLoc=$dir/jobcomp.txt"
     echo "JobAcctGatherType=jobacct_gather/none"
     echo "StateSaveLocation=$dir/state"
     echo "SlurmdSpoolDir=$dir/spool-%n"

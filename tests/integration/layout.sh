@@ -9,6 +9,7 @@ import os, re, sys
 allowed = {  # folder -> folders of the runtime it may include
     "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn"},
     "train": {"tensor", "nn", "dist", "io", "train"},
+    "sweep": set(),  # loom-sweep runs programs and links none of the runtime
 }
 include = re.compile(r'#include "loom/rt/([a-z_]+)/')
 bad = []

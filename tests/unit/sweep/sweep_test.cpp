@@ -1,0 +1,187 @@
+// sweep_test.cpp — loom-sweep's parts: the unit-cube map, spec checks, command expansion, the
+// Gaussian process and expected improvement, the metrics-file reader, and Bayesian optimisation
+// against random search on Branin (the figure of issue 18: 24 trials, median of 5 seeds).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "gp.hpp"
+#include "propose.hpp"
+#include "spec.hpp"
+#include "trial.hpp"
+
+using namespace loom::sweep;
+
+namespace {
+
+const char* kSpec = R"(command: train --lr {lr} --batch {batch} --opt {opt} --out {metrics_file}
+metric: test_accuracy
+goal: max
+trials: 8
+parallel: 2
+parameters:
+  lr: {type: log, min: 0.001, max: 0.1}
+  batch: {type: int, min: 16, max: 20}
+  opt: {type: choice, values: [sgd, "adam w"]}
+)";
+
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kSpec;
+  const auto pos = s.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return s.replace(pos, from.size(), to);
+}
+
+void expect_spec_error(const std::string& text, const std::string& what) {
+  try {
+    parse_spec(text);
+    ADD_FAILURE() << "accepted a spec that should fail with: " << what;
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+double branin(double x1, double x2) {
+  const double b = 5.1 / (4 * M_PI * M_PI), c = 5 / M_PI, t = 1 / (8 * M_PI);
+  return std::pow(x2 - b * x1 * x1 + c * x1 - 6, 2) + 10 * (1 - t) * std::cos(x1) + 10;
+}
+
+double best_on_branin(bool bayes, unsigned long seed, int trials, int parallel) {
+  const Space space({Param{"x1", ParamType::Float, -5, 10, {}}, Param{"x2", ParamType::Float, 0, 15, {}}});
+  Proposer p(space, bayes, std::max(parallel, 5), seed);
+  History h;
+  double best = 1e300;
+  while (static_cast<int>(h.done.size()) < trials) {
+    const auto n = static_cast<size_t>(std::min<int>(parallel, trials - static_cast<int>(h.done.size())));
+    for (const auto& u : p.propose(h, n)) {
+      const Point v = space.decode(u);
+      h.done.push_back(u);
+      h.value.push_back(branin(v[0], v[1]));
+      best = std::min(best, h.value.back());
+    }
+  }
+  return best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TEST(Space, MapsEachTypeToTheUnitCubeAndBack) {
+  const Spec s = parse_spec(kSpec);
+  const Space space(s.params);
+  ASSERT_EQ(space.dims(), 3u);
+  Point v = space.decode({0.5, 0.0, 0.99});
+  EXPECT_NEAR(v[0], 0.01, 1e-12);  // the log scale's midpoint is the geometric mean
+  EXPECT_EQ(v[1], 16);
+  EXPECT_EQ(v[2], 1);
+  EXPECT_EQ(space.format(2, v[2]), "adam w");
+  EXPECT_EQ(space.decode({0, 1, 0})[1], 20);  // every integer in [min, max] is reachable
+  for (double u : {0.0, 0.13, 0.5, 0.77, 1.0}) {
+    const auto snapped = space.snap({u, u, u});
+    EXPECT_EQ(space.snap(snapped), snapped);  // a snapped point stays where it is
+    EXPECT_NEAR(space.decode(snapped)[0], space.decode({u, u, u})[0], 1e-9);
+  }
+}
+
+TEST(Spec, ReadsTheDefaults) {
+  const Spec s = parse_spec(kSpec);
+  EXPECT_TRUE(s.maximise);
+  EXPECT_TRUE(s.bayes);
+  EXPECT_EQ(s.trials, 8);
+  EXPECT_EQ(s.init_trials, 7);   // 2 * dims + 1
+  EXPECT_EQ(s.max_failures, 3);  // max(3, trials / 4)
+}
+
+TEST(Spec, RefusesBadSpecsWithOneClearError) {
+  expect_spec_error(with("type: log", "type: exponential"), "unknown type 'exponential'");
+  expect_spec_error(with("min: 16, max: 20", "min: 20, max: 16"), "min must be below max");
+  expect_spec_error(with("min: 0.001", "min: 0"), "log parameter needs min > 0");
+  expect_spec_error(with("--out {metrics_file}", "--out m.json"), "has no {metrics_file}");
+  expect_spec_error(with("--opt {opt}", "--opt {optimiser}"), "{optimiser}, which is not a parameter");
+  expect_spec_error(with("trials: 8", "trails: 8"), "unknown key 'trails'");
+  expect_spec_error(with("goal: max", "goal: up"), "'goal'");
+  expect_spec_error(with("parallel: 2", "parallel: 9"), "'parallel'");
+  expect_spec_error(with("values: [sgd, \"adam w\"]", "values: []"), "non-empty list");
+  expect_spec_error(with("min: 16", "min: 16.5"), "integer min and max");
+  expect_spec_error(with("trials: 8", "trials: many"), "'trials': 'many' is not a valid value");
+  expect_spec_error("command: [unclosed", "not valid YAML");
+  expect_spec_error(std::string(kSpec) + "sbatch: [--array=0-3]\n", "--array is loom-sweep's");
+}
+
+TEST(Spec, ExpandsTheCommandQuotingWhatTheShellWouldSplit) {
+  const Spec s = parse_spec(kSpec);
+  const Space space(s.params);
+  const std::string cmd = expand_command(s, space, {0.01, 17, 1}, "/tmp/a b/m.jsonl");
+  EXPECT_EQ(cmd, "train --lr 0.01 --batch 17 --opt 'adam w' --out '/tmp/a b/m.jsonl'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+}
+
+TEST(GaussianProcess, InterpolatesItsDataAndIsUnsureFarFromIt) {
+  std::mt19937_64 rng(1);
+  Eigen::MatrixXd X(6, 1);
+  Eigen::VectorXd y(6);
+  for (int i = 0; i < 6; ++i) X(i, 0) = i / 10.0, y(i) = std::sin(6 * X(i, 0));
+  GaussianProcess gp;
+  gp.fit(X, y, true, rng);
+  double m = 0, v = 0, m_far = 0, v_far = 0;
+  gp.predict(X.row(3).transpose(), m, v);
+  EXPECT_NEAR(m, gp.standardise(y(3)), 0.05);
+  gp.predict(Eigen::VectorXd::Constant(1, 1.0), m_far, v_far);
+  EXPECT_GT(v_far, 10 * v);
+}
+
+TEST(ExpectedImprovement, GradientsMatchFiniteDifferences) {
+  std::mt19937_64 rng(3);
+  Eigen::MatrixXd X = (Eigen::MatrixXd::Random(8, 2).array() + 1) / 2;
+  Eigen::VectorXd y(8);
+  for (int i = 0; i < 8; ++i) y(i) = branin(X(i, 0) * 15 - 5, X(i, 1) * 15);
+  GaussianProcess gp;
+  gp.fit(X, y, true, rng);
+  const Eigen::Vector2d x(0.3, 0.6);
+  double m = 0, v = 0;
+  Eigen::VectorXd dm, dv;
+  gp.predict(x, m, v, &dm, &dv);
+  for (int d = 0; d < 2; ++d) {
+    Eigen::Vector2d h = x;
+    h(d) += 1e-6;
+    double m2 = 0, v2 = 0;
+    gp.predict(h, m2, v2);
+    EXPECT_NEAR((m2 - m) / 1e-6, dm(d), 1e-3 * (1 + std::abs(dm(d))));
+    EXPECT_NEAR((v2 - v) / 1e-6, dv(d), 1e-3 * (1 + std::abs(dv(d))));
+  }
+  double d_mean = 0, d_sd = 0;
+  const double ei = expected_improvement(0.2, 0.09, 0.5, 0.0, &d_mean, &d_sd);
+  EXPECT_NEAR((expected_improvement(0.2 + 1e-7, 0.09, 0.5, 0.0) - ei) / 1e-7, d_mean, 1e-5);
+  EXPECT_GT(ei, 0.3);  // mean 0.3 below the best: at least the plain improvement
+}
+
+TEST(Metrics, ReadsTheLastLineThatHasTheMetric) {
+  const std::string path = ::testing::TempDir() + "/metrics.jsonl";
+  std::ofstream(path) << "{\"step\":1,\"test_accuracy\":0.5}\nnot json\n{\"test_accuracy\":\"high\"}\n"
+                         "{\"event\":\"summary\",\"test_accuracy\":0.81}\n{\"step\":9}\n";
+  EXPECT_DOUBLE_EQ(read_metric(path, "test_accuracy"), 0.81);
+  EXPECT_THROW(read_metric(path, "loss"), std::runtime_error);
+  EXPECT_THROW(read_metric(path + ".none", "loss"), std::runtime_error);
+}
+
+TEST(Bayes, BeatsRandomSearchOnBraninIn24Trials) {
+  for (int parallel : {1, 4}) {
+    std::vector<double> bayes, random;
+    for (unsigned long seed = 1; seed <= 5; ++seed) {
+      bayes.push_back(best_on_branin(true, seed, 24, parallel));
+      random.push_back(best_on_branin(false, seed, 24, parallel));
+    }
+    std::printf("branin, 24 trials, %d in parallel: bayes median best %.3f, random %.3f (optimum 0.398)\n", parallel,
+                median(bayes), median(random));
+    EXPECT_LT(median(bayes), median(random));
+    EXPECT_LT(median(bayes), 0.8);
+  }
+}
