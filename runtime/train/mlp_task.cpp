@@ -2,6 +2,7 @@
 // softmax cross-entropy, test-set accuracy; on the CPU or on CUDA.
 #include <algorithm>
 
+#include "loom/rt/io/augment.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/quant_model.hpp"
@@ -23,8 +24,9 @@ std::string widths_str(const std::vector<int>& w) {
 class MlpTask : public Task {
  public:
   MlpTask(const TrainConfig& c, Device device)
-      : train_(load_fashion_mnist(c.data_dir, "train")), test_(load_fashion_mnist(c.data_dir, "t10k")),
-        model_(initial_model(c)), seed_(c.seed), device_(device), qat_(c.qat), T_(c.temperature), alpha_(c.alpha) {
+      : train_(training_set(c)), test_(load_fashion_mnist(c.data_dir, "t10k")),
+        source_(train_, parse_augment(c.augment), c.synthetic, c.seed), model_(initial_model(c)), seed_(c.seed),
+        device_(device), qat_(c.qat), T_(c.temperature), alpha_(c.alpha) {
     const int features = static_cast<int>(train_.images.dim(1));
     if (c.layers.front() != features)
       throw Error("--layers starts at " + std::to_string(c.layers.front()) + " but Fashion-MNIST images have " +
@@ -32,11 +34,15 @@ class MlpTask : public Task {
     if (c.layers.back() != train_.classes)
       throw Error("--layers ends at " + std::to_string(c.layers.back()) + " but Fashion-MNIST has " +
                   std::to_string(train_.classes) + " classes");
-    if (c.global_batch > train_.size()) throw Error("--global-batch is larger than the training set");
+    if (c.global_batch > source_.size()) throw Error("--global-batch is larger than the training set");
     dlogits_ = Tensor::empty({c.global_batch, c.layers.back()}, DType::kF32, device_);
     model_.to(device_);
     if (c.qat) model_.set_fake_quant(true, c.qat_per_tensor);
     if (!c.teacher_path.empty()) load_teacher(c);
+  }
+  static Dataset training_set(const TrainConfig& c) {
+    Dataset d = load_fashion_mnist(c.data_dir, "train");
+    return c.train_subset > 0 ? subset(d, c.train_subset, c.seed) : d;
   }
   static Mlp initial_model(const TrainConfig& c) {
     if (c.init_path.empty()) return Mlp(c.layers, c.seed);
@@ -64,12 +70,13 @@ class MlpTask : public Task {
     int64_t n = 0;
     for (const auto& p : model_.params()) n += p.value.numel();
     return "mlp with " + std::to_string(n) + " parameters on " + std::to_string(train_.size()) +
-           " Fashion-MNIST images, on " + (device_ == Device::kCuda ? "cuda" : "cpu");
+           " Fashion-MNIST images" + (source_.size() > train_.size() ? " + " + std::to_string(source_.size() - train_.size()) +
+           " synthetic" : "") + ", on " + (device_ == Device::kCuda ? "cuda" : "cpu");
   }
-  int64_t steps_per_epoch(int batch) const override { return train_.size() / batch; }  // partial batch dropped
+  int64_t steps_per_epoch(int batch) const override { return source_.size() / batch; }  // partial batch dropped
   double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
-    if (epoch != order_epoch_) order_ = epoch_order(train_.size(), seed_, order_epoch_ = epoch);
-    gather_batch(train_, order_, first, first + batch, &x_, &y_);
+    if (epoch != order_epoch_) order_ = epoch_order(source_.size(), seed_, order_epoch_ = epoch);
+    source_.gather(order_, first, first + batch, epoch, &x_, &y_);
     if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
     if (device_ == Device::kCpu) {
       const Tensor& logits = model_.forward(x_);
@@ -117,11 +124,12 @@ class MlpTask : public Task {
   std::vector<Param>& params() override { return model_.params(); }
   std::string config_json() const override { return model_.config_json(); }
   double train_flops(int batch) const override { return model_.train_flops(batch); }
-  int64_t train_size() const override { return train_.size(); }
+  int64_t train_size() const override { return source_.size(); }
   int64_t eval_size() const override { return test_.size(); }
 
  private:
   Dataset train_, test_;
+  BatchSource source_;  // train_, augmented, with the synthetic samples
   Mlp model_;
   uint64_t seed_;
   Device device_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/augment.hpp"
 
 namespace loom::rt {
 
@@ -78,6 +79,11 @@ void validate(const TrainConfig& c) {
   if (!(c.alpha >= 0 && c.alpha <= 1)) throw Error("--alpha must be in [0, 1], not " + num(c.alpha));
   if ((c.qat || !c.init_path.empty() || !c.teacher_path.empty()) && c.model != "mlp")
     throw Error("--qat, --init and distillation are for --model mlp");
+  parse_augment(c.augment);
+  not_negative("--train-subset", static_cast<double>(c.train_subset));
+  not_negative("--synthetic", static_cast<double>(c.synthetic));
+  if ((!c.augment.empty() || c.train_subset > 0 || c.synthetic > 0) && c.model != "mlp")
+    throw Error("--augment, --train-subset and --synthetic are for image data (--model mlp)");
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
     throw Error("LOOM_EMULATE_SPEED must be in (0, 1], not " + num(c.emulate_speed));
 }

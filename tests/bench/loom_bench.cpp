@@ -359,7 +359,8 @@ int usage(std::FILE* to = stderr) {
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
-               "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n");
+               "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n"
+               "Any of them with --mllog FILE appends its figures to FILE as MLPerf-style :::MLLOG lines.\n");
   return 2;
 }
 
@@ -371,7 +372,51 @@ int bench_infer(int argc, char** argv);
 int bench_serve(int argc, char** argv, const std::string& self);
 #endif
 
-int main(int argc, char** argv) {
+int bench_with_mllog(const std::string& path, const std::string& cmd, const std::function<int()>& run);
+
+namespace {
+
+int run_bench(int argc, char** argv);
+
+// --mllog FILE (anywhere after the subcommand) is taken out here: the subcommand runs with
+// --format json and its figures go to FILE as :::MLLOG events (bench_mllog.cpp).
+int main_with_mllog(int argc, char** argv) {
+  std::vector<char*> args;
+  std::string path;
+  bool text = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i >= 2 && a == "--mllog" && i + 1 < argc) {
+      path = argv[++i];
+      continue;
+    }
+    if (i >= 2 && a == "--format" && i + 1 < argc && std::string(argv[i + 1]) == "text") text = true;
+    args.push_back(argv[i]);
+  }
+  if (path.empty()) return run_bench(argc, argv);
+  if (text) {
+    std::fprintf(stderr, "loom-bench: --mllog records the JSON figures: leave out --format text\n");
+    return 2;
+  }
+  static char fmt[] = "--format", json[] = "json";
+  args.push_back(fmt);
+  args.push_back(json);
+  args.push_back(nullptr);
+  try {
+    return bench_with_mllog(path, argv[1], [&] { return run_bench(static_cast<int>(args.size() - 1), args.data()); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return main_with_mllog(argc, argv); }
+
+namespace {
+
+int run_bench(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
@@ -497,3 +542,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace

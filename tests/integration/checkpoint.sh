@@ -122,6 +122,22 @@ h5diff psgd-full.h5 psgd.h5 /params /params >/dev/null && pass || fail "PowerSGD
 diff <(losses psgd-full.jsonl | awk -v s="$stop" '$1 > s') <(losses psgd.2.jsonl) >/dev/null && pass ||
   fail "PowerSGD: losses after step $stop differ"
 echo "checkpoint: 2 ranks PowerSGD: stopped at step $stop, resumed, bitwise equal"
+
+# Augmentation and synthetic samples draw from (seed, epoch, sample): a stopped and resumed
+# augmented 2-rank run is bitwise the uninterrupted one, and differs from the plain run.
+aug="$common --train-subset 3000 --synthetic 500 --augment shift:1,flip,noise:0.05"
+launch 2 $aug --metrics-file aug-full.jsonl --export aug-full.h5 2>aug-full.err
+expect_match "augmented run: the epoch has the synthetic samples" "on 3000 Fashion-MNIST images \+ 500 synthetic" "$(cat aug-full.err)"
+interrupt aug 2 $aug --ckpt-dir aug.d --ckpt-every 50
+expect_eq "augmented run: stopped" 75 "$rc"
+stop=$(grep -oE "stopping at step [0-9]+" aug.err | grep -oE "[0-9]+$")
+run_cmd launch 2 $aug --ckpt-dir aug.d --ckpt-every 50 --metrics-file aug.2.jsonl --export aug.h5
+expect_eq "augmented run: resumed" 0 "$rc"
+h5diff aug-full.h5 aug.h5 /params /params >/dev/null && pass || fail "augmented run: final weights differ (stopped at $stop)"
+diff <(losses aug-full.jsonl | awk -v s="$stop" '$1 > s') <(losses aug.2.jsonl) >/dev/null && pass ||
+  fail "augmented run: losses after step $stop differ"
+h5diff full2.h5 aug-full.h5 /params /params >/dev/null && fail "augmentation changed nothing" || pass
+echo "checkpoint: 2 ranks augmented: stopped at step $stop, resumed, bitwise equal"
 # A finished run resumed again has nothing to train: it says so, evaluates and exports (a requeued
 # job can end this way).
 run_cmd "$T" $common --ckpt-dir r1sync.d --export again.h5 --log-every 1000

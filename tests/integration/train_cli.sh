@@ -50,9 +50,32 @@ check_err "bad optimizer" 2 "--optimizer must be sgd or adamw" --optimizer lion 
 check_err "bad gemm" 2 "--gemm must be auto, openblas or onednn" --gemm mkl
 check_err "bad grad-compress" 2 "grad-compress" --grad-compress zip
 check_err "bad lr schedule" 2 "--lr-schedule must be constant or cosine" --lr-schedule step
+check_err "bad augmentation" 2 "--augment: unknown item 'rotate'" --augment shift:1,rotate
+check_err "augmentation of text" 2 "--augment, --train-subset and --synthetic are for image data" --model gpt --data text:/usr/share/common-licenses/GPL-3 --augment flip
+check_err "negative synthetic" 2 "--synthetic must not be negative" --synthetic -4
+check_err "subset past the data" 1 "--train-subset must be between 1 and 60000, not 70000" --train-subset 70000 --steps 1
 check_err "missing --config file" 1 "--config: cannot read" --config "$LOOM_TMP/none.ini"
+# loom-bench --mllog: its figures as MLPerf-style events, run_stop aborted when it fails.
+if [ -x "$LOOM_BUILDDIR/loom-bench" ]; then
+  run_cmd "$LOOM_BUILDDIR/loom-bench" gemm --m 64 --n 64 --k 64 --reps 1 --mllog bench.mllog
+  expect_eq "loom-bench --mllog exit" 0 "$rc"
+  run_cmd "$LOOM_BUILDDIR/loom-bench" infer --model "$LOOM_TMP/none.h5" --compare "$LOOM_TMP/none.h5" --mllog bench.mllog
+  expect_eq "a failing loom-bench with --mllog fails" 1 "$rc"
+  verdict=$(/usr/bin/python3 - bench.mllog <<'PY'
+import json, sys
+ev = [json.loads(l[len(":::MLLOG "):]) for l in open(sys.argv[1]) if l.startswith(":::MLLOG ")]
+keys = [e["key"] for e in ev]
+assert keys == ["init_start", "submission_benchmark", "init_stop", "run_start", "loom_bench_result", "run_stop"] * 1 + \
+    ["init_start", "submission_benchmark", "init_stop", "run_start", "run_stop"], keys
+assert ev[4]["value"]["m"] == 64 and ev[4]["value"]["int8_gops"] > 0
+assert ev[5]["metadata"]["status"] == "success" and ev[-1]["metadata"]["status"] == "aborted"
+print("ok")
+PY
+)
+  expect_eq "loom-bench's MLLOG lines" ok "$verdict"
+fi
 # Every program says its version; loom-bench --help is help, not an error.
-for p in loom-train loom-serve loom-compress loom-bench loom-topo; do
+for p in loom-train loom-serve loom-compress loom-bench loom-topo loom-sweep; do
   [ -x "$LOOM_BUILDDIR/$p" ] || continue
   run_cmd "$LOOM_BUILDDIR/$p" --version
   expect_eq "$p --version exit" 0 "$rc"

@@ -20,6 +20,11 @@ struct TrainConfig {
   float dropout = 0.0f;
   std::vector<int> layers{784, 512, 512, 10};
   std::string data_dir = kFashionMnistDir;
+  // mlp: image augmentation (shift:N,flip,noise:S), a seeded subset of the training images
+  // (0: all) and within-class mixup samples added to each epoch (io/augment.hpp).
+  std::string augment;
+  int64_t train_subset = 0;
+  int64_t synthetic = 0;
   int epochs = 1;
   int64_t steps = 0;  // > 0: stop after this many steps (0: --epochs decides)
   int global_batch = 128;
