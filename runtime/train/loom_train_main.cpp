@@ -108,6 +108,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(100), "steps between progress lines")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
+      ("metrics-port", po::value(&c.metrics_port), "rank 0 serves Prometheus /metrics on this port (0: any, logged)")
+      ("metrics-bind", po::value(&c.metrics_bind)->default_value("127.0.0.1"), "address of --metrics-port (0.0.0.0: every interface)")
       ("mllog", po::value(&c.mllog_path), "append MLPerf-style :::MLLOG lines to FILE (rank 0)")
       ("balance", po::value(&c.balance)->default_value("off"), "off | static | dynamic (shares of the global batch)")
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")

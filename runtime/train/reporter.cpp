@@ -6,6 +6,7 @@
 #include "loom/rt/io/timestamp.hpp"
 
 #include "loom/rt/error.hpp"
+#include "loom/rt/train/metrics_http.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "loom/topo/emit.hpp"
 
@@ -17,6 +18,33 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
     metrics_.open(c.metrics_file, std::ios::trunc);
     if (!metrics_) throw Error(c.metrics_file + ": cannot open for writing");
   }
+  if (c.metrics_port >= 0 && rank == 0) {
+    server_ = std::make_unique<MetricsServer>(c.metrics_bind, c.metrics_port);
+    server_->update([&](TrainGauges& g) {
+      g.model = c.model;
+      g.ranks = ranks;
+    });
+    say("metrics: http://" + c.metrics_bind + ":" + std::to_string(server_->port()) + "/metrics",
+        "\"level\":\"info\",\"event\":\"metrics\",\"port\":" + std::to_string(server_->port()));
+  }
+}
+
+Reporter::~Reporter() = default;
+
+void Reporter::live(const StepLine& s, int64_t planned) {
+  if (!server_) return;
+  std::vector<int> shares;
+  for (size_t pos = 0; pos < s.shares.size();) {
+    const size_t comma = s.shares.find(',', pos);
+    shares.push_back(std::atoi(s.shares.substr(pos, comma - pos).c_str()));
+    pos = comma == std::string::npos ? s.shares.size() : comma + 1;
+  }
+  server_->update([&](TrainGauges& g) {
+    g.step = s.step, g.epoch = s.epoch, g.steps_planned = planned;
+    g.loss = s.loss, g.samples_per_s = s.samples_per_s, g.loss_scale = s.loss_scale;
+    g.shares = std::move(shares);
+    g.comm_bytes = s.comm_bytes;
+  });
 }
 
 void Reporter::say_mine(const std::string& human, const std::string& fields) const {
@@ -42,6 +70,7 @@ void Reporter::step(const StepLine& s) {
 void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
   say("epoch " + std::to_string(epoch) + " test accuracy " + num(accuracy) + " test loss " + num(loss),
       "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) + ",\"test_accuracy\":" + num(accuracy));
+  if (server_) server_->update([&](TrainGauges& g) { g.test_accuracy = accuracy; });
   if (metrics_.is_open())
     metrics_ << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step << ",\"test_accuracy\":" << num(accuracy)
              << ",\"test_loss\":" << num(loss) << "}\n";

@@ -2,6 +2,8 @@
 // choice one of its words, every rate in range; the error names the option and the value.
 #include "loom/rt/train/train_config.hpp"
 
+#include <arpa/inet.h>
+
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -82,6 +84,11 @@ void validate(const TrainConfig& c) {
   parse_augment(c.augment);
   not_negative("--train-subset", static_cast<double>(c.train_subset));
   not_negative("--synthetic", static_cast<double>(c.synthetic));
+  if (c.metrics_port < -1 || c.metrics_port > 65535)
+    throw Error("--metrics-port must be 0..65535, not " + std::to_string(c.metrics_port));
+  in_addr addr{};
+  if (::inet_pton(AF_INET, c.metrics_bind.c_str(), &addr) != 1)
+    throw Error("--metrics-bind: '" + c.metrics_bind + "' is not an IPv4 address");
   if ((!c.augment.empty() || c.train_subset > 0 || c.synthetic > 0) && c.model != "mlp")
     throw Error("--augment, --train-subset and --synthetic are for image data (--model mlp)");
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))

@@ -204,14 +204,16 @@ void Trainer::progress(int64_t epoch, double loss, double seconds) {
   window_seconds_ += seconds;
   window_samples_ += c_.global_batch;
   last_loss_ = loss;
-  if (done % c_.log_every != 0 && done != total_) return;
   const double rate = window_samples_ / std::max(window_seconds_, 1e-9);
+  const Reporter::StepLine line{done, epoch, loss, rate, plan_.shares_text(), sync_.comm_bytes(), precision_.amp().scale()};
+  rep_.live(line, total_);
+  if (done % c_.log_every != 0 && done != total_) return;
   const double eta = (total_ - done) * c_.global_batch / std::max(rate, 1e-9);
   rep_.say("step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " + std::to_string(epoch) + " loss " +
                fixed(loss, 4) + " " + fixed(rate, 0) + " samples/s ETA " + fixed(eta, 1) + " s",
            "\"level\":\"info\",\"step\":" + std::to_string(done) + ",\"loss\":" + num(loss) +
                ",\"samples_per_s\":" + num(rate));
-  rep_.step({done, epoch, loss, rate, plan_.shares_text(), sync_.comm_bytes(), precision_.amp().scale()});
+  rep_.step(line);
   window_seconds_ = 0;
   window_samples_ = 0;
 }

@@ -54,6 +54,8 @@ check_err "bad augmentation" 2 "--augment: unknown item 'rotate'" --augment shif
 check_err "augmentation of text" 2 "--augment, --train-subset and --synthetic are for image data" --model gpt --data text:/usr/share/common-licenses/GPL-3 --augment flip
 check_err "negative synthetic" 2 "--synthetic must not be negative" --synthetic -4
 check_err "subset past the data" 1 "--train-subset must be between 1 and 60000, not 70000" --train-subset 70000 --steps 1
+check_err "metrics on a bad address" 2 "--metrics-bind: 'nowhere' is not an IPv4 address" --metrics-port 0 --metrics-bind nowhere
+check_err "metrics port out of range" 2 "--metrics-port must be 0..65535" --metrics-port 70000
 check_err "missing --config file" 1 "--config: cannot read" --config "$LOOM_TMP/none.ini"
 # loom-bench --mllog: its figures as MLPerf-style events, run_stop aborted when it fails.
 if [ -x "$LOOM_BUILDDIR/loom-bench" ]; then

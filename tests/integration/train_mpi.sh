@@ -52,6 +52,25 @@ expect_match "emulation is announced" "emulating a slow device" "$err"
 share=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "rank_batch" in l][-1]["rank_batch"][1])' dyn.jsonl)
 echo "train_mpi: dynamic share of the 0.4-speed rank after 60 steps: $share of 140 (5:2 would be 40)"
 [ "$share" -ge 15 ] && [ "$share" -le 50 ] && pass || fail "dynamic share $share: work did not move away from the slow rank (equal would be 70)"
+# --metrics-port: rank 0 alone serves Prometheus text with every rank's share and the gradient bytes.
+timeout 300 mpirun -np 2 --oversubscribe "$T" --steps 600 --global-batch 140 --log-every 100 --metrics-port 0 2>prom.err &
+prom=$!
+url=
+for _ in $(seq 300); do url=$(grep -oE "http://127.0.0.1:[0-9]+/metrics" prom.err | head -1); [ -n "$url" ] && break; sleep 0.1; done
+scrape=
+for _ in $(seq 100); do
+  scrape=$(curl -s --max-time 2 "$url")
+  grep -qE "^loom_train_step [1-9]" <<<"$scrape" && break
+  sleep 0.1
+done
+expect_eq "one endpoint for the job (rank 0)" 1 "$(grep -c "metrics: http" prom.err)"
+expect_match "Prometheus: the step" "loom_train_step [1-9][0-9]*" "$scrape"
+expect_match "Prometheus: both ranks' shares" 'loom_train_rank_batch\{rank="0"\} 70.*' "$(tr '\n' ' ' <<<"$scrape")"
+expect_match "Prometheus: rank 1's share" 'loom_train_rank_batch\{rank="1"\} 70' "$scrape"
+expect_match "Prometheus: gradient bytes" "loom_train_comm_bytes_total [1-9][0-9]*" "$scrape"
+expect_match "Prometheus: the job" 'loom_train_info\{model="mlp",ranks="2"\} 1' "$scrape"
+wait $prom
+expect_eq "the run with --metrics-port finishes" 0 "$?"
 # Mixed precision: an overflow injected on rank 1 alone makes every rank skip and back off.
 cat >inject.sh <<'SH'
 #!/bin/sh

@@ -7,18 +7,21 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace loom::rt {
 
 struct TrainConfig;
 struct TrainResult;
+class MetricsServer;
 
 class Reporter {
  public:
   using Log = std::function<void(const std::string&)>;
-  // Opens the metrics file on rank 0 (throws Error when it cannot).
+  // Opens the metrics file and the --metrics-port endpoint on rank 0 (throws Error when it cannot).
   Reporter(const TrainConfig& c, int rank, int ranks, Log log);
+  ~Reporter();
 
   // Rank 0's line for the job; `fields` are extra JSON members ("\"level\":\"info\",...").
   void say(const std::string& human, const std::string& fields) const;
@@ -33,6 +36,8 @@ class Reporter {
     double loss_scale;
   };
   void step(const StepLine& s);
+  // Every step: the --metrics-port gauges (rank 0; nothing without the endpoint).
+  void live(const StepLine& s, int64_t planned);
   void eval(int64_t epoch, int64_t step, double accuracy, double loss);
   void overflow(int64_t step, double loss_scale);
   // The last metrics line and the last log line: "done: ..." for a finished run, "stopped: ..."
@@ -45,6 +50,7 @@ class Reporter {
   bool json_;
   int rank_, ranks_;
   Log log_;
+  std::unique_ptr<MetricsServer> server_;
 };
 
 }  // namespace loom::rt

@@ -44,6 +44,8 @@ struct TrainConfig {
   int log_every = 100;
   std::string log_format = "text";  // text | json
   std::string metrics_file;
+  int metrics_port = -1;                  // --metrics-port: Prometheus endpoint on rank 0 (-1: none, 0: any port)
+  std::string metrics_bind = "127.0.0.1";
   std::string mllog_path;  // --mllog: MLPerf-style :::MLLOG lines (rank 0)
   std::string export_path;
   // mlp: start from a model file's weights (its widths must equal --layers) instead of random ones.
