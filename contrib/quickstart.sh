@@ -96,7 +96,14 @@ PY
   kill -TERM "$serve_pid" && wait "$serve_pid" && echo "loom-serve stopped cleanly on SIGTERM"
 fi
 
-banner "11. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
+banner "11. Tune the learning rate and batch size: a Bayesian sweep whose trials are one Slurm job array"
+if [ -x "$build/loom-sweep" ] && [ -x "$build/loom-train" ]; then
+  rm -rf "$build/sweep-lr"
+  LOOM_TRAIN=$build/loom-train "$build/loom-sweep" --spec "$src/examples/sweep.yaml" --dir "$build/sweep-lr" ||
+    echo "the sweep stopped early; see $build/sweep-lr/logs"
+fi
+
+banner "12. Heterogeneous data parallelism: an A100 node and a V100 node as one MPI world"
 # examples/train-hetero.sbatch: a heterogeneous job (an a100 component and a v100 component)
 # launched with srun --het-group=0,1; the V100 rank is emulated at 0.4 of the speed. Run once
 # with dynamic shares and once with an equal split, and compare.
