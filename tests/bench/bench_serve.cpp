@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "grpc_service.grpc.pb.h"
+#include "progress.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/io/model_io.hpp"
 
@@ -224,17 +225,21 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   write_model(repo + "/tiny/1/model.h5", {784, 16, 10});
   const int max_batch = 32;
   double tiny_compute = 0;
+  bench_progress("the offline forward pass (the peer)");
   const double offline = offline_rows_per_s(repo + "/mlp/1/model.h5", max_batch, threads, seconds, nullptr);
   offline_rows_per_s(repo + "/tiny/1/model.h5", 1, threads, 0.3, &tiny_compute);
 
+  bench_progress("loom-serve at saturation, " + std::to_string(static_cast<int>(seconds + 0.5)) + " s per load");
   Server s = start_server(server, repo, max_batch, delay_us, threads);
   Load sat = run_load(s.grpc, "mlp", 784, 2 * max_batch, seconds);
   Load sat8 = run_load(s.grpc, "mlp", 784, 2 * max_batch / 8, seconds, 8);  // as many rows in flight, 8 a request
   Load b32 = run_load(s.grpc, "mlp", 784, 32, seconds);
   stop_server(s);
+  bench_progress("loom-serve without batching");
   s = start_server(server, repo, 1, 0, threads);
   Load b1 = run_load(s.grpc, "mlp", 784, 32, seconds);
   stop_server(s);
+  bench_progress("the added latency (a tiny model, one row)");
   s = start_server(server, repo, max_batch, 0, threads);
   Load tiny = run_load(s.grpc, "tiny", 784, 1, seconds / 2);
   stop_server(s);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config.h"
+#include "progress.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/dist/comm.hpp"
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
@@ -268,6 +269,7 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
     {
       loom::rt::CheckpointWriter writer(tc, nullptr, [](const std::string&, const std::string&) {});
       for (int r = 0; r < reps + 1; ++r) {
+        bench_progress("copying the state for an async checkpoint, " + std::to_string(r + 1) + " of " + std::to_string(reps + 1));
         auto t0 = Clock::now();
         writer.save(state, r + 1, /*sync=*/false);
         writer.wait_copied();  // at once: the whole copy, none of it hidden behind a training step
@@ -280,6 +282,7 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
     clean(tc.ckpt_dir);
   }
   for (int r = 0; r < reps; ++r) {
+    bench_progress("writing the checkpoint and the dd peer, " + std::to_string(r + 1) + " of " + std::to_string(reps));
     auto t0 = Clock::now();
     loom::rt::save_checkpoint(file, k);
     best_loom = std::min(best_loom, secs(t0));
@@ -303,6 +306,8 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
   double loop[3] = {1e30, 1e30, 1e30};  // none, sync, async
   for (int r = 0; r < reps; ++r) {
     for (int mode = 0; mode < 3; ++mode) {
+      bench_progress(std::string("training loop ") + (mode == 0 ? "without checkpoints" : mode == 1 ? "with sync checkpoints" : "with async checkpoints") +
+                     ", " + std::to_string(r + 1) + " of " + std::to_string(reps));
       loom::rt::TrainConfig c;
       c.layers = {784, width, width, 10};
       c.optim.kind = "adamw";
@@ -513,9 +518,12 @@ int run_bench(int argc, char** argv) {
   }
   try {
     c.layers = loom::rt::parse_widths(layers);
+    bench_progress("loom-train, " + std::to_string(c.steps) + " steps");
     loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
+    bench_progress("cblas_sgemm at the same shapes");
     double peak = sgemm_gflops(c.layers, c.global_batch, c.threads);
     std::string setup;
+    bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
     double torch = torch_samples_per_s(layers, c.global_batch, c.threads, static_cast<int>(c.steps), c.data_dir, &setup);
     double ratio = torch > 0 ? r.samples_per_s / torch : 0;
     if (format == "json") {
