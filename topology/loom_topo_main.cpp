@@ -17,6 +17,9 @@
 #include "loom/topo/emit.hpp"
 #include "loom/topo/placement.hpp"
 #include "loom/topo/readers.hpp"
+#ifdef LOOM_TOPO_SIMULATE
+#include "simulate/simulate.hpp"
+#endif
 
 namespace {
 
@@ -34,6 +37,11 @@ constexpr const char* kUsage =
     "        [--nic auto|none|NAME] [--oversubscribe]\n"
     "                            the per-task placement the SPANK plugin would apply\n"
     "  nccl-xml                  an NCCL_TOPO_FILE for this node\n"
+    "  simulate --cluster CLUSTER.yaml (--job-gpus N --bytes B | --workload WORKLOAD.yaml)\n"
+    "        [--placement slurm|loom|both] [--algo auto|ring|tree]\n"
+    "                            what placement is worth on a cluster (doc/simulate.md)\n"
+    "  topology-conf --cluster CLUSTER.yaml [--node-prefix P]\n"
+    "                            Slurm's topology.conf (topology/tree) for that cluster\n"
     "\n"
     "Without --xml or --nvidia-smi the node is discovered live (hwloc, and NVML when a driver is\n"
     "present). --nvidia-smi reads `nvidia-smi topo -m` output, optionally followed by `nvidia-smi -L`.\n"
@@ -175,6 +183,17 @@ int main(int argc, char** argv) {
   // hwloc's built-in XML parser: faster than its libxml2 one here, and it refuses the inputs
   // that crash the libxml2 path (tests/fixtures/topology/crashers). An admin's setting wins.
   setenv("HWLOC_LIBXML_IMPORT", "0", 0);
+  if (argc > 1 && (std::strcmp(argv[1], "simulate") == 0 || std::strcmp(argv[1], "topology-conf") == 0)) {
+    // A cluster, not a node: commands with their own options.
+#ifdef LOOM_TOPO_SIMULATE
+    const std::vector<std::string> rest(argv + 2, argv + argc);
+    return std::strcmp(argv[1], "simulate") == 0 ? loom::topo::sim::simulate_main(rest)
+                                                 : loom::topo::sim::topology_conf_main(rest);
+#else
+    std::fprintf(stderr, "loom-topo: %s needs a build with yaml-cpp and nlohmann-json\n", argv[1]);
+    return 1;
+#endif
+  }
   Options o;
   try {
     o = parse_args(argc, argv);

@@ -95,4 +95,62 @@ if command -v slurmd >/dev/null; then
   slurms=$(slurmd -C 2>/dev/null | head -n 1 | grep -oE '(CPUs|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
   expect_eq "node-conf agrees with slurmd -C" "$slurms" "$mine"
 fi
+# simulate and topology-conf (Contract 10): the JSON of one job and of a workload, the
+# topology.conf of a cluster, and every bad cluster or workload file.
+if "$T" simulate 2>&1 | grep -q "needs a build"; then
+  echo "topo_cli: simulate not in this build (yaml-cpp)"
+else
+  S=$LOOM_SRCDIR/examples/simulate
+  run_cmd "$T" simulate --cluster "$S/cluster-1024.yaml" --job-gpus 16 --bytes 1e9 --format json
+  expect_eq "simulate one job" 0 "$rc"
+  verdict=$(/usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+s, l = d["placements"]["slurm"], d["placements"]["loom"]
+assert d["cluster"] == {"nodes": 128, "gpus": 1024}, d["cluster"]
+assert all(k in s for k in ("allreduce_s", "busbw_gbps", "algo", "placement")), s
+assert l["allreduce_s"] <= s["allreduce_s"] and l["nodes"] == 2
+print("ok")' "$out" 2>&1)
+  expect_eq "simulate one job: placements for both policies" ok "$verdict"
+  cat >"$LOOM_TMP/small.yaml" <<'Y'
+nodes:
+  - {count: 6, shape: dgx1v, nics: 4, nic_gbps: 100}
+  - {count: 2, shape: dgxa100}
+network: {leaf_nodes: 4, oversubscription: 2}
+Y
+  cat >"$LOOM_TMP/jobs.yaml" <<'Y'
+seed: 3
+jobs:
+  - {count: 40, gpus: 2, model_bytes: 1e8, compute_s: 0.05}
+  - {count: 10, gpus: 16, model_bytes: 1e9, compute_s: 0.1}
+Y
+  run_cmd "$T" simulate --cluster "$LOOM_TMP/small.yaml" --workload "$LOOM_TMP/jobs.yaml" --format json
+  expect_eq "simulate a workload" 0 "$rc"
+  expect_match "with both policies, the reduction and the mechanisms" \
+    '"policies":\{"slurm":\{"gpus":64,"jobs":50,"mean_step_s":.*"loom":\{.*"step_time_reduction":.*"mechanisms":\{"links"' "$out"
+  run_cmd "$T" topology-conf --cluster "$LOOM_TMP/small.yaml" --node-prefix gpu
+  expect_eq "topology-conf" 0 "$rc"
+  expect_eq "one line a leaf and the spine" "SwitchName=leaf0 Nodes=gpu[001-004]|SwitchName=leaf1 Nodes=gpu[005-008]|SwitchName=spine Switches=leaf[0-1]" \
+    "$(grep -v '^#' <<<"$out" | tr '\n' '|' | sed 's/|$//')"
+  bad() {  # WHAT REGEX YAML
+    printf '%s\n' "$3" >"$LOOM_TMP/bad.yaml"
+    run_cmd "$T" simulate --cluster "$LOOM_TMP/bad.yaml" --job-gpus 2 --bytes 1e6
+    expect_eq "simulate: $1 exit" 1 "$rc"
+    expect_match "simulate: $1 message" "^loom-topo: .*$2" "$err"
+  }
+  bad "unknown shape" "unknown node shape 'dgx9'" "nodes: [{count: 2, shape: dgx9}]"
+  bad "too many NICs" "'nics' must be 0..4" "nodes: [{count: 2, shape: dgx1v, nics: 9}]"
+  bad "oversubscription below 1" "'oversubscription' must be 1 or more" "{nodes: [{count: 2, shape: dgx1v}], network: {oversubscription: 0.5}}"
+  bad "unknown key" "unknown key 'gpus'" "nodes: [{count: 2, shape: dgx1v, gpus: 8}]"
+  bad "no nodes" "'nodes' must be a non-empty list" "nodes: []"
+  bad "not YAML" "not valid YAML" "nodes: [unclosed"
+  run_cmd "$T" simulate --cluster "$LOOM_TMP/small.yaml" --job-gpus 100 --bytes 1e6
+  expect_match "a job larger than the cluster" "a job of 100 GPUs does not fit" "$err"
+  for args in "" "--cluster $LOOM_TMP/small.yaml" "--cluster $LOOM_TMP/small.yaml --job-gpus 2 --bytes 1 --placement best" \
+              "--cluster $LOOM_TMP/small.yaml --job-gpus x --bytes 1"; do
+    # shellcheck disable=SC2086
+    run_cmd "$T" simulate $args
+    expect_eq "simulate usage '$args'" 2 "$rc"
+  done
+fi
 finish

@@ -1,0 +1,150 @@
+// simulate_test.cpp — `loom-topo simulate`'s model against published nccl-tests figures
+// (doc/simulate.md cites each), its invariants, and the two placement policies.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "loom/topo/topology.hpp"
+#include "simulate/simulate.hpp"
+
+using namespace loom::topo;
+using namespace loom::topo::sim;
+
+namespace {
+
+Cluster cluster_of(const std::string& shape, int nodes, int nics, double nic_gbps, int leaf_nodes = 0, double over = 1) {
+  Cluster c;
+  NodeType t;
+  t.shape = shape;
+  t.topo = builtin_shape(shape);
+  t.nics = nics;
+  t.nic_gbps = nic_gbps;
+  c.types.push_back(t);
+  c.node_type.assign(static_cast<size_t>(nodes), 0);
+  c.leaf_nodes = leaf_nodes;
+  c.oversubscription = over;
+  return c;
+}
+
+Allocation whole_nodes(const Cluster& c, int first, int nodes) {
+  Allocation a;
+  for (int n = first; n < first + nodes; ++n) {
+    NodeGpus ng{n, {}};
+    for (const auto& g : c.topo(n).gpus) ng.gpus.push_back(g.index);
+    a.push_back(ng);
+  }
+  return a;
+}
+
+double busbw(const Cluster& c, const Allocation& a) { return allreduce(c, a, 1 << 30, Model{}, "ring").busbw_gbps; }
+
+void expect_within(double got, double published, double tolerance, const char* what) {
+  EXPECT_NEAR(got, published, tolerance * published) << what << ": model " << got << " GB/s, published " << published;
+  std::printf("anchor %-44s model %6.1f GB/s, published %6.1f GB/s (%+.0f%%)\n", what, got, published,
+              100 * (got / published - 1));
+}
+
+std::vector<std::vector<bool>> all_free(const Cluster& c) {
+  std::vector<std::vector<bool>> f(static_cast<size_t>(c.nodes()));
+  for (int n = 0; n < c.nodes(); ++n) f[static_cast<size_t>(n)].assign(c.topo(n).gpus.size(), true);
+  return f;
+}
+
+}  // namespace
+
+TEST(SimulateAnchors, PublishedNcclTestsFiguresWithin30Percent) {
+  const Cluster a100 = cluster_of("dgxa100", 2, 8, 200), h100 = cluster_of("hgxh100", 1, 8, 400);
+  expect_within(busbw(a100, whole_nodes(a100, 0, 1)), 230, 0.3, "DGX A100, 8 GPUs, one node");
+  expect_within(busbw(h100, whole_nodes(h100, 0, 1)), 370, 0.3, "HGX H100, 8 GPUs, one node (ring)");
+  expect_within(busbw(a100, whole_nodes(a100, 0, 2)), 188, 0.3, "DGX A100 x2, 8x HDR 200 Gb/s");
+  const Cluster a100_4 = cluster_of("dgxa100", 2, 4, 200);
+  expect_within(busbw(a100_4, whole_nodes(a100_4, 0, 2)), 91, 0.3, "DGX A100 x2, 4x HDR 200 Gb/s");
+  const Cluster v100 = cluster_of("dgx1v", 2, 4, 100);
+  expect_within(busbw(v100, whole_nodes(v100, 0, 2)), 47, 0.3, "DGX-1V x2, 4x EDR 100 Gb/s");
+}
+
+TEST(SimulateInvariants, MoreBandwidthIsNeverSlower) {
+  double last = 1e30;
+  for (double gbps : {25.0, 50.0, 100.0, 200.0, 400.0, 800.0}) {
+    const Cluster c = cluster_of("dgx1v", 4, 4, gbps);
+    const double t = allreduce(c, whole_nodes(c, 0, 4), 256e6, Model{}).allreduce_s;
+    EXPECT_LE(t, last) << gbps;
+    last = t;
+  }
+}
+
+TEST(SimulateInvariants, ARingThroughAPcieHopIsBoundByIt) {
+  const Cluster c = cluster_of("dgx1v", 1, 4, 100);
+  // GPUs 3 and 4 of a DGX-1 share no NVLink: their ring crosses the SMP interconnect.
+  const Comm r = allreduce(c, {{0, {3, 4}}}, 1 << 30, Model{});
+  EXPECT_LE(r.busbw_gbps, path_gbps(Path{PathKind::kSYS, 0}, 25));
+  const Comm nv = allreduce(c, {{0, {0, 3}}}, 1 << 30, Model{});  // NV2
+  EXPECT_GT(nv.busbw_gbps, 5 * r.busbw_gbps);
+}
+
+TEST(SimulateInvariants, AJobInsideOneLeafNeverPaysTheOversubscription) {
+  const Cluster flat = cluster_of("dgxa100", 4, 8, 200, 2, 1), over = cluster_of("dgxa100", 4, 8, 200, 2, 4);
+  const Allocation inside = whole_nodes(flat, 0, 2), across = whole_nodes(flat, 1, 2);
+  EXPECT_DOUBLE_EQ(allreduce(flat, inside, 1e9, Model{}).allreduce_s, allreduce(over, inside, 1e9, Model{}).allreduce_s);
+  EXPECT_GT(allreduce(over, across, 1e9, Model{}).allreduce_s, allreduce(flat, across, 1e9, Model{}).allreduce_s);
+  EXPECT_TRUE(allreduce(over, across, 1e9, Model{}).crosses_leaves);
+}
+
+TEST(SimulatePolicies, LinksPickAnNvlinkPairWhereTheLowestIndicesDoNot) {
+  const Cluster c = cluster_of("dgx1v", 1, 4, 100);
+  auto f = all_free(c);
+  for (int g : {0, 1, 2}) f[0][static_cast<size_t>(g)] = false;  // GPUs 3..7 free
+  auto g = f;
+  const Allocation slurm = allocate(c, f, 2, slurm_policy()), loom = allocate(c, g, 2, loom_policy());
+  ASSERT_EQ(slurm.size(), 1u);
+  EXPECT_EQ(slurm[0].gpus, (std::vector<int>{3, 4}));  // the SMP interconnect between them
+  const Comm s = allreduce(c, slurm, 1e8, Model{}), l = allreduce(c, loom, 1e8, Model{});
+  EXPECT_GT(l.busbw_gbps, 5 * s.busbw_gbps);
+}
+
+TEST(SimulatePolicies, TopologyConfPacksAJobUnderOneLeaf) {
+  const Cluster c = cluster_of("dgxa100", 8, 8, 200, 4, 2);
+  auto f = all_free(c);
+  for (int n : {0, 1, 2}) f[static_cast<size_t>(n)].assign(8, false);  // leaf 0 has one free node
+  auto g = f;
+  const Allocation slurm = allocate(c, f, 16, slurm_policy()), loom = allocate(c, g, 16, loom_policy());
+  EXPECT_TRUE(allreduce(c, slurm, 1e9, Model{}).crosses_leaves);  // nodes 3 and 4
+  EXPECT_FALSE(allreduce(c, loom, 1e9, Model{}).crosses_leaves);
+}
+
+TEST(SimulatePolicies, BalancedSharesFollowTheSlowestGpuOnlyWhenEqual) {
+  Cluster c = cluster_of("dgxa100", 1, 8, 200);
+  NodeType v = c.types[0];
+  v.shape = "dgx1v";
+  v.topo = builtin_shape("dgx1v");
+  c.types.push_back(v);
+  c.node_type.push_back(1);
+  const Allocation a = whole_nodes(c, 0, 2);
+  const double equal = compute_seconds(c, a, 1.0, false), balanced = compute_seconds(c, a, 1.0, true);
+  EXPECT_NEAR(equal, device_weight("a100") / device_weight("v100"), 1e-9);  // the V100s set the pace
+  EXPECT_LT(balanced, equal);
+  EXPECT_GT(balanced, 1.0);  // still slower than A100s alone
+}
+
+TEST(SimulateWorkload, IsDeterministicAndLoomIsNotSlower) {
+  Cluster c = cluster_of("dgx1v", 8, 4, 100, 4, 2);
+  Workload w;
+  w.seed = 7;
+  w.jobs = {{30, 2, 100e6, 0.05}, {20, 4, 200e6, 0.1}, {10, 16, 400e6, 0.2}};
+  const PolicyResult s1 = run_workload(c, w, slurm_policy(), Model{}), s2 = run_workload(c, w, slurm_policy(), Model{});
+  EXPECT_EQ(s1.mean_step_s, s2.mean_step_s);
+  EXPECT_EQ(s1.jobs, 60);
+  const PolicyResult l = run_workload(c, w, loom_policy(), Model{});
+  EXPECT_LE(l.mean_step_s, s1.mean_step_s);
+  EXPECT_LE(l.cross_leaf, s1.cross_leaf);
+  w.jobs.push_back({1, 100, 1e6, 0});
+  EXPECT_THROW(run_workload(c, w, slurm_policy(), Model{}), Error);  // 100 GPUs on a 64-GPU cluster
+}
+
+TEST(SimulateShapes, BuiltInShapesReadAsTheirNodes) {
+  EXPECT_TRUE(builtin_shape("dgxa100").is_nvswitch());
+  EXPECT_EQ(builtin_shape("hgxh200").gpus[0].cls, "h200");
+  EXPECT_EQ(builtin_shape("dgx1v").nics.size(), 4u);
+  EXPECT_EQ(builtin_shape("pcie8").gpu_paths[0][1].kind, PathKind::kPIX);
+  EXPECT_THROW(builtin_shape("dgx2"), Error);
+}

@@ -1,0 +1,107 @@
+// simulate.hpp — `loom-topo simulate` (Contract 10): what placement is worth on a cluster.
+// An alpha-beta model of NCCL's ring and tree allreduce over the node topology model (NVLink,
+// PCIe, NICs) and a two-level fat tree, and a workload of jobs placed on a shared cluster by
+// Slurm alone or with Loom. Every constant and assumption is in doc/simulate.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/topo/topology.hpp"
+
+namespace loom::topo::sim {
+
+struct NodeType {
+  std::string shape;  // dgx1v | dgxa100 | hgxh100 | hgxh200 | pcie8 | a topology file
+  Topology topo;
+  int nics = 0;            // NICs NCCL may use (the first `nics` of the node's NICs)
+  double nic_gbps = 100;   // each NIC's line rate, Gbit/s
+};
+
+struct Cluster {
+  std::vector<NodeType> types;
+  std::vector<int> node_type;  // per node, an index into types
+  int leaf_nodes = 0;          // nodes under one leaf switch (0: one switch for all)
+  double oversubscription = 1;  // leaf uplinks : downlinks below 1:1
+  int nodes() const { return static_cast<int>(node_type.size()); }
+  int leaf_of(int node) const { return leaf_nodes > 0 ? node / leaf_nodes : 0; }
+  const Topology& topo(int node) const { return types[static_cast<size_t>(node_type[static_cast<size_t>(node)])].topo; }
+  const NodeType& type(int node) const { return types[static_cast<size_t>(node_type[static_cast<size_t>(node)])]; }
+  int gpus() const;
+};
+
+// The model's constants (doc/simulate.md says where each comes from).
+struct Model {
+  double nvlink_efficiency = 0.78;  // NCCL busbw / NVLink line rate inside a node
+  double pcie_efficiency = 0.80;    // ... over PCIe and the SMP interconnect
+  double net_efficiency = 0.94;     // ... per NIC (46-48 GB/s of a 400 Gb/s NIC)
+  double alpha_intra_s = 2e-6;      // per ring step inside a node
+  double alpha_net_s = 6e-6;        // per ring step or tree level across the network
+};
+
+struct NodeGpus {
+  int node = 0;
+  std::vector<int> gpus;  // GPU indices on that node, in ring order
+};
+using Allocation = std::vector<NodeGpus>;
+
+struct Comm {
+  double allreduce_s = 0, algbw_gbps = 0, busbw_gbps = 0;  // busbw as nccl-tests defines it
+  double intra_gbps = 0, inter_gbps = 0;                   // the slowest node's, GB/s
+  std::string algo;                                        // ring | tree
+  bool crosses_leaves = false;
+};
+// algo: "auto" (the faster, as NCCL's tuner picks), "ring" or "tree".
+Comm allreduce(const Cluster& c, const Allocation& a, double bytes, const Model& m, const std::string& algo = "auto");
+
+// What Loom changes, one switch each (Slurm alone: none of them).
+struct Policy {
+  std::string name;
+  bool links = false;          // gres.conf Links=: cons_tres picks NVLink-connected GPUs (the plugin's ring)
+  bool topology_conf = false;  // topology.conf: jobs packed under the fewest leaf switches, best fit
+  bool balanced = false;       // batch shares by device speed instead of equal shares
+};
+Policy slurm_policy();
+Policy loom_policy();
+
+// GPUs for a job of n GPUs from the free map (taken out of it), or an empty allocation.
+Allocation allocate(const Cluster& c, std::vector<std::vector<bool>>& free, int n, const Policy& p);
+
+// One step's compute: compute_s is the step on A100s at equal shares; slower classes take
+// compute_s x w(a100) / w(class) (device_weight). Equal shares wait for the slowest GPU;
+// balanced shares spread the work by speed.
+double compute_seconds(const Cluster& c, const Allocation& a, double compute_s, bool balanced);
+
+struct JobSpec {
+  int count = 1, gpus = 1;
+  double model_bytes = 0, compute_s = 0;
+};
+struct Workload {
+  unsigned long seed = 1;
+  std::vector<JobSpec> jobs;
+};
+
+struct PolicyResult {
+  std::string name;
+  int jobs = 0, gpus = 0;
+  double mean_step_s = 0, mean_allreduce_s = 0, mean_compute_s = 0, mean_busbw_gbps = 0;
+  double multi_node = 0, cross_leaf = 0, mixed_class = 0;  // shares of jobs
+};
+PolicyResult run_workload(const Cluster& c, const Workload& w, const Policy& p, const Model& m);
+
+// The built-in node shapes (Topology as `nvidia-smi topo -m` would give it); throws Error.
+Topology builtin_shape(const std::string& name);
+// CLUSTER.yaml and WORKLOAD.yaml (Contract 10); throw Error naming the key.
+Cluster load_cluster(const std::string& path);
+Workload load_workload(const std::string& path);
+
+// `loom-topo simulate ARGS` (argv after the command word); returns the exit status.
+int simulate_main(const std::vector<std::string>& args);
+
+// Slurm's topology.conf (topology/tree) for a cluster: one SwitchName line per leaf switch with
+// its nodes, named PREFIX + a zero-padded number from 1 (node001...), and one spine line.
+std::string topology_conf(const Cluster& c, const std::string& prefix);
+// `loom-topo topology-conf --cluster CLUSTER.yaml [--node-prefix P]`.
+int topology_conf_main(const std::vector<std::string>& args);
+
+}  // namespace loom::topo::sim
