@@ -70,7 +70,7 @@ default_topology() {  # GPU spec -> fixture
 }
 
 gres_of() {  # topology file -> "a100:2,v100:2" (the Gres= of its NodeName line, without gpu:)
-  loom_topo --xml "$1" --host x node-conf --format json | sed -n 's/.*"gres":"\([^"]*\)".*/\1/p' | sed 's/gpu://g'
+  loom_topo --topology "$1" --host x node-conf --format json | sed -n 's/.*"gres":"\([^"]*\)".*/\1/p' | sed 's/gpu://g'
 }
 
 check_spec() {  # SPEC TOPOLOGY
@@ -83,12 +83,12 @@ check_spec() {  # SPEC TOPOLOGY
 write_node() {  # NAME TOPOLOGY ADDR -> NodeName line; gres.conf lines; fake devices
   local name=$1 topo=$2 addr=$3 devdir=$dir/dev/$1 line n
   mkdir -p "$devdir" "$dir/spool-$name"
-  line=$(loom_topo --xml "$topo" node-conf --host "$name")
+  line=$(loom_topo --topology "$topo" node-conf --host "$name")
   # RealMemory from the fixture would exceed this machine; config_overrides keeps the rest.
   line=$(echo "$line" | sed 's/ RealMemory=[0-9]*//')
   [ -n "$addr" ] && line="$line NodeAddr=$addr"
   echo "$line" >>"$dir/nodes.conf"
-  loom_topo --xml "$topo" gres --host "$name" --dev-dir "$devdir" | grep -v '^#' |
+  loom_topo --topology "$topo" gres --host "$name" --dev-dir "$devdir" | grep -v '^#' |
     sed "s/^/NodeName=$name /" >>"$dir/gres.conf" || true
   n=0
   while [ -e "$devdir/nvidia$n" ] || grep -q "File=$devdir/nvidia$n " "$dir/gres.conf"; do

@@ -63,7 +63,10 @@ std::string emit_json(const Topology& t) {
   for (size_t i = 0; i < t.numa_nodes.size(); ++i) {
     const auto& n = t.numa_nodes[i];
     os << (i ? "," : "") << "{\"id\":" << n.id << ",\"cpus\":" << ints(n.cpus) << ",\"memory_mb\":" << n.memory_mb
-       << "}";
+       << ",\"socket\":" << n.socket << ",\"cores\":[";
+    for (size_t c = 0; c < n.cores.size(); ++c)
+      os << (c ? "," : "") << "{\"logical\":" << n.cores[c].logical << ",\"pus\":" << ints(n.cores[c].pus) << "}";
+    os << "]}";
   }
   os << "],\"gpus\":[";
   for (size_t i = 0; i < t.gpus.size(); ++i) {

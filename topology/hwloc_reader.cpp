@@ -398,6 +398,7 @@ Topology read_topology_file(const std::string& path) {
   auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) throw Error(path + ": empty file");
   if (text[first] == '<') return load_xml(text, path);
+  if (text[first] == '{') return parse_topology_json(text, path);
   return parse_nvidia_smi(text, path);
 }
 

@@ -26,7 +26,8 @@ namespace {
 using namespace loom::topo;
 
 constexpr const char* kUsage =
-    "usage: loom-topo [--xml FILE | --nvidia-smi FILE] [--host NAME] COMMAND [options] [--format text|json]\n"
+    "usage: loom-topo [--xml FILE | --nvidia-smi FILE | --topology FILE] [--host NAME] COMMAND [options]\n"
+    "                 [--format text|json]\n"
     "\n"
     "commands:\n"
     "  show                      GPU/NIC matrix like `nvidia-smi topo -m`, with CPU and NUMA affinity\n"
@@ -44,7 +45,8 @@ constexpr const char* kUsage =
     "                            Slurm's topology.conf (topology/tree) for that cluster\n"
     "\n"
     "Without --xml or --nvidia-smi the node is discovered live (hwloc, and NVML when a driver is\n"
-    "present). --nvidia-smi reads `nvidia-smi topo -m` output, optionally followed by `nvidia-smi -L`.\n"
+    "present). --nvidia-smi reads `nvidia-smi topo -m` output, optionally followed by `nvidia-smi -L`;\n"
+    "--topology reads any of the three and the JSON of `export` (the forms the plugin's topology= takes).\n"
     "Exit status: 0 ok, 1 bad input or failure, 2 usage.\n";
 
 struct UsageError {
@@ -52,7 +54,7 @@ struct UsageError {
 };
 
 struct Options {
-  std::string xml, nvsmi, host, command, format = "text", as = "json", dev_dir = "/dev";
+  std::string xml, nvsmi, any, host, command, format = "text", as = "json", dev_dir = "/dev";
   std::string mode = "ring", nic = "auto";
   std::string ntasks, gpus, cpus;
   bool have_gpus = false, have_cpus = false, oversubscribe = false;
@@ -113,6 +115,7 @@ Options parse_args(int argc, char** argv) {
     }
     if (a == "--xml") o.xml = value();
     else if (a == "--nvidia-smi") o.nvsmi = value();
+    else if (a == "--topology") o.any = value();
     else if (a == "--host") o.host = value();
     else if (a == "--format") o.format = value();
     else if (a == "--as") o.as = value();
@@ -124,7 +127,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--nic") o.nic = value();
     else if (a == "--oversubscribe" && !has_val) o.oversubscribe = true;
     else throw UsageError{"unknown option '" + args[i] + "'"};
-    bool global = a == "--xml" || a == "--nvidia-smi" || a == "--host" || a == "--format";
+    bool global = a == "--xml" || a == "--nvidia-smi" || a == "--topology" || a == "--host" || a == "--format";
     if (!global) {
       if (o.command.empty()) throw UsageError{a + " must follow its command"};
       const auto& allowed = kCommandFlags.at(o.command);
@@ -133,7 +136,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.command.empty()) throw UsageError{"no command given"};
-  if (!o.xml.empty() && !o.nvsmi.empty()) throw UsageError{"--xml and --nvidia-smi exclude each other"};
+  if (!o.xml.empty() + !o.nvsmi.empty() + !o.any.empty() > 1)
+    throw UsageError{"--xml, --nvidia-smi and --topology exclude each other"};
   if (o.format != "text" && o.format != "json") throw UsageError{"--format must be text or json, not '" + o.format + "'"};
   if (o.as != "json" && o.as != "xml") throw UsageError{"--as must be json or xml, not '" + o.as + "'"};
   if (o.command == "place") {
@@ -153,7 +157,8 @@ std::string local_host() {
 }
 
 std::string run(const Options& o, std::string* notes) {
-  Topology t = !o.xml.empty() ? read_hwloc_xml_file(o.xml)
+  Topology t = !o.any.empty() ? read_topology_file(o.any)
+               : !o.xml.empty() ? read_hwloc_xml_file(o.xml)
                : !o.nvsmi.empty() ? read_nvidia_smi_file(o.nvsmi)
                                   : discover(notes);
   std::string host = !o.host.empty() ? o.host : !t.host.empty() ? t.host : local_host();

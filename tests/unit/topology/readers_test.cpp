@@ -224,5 +224,38 @@ TEST(NvidiaSmi, HyperthreadSiblingsAreOneCore) {
   EXPECT_EQ(t.numa_nodes[1].cores[0].pus, (std::vector<int>{20, 60}));
 }
 
+// The JSON of `export --as json` reads back into the same topology (the plugin's cache can be
+// JSON when the node's topology came from nvidia-smi text), and a bad file is one Error.
+TEST(JsonReader, ExportReadsBackToTheSameTopology) {
+  for (const char* m : {"dgx1-v100.xml", "dgx-a100.xml", "mixed-a100-v100.nvsmi.txt", "cpu-only.xml"}) {
+    const Topology t = read_topology_file(std::string(LOOM_TOPO_FIXTURES) + "/" + m);
+    const std::string once = emit_json(t);
+    const Topology back = parse_topology_json(once, m);
+    std::string twice = emit_json(back);
+    // The source names the reader; everything else is the same.
+    const auto src = [](const std::string& s) { return s.substr(0, s.find("\"source\"")) + s.substr(s.find(",\"sockets\"")); };
+    EXPECT_EQ(src(once), src(twice)) << m;
+    ASSERT_EQ(back.numa_nodes.size(), t.numa_nodes.size());
+    EXPECT_EQ(back.numa_nodes[0].cores.size(), t.numa_nodes[0].cores.size()) << m;
+  }
+}
+
+TEST(JsonReader, RefusesBadFilesWithOneError) {
+  const std::string good = emit_json(read_topology_file(std::string(LOOM_TOPO_FIXTURES) + "/dgx1-v100.xml"));
+  auto broken = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const auto pos = s.find(from);
+    EXPECT_NE(pos, std::string::npos) << from;
+    return s.replace(pos, from.size(), to);
+  };
+  for (const std::string& bad :
+       {std::string("{\"gpus\": [1, 2"), std::string("[]"), std::string("{}"), broken("\"NV1\"", "\"NV9X\""),
+        broken("\"gpu_paths\":[[", "\"gpu_paths\":[[\"X\","), broken("\"index\":0", "\"index\":\"zero\""),
+        broken("\"nics\":[", "\"nics\":[7,")}) {
+    EXPECT_THROW(parse_topology_json(bad, "bad.json"), Error) << bad.substr(0, 80);
+  }
+}
+
 }  // namespace
 }  // namespace loom::topo
+

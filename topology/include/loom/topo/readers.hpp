@@ -16,10 +16,14 @@ Topology read_hwloc_xml_buffer(const std::string& xml, const std::string& label)
 Topology read_nvidia_smi_file(const std::string& path);
 Topology parse_nvidia_smi(const std::string& text, const std::string& label);
 
+// The JSON of `loom-topo export --as json`. Throws Error naming what is wrong.
+Topology parse_topology_json(const std::string& text, const std::string& label);
+
 // Live discovery of this node. `notes` receives warnings such as "no NVIDIA driver".
 Topology discover(std::string* notes);
 
-// A file in either format, told apart by its first non-blank character ('<' = hwloc XML).
+// A file in any of the three forms, told apart by its first non-blank character ('<' hwloc XML,
+// '{' JSON, else nvidia-smi text).
 Topology read_topology_file(const std::string& path);
 
 // hwloc XML describing `t`, with GPU names, memory and NVLinks attached so that
