@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh — runs the libFuzzer targets: the two topology readers (seeded with the topology
+# run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
 # model-file loaders (inputs that drive what an HDF5 file holds). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
@@ -8,13 +8,14 @@
 . "$(dirname "$0")/../integration/lib.sh"
 B=$LOOM_BUILDDIR/tests/fuzz
 [ -x "$B/fuzz_nvsmi" ] || skip "fuzz targets not built (configure --enable-fuzzing)"
-targets="nvsmi hwloc_xml"
+targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_http" ] && targets="$targets http model_file"
 for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
   case $target in
     nvsmi) cp "$LOOM_FIXTURES"/*.nvsmi.txt "$corpus/" ;;
+    topo_json) cp "$LOOM_FIXTURES"/golden/*.export "$corpus/" ;;
     hwloc_xml) cp "$LOOM_FIXTURES"/local-*.xml "$LOOM_FIXTURES"/cpu-only.xml "$LOOM_FIXTURES"/crashers/*.xml "$LOOM_FIXTURES"/fuzz-regressions/*.xml "$corpus/" ;;
     http) cp "$LOOM_SRCDIR"/tests/fixtures/http/* "$corpus/" ;;
     model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
@@ -23,6 +24,7 @@ for target in $targets; do
   # /dev/shm, about 300 a second); `make fuzz` explores for longer.
   case $target in
     nvsmi) runs=30000 ;;
+    topo_json) runs=60000 ;;
     hwloc_xml) runs=300 ;;
     http) runs=100000 ;;
     model_file) runs=8000 ;;
