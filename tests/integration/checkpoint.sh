@@ -8,6 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$LOOM_TMP" || exit 99

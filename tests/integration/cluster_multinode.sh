@@ -38,8 +38,10 @@ run_cmd "$LC" bogus
 expect_eq "usage exit" 2 "$rc"
 [ -e "$LOOM_CLUSTER_DIR/slurmctld.pid" ] && fail "a daemon was started on bad input" || pass
 
-run_cmd "$LC" start --nodes "a100:2 v100:2"
-expect_eq "two-node start" 0 "$rc"
+# n2's topology is the JSON of loom-topo export: the plugin reads it in n2's slurmstepd.
+"$LOOM_TOPO" --xml "$LOOM_FIXTURES/local-v100.xml" export >"$LOOM_TMP/v100.json"
+run_cmd "$LC" start --nodes "a100:2 v100:2" --topology "$LOOM_FIXTURES/local-a100.xml,$LOOM_TMP/v100.json"
+expect_eq "two-node start (n2 from a JSON topology)" 0 "$rc"
 [ "$rc" -eq 0 ] || { echo "$err" >&2; finish; }
 run_cmd sinfo -h -N -o '%N %T %G'
 expect_eq "two nodes" "n1 idle gpu:a100:2(S:0)
