@@ -39,7 +39,7 @@ constexpr const char* kUsage =
     "                            the per-task placement the SPANK plugin would apply\n"
     "  nccl-xml                  an NCCL_TOPO_FILE for this node\n"
     "  simulate --cluster CLUSTER.yaml (--job-gpus N --bytes B | --workload WORKLOAD.yaml)\n"
-    "        [--placement slurm|loom|both] [--algo auto|ring|tree]\n"
+    "        [--placement slurm|loom|both] [--algo auto|ring|tree|flat|hier]\n"
     "                            what placement is worth on a cluster (doc/simulate.md)\n"
     "  topology-conf --cluster CLUSTER.yaml [--node-prefix P]\n"
     "                            Slurm's topology.conf (topology/tree) for that cluster\n"

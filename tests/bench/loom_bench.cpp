@@ -132,7 +132,8 @@ double sgemm_gflops(const std::vector<int>& w, int batch, int threads) {
 // the same ranks and data; busbw as nccl-tests define it (algbw * 2(p-1)/p). Results are
 // checked against each other before timing.
 // With --backend nccl, Loom's side is the NCCL communicator on GPU buffers (one GPU per rank).
-int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::string& format, const std::string& backend) {
+int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::string& format, const std::string& backend,
+                    bool flat) {
   MPI_Init(nullptr, nullptr);
   int rank = 0, p = 1, rc = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -153,6 +154,8 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
   }
   try {
     loom::rt::Communicator ring(loom::rt::make_mpi_transport(), 60.0);
+    // As loom-train does: hierarchical when the ranks span nodes evenly (--flat: one ring).
+    if (!flat) ring.set_nodes(loom::rt::mpi_node_ids());
     std::function<void(float*, size_t)> loom_allreduce = [&](float* h, size_t n) { ring.allreduce_sum(h, n); };
     std::string label = "loom ring";
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA)
@@ -209,12 +212,12 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
       double loom_bw = bytes / tl * factor / 1e9, mpi_bw = bytes / tm * factor / 1e9;
       if (rank == 0) {
         if (format == "json")
-          std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"loom_busbw_gbps\":%.3f,"
-                      "\"mpi_busbw_gbps\":%.3f,\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n",
-                      backend.c_str(), p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
+          std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"layout\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
+                      "\"loom_s\":%.6f,\"loom_busbw_gbps\":%.3f,\"mpi_busbw_gbps\":%.3f,\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n",
+                      backend.c_str(), backend == "nccl" ? "nccl" : ring.describe().c_str(), p, bytes, tl, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
         else
-          std::printf("loom-bench allreduce: %d ranks, %10zu bytes: %s %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
-                      p, bytes, label.c_str(), loom_bw, mpi_bw, loom_bw / mpi_bw);
+          std::printf("loom-bench allreduce: %d ranks, %10zu bytes: %s (%s) %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
+                      p, bytes, label.c_str(), backend == "nccl" ? "nccl" : ring.describe().c_str(), loom_bw, mpi_bw, loom_bw / mpi_bw);
         std::fflush(stdout);
       }
     }
@@ -360,7 +363,7 @@ int usage(std::FILE* to = stderr) {
   std::fprintf(to,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
                "                        [--format text|json]\n"
-               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl]\n"
+               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
@@ -477,15 +480,23 @@ int run_bench(int argc, char** argv) {
     std::vector<size_t> sizes{1u << 20, 4u << 20, 16u << 20, 64u << 20};
     int iters = 10;
     std::string format = "text", backend = "loom";
-    for (int i = 2; i + 1 < argc; i += 2) {
-      std::string a = argv[i], v = argv[i + 1];
+    bool flat = false;
+    for (int i = 2; i < argc; i += 2) {
+      std::string a = argv[i];
+      if (a == "--flat") {
+        flat = true;
+        --i;
+        continue;
+      }
+      if (i + 1 >= argc) return usage();
+      std::string v = argv[i + 1];
       if (a == "--bytes") sizes = {static_cast<size_t>(std::stoull(v))};
       else if (a == "--iters") iters = std::max(1, std::stoi(v));
       else if (a == "--format") format = v;
       else if (a == "--backend") backend = v;
       else return usage();
     }
-    return bench_allreduce(sizes, iters, format, backend);
+    return bench_allreduce(sizes, iters, format, backend, flat);
 #else
     std::fprintf(stderr, "loom-bench: allreduce needs a build with MPI\n");
     return 1;

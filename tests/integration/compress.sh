@@ -4,6 +4,7 @@
 # model it evaluated; distillation writes the student; every bad input gives one error and
 # writes nothing; loom-serve answers with the INT8 model and says its precision.
 . "$(dirname "$0")/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 B=$LOOM_BUILDDIR
 [ -x "$B/loom-compress" ] || skip "loom-compress not built"
 [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"

@@ -5,6 +5,7 @@
 # server is still ready after it. Then the repository's defences (symlinks, permissions, bad
 # files, readiness flags, the index), reload without stalls and SIGTERM during the first load.
 . "$(dirname "$0")/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 S=$LOOM_BUILDDIR/loom-serve
 G=$LOOM_BUILDDIR/tests/serve/kserve_grpc_client
 T=$LOOM_BUILDDIR/loom-train

@@ -4,6 +4,7 @@
 # (server-sent events of whole UTF-8 characters) equal to the plain answer, seeded sampling,
 # metadata, and every bad request answered 4xx with the protocol's error body.
 . "$(dirname "$0")/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 S=$LOOM_BUILDDIR/loom-serve
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$S" ] || skip "loom-serve not built"

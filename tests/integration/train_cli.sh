@@ -3,6 +3,7 @@
 # file, every bad input (one clear line, non-zero exit, nothing half-written), determinism,
 # JSON logs and metrics, and the accuracy goal (>= 88% within 10 epochs).
 . "$(dirname "$0")/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"

@@ -96,6 +96,19 @@ Comm allreduce(const Cluster& c, const Allocation& a, double bytes, const Model&
   const bool use_tree = algo == "tree" ? nodes > 1 : algo == "ring" ? false : tree < ring;
   r.algo = use_tree ? "tree" : "ring";
   r.allreduce_s = use_tree ? tree : ring;
+  if (algo == "flat" || algo == "hier") {
+    // Loom's own MPI collectives (runtime/dist/comm): a flat ring over every rank in node order,
+    // whose node crossings are one flow on one link each way; or hierarchical, a ring inside
+    // each node, then k rings of bytes/k across the nodes at once, then a ring inside again.
+    const double one_link = nodes > 1 ? std::min(inter, c.type(a.front().node).nic_gbps / 8 * m.net_efficiency) : kInf;
+    const double k = most_local, N = nodes;
+    r.algo = algo;
+    if (algo == "flat" || nodes < 2 || k < 2)
+      r.allreduce_s = 2 * (P - 1) / P * bytes / (std::min(intra, one_link) * 1e9) + 2 * (P - 1) * alpha;
+    else
+      r.allreduce_s = 2 * (k - 1) / k * bytes / (intra * 1e9) + 2 * (N - 1) / N * bytes / (inter * 1e9) +
+                      2 * (k - 1) * m.alpha_intra_s + 2 * (N - 1) * m.alpha_net_s;
+  }
   r.algbw_gbps = bytes / r.allreduce_s / 1e9;
   r.busbw_gbps = r.algbw_gbps * 2 * (P - 1) / P;
   r.intra_gbps = std::isinf(intra) ? 0 : intra;

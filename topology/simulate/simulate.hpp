@@ -51,7 +51,8 @@ struct Comm {
   std::string algo;                                        // ring | tree
   bool crosses_leaves = false;
 };
-// algo: "auto" (the faster, as NCCL's tuner picks), "ring" or "tree".
+// algo: "auto" (the faster, as NCCL's tuner picks), "ring" or "tree"; or Loom's own MPI
+// collectives: "flat" (one ring over every rank) or "hier" (inside each node, then across).
 Comm allreduce(const Cluster& c, const Allocation& a, double bytes, const Model& m, const std::string& algo = "auto");
 
 // What Loom changes, one switch each (Slurm alone: none of them).

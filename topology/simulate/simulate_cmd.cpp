@@ -53,7 +53,8 @@ Args parse(const std::vector<std::string>& args) {
   if (a.placement != "slurm" && a.placement != "loom" && a.placement != "both")
     throw Usage{"--placement must be slurm, loom or both, not '" + a.placement + "'"};
   if (a.format != "text" && a.format != "json") throw Usage{"--format must be text or json"};
-  if (a.algo != "auto" && a.algo != "ring" && a.algo != "tree") throw Usage{"--algo must be auto, ring or tree"};
+  if (a.algo != "auto" && a.algo != "ring" && a.algo != "tree" && a.algo != "flat" && a.algo != "hier")
+    throw Usage{"--algo must be auto, ring or tree (NCCL's), or flat or hier (Loom's MPI collectives)"};
   return a;
 }
 

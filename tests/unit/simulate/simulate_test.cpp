@@ -148,3 +148,14 @@ TEST(SimulateShapes, BuiltInShapesReadAsTheirNodes) {
   EXPECT_EQ(builtin_shape("pcie8").gpu_paths[0][1].kind, PathKind::kPIX);
   EXPECT_THROW(builtin_shape("dgx2"), Error);
 }
+
+TEST(SimulateLoomCollectives, HierarchicalBeatsFlatWhenTheNetworkBinds) {
+  // 2 nodes x 2 GPUs behind one 1 Gbit/s link each: the flat ring crosses each link with
+  // 2(P-1)/P = 1.5 messages, the hierarchical one with 2(N-1)/N = 1.
+  const Cluster c = cluster_of("dgxa100", 2, 1, 1);
+  const Allocation a = {{0, {0, 1}}, {1, {0, 1}}};
+  const double flat = allreduce(c, a, 16e6, Model{}, "flat").allreduce_s, hier = allreduce(c, a, 16e6, Model{}, "hier").allreduce_s;
+  EXPECT_GT(flat / hier, 1.3);
+  EXPECT_LT(flat / hier, 1.6);
+  EXPECT_EQ(allreduce(c, a, 16e6, Model{}, "hier").algo, "hier");
+}
