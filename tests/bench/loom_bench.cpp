@@ -212,9 +212,10 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
       double loom_bw = bytes / tl * factor / 1e9, mpi_bw = bytes / tm * factor / 1e9;
       if (rank == 0) {
         if (format == "json")
-          std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"layout\":\"%s\",\"ranks\":%d,\"bytes\":%zu,"
-                      "\"loom_s\":%.6f,\"loom_busbw_gbps\":%.3f,\"mpi_busbw_gbps\":%.3f,\"ratio\":%.3f,\"max_rel_diff\":%.3g}\n",
-                      backend.c_str(), backend == "nccl" ? "nccl" : ring.describe().c_str(), p, bytes, tl, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst);
+          std::printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"loom_busbw_gbps\":%.3f,"
+                      "\"mpi_busbw_gbps\":%.3f,\"ratio\":%.3f,\"max_rel_diff\":%.3g,\"loom_s\":%.6f,\"layout\":\"%s\"}\n",
+                      backend.c_str(), p, bytes, loom_bw, mpi_bw, loom_bw / mpi_bw, all_worst, tl,
+                      backend == "nccl" ? "nccl" : ring.describe().c_str());
         else
           std::printf("loom-bench allreduce: %d ranks, %10zu bytes: %s (%s) %7.3f GB/s busbw, peer MPI_Allreduce %7.3f GB/s, ratio %.2f\n",
                       p, bytes, label.c_str(), backend == "nccl" ? "nccl" : ring.describe().c_str(), loom_bw, mpi_bw, loom_bw / mpi_bw);
