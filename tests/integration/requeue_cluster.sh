@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # requeue_cluster.sh — the real preemption path on the local cluster: examples/train-requeue.sbatch
-# with a one-minute time limit and a 50 s --signal lead time. Slurm sends SIGUSR1 before the limit,
+# with a two-minute time limit and a 60 s --signal lead time. Slurm sends SIGUSR1 before the limit,
 # loom-train checkpoints and exits 75, the script requeues the job, the requeued job resumes from
 # the checkpoint, and the final weights equal those of an uninterrupted run, bit for bit.
 . "$(dirname "$0")/lib.sh"
@@ -11,18 +11,23 @@ T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
 chmod 0755 "$LOOM_TMP"
-# About 50 s of training on one core: long enough that Slurm's time-limit check (every ~30 s)
-# signals it before it ends.
-args="--steps 6000 --global-batch 256 --seed 9 --lr 0.05 --log-every 1000"
+# slurmctld checks time limits every 30 s (PERIODIC_TIMEOUT) and sends the --signal at the first
+# check where now + lead + 30 s reaches the end time: with --time=2 --signal=USR1@60 that is between
+# 30 and 60 s into each run, so every run trains for at least ~28 s and the first one is always
+# stopped (7000 steps take ~80 s on one core), and the job ends in at most three runs. (With
+# --time=1 --signal=USR1@50 the signal came at the first check, 0-30 s in: CI saw eleven runs of
+# ~5 s when the requeued starts fell just before a check.)
+args="--steps 7000 --global-batch 256 --seed 9 --lr 0.05 --log-every 1000"
 "$T" $args --export "$LOOM_TMP/ref.h5" 2>"$LOOM_TMP/ref.err" &
 ref=$!
-jid=$(LOOM_TRAIN=$T LOOM_CKPT_DIR=$LOOM_TMP/ckpt sbatch --parsable -n1 --gpus=1 --time=1 --signal=USR1@50 \
+jid=$(LOOM_TRAIN=$T LOOM_CKPT_DIR=$LOOM_TMP/ckpt sbatch --parsable -n1 --gpus=1 --time=2 --signal=USR1@60 \
   -o "$LOOM_TMP/job.out" "$LOOM_SRCDIR/examples/train-requeue.sbatch" $args --export "$LOOM_TMP/job.h5")
 expect_match "sbatch accepted the job" "^[0-9]+$" "$jid"
 state=
 # A requeued job waits until its old credential expires (the local cluster sets cred_expire=20;
 # releasing it earlier makes Slurm kill it: "Job credential revoked").
-for _ in $(seq 300); do
+# Worst case three runs of 60 s, each followed by ~30 s of waiting to start again.
+for _ in $(seq 420); do
   info=$(scontrol show job "$jid" 2>/dev/null)
   state=$(grep -oE "JobState=[A-Z_]+" <<<"$info" | cut -d= -f2)
   case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
