@@ -80,12 +80,21 @@ check_spec() {  # SPEC TOPOLOGY
   [ "$have" = "$1" ] || die "topology $2 has GPUs $have, not $1"
 }
 
+real_memory() {  # MiB, as slurmd -C reports this machine (falling back to /proc/meminfo)
+  local mb
+  mb=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -1)
+  [ -n "$mb" ] || mb=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  echo "$mb"
+}
+
 write_node() {  # NAME TOPOLOGY ADDR -> NodeName line; gres.conf lines; fake devices
   local name=$1 topo=$2 addr=$3 devdir=$dir/dev/$1 line n
   mkdir -p "$devdir" "$dir/spool-$name"
   line=$(loom_topo --topology "$topo" node-conf --host "$name")
-  # RealMemory from the fixture would exceed this machine; config_overrides keeps the rest.
+  # The fixture's RealMemory is the modelled machine's; declare this one's, as slurmd -C
+  # measures it, so that --mem requests are scheduled against real memory.
   line=$(echo "$line" | sed 's/ RealMemory=[0-9]*//')
+  line="$line RealMemory=$(real_memory)"
   [ -n "$addr" ] && line="$line NodeAddr=$addr"
   echo "$line" >>"$dir/nodes.conf"
   loom_topo --topology "$topo" gres --host "$name" --dev-dir "$devdir" | grep -v '^#' |
@@ -115,7 +124,11 @@ write_conf() {  # HOSTSPEC
     echo "ProctrackType=proctrack/linuxproc"
     echo "TaskPlugin=task/affinity"
     echo "SelectType=select/cons_tres"
-    echo "SelectTypeParameters=CR_Core"
+    # Memory is consumable, as on a production cluster: --mem beyond a node's RealMemory is
+    # refused and jobs share a node's memory. A job without --mem gets 512 MiB per CPU, not
+    # the whole node (Slurm's default), so small jobs still share the node.
+    echo "SelectTypeParameters=CR_Core_Memory"
+    echo "DefMemPerCPU=512"
     echo "GresTypes=gpu"
     echo "MpiDefault=pmix"
     echo "SlurmdParameters=config_overrides"

@@ -5,13 +5,34 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "repository.hpp"
 
 namespace loom::serve {
 
+// Where the serving controller's router sends what a replica answers: with a Forwarder in the
+// Context, the front ends keep their limits, token, health and metrics endpoints and hand every
+// other request, body untouched, to forward_http (the gRPC router is its own service).
+class Forwarder {
+ public:
+  virtual ~Forwarder() = default;
+  struct Response {
+    int status = 200;
+    std::string body, content_type = "application/json";
+    std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
+  };
+  virtual Response forward_http(const std::string& method, const std::string& target,
+                                const std::vector<std::pair<std::string, std::string>>& headers,
+                                const std::string& body) = 0;
+  virtual bool any_ready() const = 0;           // a replica would take a request now
+  virtual std::string metrics_text() const = 0;  // appended to /metrics
+};
+
 struct Context {
-  Repository* repo = nullptr;
+  Repository* repo = nullptr;         // null in the controller, which has a forwarder instead
+  Forwarder* forward = nullptr;
   Metrics* metrics = nullptr;
   Options options;
   std::string token;                  // empty: no authentication

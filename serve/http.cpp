@@ -33,11 +33,12 @@ bool Context::authorized(const std::string& authorization) const {
 }
 
 bool Context::is_ready() const {
+  if (forward) return ready.load() && !stopping.load() && forward->any_ready();
   return ready.load() && !stopping.load() && (!strict_readiness || repo->all_ready());
 }
 
 std::string Context::metrics_label(const std::string& name) const {
-  return repo->loaded(name) ? name : kUnknownModelLabel;
+  return repo && repo->loaded(name) ? name : kUnknownModelLabel;
 }
 
 std::string Context::server_metadata_json() const {
@@ -194,6 +195,36 @@ Reply repository_index(Context& ctx) {
   return r;
 }
 
+Status status_of(int http) {
+  switch (http) {
+    case 200: return Status::kOk;
+    case 400: case 405: case 411: return Status::kBadRequest;
+    case 401: return Status::kUnauthorized;
+    case 404: return Status::kNotFound;
+    case 413: case 431: return Status::kTooLarge;
+    case 503: return Status::kUnavailable;
+    case 408: case 504: return Status::kTimeout;
+    default: return http < 400 ? Status::kOk : Status::kInternal;
+  }
+}
+
+// The controller: a replica answers; its status, type and the protocol's headers come back.
+Reply forwarded(Context& ctx, const http::request<http::string_body>& req) {
+  std::vector<std::pair<std::string, std::string>> pass;
+  for (const char* h : {"Inference-Header-Content-Length", "Content-Type", "Authorization"}) {
+    const auto it = req.find(h);
+    if (it != req.end()) pass.emplace_back(h, std::string(it->value()));
+  }
+  Forwarder::Response a = ctx.forward->forward_http(std::string(req.method_string()), std::string(req.target()), pass, req.body());
+  Reply r;
+  r.status = static_cast<http::status>(a.status);
+  r.kind = status_of(a.status);
+  r.body = std::move(a.body);
+  r.content_type = std::move(a.content_type);
+  r.headers = std::move(a.headers);
+  return r;
+}
+
 Reply route(Context& ctx, const http::request<http::string_body>& req, std::string* model_for_metrics) {
   const auto p = split_path(std::string(req.target()));
   const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
@@ -216,10 +247,11 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
   if (p.size() == 1 && p[0] == "metrics") {
     if (!get) return method_not_allowed("GET");
     Reply r;
-    r.body = ctx.metrics->text();
+    r.body = ctx.metrics->text() + (ctx.forward ? ctx.forward->metrics_text() : "");
     r.content_type = "text/plain; version=0.0.4";
     return r;
   }
+  if (ctx.forward) return forwarded(ctx, req);
   if (p.size() == 1 && p[0] == "v2") {
     if (!get) return method_not_allowed("GET");
     Reply r;

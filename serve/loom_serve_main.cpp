@@ -7,10 +7,16 @@
 //              [--auth-token-file F] [--threads N] [--device auto|cpu|cuda] [--poll-s S]
 //              [--log-format text|json] [--strict-readiness] [--exit-on-error] [--allow-symlinks]
 //
+//   loom-serve --controller --spec SERVICE.yaml --state-dir DIR [--partition P] [--tick-s 2]
+//              [--stable-window-s 60] [--panic-window-s 6] [--scale-down-delay-s 30] ...
+//              (Contract 9: the service's replicas as Slurm jobs, and a router to them)
+//
 // SIGTERM/SIGINT: not ready, stop accepting, finish every admitted request, exit 0.
 // SIGHUP (or every --poll-s seconds): load new or changed model files, unload removed ones.
 #include <signal.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <atomic>
@@ -28,6 +34,8 @@
 #include "spec.hpp"
 #include "frontend.hpp"
 #include "kserve_json.hpp"
+#include "controller/controller.hpp"
+#include "loom/rt/proc/process.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::serve;
@@ -37,17 +45,20 @@ namespace {
 std::mutex g_log_mu;
 std::string g_log_format = "text";
 
-void log_line(const std::string& level, const std::string& msg) {
+// One log line; in JSON, `fields` join ts/level/component/msg (the controller's events).
+void log_event(const std::string& level, const std::string& msg, const nlohmann::json& fields) {
   std::lock_guard<std::mutex> lock(g_log_mu);
   if (g_log_format == "json") {
-    const std::string ts = loom::rt::utc_timestamp();
-    std::fprintf(stderr, "%s\n",
-                 dump_json({{"ts", ts}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}}).c_str());
+    nlohmann::json j = {{"ts", loom::rt::utc_timestamp()}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}};
+    if (fields.is_object()) j.update(fields);
+    std::fprintf(stderr, "%s\n", dump_json(j).c_str());
   } else {
     std::fprintf(stderr, "loom-serve: %s%s\n", level == "info" ? "" : (level + ": ").c_str(), msg.c_str());
   }
   std::fflush(stderr);
 }
+
+void log_line(const std::string& level, const std::string& msg) { log_event(level, msg, nlohmann::json::object()); }
 
 // Stop and reload signals: blocked in every thread started from main and taken by sigtimedwait
 // there; a thread a library started before main (OpenBLAS's) may still take one, and its
@@ -83,21 +94,23 @@ std::string read_token(const std::string& path) {
   return token;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string repo_dir, bind, token_file;
+struct Cli {
+  std::string repo_dir, bind, token_file, ready_file;
   std::vector<std::string> specs;
   int http_port = 8000, grpc_port = 8001;
   double poll_s = 0;
-  Context ctx;
+  bool controller = false;
+  ControllerOptions ctl;
+};
+
+po::options_description describe(Cli& c, Context& ctx) {
   po::options_description desc("loom-serve: KServe v2 inference server for Loom models");
   desc.add_options()("help,h", "show this help")("version", "print the version and exit")(
-      "model-repository", po::value(&repo_dir), "DIR/<model>/<version>/model.h5")(
-      "spec", po::value(&specs)->composing(), "an InferenceService YAML (examples/inferenceservice.yaml); repeatable")(
-      "bind", po::value(&bind)->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")(
-      "http-port", po::value(&http_port)->default_value(8000), "HTTP port (0: any free one, printed)")(
-      "grpc-port", po::value(&grpc_port)->default_value(8001), "gRPC port (0: any free one; -1: no gRPC)")(
+      "model-repository", po::value(&c.repo_dir), "DIR/<model>/<version>/model.h5")(
+      "spec", po::value(&c.specs)->composing(), "an InferenceService YAML (examples/inferenceservice.yaml); repeatable")(
+      "bind", po::value(&c.bind)->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")(
+      "http-port", po::value(&c.http_port)->default_value(8000), "HTTP port (0: any free one, printed)")(
+      "grpc-port", po::value(&c.grpc_port)->default_value(8001), "gRPC port (0: any free one; -1: no gRPC)")(
       "max-batch-size", po::value(&ctx.options.max_batch_size)->default_value(32), "rows per batch")(
       "max-queue-delay-us", po::value(&ctx.options.max_queue_delay_us)->default_value(500),
       "how long a batch waits for more requests")(
@@ -109,16 +122,162 @@ int main(int argc, char** argv) {
       "write-timeout-s", po::value(&ctx.write_timeout_s)->default_value(30),
       "an answer must be taken by the client within this (else the connection is cut)")(
       "max-connections", po::value(&ctx.max_connections)->default_value(512), "HTTP connections at once")(
-      "auth-token-file", po::value(&token_file), "bearer token required on every endpoint but health")(
+      "auth-token-file", po::value(&c.token_file), "bearer token required on every endpoint but health")(
       "threads", po::value(&ctx.options.threads)->default_value(1), "BLAS threads per model's forward pass")(
       "device", po::value(&ctx.options.device)->default_value("auto"), "auto (CUDA when usable) | cpu | cuda")(
-      "poll-s", po::value(&poll_s), "reload changed models every S seconds (default: on SIGHUP only)")(
+      "poll-s", po::value(&c.poll_s), "reload changed models every S seconds (default: on SIGHUP only)")(
       "strict-readiness", po::bool_switch(&ctx.strict_readiness),
       "ready only when every model found is loaded (default: ready when the server serves any)")(
       "exit-on-error", po::bool_switch(&ctx.options.exit_on_error), "fail the start when any model fails to load")(
       "allow-symlinks", po::bool_switch(&ctx.options.allow_symlinks),
       "serve model files that resolve outside the repository (symbolic links)")(
-      "log-format", po::value(&g_log_format)->default_value("text"), "text | json");
+      "log-format", po::value(&g_log_format)->default_value("text"), "text | json")(
+      "ready-file", po::value(&c.ready_file), "write {host, http_port, grpc_port, pid} here once listening")(
+      "controller", po::bool_switch(&c.controller), "run the --spec service's replicas as Slurm jobs and route to them")(
+      "state-dir", po::value(&c.ctl.state_dir), "controller: its replica script, their addresses and logs (shared file system)")(
+      "partition", po::value(&c.ctl.partition), "controller: the replicas' Slurm partition")(
+      "tick-s", po::value(&c.ctl.tick_s)->default_value(2), "controller: seconds between decisions")(
+      "stable-window-s", po::value(&c.ctl.stable_window_s)->default_value(60), "controller: the autoscaler's window")(
+      "panic-window-s", po::value(&c.ctl.panic_window_s)->default_value(6), "controller: the short window for bursts")(
+      "scale-down-delay-s", po::value(&c.ctl.scale_down_delay_s)->default_value(30),
+      "controller: a lower replica count must hold this long before replicas are ended")(
+      "pending-warn-s", po::value(&c.ctl.pending_warn_s)->default_value(60),
+      "controller: report a replica job pending longer, with Slurm's reason")(
+      "replica-bind", po::value(&c.ctl.replica_bind)->default_value("127.0.0.1"),
+      "controller: the replicas' --bind (0.0.0.0 when they run on other nodes; give a token)")(
+      "replica-cpus", po::value(&c.ctl.replica_cpus)->default_value(1), "controller: --cpus-per-task of each replica")(
+      "replica-max-outstanding", po::value(&c.ctl.replica_cap)->default_value(256),
+      "controller: requests routed to one replica at once at most (beyond: 503)");
+  return desc;
+}
+
+std::string check_options(const Cli& c, const Context& ctx, const po::variables_map& vm) {
+  if (g_log_format != "text" && g_log_format != "json") return "--log-format must be text or json";
+  if (c.repo_dir.empty() && c.specs.empty()) return "give --model-repository DIR and/or --spec FILE";
+  if (ctx.options.max_batch_size < 1 || ctx.options.max_batch_size > 4096) return "--max-batch-size must be 1-4096";
+  if (ctx.options.max_queue_size < 1) return "--max-queue-size must be at least 1";
+  if (ctx.options.max_queue_delay_us < 0 || ctx.options.request_timeout_ms < 1) return "bad delay or timeout";
+  if (ctx.max_request_bytes < 1024) return "--max-request-bytes must be at least 1024";
+  if (ctx.options.threads < 1) return "--threads must be at least 1";
+  if (ctx.max_connections < 1 || ctx.max_connections > 65536) return "--max-connections must be 1-65536";
+  if (ctx.read_timeout_s < 1 || ctx.read_timeout_s > 86400) return "--read-timeout-s must be 1-86400";
+  if (ctx.write_timeout_s < 1 || ctx.write_timeout_s > 86400) return "--write-timeout-s must be 1-86400";
+  if (vm.count("poll-s") && !(c.poll_s >= 0.1 && c.poll_s <= 86400)) return "--poll-s must be 0.1-86400 seconds";
+  if (ctx.options.device != "auto" && ctx.options.device != "cpu" && ctx.options.device != "cuda")
+    return "--device must be auto, cpu or cuda, not '" + ctx.options.device + "'";
+  if (c.http_port < 0 || c.http_port > 65535 || c.grpc_port < -1 || c.grpc_port > 65535) return "bad port";
+  if (!c.controller) return "";
+  if (c.specs.size() != 1 || !c.repo_dir.empty()) return "--controller takes one --spec (an InferenceService) and no --model-repository";
+  if (c.ctl.state_dir.empty()) return "--controller needs --state-dir DIR (on a file system the replicas' nodes see)";
+  if (!(c.ctl.tick_s >= 0.1 && c.ctl.tick_s <= 600)) return "--tick-s must be 0.1-600";
+  if (!(c.ctl.panic_window_s >= c.ctl.tick_s && c.ctl.stable_window_s >= c.ctl.panic_window_s))
+    return "the windows must satisfy --tick-s <= --panic-window-s <= --stable-window-s";
+  if (!(c.ctl.scale_down_delay_s >= 0) || !(c.ctl.pending_warn_s > 0)) return "bad --scale-down-delay-s or --pending-warn-s";
+  if (c.ctl.replica_cpus < 1 || c.ctl.replica_cap < 1) return "--replica-cpus and --replica-max-outstanding must be at least 1";
+  return "";
+}
+
+// The replica's address for its controller: the bind address, or this host's name when it
+// listens on every interface.
+void write_ready_file(const std::string& path, const std::string& bind, int http_port, int grpc_port) {
+  std::string host = bind;
+  if (bind == "0.0.0.0" || bind == "::") {
+    char name[256] = {0};
+    ::gethostname(name, sizeof name - 1);
+    host = name;
+  }
+  loom::rt::write_file_atomic(path, dump_json({{"host", host}, {"http_port", http_port}, {"grpc_port", grpc_port},
+                                                {"pid", static_cast<int>(::getpid())}}) + "\n");
+}
+
+sigset_t block_stop_signals() {
+  // Stop and reload signals go to this thread only (sigwait below), never into a handler.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
+  Metrics metrics;
+  Repository repo(c.repo_dir, c.specs, ctx.options, &metrics, log_line);
+  ctx.repo = &repo;
+  ctx.metrics = &metrics;
+  ctx.log = log_line;
+  repo.reload(true);
+  HttpServer http(ctx, c.bind, c.http_port);
+#ifdef LOOM_HAVE_GRPC
+  std::unique_ptr<GrpcServer> grpc;
+  if (c.grpc_port >= 0) grpc = std::make_unique<GrpcServer>(ctx, c.bind, c.grpc_port);
+  const std::string grpc_text = grpc ? c.bind + ":" + std::to_string(grpc->port()) : "off";
+#else
+  const std::string grpc_text = "off (not built)";
+#endif
+  ctx.ready = true;
+  log_line("info", "listening: http " + c.bind + ":" + std::to_string(http.port()) + " grpc " + grpc_text +
+                       (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
+                       std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
+#ifdef LOOM_HAVE_GRPC
+  if (!c.ready_file.empty()) write_ready_file(c.ready_file, c.bind, http.port(), grpc ? grpc->port() : -1);
+#else
+  if (!c.ready_file.empty()) write_ready_file(c.ready_file, c.bind, http.port(), -1);
+#endif
+  for (;;) {
+    const int sig = next_signal(set, poll ? c.poll_s : 0);
+    if (sig != SIGHUP) break;
+    try {
+      repo.reload(false);
+    } catch (const std::exception& e) {
+      log_line("error", std::string("reload failed, serving what was loaded: ") + e.what());
+    }
+  }
+  log_line("info", "stopping: no new requests; finishing the admitted ones");
+  ctx.stopping = true;
+  if (!c.ready_file.empty()) ::unlink(c.ready_file.c_str());
+  http.stop_accepting();
+#ifdef LOOM_HAVE_GRPC
+  if (grpc) grpc->shutdown();
+#endif
+  http.wait_idle();
+  repo.stop();
+  log_line("info", "stopped");
+  return 0;
+}
+
+// The controller routes; its own metrics count the requests it answered.
+int control(Cli& c, Context& ctx, const sigset_t& set) {
+  Metrics metrics;
+  ctx.metrics = &metrics;
+  ctx.log = log_line;
+  c.ctl.spec_file = c.specs[0];
+  c.ctl.token_file = c.token_file;
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  c.ctl.loom_serve = n > 0 ? std::string(self, static_cast<size_t>(n)) : "loom-serve";
+  c.ctl.serve_args = {"--max-batch-size", std::to_string(ctx.options.max_batch_size), "--max-queue-delay-us",
+                      std::to_string(ctx.options.max_queue_delay_us), "--max-queue-size", std::to_string(ctx.options.max_queue_size),
+                      "--request-timeout-ms", std::to_string(ctx.options.request_timeout_ms), "--max-request-bytes",
+                      std::to_string(ctx.max_request_bytes), "--device", ctx.options.device};
+  return run_controller(c.ctl, ctx, c.bind, c.http_port, c.grpc_port, log_event, [&set] {
+    while (next_signal(set, 0) == SIGHUP) {
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Cli c;
+  Context ctx;
+  po::options_description desc = describe(c, ctx);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -135,83 +294,24 @@ int main(int argc, char** argv) {
     std::printf("loom-serve (Loom) %s\n", PACKAGE_VERSION);
     return 0;
   }
-  auto usage_error = [](const std::string& m) {
-    std::fprintf(stderr, "loom-serve: %s\n", m.c_str());
+  const std::string bad = check_options(c, ctx, vm);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "loom-serve: %s\n", bad.c_str());
     return 2;
-  };
-  if (g_log_format != "text" && g_log_format != "json") return usage_error("--log-format must be text or json");
-  if (repo_dir.empty() && specs.empty()) return usage_error("give --model-repository DIR and/or --spec FILE");
-  if (ctx.options.max_batch_size < 1 || ctx.options.max_batch_size > 4096) return usage_error("--max-batch-size must be 1-4096");
-  if (ctx.options.max_queue_size < 1) return usage_error("--max-queue-size must be at least 1");
-  if (ctx.options.max_queue_delay_us < 0 || ctx.options.request_timeout_ms < 1) return usage_error("bad delay or timeout");
-  if (ctx.max_request_bytes < 1024) return usage_error("--max-request-bytes must be at least 1024");
-  if (ctx.options.threads < 1) return usage_error("--threads must be at least 1");
-  if (ctx.max_connections < 1 || ctx.max_connections > 65536) return usage_error("--max-connections must be 1-65536");
-  if (ctx.read_timeout_s < 1 || ctx.read_timeout_s > 86400) return usage_error("--read-timeout-s must be 1-86400");
-  if (ctx.write_timeout_s < 1 || ctx.write_timeout_s > 86400) return usage_error("--write-timeout-s must be 1-86400");
-  if (vm.count("poll-s") && !(poll_s >= 0.1 && poll_s <= 86400)) return usage_error("--poll-s must be 0.1-86400 seconds");
-  if (ctx.options.device != "auto" && ctx.options.device != "cpu" && ctx.options.device != "cuda")
-    return usage_error("--device must be auto, cpu or cuda, not '" + ctx.options.device + "'");
-  if (http_port < 0 || http_port > 65535 || grpc_port < -1 || grpc_port > 65535) return usage_error("bad port");
+  }
 #ifndef LOOM_HAVE_GRPC
-  if (grpc_port >= 0) {
+  if (c.grpc_port >= 0) {
     log_line("warning", "this build has no gRPC (libgrpc++-dev was missing at configure time): HTTP only");
-    grpc_port = -1;
+    c.grpc_port = -1;
   }
 #endif
-
-  // Stop and reload signals go to this thread only (sigwait below), never into a handler.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
+  const sigset_t set = block_stop_signals();
   try {
-    if (!token_file.empty()) ctx.token = read_token(token_file);
-    Metrics metrics;
-    Repository repo(repo_dir, specs, ctx.options, &metrics, log_line);
-    ctx.repo = &repo;
-    ctx.metrics = &metrics;
-    ctx.log = log_line;
-    repo.reload(true);
-    HttpServer http(ctx, bind, http_port);
-#ifdef LOOM_HAVE_GRPC
-    std::unique_ptr<GrpcServer> grpc;
-    if (grpc_port >= 0) grpc = std::make_unique<GrpcServer>(ctx, bind, grpc_port);
-    const std::string grpc_text = grpc ? bind + ":" + std::to_string(grpc->port()) : "off";
-#else
-    const std::string grpc_text = "off (not built)";
-#endif
-    ctx.ready = true;
-    log_line("info", "listening: http " + bind + ":" + std::to_string(http.port()) + " grpc " + grpc_text +
-                         (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
-                         std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
-    for (;;) {
-      const int sig = next_signal(set, vm.count("poll-s") ? poll_s : 0);
-      if (sig != SIGHUP) break;
-      try {
-        repo.reload(false);
-      } catch (const std::exception& e) {
-        log_line("error", std::string("reload failed, serving what was loaded: ") + e.what());
-      }
-    }
-    log_line("info", "stopping: no new requests; finishing the admitted ones");
-    ctx.stopping = true;
-    http.stop_accepting();
-#ifdef LOOM_HAVE_GRPC
-    if (grpc) grpc->shutdown();
-#endif
-    http.wait_idle();
-    repo.stop();
-    log_line("info", "stopped");
-    return 0;
+    if (!c.token_file.empty()) ctx.token = read_token(c.token_file);
+    return c.controller ? control(c, ctx, set) : serve(c, ctx, set, vm.count("poll-s") > 0);
+  } catch (const ServeError& e) {
+    log_line("error", e.what());
+    return c.controller ? 2 : 1;  // the controller's spec is checked at start: a usage error
   } catch (const std::exception& e) {
     log_line("error", e.what());
     return 1;

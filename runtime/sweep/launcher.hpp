@@ -3,6 +3,8 @@
 // running the same wrapper (--executor local, for machines without Slurm).
 #pragma once
 
+#include "loom/rt/proc/process.hpp"
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +33,6 @@ std::unique_ptr<Launcher> slurm_launcher(const std::string& sweep_dir, std::vect
                                          std::string existing_job = "");
 std::unique_ptr<Launcher> local_launcher(const std::string& sweep_dir);
 
-// Runs argv (no shell); returns its exit status and its stdout in `out`; 127 if not found.
-int run_program(const std::vector<std::string>& argv, std::string& out);
+using loom::rt::run_program;  // loom/rt/proc/process.hpp
 
 }  // namespace loom::sweep

@@ -149,14 +149,6 @@ Spec load_spec(const std::string& path) {
   }
 }
 
-std::string shell_quote(const std::string& s) {
-  static const std::regex plain("[A-Za-z0-9_.,:/=+@%-]+");
-  if (std::regex_match(s, plain)) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string expand_command(const Spec& spec, const Space& space, const Point& values, const std::string& metrics_file) {
   // One pass, so a substituted value is never expanded again.
   static const std::regex ph("\\{([A-Za-z_][A-Za-z0-9_]*)\\}");

@@ -2,6 +2,8 @@
 // and its goal, the parameters, the trial budget, the parallelism and the method.
 #pragma once
 
+#include "loom/rt/proc/process.hpp"
+
 #include <string>
 #include <vector>
 
@@ -32,7 +34,6 @@ Spec parse_spec(const std::string& yaml_text);
 std::string expand_command(const Spec& spec, const Space& space, const Point& values,
                            const std::string& metrics_file);
 
-// A word safe to paste into a shell command line: as is if plain, else in single quotes.
-std::string shell_quote(const std::string& s);
+using loom::rt::shell_quote;  // loom/rt/proc/process.hpp
 
 }  // namespace loom::sweep

@@ -45,16 +45,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw std::runtime_error(tmp + ": cannot write");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename into place");
-}
-
 std::string trial_dir(const std::string& sweep_dir, int id) { return sweep_dir + "/trials/" + std::to_string(id); }
 
 void write_proposal(const std::string& sweep_dir, Trial& t, const std::string& command) {

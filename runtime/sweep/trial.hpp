@@ -4,6 +4,8 @@
 // result.json (the outcome, written by loom-sweep).
 #pragma once
 
+#include "loom/rt/proc/process.hpp"
+
 #include <string>
 #include <vector>
 
@@ -41,6 +43,6 @@ bool load_trial(const std::string& sweep_dir, const Space& space, int id, Trial&
 
 double now_seconds();
 std::string read_text(const std::string& path);  // "" when unreadable
-void write_file_atomic(const std::string& path, const std::string& text);
+using loom::rt::write_file_atomic;  // loom/rt/proc/process.hpp
 
 }  // namespace loom::sweep

@@ -9,7 +9,8 @@ import os, re, sys
 allowed = {  # folder -> folders of the runtime it may include
     "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn"},
     "train": {"tensor", "nn", "dist", "io", "train"},
-    "sweep": set(),  # loom-sweep runs programs and links none of the runtime
+    "proc": set(),  # running programs: loom-sweep and the serving controller
+    "sweep": {"proc"},  # loom-sweep runs programs and links none of the rest of the runtime
 }
 include = re.compile(r'#include "loom/rt/([a-z_]+)/')
 bad = []

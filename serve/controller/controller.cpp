@@ -1,0 +1,342 @@
+// controller.cpp — controller.hpp: the reconcile loop.
+#include "controller.hpp"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "../spec.hpp"
+#ifdef LOOM_HAVE_GRPC
+#include "grpc_router.hpp"
+#endif
+#include "loom/rt/error.hpp"
+
+namespace loom::serve {
+
+using json = nlohmann::json;
+
+namespace {
+
+bool active_state(const std::string& s) {
+  static const std::set<std::string> active = {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
+                                               "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT"};
+  return active.count(s) > 0;
+}
+
+bool pending_state(const std::string& s) { return s == "PENDING" || s.rfind("REQUEUE", 0) == 0; }
+
+ScalerConfig scaler_config(const InferenceServiceSpec& s, const ControllerOptions& o) {
+  if (s.queue_length <= 0)
+    throw ServeError(Status::kBadRequest, o.spec_file + ": spec.autoscaling.metrics needs a Requests metric with "
+                                                        "queueLength (the controller scales on it)");
+  ScalerConfig c;
+  c.min_replicas = s.min_replicas;
+  c.max_replicas = s.max_replicas;
+  c.target = s.queue_length;
+  c.stable_window_s = o.stable_window_s;
+  c.panic_window_s = o.panic_window_s;
+  c.scale_down_delay_s = o.scale_down_delay_s;
+  return c;
+}
+
+ReplicaJobSpec job_spec(const InferenceServiceSpec& s, const ControllerOptions& o) {
+  ReplicaJobSpec j;
+  j.service = s.name;
+  j.state_dir = o.state_dir;
+  j.partition = o.partition;
+  j.gpus = s.requests_gpu ? s.requests_gpu : s.limits_gpu;
+  // Slurm has one memory figure, the allocation; the request is what the replica is given
+  // (a limit alone stands in for it).
+  j.mem = slurm_memory(!s.requests_memory.empty() ? s.requests_memory : s.limits_memory);
+  j.cpus = o.replica_cpus;
+  return j;
+}
+
+// host/http_port/grpc_port from the replica's ready file; false while there is none.
+bool read_announcement(const std::string& path, Replica& r) {
+  std::ifstream f(path);
+  if (!f) return false;
+  const json j = json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j.contains("http_port")) return false;
+  r.host = j["host"].get<std::string>();
+  r.http_port = j["http_port"].get<int>();
+  r.grpc_port = j.value("grpc_port", -1);
+  return true;
+}
+
+}  // namespace
+
+Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
+    : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)) {
+  write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args);
+}
+
+int Controller::count(ReplicaState s) const {
+  int n = 0;
+  for (const auto& r : pool_.all()) n += r->state == s;
+  return n;
+}
+
+void Controller::run(const std::atomic<bool>& stop) {
+  const double start = monotonic_s();
+  for (long k = 0; !stop.load(); ++k) {
+    tick(monotonic_s());
+    const double next = start + (k + 1) * o_.tick_s;
+    while (!stop.load() && monotonic_s() < next) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Controller::tick(double now) {
+  std::vector<JobInfo> jobs;
+  try {
+    jobs = jobs_.list();
+  } catch (const std::exception& e) {
+    // Without squeue nothing is known: change nothing, keep routing to what was ready.
+    if (squeue_ok_) log_("error", std::string("cannot list the replica jobs, holding: ") + e.what(), {{"event", "squeue"}});
+    squeue_ok_ = false;
+    return;
+  }
+  squeue_ok_ = true;
+  observe(jobs, now);
+  for (const auto& r : pool_.all()) check(*r, now);
+  scaler_.sample(now, pool_.take_concurrency());
+  const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
+  scale(d, now);
+  last_ = d;
+}
+
+void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
+  std::set<std::string> seen;
+  for (const auto& j : jobs) {
+    seen.insert(j.id);
+    auto r = pool_.find(j.id);
+    if (!active_state(j.state)) {
+      if (!r) continue;  // an old replica's record, kept by squeue for MinJobAge
+      pool_.remove(j.id);
+      const auto ours = ended_by_us_.find(j.id);
+      if (ours != ended_by_us_.end()) {
+        log_("info", "replica job " + j.id + " ended (" + j.state + "): " + ours->second, {{"event", "replica_end"}, {"job", j.id}});
+        ended_by_us_.erase(ours);
+      } else {
+        replaced_.fetch_add(1);
+        log_("warning", "replica job " + j.id + " ended on its own (" + j.state + "); a new one replaces it",
+             {{"event", "replica_lost"}, {"job", j.id}, {"state", j.state}});
+      }
+      continue;
+    }
+    if (!r) {  // submitted by an earlier run of this controller: adopted, never submitted again
+      r = std::make_shared<Replica>();
+      r->job = j.id;
+      r->since = now;
+      r->state = pending_state(j.state) ? ReplicaState::kPending : ReplicaState::kStarting;
+      pool_.put(r);
+      log_("info", "adopted replica job " + j.id + " (" + j.state + ")", {{"event", "adopt"}, {"job", j.id}});
+    }
+    r->reason = j.reason;
+    r->node = j.node;
+    if (r->state == ReplicaState::kPending && !pending_state(j.state)) pool_.set_state(*r, ReplicaState::kStarting, now);
+  }
+  for (const auto& r : pool_.all()) {
+    if (seen.count(r->job)) continue;
+    pool_.remove(r->job);  // gone from squeue altogether
+    if (!ended_by_us_.erase(r->job)) {
+      replaced_.fetch_add(1);
+      log_("warning", "replica job " + r->job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r->job}});
+    }
+  }
+}
+
+void Controller::check(Replica& r, double now) {
+  const double age = now - r.since;
+  switch (r.state) {
+    case ReplicaState::kPending:
+      if (age > o_.pending_warn_s && !r.warned) {
+        r.warned = true;
+        log_("warning", "replica job " + r.job + " has been pending for " + std::to_string(static_cast<int>(age)) +
+                            " s: Slurm's reason: " + r.reason,
+             {{"event", "pending"}, {"job", r.job}, {"reason", r.reason}});
+      }
+      return;
+    case ReplicaState::kStarting:
+      if (read_announcement(ready_file(o_.state_dir, r.job), r) && pool_.health_check(r, 1000)) {
+        pool_.set_state(r, ReplicaState::kReady, now);
+        r.failed_checks = 0;
+        log_("info", "replica job " + r.job + " ready at " + r.host + ":" + std::to_string(r.http_port) + " (node " + r.node + ")",
+             {{"event", "ready"}, {"job", r.job}, {"host", r.host}, {"http_port", r.http_port}, {"grpc_port", r.grpc_port}});
+      } else if (age > o_.start_timeout_s) {
+        end_replica(r, now, "not ready " + std::to_string(static_cast<int>(age)) + " s after it started (see " +
+                                o_.state_dir + "/replicas/" + r.job + ".log)");
+      }
+      return;
+    case ReplicaState::kReady:
+      if (pool_.health_check(r, 1000)) {
+        r.failed_checks = 0;
+      } else if (++r.failed_checks >= 3) {
+        pool_.set_state(r, ReplicaState::kStarting, now);
+        log_("warning", "replica job " + r.job + " failed 3 health checks: no longer routed to", {{"event", "unhealthy"}, {"job", r.job}});
+      }
+      return;
+    case ReplicaState::kDraining:
+      if (age > 120) {  // SIGTERM did not end it: Slurm does
+        jobs_.cancel(r.job);
+        r.since = now;
+      }
+      return;
+  }
+}
+
+void Controller::scale(const ScaleDecision& d, double now) {
+  std::vector<std::shared_ptr<Replica>> live;
+  for (const auto& r : pool_.all())
+    if (r->state != ReplicaState::kDraining) live.push_back(r);
+  const int have = static_cast<int>(live.size());
+  if (d.desired == have) return;
+  log_("info", "scale " + std::to_string(have) + " -> " + std::to_string(d.desired) + ": " + d.reason,
+       {{"event", "scale"}, {"from", have}, {"to", d.desired}, {"ready", count(ReplicaState::kReady)}, {"panic", d.panic},
+        {"stable_concurrency", d.stable_concurrency}, {"panic_concurrency", d.panic_concurrency}, {"reason", d.reason}});
+  if (d.desired > have) {
+    for (int i = have; i < d.desired; ++i) {
+      try {
+        auto r = std::make_shared<Replica>();
+        r->job = jobs_.submit();
+        r->since = now;
+        pool_.put(r);
+        up_.fetch_add(1);
+      } catch (const std::exception& e) {
+        submit_failures_.fetch_add(1);
+        log_("error", std::string("cannot submit a replica: ") + e.what(), {{"event", "submit_failed"}});
+        break;
+      }
+    }
+    return;
+  }
+  // Fewest losses first: queued jobs, then starting ones, then the least loaded ready ones.
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+    if (a->state != b->state) return a->state < b->state;
+    return a->outstanding.load() < b->outstanding.load();
+  });
+  for (int i = 0; i < have - d.desired; ++i) {
+    end_replica(*live[i], now, "scaled down");
+    down_.fetch_add(1);
+  }
+}
+
+void Controller::end_replica(Replica& r, double now, const std::string& why) {
+  const bool was_ready = r.state == ReplicaState::kReady;
+  pool_.set_state(r, ReplicaState::kDraining, now);  // no new requests from here on
+  ended_by_us_[r.job] = why;
+  if (was_ready)
+    jobs_.terminate(r.job);  // loom-serve finishes what it admitted, then the job ends
+  else
+    jobs_.cancel(r.job);
+}
+
+void Controller::shutdown_replicas(double wait_s) {
+  for (const auto& r : pool_.all())
+    if (r->state != ReplicaState::kDraining) end_replica(*r, monotonic_s(), "the controller stopped");
+  const double until = monotonic_s() + wait_s;
+  for (;;) {
+    std::vector<JobInfo> jobs;
+    try {
+      jobs = jobs_.list();
+    } catch (const std::exception&) {
+      return;
+    }
+    std::vector<std::string> left;
+    for (const auto& j : jobs)
+      if (active_state(j.state)) left.push_back(j.id);
+    if (left.empty()) return;
+    if (monotonic_s() > until) {
+      for (const auto& id : left) jobs_.cancel(id);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+std::string Controller::metrics_text() const {
+  std::ostringstream m;
+  const auto all = pool_.all();
+  m << "# HELP loom_controller_replicas Replica jobs by state.\n# TYPE loom_controller_replicas gauge\n";
+  for (auto s : {ReplicaState::kPending, ReplicaState::kStarting, ReplicaState::kReady, ReplicaState::kDraining}) {
+    int n = 0;
+    for (const auto& r : all) n += r->state == s;
+    m << "loom_controller_replicas{state=\"" << state_name(s) << "\"} " << n << "\n";
+  }
+  m << "# HELP loom_controller_desired_replicas What the autoscaler asks for.\n# TYPE loom_controller_desired_replicas gauge\n"
+    << "loom_controller_desired_replicas " << last_.desired << "\n"
+    << "# TYPE loom_controller_panic gauge\nloom_controller_panic " << (last_.panic ? 1 : 0) << "\n"
+    << "# TYPE loom_controller_concurrency gauge\n"
+    << "loom_controller_concurrency{window=\"stable\"} " << last_.stable_concurrency << "\n"
+    << "loom_controller_concurrency{window=\"panic\"} " << last_.panic_concurrency << "\n"
+    << "# TYPE loom_controller_replica_outstanding gauge\n";
+  for (const auto& r : all) m << "loom_controller_replica_outstanding{job=\"" << r->job << "\"} " << r->outstanding.load() << "\n";
+  m << "# HELP loom_controller_routed_total Requests routed to each replica.\n# TYPE loom_controller_routed_total counter\n";
+  for (const auto& r : all) m << "loom_controller_routed_total{job=\"" << r->job << "\"} " << r->routed.load() << "\n";
+  m << "# TYPE loom_controller_rejected_total counter\nloom_controller_rejected_total " << pool_.rejected() << "\n"
+    << "# TYPE loom_controller_scale_events_total counter\n"
+    << "loom_controller_scale_events_total{direction=\"up\"} " << up_.load() << "\n"
+    << "loom_controller_scale_events_total{direction=\"down\"} " << down_.load() << "\n"
+    << "# TYPE loom_controller_replaced_total counter\nloom_controller_replaced_total " << replaced_.load() << "\n"
+    << "# TYPE loom_controller_submit_failures_total counter\nloom_controller_submit_failures_total "
+    << submit_failures_.load() << "\n";
+  return m.str();
+}
+
+int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, int http_port, int grpc_port,
+                   EventLog log, const std::function<void()>& wait_for_stop) {
+  char real[PATH_MAX];
+  if (::mkdir(o.state_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw rt::Error("--state-dir " + o.state_dir + ": cannot create it: " + std::strerror(errno));
+  if (!::realpath(o.state_dir.c_str(), real)) throw rt::Error("--state-dir " + o.state_dir + ": " + std::strerror(errno));
+  o.state_dir = real;
+  if (!::realpath(o.spec_file.c_str(), real)) throw rt::Error("--spec " + o.spec_file + ": " + std::strerror(errno));
+  o.spec_file = real;
+  const InferenceServiceSpec spec = load_spec(o.spec_file);
+  ReplicaPool pool(o.replica_cap, static_cast<int>(ctx.options.request_timeout_ms) + 1000);
+  Controller c(o, spec, pool, log);
+  pool.set_metrics_text([&c] { return c.metrics_text(); });
+  ctx.forward = &pool;
+  HttpServer http(ctx, bind, http_port);
+#ifdef LOOM_HAVE_GRPC
+  std::unique_ptr<GrpcRouter> grpc;
+  if (grpc_port >= 0) grpc = std::make_unique<GrpcRouter>(ctx, pool, bind, grpc_port);
+#else
+  struct NoGrpc {
+    int port() const { return -1; }
+    void shutdown() {}
+  };
+  std::unique_ptr<NoGrpc> grpc;
+  (void)grpc_port;
+#endif
+  ctx.ready = true;
+  log("info", "controller listening: http " + bind + ":" + std::to_string(http.port()) + " grpc " +
+                  (grpc ? bind + ":" + std::to_string(grpc->port()) : std::string("off")) + "; replicas as Slurm jobs " +
+                  "loom-" + spec.name + ", state in " + o.state_dir,
+      {{"event", "listening"}, {"http_port", http.port()}, {"grpc_port", grpc ? grpc->port() : -1}});
+  std::atomic<bool> stop{false};
+  std::thread loop([&] { c.run(stop); });
+  wait_for_stop();
+  stop = true;
+  loop.join();
+  log("info", "stopping: no new requests; draining the replicas", {{"event", "stopping"}});
+  ctx.stopping = true;
+  http.stop_accepting();
+  if (grpc) grpc->shutdown();
+  http.wait_idle();
+  c.shutdown_replicas(60);
+  log("info", "stopped", {{"event", "stopped"}});
+  return 0;
+}
+
+}  // namespace loom::serve

@@ -1,0 +1,62 @@
+// controller.hpp — `loom-serve --controller --spec SERVICE.yaml` (Contract 9): keeps the
+// InferenceService's replicas as Slurm jobs, each tick: reads squeue, health-checks what runs,
+// asks the autoscaler how many it wants, submits or ends jobs, and replaces the ones that ended
+// on their own. The router (the front ends with a ReplicaPool) sends requests to ready ones.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "autoscaler.hpp"
+#include "router.hpp"
+#include "slurm.hpp"
+#include "../spec.hpp"
+
+namespace loom::serve {
+
+struct ControllerOptions {
+  std::string spec_file, state_dir, partition, replica_bind = "127.0.0.1", token_file, loom_serve;
+  double tick_s = 2, stable_window_s = 60, panic_window_s = 6, scale_down_delay_s = 30;
+  double pending_warn_s = 60, start_timeout_s = 300;
+  int replica_cpus = 1, replica_cap = 256;      // outstanding requests a replica is given at most
+  std::vector<std::string> serve_args;          // passed on to each replica's loom-serve
+};
+
+using EventLog = std::function<void(const std::string& level, const std::string& msg, const nlohmann::json& fields)>;
+
+class Controller {
+ public:
+  Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log);
+  // Runs ticks until `stop` is set; then drains: stops every replica and waits for their jobs.
+  void run(const std::atomic<bool>& stop);
+  void shutdown_replicas(double wait_s);
+  std::string metrics_text() const;
+
+ private:
+  void tick(double now);
+  void observe(const std::vector<JobInfo>& jobs, double now);
+  void check(Replica& r, double now);
+  void scale(const ScaleDecision& d, double now);
+  void end_replica(Replica& r, double now, const std::string& why);
+  int count(ReplicaState s) const;
+  ControllerOptions o_;
+  ReplicaPool& pool_;
+  EventLog log_;
+  SlurmJobs jobs_;
+  Autoscaler scaler_;
+  ScaleDecision last_{};
+  std::map<std::string, std::string> ended_by_us_;  // job -> why (not replaced)
+  std::atomic<uint64_t> up_{0}, down_{0}, replaced_{0}, submit_failures_{0};
+  bool squeue_ok_ = true;
+};
+
+// Validates and runs the controller until wait_for_stop returns; then drains; returns the exit
+// status. Throws ServeError (a bad spec) or rt::Error (a bad state folder, ports taken).
+int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, int http_port, int grpc_port,
+                   EventLog log, const std::function<void()>& wait_for_stop);
+
+}  // namespace loom::serve

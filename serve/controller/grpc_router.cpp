@@ -1,0 +1,138 @@
+// grpc_router.cpp — grpc_router.hpp on gRPC's callback generic service and generic stub.
+#include "grpc_router.hpp"
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace loom::serve {
+
+namespace {
+
+constexpr const char* kPrefix = "/inference.GRPCInferenceService/";
+
+// Channels to the replicas, by address, made once.
+class Channels {
+ public:
+  std::shared_ptr<grpc::GenericStub> stub(const std::string& addr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& s = stubs_[addr];
+    if (!s) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(-1);
+      args.SetMaxSendMessageSize(-1);
+      s = std::make_shared<grpc::GenericStub>(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args));
+    }
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::GenericStub>> stubs_;
+};
+
+grpc::ByteBuffer bool_message(bool v) {  // {bool field 1 = v}: ServerLive/ServerReadyResponse
+  const char bytes[2] = {0x08, 0x01};
+  grpc::Slice s(bytes, v ? 2 : 0);
+  return grpc::ByteBuffer(&s, 1);
+}
+
+class Call : public grpc::ServerGenericBidiReactor {
+ public:
+  Call(Context& ctx, ReplicaPool& pool, Channels& ch, grpc::GenericCallbackServerContext* sc)
+      : ctx_(ctx), pool_(pool), ch_(ch), sc_(sc) {
+    StartRead(&req_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request message"));
+    const std::string& m = sc_->method();
+    if (m.rfind(kPrefix, 0) != 0) return Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown service"));
+    const std::string name = m.substr(std::strlen(kPrefix));
+    if (name == "ServerLive" || name == "ServerReady") {
+      resp_ = bool_message(name == "ServerLive" || ctx_.is_ready());
+      return StartWrite(&resp_);
+    }
+    if (name == "ModelStreamInfer")
+      return Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "the router forwards unary calls only"));
+    const auto auth = sc_->client_metadata().find("authorization");
+    const std::string token = auth == sc_->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
+    if (!ctx_.authorized(token)) return Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+    lease_ = pool_.acquire();
+    if (!lease_)
+      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no replica can take the request now (none ready, or every one is full)"));
+    if (!token.empty()) cc_.AddMetadata("authorization", token);
+    cc_.set_deadline(sc_->deadline());
+    auto stub = ch_.stub(lease_->host + ":" + std::to_string(lease_->grpc_port));
+    stub->UnaryCall(&cc_, m, grpc::StubOptions(), &req_, &resp_, [this](grpc::Status s) {
+      pool_.release(*lease_);
+      lease_.reset();
+      if (!s.ok()) return Finish(s);
+      StartWrite(&resp_);
+    });
+  }
+  void OnWriteDone(bool ok) override {
+    Finish(ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+  }
+  void OnCancel() override { cc_.TryCancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  Context& ctx_;
+  ReplicaPool& pool_;
+  Channels& ch_;
+  grpc::GenericCallbackServerContext* sc_;
+  grpc::ClientContext cc_;
+  grpc::ByteBuffer req_, resp_;
+  std::shared_ptr<Replica> lease_;
+};
+
+class Service : public grpc::CallbackGenericService {
+ public:
+  Service(Context& ctx, ReplicaPool& pool) : ctx_(ctx), pool_(pool) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* sc) override {
+    return new Call(ctx_, pool_, ch_, sc);
+  }
+
+ private:
+  Context& ctx_;
+  ReplicaPool& pool_;
+  Channels ch_;
+};
+
+}  // namespace
+
+struct GrpcRouter::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+GrpcRouter::GrpcRouter(Context& ctx, ReplicaPool& pool, const std::string& bind, int port) : impl_(std::make_unique<Impl>()) {
+  impl_->service = std::make_unique<Service>(ctx, pool);
+  grpc::ServerBuilder b;
+  b.AddListeningPort(bind + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &impl_->port);
+  b.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(ctx.max_request_bytes, 2147483647)));
+  b.SetMaxSendMessageSize(-1);
+  b.RegisterCallbackGenericService(impl_->service.get());
+  impl_->server = b.BuildAndStart();
+  if (!impl_->server || impl_->port == 0)
+    throw std::runtime_error("gRPC: cannot listen on " + bind + ":" + std::to_string(port));
+}
+
+GrpcRouter::~GrpcRouter() { shutdown(); }
+
+int GrpcRouter::port() const { return impl_->port; }
+
+void GrpcRouter::shutdown() {
+  if (impl_->server) {
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    impl_->server->Wait();
+    impl_->server.reset();
+  }
+}
+
+}  // namespace loom::serve

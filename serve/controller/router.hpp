@@ -1,0 +1,111 @@
+// router.hpp — the controller's replicas as the router sees them: each request goes to the
+// ready replica with the fewest outstanding requests, below its cap; the pool integrates
+// outstanding requests over time (the autoscaler's concurrency) and counts what it refused.
+// HTTP is forwarded over kept-alive connections per replica, the body as it came.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../frontend.hpp"
+
+namespace loom::serve {
+
+enum class ReplicaState { kPending, kStarting, kReady, kDraining };
+const char* state_name(ReplicaState s);
+
+struct Replica {
+  std::string job, node, reason;  // reason: Slurm's, while pending
+  ReplicaState state = ReplicaState::kPending;
+  double since = 0;               // when it entered its state (controller clock, s)
+  std::string host;
+  int http_port = 0, grpc_port = -1;
+  int failed_checks = 0;
+  bool warned = false;            // pending too long, reported
+  std::atomic<int> outstanding{0};
+  std::atomic<uint64_t> routed{0};
+  // Idle kept-alive HTTP connections to the replica (file descriptors).
+  std::mutex idle_mu;
+  std::vector<int> idle;
+  ~Replica();
+};
+
+// A plain HTTP/1.1 exchange with host:port over one connection; no exception on network
+// failure (status 0 and the reason in body). timeout_ms bounds each wait for the peer.
+struct HttpExchange {
+  int status = 0;
+  std::string body, content_type;
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool keep_alive = false;
+};
+HttpExchange http_call(int fd, const std::string& host, const std::string& method, const std::string& target,
+                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                       int timeout_ms);
+int http_connect(const std::string& host, int port, int timeout_ms);  // -1 on failure
+
+class ReplicaPool : public Forwarder {
+ public:
+  ReplicaPool(int cap_per_replica, int timeout_ms) : cap_(cap_per_replica), timeout_ms_(timeout_ms) {}
+  // The controller's view, updated each tick; the router reads it.
+  void put(std::shared_ptr<Replica> r);
+  void remove(const std::string& job);
+  std::vector<std::shared_ptr<Replica>> all() const;
+  std::shared_ptr<Replica> find(const std::string& job) const;
+  void set_state(Replica& r, ReplicaState s, double now);
+
+  // Routing: the least loaded ready replica below its cap, its count raised (release lowers it);
+  // null when none is ready or all are full (counted as refused).
+  std::shared_ptr<Replica> acquire();
+  void release(Replica& r);
+  // Mean outstanding requests since the last call, plus the requests refused meanwhile.
+  double take_concurrency();
+  uint64_t rejected() const { return rejected_.load(); }
+
+  // Forwarder
+  Response forward_http(const std::string& method, const std::string& target,
+                        const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body) override;
+  bool any_ready() const override;
+  std::string metrics_text() const override;
+  void set_metrics_text(std::function<std::string()> f) { metrics_ = std::move(f); }
+
+  // GET /v2/health/ready on the replica: whether it answers 200.
+  bool health_check(Replica& r, int timeout_ms);
+
+ private:
+  void change_outstanding(int delta);
+  HttpExchange exchange(Replica& r, const std::string& method, const std::string& target,
+                        const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
+  int cap_, timeout_ms_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Replica>> replicas_;
+  // The time integral of outstanding requests since the last take_concurrency().
+  std::mutex conc_mu_;
+  int total_outstanding_ = 0;
+  double integral_ = 0, last_change_ = -1, window_start_ = -1;
+  std::atomic<uint64_t> refused_in_window_{0}, rejected_{0};
+  std::function<std::string()> metrics_;
+};
+
+// A lease on a replica: released when it goes out of scope.
+class Lease {
+ public:
+  Lease(ReplicaPool& p, std::shared_ptr<Replica> r) : p_(p), r_(std::move(r)) {}
+  ~Lease() { if (r_) p_.release(*r_); }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  Replica* operator->() const { return r_.get(); }
+  explicit operator bool() const { return r_ != nullptr; }
+  const std::shared_ptr<Replica>& get() const { return r_; }
+
+ private:
+  ReplicaPool& p_;
+  std::shared_ptr<Replica> r_;
+};
+
+double monotonic_s();
+
+}  // namespace loom::serve
