@@ -158,7 +158,7 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
 
 void Controller::check(Replica& r, double now) {
   const double age = now - r.since;
-  switch (r.state) {
+  switch (r.state.load()) {
     case ReplicaState::kPending:
       if (age > o_.pending_warn_s && !r.warned) {
         r.warned = true;
@@ -222,7 +222,7 @@ void Controller::scale(const ScaleDecision& d, double now) {
   }
   // Fewest losses first: queued jobs, then starting ones, then the least loaded ready ones.
   std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
-    if (a->state != b->state) return a->state < b->state;
+    if (a->state.load() != b->state.load()) return a->state.load() < b->state.load();
     return a->outstanding.load() < b->outstanding.load();
   });
   for (int i = 0; i < have - d.desired; ++i) {

@@ -130,7 +130,11 @@ HttpExchange http_call(int fd, const std::string& host, const std::string& metho
       parser.put_eof(ec);
       if (ec || !parser.is_done()) return failure("the replica closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_fd(fd, POLLIN, timeout_ms)) return failure("the replica did not answer in time");
+      if (!wait_fd(fd, POLLIN, timeout_ms)) {
+        HttpExchange late = failure("the replica did not answer within " + std::to_string(timeout_ms) + " ms");
+        late.status = 504;  // not retried elsewhere: the request may be running there
+        return late;
+      }
     } else if (errno != EINTR) {
       return failure(std::string("reading from the replica: ") + std::strerror(errno));
     }
@@ -173,8 +177,14 @@ std::shared_ptr<Replica> ReplicaPool::find(const std::string& job) const {
 
 void ReplicaPool::set_state(Replica& r, ReplicaState s, double now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (r.state != s) r.since = now;
+  if (r.state.load() != s) r.since = now;
   r.state = s;
+}
+
+void ReplicaPool::demote(Replica& r, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReplicaState ready = ReplicaState::kReady;
+  if (r.state.compare_exchange_strong(ready, ReplicaState::kStarting)) r.since = now;
 }
 
 std::shared_ptr<Replica> ReplicaPool::acquire() {
@@ -220,7 +230,9 @@ double ReplicaPool::take_concurrency() {
   const double mean = span > 0 ? integral_ / span : total_outstanding_;
   integral_ = 0;
   window_start_ = now;
-  return mean + static_cast<double>(refused_in_window_.exchange(0));
+  // Refused requests say there is demand (a service scaled to zero must start one), not how
+  // much: clients retrying a 503 in a loop would otherwise ask for every replica allowed.
+  return mean + (refused_in_window_.exchange(0) > 0 ? 1.0 : 0.0);
 }
 
 bool ReplicaPool::any_ready() const {
@@ -259,23 +271,27 @@ Forwarder::Response ReplicaPool::forward_http(const std::string& method, const s
                                               const std::vector<std::pair<std::string, std::string>>& headers,
                                               const std::string& body) {
   Response res;
-  Lease lease(*this, acquire());
-  if (!lease) {
-    res.status = 503;
-    res.headers.emplace_back("Retry-After", "1");
-    res.body = "{\"error\":\"no replica can take the request now (none ready, or every one is full)\"}";
+  // A replica that cannot be reached (cancelled, crashed, its node gone) is taken out of
+  // routing until the controller's health check brings it back, and the request goes to the
+  // next one: a client sees an answer or a 503, never the router's trouble.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Lease lease(*this, acquire());
+    if (!lease) break;
+    HttpExchange e = exchange(*lease.get(), method, target, headers, body);
+    if (e.status == 0) {
+      demote(*lease.get(), monotonic_s());
+      continue;
+    }
+    res.status = e.status;
+    res.body = std::move(e.body);
+    if (e.status == 504) res.body = "{\"error\":\"replica " + lease->job + ": " + res.body + "\"}";
+    if (!e.content_type.empty()) res.content_type = e.content_type;
+    res.headers = std::move(e.headers);
     return res;
   }
-  HttpExchange e = exchange(*lease.get(), method, target, headers, body);
-  if (e.status == 0) {
-    res.status = 502;
-    res.body = "{\"error\":\"replica " + lease->job + ": " + e.body + "\"}";
-    return res;
-  }
-  res.status = e.status;
-  res.body = std::move(e.body);
-  if (!e.content_type.empty()) res.content_type = e.content_type;
-  res.headers = std::move(e.headers);
+  res.status = 503;
+  res.headers.emplace_back("Retry-After", "1");
+  res.body = "{\"error\":\"no replica can take the request now (none ready, or every one is full)\"}";
   return res;
 }
 

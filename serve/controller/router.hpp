@@ -20,8 +20,8 @@ const char* state_name(ReplicaState s);
 
 struct Replica {
   std::string job, node, reason;  // reason: Slurm's, while pending
-  ReplicaState state = ReplicaState::kPending;
-  double since = 0;               // when it entered its state (controller clock, s)
+  std::atomic<ReplicaState> state{ReplicaState::kPending};  // the router reads it without a lock
+  std::atomic<double> since{0};  // when it entered its state (controller clock, s)
   std::string host;
   int http_port = 0, grpc_port = -1;
   int failed_checks = 0;
@@ -56,6 +56,8 @@ class ReplicaPool : public Forwarder {
   std::vector<std::shared_ptr<Replica>> all() const;
   std::shared_ptr<Replica> find(const std::string& job) const;
   void set_state(Replica& r, ReplicaState s, double now);
+  // The router found it unreachable: out of routing (if it was ready) until a health check passes.
+  void demote(Replica& r, double now);
 
   // Routing: the least loaded ready replica below its cap, its count raised (release lowers it);
   // null when none is ready or all are full (counted as refused).

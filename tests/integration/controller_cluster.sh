@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# controller_cluster.sh — loom-serve --controller on the local cluster (Contract 9): replicas are
+# real sbatch jobs named loom-<service> with the spec's --gpus and --mem; a burst scales 1 -> max,
+# idling scales back to min, a cancelled replica is replaced, a controller killed and started
+# again adopts its running replica instead of submitting another, SIGTERM ends the replicas; in
+# every phase each request gets 200 or 503 (with Retry-After) and nothing else; REST and gRPC
+# go through the router with the token; bad specs and options fail at once with one error.
+. "$(dirname "$0")/lib.sh"
+[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
+[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
+sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+S=$LOOM_BUILDDIR/loom-serve
+G=$LOOM_BUILDDIR/tests/serve/kserve_grpc_client
+L="/usr/bin/python3 $LOOM_SRCDIR/tests/serve/load_http.py"
+[ -x "$S" ] || skip "loom-serve not built"
+chmod 0755 "$LOOM_TMP"
+cd "$LOOM_TMP" || exit 99
+"$LOOM_BUILDDIR/loom-train" --layers 784,64,10 --steps 5 --global-batch 64 --export model.h5 2>/dev/null
+printf 'ctl-token\n' >token && chmod 600 token
+spec() {  # FILE MIN MAX QUEUE_LENGTH
+  cat >"$1" <<YAML
+apiVersion: loom.ai/v1
+kind: InferenceService
+metadata:
+  name: ctl-tiny
+spec:
+  model:
+    path: $LOOM_TMP/model.h5
+  resources:
+    requests: {gpu: 1, memory: 1Gi}
+  autoscaling:
+    minReplicas: $2
+    maxReplicas: $3
+    metrics:
+      - type: Requests
+        queueLength: $4
+YAML
+}
+jobs_now() { squeue -h -n loom-ctl-tiny -t PENDING,RUNNING,CONFIGURING -o %i | sort -n | tr '\n' ' '; }
+ready_count() { curl -s -H 'Authorization: Bearer ctl-token' "$http/metrics" | sed -n 's/^loom_controller_replicas{state="ready"} //p'; }
+wait_ready() {  # N SECONDS: until N replicas are ready (and no more are coming)
+  local i
+  for i in $(seq $(($2 * 4))); do
+    [ "$(ready_count)" = "$1" ] && [ "$(jobs_now | wc -w)" = "$1" ] && return 0
+    sleep 0.25
+  done
+  return 1
+}
+controller() {  # extra options
+  serve_start ctl --controller --spec svc.yaml --state-dir state --grpc-port 0 --auth-token-file token \
+    --tick-s 0.5 --stable-window-s 8 --panic-window-s 2 --scale-down-delay-s 4 --log-format json "$@"
+}
+
+# --- bad specs and options: one error at load, nothing submitted --------------------------------
+spec bad1.yaml 3 2 1
+spec bad2.yaml 1 2 0
+sed '/metrics:/,$d' bad1.yaml | sed 's/minReplicas: 3/minReplicas: 1/' >bad3.yaml
+before=$(jobs_now)
+run_cmd "$S" --controller --spec bad1.yaml --state-dir state
+expect_eq "min > max: exit 2" 2 "$rc"
+expect_match "min > max: names the fields" "minReplicas exceeds maxReplicas" "$err"
+run_cmd "$S" --controller --spec bad2.yaml --state-dir state
+expect_eq "queueLength 0: exit 2" 2 "$rc"
+expect_match "queueLength 0: names the field" "queueLength" "$err"
+run_cmd "$S" --controller --spec bad3.yaml --state-dir state
+expect_match "no queueLength at all: the controller says it needs one" "needs a Requests metric with queueLength" "$err"
+spec svc.yaml 1 3 1
+run_cmd "$S" --controller --spec svc.yaml
+expect_match "no --state-dir: a usage error" "needs --state-dir" "$err"
+expect_eq "nothing was submitted for the bad starts" "$before" "$(jobs_now)"
+
+# --- start: min replicas, as real jobs with the spec's resources --------------------------------
+controller
+wait_ready 1 60 || fail "the first replica did not become ready: $(tail -5 ctl.log)"
+jid=$(jobs_now | tr -d ' ')
+info=$(scontrol show job "$jid")
+expect_match "the replica job is named loom-<service>" "JobName=loom-ctl-tiny" "$info"
+expect_match "with the spec's memory" "MinMemoryNode=1G" "$info"
+expect_match "and GPU" "TresPerJob=gres[:/]gpu[:=]1" "$info"
+expect_eq "the router needs the token" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "$http/v2/models/ctl-tiny/infer")"
+expect_eq "health needs none" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$http/v2/health/ready")"
+out=$($L "$http" ctl-tiny 784 2 1 --token ctl-token)
+expect_match "REST through the router" '"counts": \{"200": [0-9]+\}' "$out"
+if [ -x "$G" ]; then
+  head -c 3136 /dev/zero >x.bin
+  run_cmd env LOOM_TOKEN=ctl-token "$G" "$grpc" infer ctl-tiny 1 FP32 1,784 x.bin
+  expect_match "gRPC through the router" '"model_name":"ctl-tiny".*"shape":\[1,10\]' "$out"
+  run_cmd "$G" "$grpc" infer ctl-tiny 1 FP32 1,784 x.bin
+  expect_match "gRPC without the token is refused" '"code":16' "$out$err"
+fi
+
+# --- a burst scales to max; every request 200 or 503 -------------------------------------------
+$L "$http" ctl-tiny 784 8 60 --token ctl-token --stop stop >burst.json &
+load=$!
+t0=$(date +%s.%N)
+wait_ready 3 45 && t3=$(date +%s.%N) || fail "the burst did not scale to 3 replicas: $(grep '"scale"' ctl.log | tail -3)"
+touch stop
+wait $load
+rm -f stop
+expect_match "during the burst: only 200s and 503s" '^\{"counts": \{("(200|503)": [0-9]+(, )?)+\}' "$(cat burst.json)"
+expect_match "the scale-up was a panic decision" '"event":"scale".*"panic":true' "$(cat ctl.log)"
+echo "controller_cluster: burst through the router: $(cat burst.json)"
+[ -n "${t3:-}" ] && echo "controller_cluster: 1 -> 3 replicas ready $(echo "$t3 - $t0" | bc) s after the burst began"
+
+# --- idle scales back to min ----------------------------------------------------------------------
+t0=$(date +%s.%N)
+wait_ready 1 60 && echo "controller_cluster: back to 1 replica $(echo "$(date +%s.%N) - $t0" | bc) s after the burst ended" ||
+  fail "idling did not scale back to 1: $(grep '"scale"' ctl.log | tail -3)"
+/usr/bin/python3 -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+down = [e for e in ev if e.get("event") == "scale" and e["to"] < e["from"]]
+sys.exit(0 if down and not any(e["panic"] for e in down) else 1)' ctl.log && pass ||
+  fail "scale-down happened, never in panic: $(grep '"scale"' ctl.log)"
+
+# --- a cancelled replica is replaced, requests meanwhile get 200 or 503 --------------------------
+$L "$http" ctl-tiny 784 2 60 --token ctl-token --stop stop >cancel.json &
+load=$!
+old=$(jobs_now | tr -d ' ')
+scancel "$old"
+sleep 1
+wait_ready 1 60 || fail "the cancelled replica was not replaced"
+touch stop
+wait $load
+rm -f stop
+new=$(jobs_now | tr -d ' ')
+echo "controller_cluster: while job $old was cancelled and replaced by $new: $(cat cancel.json)"
+expect_ne "a new job replaced the cancelled one" "$old" "$new"
+expect_match "the log says why" "replica job $old ended on its own" "$(cat ctl.log)"
+expect_match "while it was replaced: only 200s and 503s" '^\{"counts": \{("(200|503)": [0-9]+(, )?)+\}' "$(cat cancel.json)"
+
+expect_match "the scaled-down replicas drained and ended" '"event":"replica_end".*scaled down' "$(cat ctl.log)"
+
+# --- a killed controller comes back and adopts its replica ----------------------------------------
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+controller
+wait_ready 1 30 || fail "the restarted controller has no ready replica"
+sleep 2
+expect_eq "it adopted the running replica (no new job)" "$new" "$(jobs_now | tr -d ' ')"
+expect_match "and says so" "adopted replica job $new" "$(cat ctl.log)"
+
+# --- SIGTERM drains and ends the replicas -----------------------------------------------------------
+kill -TERM "$pid"
+wait "$pid"
+expect_eq "the controller exits 0 on SIGTERM" 0 "$?"
+left=
+for _ in $(seq 40); do
+  left=$(jobs_now)
+  [ -z "$left" ] && break
+  sleep 0.25
+done
+expect_eq "its replicas ended with it" "" "$left"
+finish

@@ -1,0 +1,186 @@
+// controller_test.cpp — the serving controller's parts without Slurm: the autoscaler's windows,
+// panic and scale-down delay (Knative's KPA), memory quantities as sbatch --mem, the replica
+// script, and the router's choice (fewest outstanding, caps, unreachable replicas) against
+// real sockets.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "controller/autoscaler.hpp"
+#include "controller/router.hpp"
+#include "controller/slurm.hpp"
+
+namespace {
+
+using namespace loom::serve;
+
+ScalerConfig config(int min, int max, double target) {
+  ScalerConfig c;
+  c.min_replicas = min;
+  c.max_replicas = max;
+  c.target = target;
+  c.stable_window_s = 60;
+  c.panic_window_s = 6;
+  c.scale_down_delay_s = 30;
+  return c;
+}
+
+TEST(Autoscaler, StableWindowAveragesConcurrencyOverTarget) {
+  Autoscaler a(config(1, 10, 5));
+  for (int t = 0; t < 60; ++t) a.sample(t, 12);  // 12 in flight, 5 per replica: 3 replicas
+  const ScaleDecision d = a.decide(60, 3);
+  EXPECT_EQ(d.desired, 3);
+  EXPECT_FALSE(d.panic);
+  EXPECT_NEAR(d.stable_concurrency, 12, 1e-9);
+}
+
+TEST(Autoscaler, ClampsToMinAndMax) {
+  Autoscaler idle(config(2, 10, 5));
+  EXPECT_EQ(idle.decide(0, 0).desired, 2);
+  Autoscaler flood(config(1, 4, 1));
+  for (int t = 0; t < 60; ++t) flood.sample(t, 100);
+  EXPECT_EQ(flood.decide(60, 4).desired, 4);
+}
+
+TEST(Autoscaler, BurstPanicsOnTheShortWindow) {
+  Autoscaler a(config(1, 10, 1));
+  for (int t = 0; t < 55; ++t) a.sample(t, 1);
+  for (int t = 55; t <= 60; ++t) a.sample(t, 6);  // the last 6 s: 6 in flight, 1 replica ready
+  const ScaleDecision d = a.decide(60, 1);
+  EXPECT_TRUE(d.panic);
+  EXPECT_EQ(d.desired, 6);  // the stable window alone would ask for ceil(1.4) = 2
+  EXPECT_LT(std::ceil(d.stable_concurrency), 3);
+}
+
+TEST(Autoscaler, NoScaleDownInPanicNorBeforeTheDelay) {
+  Autoscaler a(config(1, 10, 1));
+  for (int t = 0; t <= 6; ++t) a.sample(t, 8);
+  EXPECT_EQ(a.decide(6, 1).desired, 8);
+  // The burst stops: still panicking (a stable window from the last trigger), so no fewer.
+  for (int t = 7; t <= 20; ++t) {
+    a.sample(t, 0);
+    EXPECT_EQ(a.decide(t, 8).desired, 8) << "t=" << t;
+  }
+  // Out of panic after 60 s; then the scale-down delay holds the highest wish for 30 s more.
+  int t = 21;
+  for (; t <= 200; ++t) {
+    a.sample(t, 0);
+    if (a.decide(t, 8).desired < 8) break;
+  }
+  EXPECT_GE(t, 6 + 60 + 30 - 1);
+  EXPECT_LE(t, 6 + 60 + 30 + 2);
+  for (int u = t + 1; u < t + 100; ++u) a.sample(u, 0);
+  EXPECT_EQ(a.decide(t + 100, 8).desired, 1);
+}
+
+TEST(Autoscaler, ScaleFromZeroOnDemand) {
+  Autoscaler a(config(0, 3, 5));
+  EXPECT_EQ(a.decide(0, 0).desired, 0);
+  a.sample(1, 1);  // one refused request is demand
+  EXPECT_EQ(a.decide(1, 0).desired, 1);
+}
+
+TEST(SlurmMemory, KServeQuantitiesAsMiB) {
+  EXPECT_EQ(slurm_memory("8Gi"), "8192M");
+  EXPECT_EQ(slurm_memory("512Mi"), "512M");
+  EXPECT_EQ(slurm_memory("1G"), "954M");   // 10^9 bytes, rounded up
+  EXPECT_EQ(slurm_memory("2048Ki"), "2M");
+  EXPECT_EQ(slurm_memory("1Ti"), "1048576M");
+  EXPECT_EQ(slurm_memory("100"), "1M");    // bytes: at least 1 MiB
+  EXPECT_EQ(slurm_memory(""), "");
+}
+
+TEST(ReplicaScript, QuotesEveryPathAndAnnouncesTheJob) {
+  char tmpl[] = "/tmp/loom-ctl-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  write_replica_script(dir, "/opt/loom serve/bin/loom-serve", "/specs/it's.yaml", "0.0.0.0", "", {"--max-batch-size", "8"});
+  std::ifstream f(dir + "/replica.sh");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string s = ss.str();
+  EXPECT_NE(s.find("exec '/opt/loom serve/bin/loom-serve' --spec '/specs/it'\\''s.yaml' --bind 0.0.0.0"), std::string::npos) << s;
+  EXPECT_NE(s.find("--ready-file " + dir + "/replicas/\"$SLURM_JOB_ID.json\""), std::string::npos) << s;
+  EXPECT_NE(s.find("--max-batch-size 8"), std::string::npos);
+  EXPECT_EQ(s.find("--auth-token-file"), std::string::npos);
+  EXPECT_EQ(ready_file(dir, "42"), dir + "/replicas/42.json");
+  ::unlink((dir + "/replica.sh").c_str());
+  ::rmdir((dir + "/replicas").c_str());
+  ::rmdir(dir.c_str());
+}
+
+std::shared_ptr<Replica> replica(const std::string& job, ReplicaState s, int outstanding) {
+  auto r = std::make_shared<Replica>();
+  r->job = job;
+  r->state = s;
+  r->outstanding = outstanding;
+  return r;
+}
+
+TEST(ReplicaPool, FewestOutstandingReadyBelowTheCap) {
+  ReplicaPool pool(4, 1000);
+  pool.put(replica("1", ReplicaState::kReady, 3));
+  pool.put(replica("2", ReplicaState::kReady, 1));
+  pool.put(replica("3", ReplicaState::kStarting, 0));
+  pool.put(replica("4", ReplicaState::kDraining, 0));
+  auto a = pool.acquire();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->job, "2");
+  EXPECT_EQ(a->outstanding.load(), 2);
+  auto b = pool.acquire();
+  EXPECT_EQ(b->job, "2");  // 2 of 4 against 3 of 4
+  auto c = pool.acquire();
+  EXPECT_TRUE(c->job == "1" || c->job == "2");
+  auto d = pool.acquire();
+  EXPECT_TRUE(d);
+  EXPECT_FALSE(pool.acquire()) << "both at the cap: refused";
+  EXPECT_EQ(pool.rejected(), 1u);
+  pool.release(*a);
+  EXPECT_TRUE(pool.acquire());
+}
+
+TEST(ReplicaPool, ConcurrencyIsTheTimeAverageOfOutstanding) {
+  ReplicaPool pool(100, 1000);
+  pool.put(replica("1", ReplicaState::kReady, 0));
+  pool.take_concurrency();
+  auto a = pool.acquire();
+  auto b = pool.acquire();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  pool.release(*a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double c = pool.take_concurrency();  // 2 for half the time, 1 for the other half
+  EXPECT_NEAR(c, 1.5, 0.2);
+  pool.release(*b);
+}
+
+TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
+  // A port nothing listens on: bind one, then close it.
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(s);
+  ReplicaPool pool(8, 1000);
+  auto dead = replica("7", ReplicaState::kReady, 0);
+  dead->host = "127.0.0.1";
+  dead->http_port = ntohs(addr.sin_port);
+  pool.put(dead);
+  const auto res = pool.forward_http("POST", "/v2/models/m/infer", {}, "{}");
+  EXPECT_EQ(res.status, 503);
+  ASSERT_EQ(res.headers.size(), 1u);
+  EXPECT_EQ(res.headers[0].first, "Retry-After");
+  EXPECT_EQ(dead->state.load(), ReplicaState::kStarting) << "no longer routed to";
+  EXPECT_EQ(dead->outstanding.load(), 0);
+  EXPECT_FALSE(pool.any_ready());
+}
+
+}  // namespace
