@@ -127,6 +127,9 @@ HttpExchange http_call(int fd, const std::string& host, const std::string& metho
       buf.erase(0, used);
       if (ec && ec != http::error::need_more) return failure("the replica's answer is not HTTP: " + ec.message());
     } else if (n == 0) {
+      // Closed before a byte of the answer (a kept-alive connection the replica timed out):
+      // Beast's put_eof must not see that (it asserts).
+      if (!parser.got_some()) return failure("the replica closed the connection");
       parser.put_eof(ec);
       if (ec || !parser.is_done()) return failure("the replica closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -6,7 +6,11 @@
 //   2. dynamic batching: throughput with --max-batch-size 32 against 1 at concurrency 32, with
 //      p50/p99 latency of both;
 //   3. added latency: p50 of a tiny model's request over gRPC (one client) minus its compute time
-//      measured offline.
+//      measured offline;
+//   4. the transport: one-row requests to a tiny model at saturation against a bare gRPC server
+//      (a child process) answering the same call at once without a model.
+// With --compare ADDR PEER it measures one client's p50 at ADDR (the serving controller's router)
+// against PEER (a replica it routes to): tests/bench/controller_figures.sh.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -67,6 +71,54 @@ Server start_server(const std::string& exe, const std::string& repo, int max_bat
   const size_t at = log.find(" grpc ");
   if (at == std::string::npos) throw loom::rt::Error("loom-serve did not start: " + log);
   s.grpc = log.substr(at + 6, log.find_first_of(",; \n", at + 6) - (at + 6));
+  return s;
+}
+
+// The transport's limit: a gRPC server in a child process answering ModelInfer at once with a
+// fixed [1,10] FP32 answer, on the callback API as loom-serve's, with no model and no batcher.
+class BareService final
+    : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<inference::GRPCInferenceService::Service> {
+ public:
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* req,
+                                       inference::ModelInferResponse* res) override {
+    res->set_model_name(req->model_name());
+    res->set_model_version("1");
+    auto* o = res->add_outputs();
+    o->set_name("logits");
+    o->set_datatype("FP32");
+    o->add_shape(1);
+    o->add_shape(10);
+    res->add_raw_output_contents(std::string(40, '\0'));
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+};
+
+Server start_bare_server() {
+  int fds[2];
+  if (pipe(fds) != 0) throw loom::rt::Error("pipe failed");
+  Server s;
+  s.pid = fork();
+  if (s.pid == 0) {
+    close(fds[0]);
+    BareService svc;
+    int port = 0;
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&svc);
+    auto server = b.BuildAndStart();
+    const std::string p = std::to_string(port) + "\n";
+    if (write(fds[1], p.data(), p.size()) < 0) _exit(1);
+    server->Wait();  // until SIGTERM ends the process
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[32] = {0};
+  const ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  if (n <= 0) throw loom::rt::Error("the bare gRPC server did not start");
+  s.grpc = "127.0.0.1:" + std::to_string(std::atoi(buf));
   return s;
 }
 
@@ -193,11 +245,39 @@ void write_model(const std::string& path, std::vector<int> widths) {
 
 }  // namespace
 
+// `loom-bench serve --compare A B --model M [--features N] [--seconds S]`: one client's p50 over
+// gRPC at A (the controller's router) and at B (a replica, the peer), in alternating rounds.
+int bench_compare(const std::string& a, const std::string& b, const std::string& model, int features, double seconds,
+                  const std::string& format) {
+  std::vector<double> pa, pb;
+  uint64_t failed = 0;
+  for (int round = 0; round < 3; ++round) {
+    const Load la = run_load(a, model, features, 1, seconds / 6), lb = run_load(b, model, features, 1, seconds / 6);
+    pa.push_back(la.p50_ms);
+    pb.push_back(lb.p50_ms);
+    failed += la.failed + lb.failed;
+  }
+  std::sort(pa.begin(), pa.end());
+  std::sort(pb.begin(), pb.end());
+  if (format == "json")
+    std::printf("{\"bench\":\"serve-compare\",\"p50_ms\":%.4f,\"peer_p50_ms\":%.4f,\"added_ms\":%.4f,\"ratio\":%.3f,\"failed\":%llu}\n",
+                pa[1], pb[1], pa[1] - pb[1], pa[1] / pb[1], static_cast<unsigned long long>(failed));
+  else
+    std::printf("loom-bench serve --compare: one client, one-row FP32 requests to %s over gRPC\n"
+                "  p50 through %s %.3f ms; peer: direct to %s %.3f ms; added %.3f ms; ratio %.3f (median of 3 rounds)\n"
+                "  failed requests: %llu\n",
+                model.c_str(), a.c_str(), pa[1], b.c_str(), pb[1], pa[1] - pb[1], pa[1] / pb[1],
+                static_cast<unsigned long long>(failed));
+  return failed == 0 ? 0 : 1;
+}
+
 int bench_serve(int argc, char** argv, const std::string& self) {
   std::string server = self.substr(0, self.find_last_of('/') + 1) + "loom-serve", format = "text";
   double seconds = 4;
   int threads = 1;
   int64_t delay_us = 500;  // loom-serve's default --max-queue-delay-us
+  std::string compare_a, compare_b, compare_model = "tiny";
+  int compare_features = 784;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--server") server = v;
@@ -205,11 +285,16 @@ int bench_serve(int argc, char** argv, const std::string& self) {
     else if (a == "--threads") threads = std::max(1, std::stoi(v));
     else if (a == "--delay-us") delay_us = std::max<int64_t>(0, std::stoll(v));
     else if (a == "--format") format = v;
+    else if (a == "--compare" && i + 2 < argc) compare_a = v, compare_b = argv[i + 2], ++i;
+    else if (a == "--model") compare_model = v;
+    else if (a == "--features") compare_features = std::max(1, std::stoi(v));
     else {
-      std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n");
+      std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
+                           "       loom-bench serve --compare GRPC_ADDR PEER_GRPC_ADDR --model M [--features N] [--seconds S]\n");
       return 2;
     }
   }
+  if (!compare_a.empty()) return bench_compare(compare_a, compare_b, compare_model, compare_features, seconds, format);
   if (access(server.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "loom-bench serve: %s is not there (give --server PATH)\n", server.c_str());
     return 1;
@@ -223,6 +308,8 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   mkdir((repo + "/tiny/1").c_str(), 0755);
   write_model(repo + "/mlp/1/model.h5", {784, 512, 512, 10});  // the Fashion-MNIST MLP
   write_model(repo + "/tiny/1/model.h5", {784, 16, 10});
+  // Forked before this process uses gRPC (a fork after that leaves the child's gRPC stuck).
+  Server bare_s = start_bare_server();
   const int max_batch = 32;
   double tiny_compute = 0;
   bench_progress("the offline forward pass (the peer)");
@@ -232,9 +319,13 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   bench_progress("loom-serve at saturation, " + std::to_string(static_cast<int>(seconds + 0.5)) + " s per load");
   Server s = start_server(server, repo, max_batch, delay_us, threads);
   Load sat = run_load(s.grpc, "mlp", 784, 2 * max_batch, seconds);
+  Load tiny_sat = run_load(s.grpc, "tiny", 784, 2 * max_batch, seconds);
   Load sat8 = run_load(s.grpc, "mlp", 784, 2 * max_batch / 8, seconds, 8);  // as many rows in flight, 8 a request
   Load b32 = run_load(s.grpc, "mlp", 784, 32, seconds);
   stop_server(s);
+  bench_progress("a bare gRPC server (no model): the transport's limit");
+  Load bare = run_load(bare_s.grpc, "tiny", 784, 2 * max_batch, seconds);
+  stop_server(bare_s);
   bench_progress("loom-serve without batching");
   s = start_server(server, repo, 1, 0, threads);
   Load b1 = run_load(s.grpc, "mlp", 784, 32, seconds);
@@ -247,15 +338,16 @@ int bench_serve(int argc, char** argv, const std::string& self) {
     std::remove((repo + f).c_str());
 
   const double added_ms = tiny.p50_ms - tiny_compute * 1e3;
-  const uint64_t failed = sat.failed + sat8.failed + b32.failed + b1.failed + tiny.failed;
+  const uint64_t failed = sat.failed + sat8.failed + b32.failed + b1.failed + tiny.failed + tiny_sat.failed + bare.failed;
   if (format == "json") {
     std::printf("{\"bench\":\"serve\",\"saturation_rows_per_s\":%.1f,\"offline_rows_per_s\":%.1f,\"saturation_ratio\":%.3f,"
                 "\"saturation_8row_rows_per_s\":%.1f,\"saturation_8row_ratio\":%.3f,\"batch32_rows_per_s\":%.1f,\"batch32_p50_ms\":%.3f,\"batch32_p99_ms\":%.3f,\"batch1_rows_per_s\":%.1f,"
                 "\"batch1_p50_ms\":%.3f,\"batch1_p99_ms\":%.3f,\"batching_gain\":%.3f,\"tiny_p50_ms\":%.4f,"
-                "\"tiny_compute_ms\":%.4f,\"added_latency_ms\":%.4f,\"failed\":%llu}\n",
+                "\"tiny_compute_ms\":%.4f,\"added_latency_ms\":%.4f,\"tiny_saturation_rows_per_s\":%.1f,"
+                "\"bare_grpc_rows_per_s\":%.1f,\"transport_ratio\":%.3f,\"failed\":%llu}\n",
                 sat.rows_per_s, offline, sat.rows_per_s / offline, sat8.rows_per_s, sat8.rows_per_s / offline,
                 b32.rows_per_s, b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms, tiny_compute * 1e3, added_ms,
-                static_cast<unsigned long long>(failed));
+                tiny_sat.rows_per_s, bare.rows_per_s, tiny_sat.rows_per_s / bare.rows_per_s, static_cast<unsigned long long>(failed));
   } else {
     std::printf("loom-bench serve: MLP 784,512,512,10 on the CPU, %d BLAS thread(s), gRPC raw FP32, one-row requests\n"
                 "  saturation (%d clients, max batch %d): %.0f rows/s; peer: offline batched forward %.0f rows/s; ratio %.3f\n"
@@ -263,11 +355,14 @@ int bench_serve(int argc, char** argv, const std::string& self) {
                 "  dynamic batching at 32 clients: max batch 32 %.0f rows/s (p50 %.2f ms, p99 %.2f ms), max batch 1 %.0f rows/s "
                 "(p50 %.2f ms, p99 %.2f ms); gain %.2fx\n"
                 "  added latency (MLP 784,16,10, one client): p50 %.3f ms - compute %.3f ms = %.3f ms\n"
+                "  transport: MLP 784,16,10 at saturation (%d clients) %.0f rows/s; peer: a bare gRPC server answering "
+                "the same call without a model %.0f rows/s; ratio %.3f\n"
                 "  failed requests: %llu\n",
                 threads, 2 * max_batch, max_batch, sat.rows_per_s, offline, sat.rows_per_s / offline, 2 * max_batch / 8,
                 sat8.rows_per_s, sat8.rows_per_s / offline, b32.rows_per_s,
                 b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms,
-                tiny_compute * 1e3, added_ms, static_cast<unsigned long long>(failed));
+                tiny_compute * 1e3, added_ms, 2 * max_batch, tiny_sat.rows_per_s, bare.rows_per_s,
+                tiny_sat.rows_per_s / bare.rows_per_s, static_cast<unsigned long long>(failed));
   }
   return failed == 0 ? 0 : 1;
 }

@@ -183,4 +183,37 @@ TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
   EXPECT_FALSE(pool.any_ready());
 }
 
+// A peer that takes the connection and closes it without a byte (what a replica does to a
+// kept-alive connection it timed out): an error the router can retry, not a crash.
+TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
+  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(ls, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread peer([ls] {
+    for (int i = 0; i < 2; ++i) {
+      const int c = ::accept(ls, nullptr, nullptr);
+      if (i == 1) {  // the second answers half a header, then closes
+        const char half[] = "HTTP/1.1 200 OK\r\nContent-Len";
+        (void)!::write(c, half, sizeof half - 1);
+      }
+      ::close(c);
+    }
+  });
+  for (int i = 0; i < 2; ++i) {
+    const int fd = http_connect("127.0.0.1", ntohs(addr.sin_port), 1000);
+    ASSERT_GE(fd, 0);
+    const HttpExchange e = http_call(fd, "127.0.0.1", "POST", "/v2/models/m/infer", {}, "{}", 2000);
+    EXPECT_EQ(e.status, 0) << i;
+    EXPECT_NE(e.body.find("replica"), std::string::npos) << e.body;  // closed, or reset
+    ::close(fd);
+  }
+  peer.join();
+  ::close(ls);
+}
+
 }  // namespace
