@@ -109,7 +109,11 @@ void Controller::tick(double now) {
   squeue_ok_ = true;
   observe(jobs, now);
   for (const auto& r : pool_.all()) check(*r, now);
-  scaler_.sample(now, pool_.take_concurrency());
+  // Refused requests with no replica at all say there is demand (a service scaled to zero must
+  // start one), not how much: clients retrying a 503 in a loop would ask for every one allowed.
+  double concurrency = pool_.take_concurrency();
+  if (pool_.take_refused() > 0 && pool_.all().empty()) concurrency = std::max(concurrency, 1.0);
+  scaler_.sample(now, concurrency);
   const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
   scale(d, now);
   last_ = d;
@@ -201,9 +205,12 @@ void Controller::scale(const ScaleDecision& d, double now) {
     if (r->state != ReplicaState::kDraining) live.push_back(r);
   const int have = static_cast<int>(live.size());
   if (d.desired == have) return;
-  log_("info", "scale " + std::to_string(have) + " -> " + std::to_string(d.desired) + ": " + d.reason,
-       {{"event", "scale"}, {"from", have}, {"to", d.desired}, {"ready", count(ReplicaState::kReady)}, {"panic", d.panic},
-        {"stable_concurrency", d.stable_concurrency}, {"panic_concurrency", d.panic_concurrency}, {"reason", d.reason}});
+  // One line a decision: a decision that cannot be carried out (sbatch refuses) is not repeated.
+  if (std::make_pair(have, d.desired) != last_logged_)
+    log_("info", "scale " + std::to_string(have) + " -> " + std::to_string(d.desired) + ": " + d.reason,
+         {{"event", "scale"}, {"from", have}, {"to", d.desired}, {"ready", count(ReplicaState::kReady)}, {"panic", d.panic},
+          {"stable_concurrency", d.stable_concurrency}, {"panic_concurrency", d.panic_concurrency}, {"reason", d.reason}});
+  last_logged_ = {have, d.desired};
   if (d.desired > have) {
     for (int i = have; i < d.desired; ++i) {
       try {
@@ -212,9 +219,12 @@ void Controller::scale(const ScaleDecision& d, double now) {
         r->since = now;
         pool_.put(r);
         up_.fetch_add(1);
+        last_submit_error_.clear();
       } catch (const std::exception& e) {
         submit_failures_.fetch_add(1);
-        log_("error", std::string("cannot submit a replica: ") + e.what(), {{"event", "submit_failed"}});
+        if (e.what() != last_submit_error_)  // retried every tick, said once
+          log_("error", std::string("cannot submit a replica (retrying every tick): ") + e.what(), {{"event", "submit_failed"}});
+        last_submit_error_ = e.what();
         break;
       }
     }

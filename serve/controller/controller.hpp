@@ -52,6 +52,8 @@ class Controller {
   std::map<std::string, std::string> ended_by_us_;  // job -> why (not replaced)
   std::atomic<uint64_t> up_{0}, down_{0}, replaced_{0}, submit_failures_{0};
   bool squeue_ok_ = true;
+  std::pair<int, int> last_logged_{-1, -1};  // the last scale decision logged (from, to)
+  std::string last_submit_error_;
 };
 
 // Validates and runs the controller until wait_for_stop returns; then drains; returns the exit

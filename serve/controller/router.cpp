@@ -224,6 +224,8 @@ void ReplicaPool::change_outstanding(int delta) {
   total_outstanding_ += delta;
 }
 
+uint64_t ReplicaPool::take_refused() { return refused_in_window_.exchange(0); }
+
 double ReplicaPool::take_concurrency() {
   const double now = monotonic_s();
   std::lock_guard<std::mutex> lock(conc_mu_);
@@ -233,9 +235,7 @@ double ReplicaPool::take_concurrency() {
   const double mean = span > 0 ? integral_ / span : total_outstanding_;
   integral_ = 0;
   window_start_ = now;
-  // Refused requests say there is demand (a service scaled to zero must start one), not how
-  // much: clients retrying a 503 in a loop would otherwise ask for every replica allowed.
-  return mean + (refused_in_window_.exchange(0) > 0 ? 1.0 : 0.0);
+  return mean;
 }
 
 bool ReplicaPool::any_ready() const {

@@ -63,8 +63,9 @@ class ReplicaPool : public Forwarder {
   // null when none is ready or all are full (counted as refused).
   std::shared_ptr<Replica> acquire();
   void release(Replica& r);
-  // Mean outstanding requests since the last call, plus the requests refused meanwhile.
+  // Mean outstanding requests since the last call; requests refused since the last call.
   double take_concurrency();
+  uint64_t take_refused();
   uint64_t rejected() const { return rejected_.load(); }
 
   // Forwarder

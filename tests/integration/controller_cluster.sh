@@ -69,6 +69,19 @@ run_cmd "$S" --controller --spec svc.yaml
 expect_match "no --state-dir: a usage error" "needs --state-dir" "$err"
 expect_eq "nothing was submitted for the bad starts" "$before" "$(jobs_now)"
 
+# --- a spec the cluster cannot satisfy: sbatch's own words, said once; the router answers 503 ----
+sed 's/memory: 1Gi/memory: 100000Gi/' svc.yaml >huge.yaml
+serve_start huge --controller --spec huge.yaml --state-dir state-huge --grpc-port -1 --tick-s 0.2
+sleep 2
+expect_match "sbatch's refusal is in the log" "cannot submit a replica.*(Memory specification can not be satisfied|Requested node configuration is not available)" "$(cat huge.log)"
+expect_eq "once, not every tick" 1 "$(grep -c 'cannot submit a replica' huge.log)"
+expect_eq "no replica: the router says 503" 503 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "$http/v2/models/ctl-tiny/infer")"
+expect_eq "and is not ready" 503 "$(curl -s -o /dev/null -w '%{http_code}' "$http/v2/health/ready")"
+expect_match "the metrics count the failures" "loom_controller_submit_failures_total [1-9]" "$(curl -s "$http/metrics")"
+kill -TERM "$pid"
+wait "$pid"
+expect_eq "and it still stops cleanly" 0 "$?"
+
 # --- start: min replicas, as real jobs with the spec's resources --------------------------------
 controller
 wait_ready 1 60 || fail "the first replica did not become ready: $(tail -5 ctl.log)"
@@ -114,7 +127,8 @@ sys.exit(0 if down and not any(e["panic"] for e in down) else 1)' ctl.log && pas
   fail "scale-down happened, never in panic: $(grep '"scale"' ctl.log)"
 
 # --- a cancelled replica is replaced, requests meanwhile get 200 or 503 --------------------------
-$L "$http" ctl-tiny 784 2 60 --token ctl-token --stop stop >cancel.json &
+# One client: at queueLength 1 two closed-loop clients may rightly ask for a second replica.
+$L "$http" ctl-tiny 784 1 60 --token ctl-token --stop stop >cancel.json &
 load=$!
 old=$(jobs_now | tr -d ' ')
 scancel "$old"
