@@ -60,8 +60,11 @@ class SlurmLauncher : public Launcher {
   }
 
   bool alive() override {
+    // Queued or running only: a cancelled array stays in squeue while its tasks complete, and a
+    // resume that attached to it would wait for tasks that never come.
     std::string out;
-    return !job_.empty() && run_program({"squeue", "-h", "-j", job_, "-o", "%i"}, out) == 0 &&
+    return !job_.empty() &&
+           run_program({"squeue", "-h", "-j", job_, "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED", "-o", "%i"}, out) == 0 &&
            out.find_first_not_of(" \n") != std::string::npos;
   }
   void cancel() override {

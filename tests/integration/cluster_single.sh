@@ -2,9 +2,7 @@
 # cluster_single.sh — the one-node local cluster that contrib/check.sh starts: real slurmctld
 # and slurmd with the fake A100/V100 gres that loom-topo wrote, jobs through srun and sbatch.
 . "$(dirname "$0")/lib.sh"
-[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
-[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
-sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+require_cluster
 dir=$(dirname "$SLURM_CONF")
 host=$(hostname -s)
 

@@ -6,9 +6,7 @@
 # every phase each request gets 200 or 503 (with Retry-After) and nothing else; REST and gRPC
 # go through the router with the token; bad specs and options fail at once with one error.
 . "$(dirname "$0")/lib.sh"
-[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
-[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
-sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+require_cluster
 S=$LOOM_BUILDDIR/loom-serve
 G=$LOOM_BUILDDIR/tests/serve/kserve_grpc_client
 L="/usr/bin/python3 $LOOM_SRCDIR/tests/serve/load_http.py"
@@ -81,6 +79,18 @@ expect_match "the metrics count the failures" "loom_controller_submit_failures_t
 kill -TERM "$pid"
 wait "$pid"
 expect_eq "and it still stops cleanly" 0 "$?"
+
+# --- a replica that waits for resources is reported with Slurm's reason, and counts as coming ---
+# Two replicas of 3 GPUs each on a node of 4: the second pends (Resources), none is added.
+sed 's/gpu: 1/gpu: 3/; s/minReplicas: 1/minReplicas: 2/; s/maxReplicas: 3/maxReplicas: 2/' svc.yaml >gpus.yaml
+serve_start gpus --controller --spec gpus.yaml --state-dir state-gpus --grpc-port -1 --tick-s 0.2 --pending-warn-s 1
+for _ in $(seq 40); do grep -q "has been pending" gpus.log && break; sleep 0.25; done
+expect_match "the pending replica is reported with Slurm's reason" "replica job [0-9]+ has been pending for [0-9]+ s: Slurm's reason: (Resources|Priority)" "$(cat gpus.log)"
+expect_eq "pending jobs count as coming: two jobs, not more" 2 "$(squeue -h -n loom-ctl-tiny -o %i | wc -l)"
+kill -TERM "$pid"
+wait "$pid"
+for _ in $(seq 40); do [ -z "$(jobs_now)" ] && break; sleep 0.25; done
+expect_eq "SIGTERM cancels the pending one too" "" "$(jobs_now)"
 
 # --- start: min replicas, as real jobs with the spec's resources --------------------------------
 controller

@@ -28,6 +28,13 @@ expect_no_match() {
   if printf '%s' "$3" | grep -Eq -- "$2"; then fail "$1: '$3' matches /$2/"; else pass; fi
 }
 
+# require_cluster: skips unless the local cluster (contrib/local-cluster.sh, $SLURM_CONF) answers.
+require_cluster() {
+  [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
+  [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
+  sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+}
+
 # run_cmd CMD...: sets rc, out, err
 run_cmd() {
   "$@" >"$LOOM_TMP/out" 2>"$LOOM_TMP/err"

@@ -4,9 +4,7 @@
 # environment and affinity, bad options, corrupt topologies with strict=0 and strict=1, and
 # the daemons still up afterwards.
 . "$(dirname "$0")/lib.sh"
-[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
-[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
-sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+require_cluster
 dir=$(dirname "$SLURM_CONF")
 grep -q spank_loom.so "$dir/plugstack.conf" || skip "the cluster was started before spank_loom.so was built"
 host=$(hostname -s)

@@ -4,9 +4,7 @@
 # loom-train checkpoints and exits 75, the script requeues the job, the requeued job resumes from
 # the checkpoint, and the final weights equal those of an uninterrupted run, bit for bit.
 . "$(dirname "$0")/lib.sh"
-[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
-[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
-sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+require_cluster
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"

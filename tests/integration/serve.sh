@@ -330,5 +330,5 @@ expect_match "a missing token file" "auth-token-file .*cannot read it" "$err"
 # loom-bench serve runs (the figures come from `make bench`; here only that it works).
 run_cmd "$LOOM_BUILDDIR/loom-bench" serve --seconds 0.5 --format json
 expect_eq "loom-bench serve exit" 0 "$rc"
-expect_match "loom-bench serve figures" '"saturation_ratio":[0-9.]+,.*"batching_gain":[0-9.]+,.*"added_latency_ms":[0-9.-]+,"failed":0' "$out"
+expect_match "loom-bench serve figures" '"saturation_ratio":[0-9.]+,.*"batching_gain":[0-9.]+,.*"added_latency_ms":[0-9.-]+,.*"transport_ratio":[0-9.]+,"failed":0' "$out"
 finish

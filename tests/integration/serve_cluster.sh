@@ -3,9 +3,7 @@
 # comes up on the node, answers KServe v2 over REST and gRPC with its token, logs JSON, and on
 # `scancel --signal=TERM` drains and ends the job with exit code 0.
 . "$(dirname "$0")/lib.sh"
-[ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
-[ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || skip "no local cluster (contrib/local-cluster.sh start; export SLURM_CONF)"
-sinfo -h >/dev/null 2>&1 || skip "slurmctld at $SLURM_CONF does not answer"
+require_cluster
 S=$LOOM_BUILDDIR/loom-serve
 G=$LOOM_BUILDDIR/tests/serve/kserve_grpc_client
 [ -x "$S" ] || skip "loom-serve not built"

@@ -115,6 +115,20 @@ TEST(ReplicaScript, QuotesEveryPathAndAnnouncesTheJob) {
   ::rmdir(dir.c_str());
 }
 
+// A loopback TCP socket bound to a free port (listening when asked); its port in *port.
+int loopback_socket(bool listening, int* port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  if (listening && ::listen(s, 4) != 0) return -1;
+  socklen_t len = sizeof addr;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return s;
+}
+
 std::shared_ptr<Replica> replica(const std::string& job, ReplicaState s, int outstanding) {
   auto r = std::make_shared<Replica>();
   r->job = job;
@@ -161,18 +175,14 @@ TEST(ReplicaPool, ConcurrencyIsTheTimeAverageOfOutstanding) {
 
 TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
   // A port nothing listens on: bind one, then close it.
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = 0;
+  const int s = loopback_socket(false, &port);
+  ASSERT_GE(s, 0);
   ::close(s);
   ReplicaPool pool(8, 1000);
   auto dead = replica("7", ReplicaState::kReady, 0);
   dead->host = "127.0.0.1";
-  dead->http_port = ntohs(addr.sin_port);
+  dead->http_port = port;
   pool.put(dead);
   const auto res = pool.forward_http("POST", "/v2/models/m/infer", {}, "{}");
   EXPECT_EQ(res.status, 503);
@@ -186,14 +196,9 @@ TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
 // A peer that takes the connection and closes it without a byte (what a replica does to a
 // kept-alive connection it timed out): an error the router can retry, not a crash.
 TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
-  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(ls, 4), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = 0;
+  const int ls = loopback_socket(true, &port);
+  ASSERT_GE(ls, 0);
   std::thread peer([ls] {
     for (int i = 0; i < 2; ++i) {
       const int c = ::accept(ls, nullptr, nullptr);
@@ -205,7 +210,7 @@ TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
     }
   });
   for (int i = 0; i < 2; ++i) {
-    const int fd = http_connect("127.0.0.1", ntohs(addr.sin_port), 1000);
+    const int fd = http_connect("127.0.0.1", port, 1000);
     ASSERT_GE(fd, 0);
     const HttpExchange e = http_call(fd, "127.0.0.1", "POST", "/v2/models/m/infer", {}, "{}", 2000);
     EXPECT_EQ(e.status, 0) << i;
