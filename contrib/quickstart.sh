@@ -67,7 +67,7 @@ if [ -x "$build/loom-compress" ] && [ -f "$build/fashion-mlp.h5" ]; then
   for m in fashion-mlp fashion-mlp-pruned fashion-mlp-int8; do "$build/loom-compress" eval "$build/$m.h5"; done
 fi
 
-banner "10. Serve the float and the INT8 model over KServe v2 (REST and gRPC) and classify test images"
+banner "10. Serve the float and the INT8 model over KServe v2 (REST and gRPC), classify test images, then serve as Slurm replicas"
 if [ -x "$build/loom-serve" ] && [ -f "$build/fashion-mlp.h5" ]; then
   rm -rf "$build/models" && mkdir -p "$build/models/fashion-mlp/1" "$build/models/fashion-mlp-int8/1"
   cp "$build/fashion-mlp.h5" "$build/models/fashion-mlp/1/model.h5"
@@ -94,6 +94,28 @@ for i in range(8):
     print(f"test image {i}: fp32 {fp32[i]:12s} int8 {int8[i]:12s} (label {names[labels[i]]})")
 PY
   kill -TERM "$serve_pid" && wait "$serve_pid" && echo "loom-serve stopped cleanly on SIGTERM"
+
+  echo "--- the same model as replicas on Slurm: loom-serve --controller (Contract 9)"
+  cat >"$build/fashion-mlp.yaml" <<YAML
+apiVersion: loom.ai/v1
+kind: InferenceService
+metadata: {name: fashion-mlp}
+spec:
+  model: {path: $build/fashion-mlp.h5}
+  resources: {requests: {memory: 512Mi}}
+  autoscaling: {minReplicas: 1, maxReplicas: 2, metrics: [{type: Requests, queueLength: 1}]}
+YAML
+  rm -rf "$build/controller"
+  "$build/loom-serve" --controller --spec "$build/fashion-mlp.yaml" --state-dir "$build/controller" --http-port 0 \
+    --grpc-port 0 --tick-s 1 --stable-window-s 10 --panic-window-s 2 --scale-down-delay-s 5 2>"$build/controller.log" &
+  ctl_pid=$!
+  for _ in $(seq 300); do grep -q "ready at" "$build/controller.log" 2>/dev/null && break; sleep 0.1; done
+  http=$(grep -oE "http [0-9.]+:[0-9]+" "$build/controller.log" | head -1 | cut -d' ' -f2)
+  squeue -n loom-fashion-mlp -o "%.8i %.18j %.8T %.10m %R"
+  /usr/bin/python3 "$src/tests/serve/load_http.py" "$http" fashion-mlp 784 4 8 | sed 's/^/4 clients for 8 s through the router: /'
+  grep -E "scale |ready at" "$build/controller.log" | sed 's/^loom-serve: //'
+  curl -s "$http/metrics" | grep -E '^loom_controller_(replicas|desired|routed)'
+  kill -TERM "$ctl_pid" && wait "$ctl_pid" && echo "the controller stopped on SIGTERM and ended its replica jobs"
 fi
 
 banner "11. Tune the learning rate and batch size: a Bayesian sweep whose trials are one Slurm job array"
