@@ -172,7 +172,9 @@ void Controller::check(Replica& r, double now) {
       }
       return;
     case ReplicaState::kStarting:
-      if (read_announcement(ready_file(o_.state_dir, r.job), r) && pool_.health_check(r, 1000)) {
+      // The address is read once: a job's replica keeps it, and requests still in flight on a
+      // demoted replica read it meanwhile.
+      if ((!r.host.empty() || read_announcement(ready_file(o_.state_dir, r.job), r)) && pool_.health_check(r, 1000)) {
         pool_.set_state(r, ReplicaState::kReady, now);
         r.failed_checks = 0;
         log_("info", "replica job " + r.job + " ready at " + r.host + ":" + std::to_string(r.http_port) + " (node " + r.node + ")",
