@@ -13,7 +13,7 @@ packages=(
   # topology
   libhwloc-dev hwloc
   # checkpoints and models
-  libhdf5-dev hdf5-tools zlib1g-dev
+  libhdf5-dev hdf5-tools zlib1g-dev libonnx-dev python3-onnx
   # CLI, tests, numerics
   libboost-program-options-dev libgtest-dev googletest libopenblas-dev libdnnl-dev
   # sweeps (loom-sweep: Gaussian process with Eigen, NLopt)

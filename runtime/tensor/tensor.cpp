@@ -26,6 +26,9 @@ size_t dtype_size(DType t) {
     case DType::kBF16: return 2;
     case DType::kI8: return 1;
     case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+    case DType::kBool: return 1;
   }
   return 4;
 }
@@ -37,6 +40,9 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bfloat16";
     case DType::kI8: return "int8";
     case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    case DType::kU8: return "uint8";
+    case DType::kBool: return "bool";
   }
   return "?";
 }

@@ -9,6 +9,7 @@ import os, re, sys
 allowed = {  # folder -> folders of the runtime it may include
     "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn"},
     "train": {"tensor", "nn", "dist", "io", "train"},
+    "graph": {"tensor"},  # the ONNX graph, its reader and executor
     "proc": set(),  # running programs: loom-sweep and the serving controller
     "sweep": {"proc"},  # loom-sweep runs programs and links none of the rest of the runtime
 }

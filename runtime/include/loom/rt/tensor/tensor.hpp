@@ -13,7 +13,8 @@
 
 namespace loom::rt {
 
-enum class DType { kF32, kF16, kBF16, kI8, kI32 };
+// kI64, kU8 and kBool (one byte, 0 or 1) are the ONNX graph's index, pixel and mask types.
+enum class DType { kF32, kF16, kBF16, kI8, kI32, kI64, kU8, kBool };
 enum class Device { kCpu, kCuda };
 
 size_t dtype_size(DType t);

@@ -1,0 +1,142 @@
+// executor.cpp — the graph once at load (topological order, constants folded: the shape
+// arithmetic PyTorch's exporter writes mostly becomes constants; Gemm/Conv + Relu fused; each
+// value's last use found, so its buffer returns to the allocator's cache for the next node),
+// then each run on host tensors.
+#include <algorithm>
+#include <cstring>
+
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+namespace {
+
+// Kahn's order over the nodes (the file's order when it already is one).
+std::vector<Node> topological(std::vector<Node> nodes, const std::vector<bool>& available_at_start,
+                              const std::vector<std::string>& names) {
+  std::vector<bool> ready = available_at_start;
+  std::vector<Node> order;
+  std::vector<bool> done(nodes.size(), false);
+  for (size_t placed = 0; placed < nodes.size();) {
+    bool progress = false;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (done[i]) continue;
+      bool ok = true;
+      for (int v : nodes[i].in) ok = ok && (v < 0 || ready[static_cast<size_t>(v)]);
+      if (!ok) continue;
+      for (int v : nodes[i].out)
+        if (v >= 0) ready[static_cast<size_t>(v)] = true;
+      order.push_back(std::move(nodes[i]));
+      done[i] = true;
+      ++placed;
+      progress = true;
+    }
+    if (!progress) {
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (!done[i])
+          for (int v : nodes[i].in)
+            if (v >= 0 && !ready[static_cast<size_t>(v)])
+              throw Error(nodes[i].label() + ": input '" + names[static_cast<size_t>(v)] +
+                          "' is produced by no node (or by a cycle)");
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+void Model::run_node(const Node& n, std::vector<Tensor>& vals) const {
+  std::vector<const Tensor*> in(n.in.size(), nullptr);
+  for (size_t i = 0; i < n.in.size(); ++i)
+    if (n.in[i] >= 0) {
+      const Tensor& t = vals[static_cast<size_t>(n.in[i])];
+      if (!t.defined()) throw Error(n.label() + ": input '" + names_[static_cast<size_t>(n.in[i])] + "' has no value");
+      in[i] = &t;
+    }
+  std::vector<Tensor> out(n.out.size());
+  n.fn(n, in, out);
+  for (size_t i = 0; i < n.out.size(); ++i)
+    if (n.out[i] >= 0) vals[static_cast<size_t>(n.out[i])] = std::move(out[i]);
+}
+
+void Model::prepare() {
+  std::vector<bool> avail(names_.size(), false);
+  for (size_t v = 0; v < names_.size(); ++v) avail[v] = constants_[v].defined();
+  for (int id : input_ids_) avail[static_cast<size_t>(id)] = true;
+  nodes_ = topological(std::move(nodes_), avail, names_);
+  // Fold every node whose inputs are all constants.
+  std::vector<Node> kept;
+  for (Node& n : nodes_) {
+    bool constant = true;
+    for (int v : n.in) constant = constant && (v < 0 || constants_[static_cast<size_t>(v)].defined());
+    if (constant) {
+      run_node(n, constants_);
+      ++folded_;
+    } else {
+      kept.push_back(std::move(n));
+    }
+  }
+  nodes_ = std::move(kept);
+  std::vector<int> uses(names_.size(), 0);
+  for (const Node& n : nodes_)
+    for (int v : n.in)
+      if (v >= 0) ++uses[static_cast<size_t>(v)];
+  for (int v : output_ids_) uses[static_cast<size_t>(v)] += 1000;  // never fused away
+  // Gemm / Conv + Relu: the producer applies ReLU and takes the Relu's output.
+  for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
+    Node& p = nodes_[i];
+    if ((p.op != "Gemm" && p.op != "Conv") || p.out.size() != 1) continue;
+    for (size_t j = i + 1; j < nodes_.size(); ++j) {
+      Node& r = nodes_[j];
+      if (r.op != "Relu" || r.in.size() != 1 || r.in[0] != p.out[0] || uses[static_cast<size_t>(p.out[0])] != 1) continue;
+      Attr a;
+      a.kind = Attr::kInt, a.i = 1;
+      p.attrs["loom.relu"] = a;
+      p.out[0] = r.out[0];
+      r.op.clear();  // removed below
+      ++fused_;
+      break;
+    }
+  }
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.op.empty(); }), nodes_.end());
+  // Each value's last reader releases it, unless it is an output or a constant.
+  std::vector<int> last(names_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int v : nodes_[i].in)
+      if (v >= 0) last[static_cast<size_t>(v)] = static_cast<int>(i);
+  for (int v : output_ids_) last[static_cast<size_t>(v)] = -1;
+  release_.assign(nodes_.size(), {});
+  for (size_t v = 0; v < names_.size(); ++v)
+    if (last[v] >= 0 && !constants_[v].defined()) release_[static_cast<size_t>(last[v])].push_back(static_cast<int>(v));
+}
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != inputs_.size())
+    throw Error("the model takes " + std::to_string(inputs_.size()) + " inputs, got " + std::to_string(inputs.size()));
+  std::vector<Tensor> vals = constants_;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorInfo& ti = inputs_[i];
+    const Tensor& t = inputs[i];
+    if (t.dtype() != ti.dtype)
+      throw Error("input '" + ti.name + "' must be " + kserve_type_name(ti.dtype) + ", not " + dtype_name(t.dtype()));
+    if (t.ndim() != static_cast<int>(ti.shape.size()))
+      throw Error("input '" + ti.name + "' must have rank " + std::to_string(ti.shape.size()) + ", got " + t.shape_str());
+    for (size_t d = 0; d < ti.shape.size(); ++d)
+      if (ti.shape[d] >= 0 && ti.shape[d] != t.shape()[d])
+        throw Error("input '" + ti.name + "' dimension " + std::to_string(d) + " must be " + std::to_string(ti.shape[d]) +
+                    ", got " + t.shape_str());
+    vals[static_cast<size_t>(input_ids_[i])] = t;
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    run_node(nodes_[i], vals);
+    for (int v : release_[i]) vals[static_cast<size_t>(v)] = Tensor();
+  }
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < output_ids_.size(); ++k) {
+    const Tensor& t = vals[static_cast<size_t>(output_ids_[k])];
+    if (!t.defined()) throw Error("output '" + outputs_[k].name + "' was not computed");
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace loom::rt::graph

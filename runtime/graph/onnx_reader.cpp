@@ -1,0 +1,207 @@
+// onnx_reader.cpp — an ONNX file to the executor's graph: parsed by Debian's ONNX library
+// (libonnx_proto), refused early with the reason a user can act on (not ONNX, opset, operator
+// and domain), then checked by ONNX's checker and strict shape inference; initializers read from
+// the file or from external data beside it, every size checked before it is allocated.
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "loom/rt/graph/graph.hpp"
+
+namespace loom::rt::graph {
+
+struct Loader {
+  static Model load(const std::string& path);
+};
+
+namespace {
+
+constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+constexpr int64_t kMaxElements = int64_t{1} << 33;  // 32 GiB of float: a header claiming more is refused
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open");
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+std::string dir_of(const std::string& path) {
+  const auto s = path.rfind('/');
+  return s == std::string::npos ? "." : path.substr(0, s);
+}
+
+// An external-data location must stay beside the model: no absolute path, no "..".
+bool safe_location(const std::string& loc) {
+  if (loc.empty() || loc[0] == '/') return false;
+  std::istringstream parts(loc);
+  for (std::string p; std::getline(parts, p, '/');)
+    if (p == "..") return false;
+  return true;
+}
+
+Tensor read_tensor(const onnx::TensorProto& t, const std::string& model_dir, const std::string& what) {
+  DType dt;
+  if (!dtype_from_onnx(t.data_type(), &dt))
+    throw Error(what + ": element type " + std::to_string(t.data_type()) + " is not supported");
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw Error(what + ": a negative dimension");
+    if (d && n > kMaxElements / d) throw Error(what + ": its header claims more than 2^33 elements");
+    n *= d;
+  }
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dt);
+  Tensor out = Tensor::empty(dims, dt);
+  char* dst = out.data<char>();
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string loc;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : t.external_data()) {
+      if (kv.key() == "location") loc = kv.value();
+      else if (kv.key() == "offset") offset = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value());
+    }
+    if (!safe_location(loc)) throw Error(what + ": external data location '" + loc + "' is outside the model's folder");
+    if (length >= 0 && static_cast<size_t>(length) != bytes)
+      throw Error(what + ": external data of " + std::to_string(length) + " bytes for " + std::to_string(bytes));
+    std::ifstream f(model_dir + "/" + loc, std::ios::binary);
+    if (!f) throw Error(what + ": cannot open external data " + loc);
+    f.seekg(offset);
+    if (!f.read(dst, static_cast<std::streamsize>(bytes)))
+      throw Error(what + ": external data " + loc + " is shorter than the tensor");
+    return out;
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      throw Error(what + ": " + std::to_string(t.raw_data().size()) + " bytes of data for shape of " + std::to_string(bytes));
+    std::memcpy(dst, t.raw_data().data(), bytes);
+    return out;
+  }
+  auto fill = [&](auto& field, auto conv) {
+    if (static_cast<int64_t>(field.size()) != n)
+      throw Error(what + ": " + std::to_string(field.size()) + " values for " + std::to_string(n) + " elements");
+    for (int64_t i = 0; i < n; ++i) conv(i, field.Get(static_cast<int>(i)));
+  };
+  switch (dt) {
+    case DType::kF32: fill(t.float_data(), [&](int64_t i, float v) { out.data<float>()[i] = v; }); break;
+    case DType::kI64: fill(t.int64_data(), [&](int64_t i, int64_t v) { out.data<int64_t>()[i] = v; }); break;
+    case DType::kI32: fill(t.int32_data(), [&](int64_t i, int32_t v) { out.data<int32_t>()[i] = v; }); break;
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kI8: fill(t.int32_data(), [&](int64_t i, int32_t v) { out.data<uint8_t>()[i] = static_cast<uint8_t>(v); }); break;
+    default: throw Error(what + ": " + dtype_name(dt) + " data outside raw_data is not supported");
+  }
+  return out;
+}
+
+TensorInfo info_of(const onnx::ValueInfoProto& v, const std::string& path) {
+  TensorInfo ti;
+  ti.name = v.name();
+  if (!v.type().has_tensor_type()) throw Error(path + ": graph input/output '" + v.name() + "' is not a tensor");
+  const auto& tt = v.type().tensor_type();
+  if (!dtype_from_onnx(tt.elem_type(), &ti.dtype))
+    throw Error(path + ": '" + v.name() + "' has element type " + std::to_string(tt.elem_type()) + ", which is not supported");
+  for (const auto& d : tt.shape().dim()) ti.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  return ti;
+}
+
+Attr attr_of(const onnx::AttributeProto& a, const std::string& model_dir, const std::string& what) {
+  Attr r;
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: r.kind = Attr::kInt, r.i = a.i(); break;
+    case onnx::AttributeProto::FLOAT: r.kind = Attr::kFloat, r.f = a.f(); break;
+    case onnx::AttributeProto::STRING: r.kind = Attr::kString, r.s = a.s(); break;
+    case onnx::AttributeProto::INTS: r.kind = Attr::kInts, r.ints.assign(a.ints().begin(), a.ints().end()); break;
+    case onnx::AttributeProto::FLOATS: r.kind = Attr::kFloats, r.floats.assign(a.floats().begin(), a.floats().end()); break;
+    case onnx::AttributeProto::TENSOR: r.kind = Attr::kTensor, r.t = read_tensor(a.t(), model_dir, what); break;
+    default: throw Error(what + ": attribute " + a.name() + " has a kind this executor does not read");
+  }
+  return r;
+}
+
+int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
+  int64_t v = -1;
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") v = o.version();
+  if (v < 0) throw Error(path + ": the model imports no default-domain (ai.onnx) opset");
+  if (v < kMinOpset || v > kMaxOpset)
+    throw Error(path + ": opset " + std::to_string(v) + " is not supported (this executor runs ai.onnx opsets 13-17)");
+  return v;
+}
+
+// Every node's operator is one this executor runs, before ONNX's checker sees the graph.
+void check_operators(const onnx::GraphProto& g, const std::string& path) {
+  for (const auto& n : g.node()) {
+    const std::string dom = n.domain().empty() ? "ai.onnx" : n.domain();
+    if ((dom != "ai.onnx") || !find_op(n.op_type()))
+      throw Error(path + ": operator " + dom + ":" + n.op_type() + (n.name().empty() ? "" : " (node '" + n.name() + "')") +
+                  " is not supported");
+  }
+}
+
+}  // namespace
+
+Model Loader::load(const std::string& path) {
+  const std::string bytes = read_file(path);
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes) || !m.has_graph())
+    throw Error(path + ": not an ONNX model (the protobuf does not parse: a truncated file or another format)");
+  Model model;
+  model.opset_ = default_opset(m, path);
+  check_operators(m.graph(), path);
+  try {
+    onnx::checker::check_model(m);
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
+  } catch (const std::exception& e) {
+    throw Error(path + ": ONNX's checker refuses the model: " + e.what());
+  }
+  const auto& g = m.graph();
+  const std::string dir = dir_of(path);
+  std::unordered_map<std::string, int> ids;
+  auto id_of = [&](const std::string& name) {
+    auto it = ids.find(name);
+    if (it != ids.end()) return it->second;
+    const int id = static_cast<int>(model.names_.size());
+    ids.emplace(name, id);
+    model.names_.push_back(name);
+    model.constants_.emplace_back();
+    return id;
+  };
+  for (const auto& t : g.initializer()) {
+    const int id = id_of(t.name());
+    model.constants_[static_cast<size_t>(id)] = read_tensor(t, dir, path + ": initializer '" + t.name() + "'");
+  }
+  for (const auto& v : g.input()) {
+    const int id = id_of(v.name());
+    if (model.constants_[static_cast<size_t>(id)].defined()) continue;  // an initializer listed as an input (IR < 4)
+    model.inputs_.push_back(info_of(v, path));
+    model.input_ids_.push_back(id);
+  }
+  for (const auto& v : g.output()) {
+    model.outputs_.push_back(info_of(v, path));
+    model.output_ids_.push_back(id_of(v.name()));
+  }
+  for (const auto& pn : g.node()) {
+    Node n;
+    n.op = pn.op_type();
+    n.name = pn.name();
+    n.fn = find_op(n.op);
+    for (const auto& i : pn.input()) n.in.push_back(i.empty() ? -1 : id_of(i));
+    for (const auto& o : pn.output()) n.out.push_back(o.empty() ? -1 : id_of(o));
+    for (const auto& a : pn.attribute()) n.attrs.emplace(a.name(), attr_of(a, dir, path + ": " + n.label()));
+    model.nodes_.push_back(std::move(n));
+  }
+  model.prepare();
+  return model;
+}
+
+Model Model::load(const std::string& path) { return Loader::load(path); }
+
+}  // namespace loom::rt::graph

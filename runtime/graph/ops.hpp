@@ -1,0 +1,88 @@
+// ops.hpp — what the operator kernels share: attributes with their ONNX defaults, shapes and
+// broadcasting, int64 lists read from tensors, and the error that names the node.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/rt/graph/graph.hpp"
+
+namespace loom::rt::graph {
+
+using Shape = std::vector<int64_t>;
+
+[[noreturn]] void op_error(const Node& n, const std::string& why);
+
+int64_t attr_i(const Node& n, const char* name, int64_t def);
+float attr_f(const Node& n, const char* name, float def);
+std::string attr_s(const Node& n, const char* name, const std::string& def);
+// The ints of `name`, or `def` when the node does not have it.
+std::vector<int64_t> attr_ints(const Node& n, const char* name, std::vector<int64_t> def = {});
+bool has_attr(const Node& n, const char* name);
+
+// Input i, which the node must have (throws naming the node otherwise).
+const Tensor& need(const Node& n, const std::vector<const Tensor*>& in, size_t i);
+// An int64 or int32 tensor's values (shapes, axes, pads, indices).
+std::vector<int64_t> ints_of(const Node& n, const Tensor& t);
+// `axis` in [-rank, rank) made non-negative; throws naming the node when outside.
+int norm_axis(const Node& n, int64_t axis, int rank);
+
+int64_t numel_of(const Shape& s);
+// The numpy broadcast of two shapes; throws naming the node when they do not broadcast.
+Shape broadcast_shape(const Node& n, const Shape& a, const Shape& b);
+// Element strides of `s` placed in an output of rank `rank` (leading 1s, 0 where broadcast).
+std::vector<int64_t> broadcast_strides(const Shape& s, const Shape& out);
+// Contiguous row-major strides.
+std::vector<int64_t> strides_of(const Shape& s);
+
+// A tensor of `shape` holding `src`'s elements reinterpreted (same storage, any dtype).
+Tensor view_as(const Tensor& src, const Shape& shape);
+Tensor make_i64(const std::vector<int64_t>& v, const Shape& shape);
+
+// Kernel families, each in its file; the registry (ops_registry.cpp) names them.
+// ops_elementwise.cpp
+void op_add(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_sub(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_mul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_div(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_pow(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_equal(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_less(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_greater(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_where(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_not(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_cast(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // by n.op
+// ops_shape.cpp
+void op_identity(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_constant(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_shape(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_size(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_reshape(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_flatten(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_squeeze(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_unsqueeze(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_transpose(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_concat(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_split(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_slice(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_gather(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_expand(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_range(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_constant_of_shape(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_trilu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_pad(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_math.cpp
+void op_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_gemm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_softmax(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // and LogSoftmax
+void op_reduce(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);   // ReduceMean/Sum/Max
+void op_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_conv.cpp
+void op_conv(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_batch_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Max/AveragePool
+void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+
+}  // namespace loom::rt::graph

@@ -1,0 +1,187 @@
+// ops_conv.cpp — 2-D convolution (groups, strides, pads, dilations) as im2col + the runtime's
+// GEMM, inference BatchNormalization, Max/AveragePool and GlobalAveragePool, on NCHW float32.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "loom/rt/tensor/kernels.hpp"
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+namespace {
+
+struct Window {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  int64_t out_h, out_w;
+};
+
+// The kernel window of a Conv or pool node over an H x W input (auto_pad NOTSET, VALID or
+// SAME_UPPER / SAME_LOWER; ceil_mode for pools).
+Window window_of(const Node& n, int64_t h, int64_t w, int64_t kh, int64_t kw) {
+  Window o{};
+  const auto st = attr_ints(n, "strides", {1, 1}), dl = attr_ints(n, "dilations", {1, 1});
+  auto pads = attr_ints(n, "pads", {0, 0, 0, 0});
+  if (st.size() != 2 || dl.size() != 2 || pads.size() != 4) op_error(n, "only 2-D windows are supported");
+  o.kh = kh, o.kw = kw, o.sh = st[0], o.sw = st[1], o.dh = dl[0], o.dw = dl[1];
+  if (o.sh < 1 || o.sw < 1 || o.dh < 1 || o.dw < 1) op_error(n, "strides and dilations must be positive");
+  const std::string ap = attr_s(n, "auto_pad", "NOTSET");
+  const int64_t ekh = (kh - 1) * o.dh + 1, ekw = (kw - 1) * o.dw + 1;
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    const int64_t oh = (h + o.sh - 1) / o.sh, ow = (w + o.sw - 1) / o.sw;
+    const int64_t ph = std::max<int64_t>(0, (oh - 1) * o.sh + ekh - h), pw = std::max<int64_t>(0, (ow - 1) * o.sw + ekw - w);
+    const bool up = ap == "SAME_UPPER";
+    pads = {up ? ph / 2 : ph - ph / 2, up ? pw / 2 : pw - pw / 2, up ? ph - ph / 2 : ph / 2, up ? pw - pw / 2 : pw / 2};
+  } else if (ap == "VALID") {
+    pads = {0, 0, 0, 0};
+  } else if (ap != "NOTSET") {
+    op_error(n, "auto_pad " + ap + " is not supported");
+  }
+  o.pt = pads[0], o.pl = pads[1], o.pb = pads[2], o.pr = pads[3];
+  const bool ceil = attr_i(n, "ceil_mode", 0) != 0;
+  auto out_dim = [&](int64_t in, int64_t pbeg, int64_t pend, int64_t ek, int64_t s) {
+    const int64_t span = in + pbeg + pend - ek;
+    if (span < 0) op_error(n, "the window is larger than the padded input");
+    int64_t d = (ceil ? (span + s - 1) / s : span / s) + 1;
+    if (ceil && (d - 1) * s >= in + pbeg) --d;  // the last window must start inside the input or its left pad
+    return d;
+  };
+  o.out_h = out_dim(h, o.pt, o.pb, ekh, o.sh);
+  o.out_w = out_dim(w, o.pl, o.pr, ekw, o.sw);
+  return o;
+}
+
+// col[(c * kh + i) * kw + j][oy * ow + ox] = x[c][oy*sh - pt + i*dh][ox*sw - pl + j*dw] (0 outside).
+void im2col(const float* x, int64_t c, int64_t h, int64_t w, const Window& k, float* col) {
+  const int64_t ohw = k.out_h * k.out_w;
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < k.kh; ++i)
+      for (int64_t j = 0; j < k.kw; ++j) {
+        float* row = col + ((ch * k.kh + i) * k.kw + j) * ohw;
+        for (int64_t oy = 0; oy < k.out_h; ++oy) {
+          const int64_t iy = oy * k.sh - k.pt + i * k.dh;
+          float* r = row + oy * k.out_w;
+          if (iy < 0 || iy >= h) {
+            std::fill(r, r + k.out_w, 0.0f);
+            continue;
+          }
+          const float* src = x + (ch * h + iy) * w;
+          for (int64_t ox = 0; ox < k.out_w; ++ox) {
+            const int64_t ix = ox * k.sw - k.pl + j * k.dw;
+            r[ox] = ix >= 0 && ix < w ? src[ix] : 0.0f;
+          }
+        }
+      }
+}
+
+void need_nchw(const Node& n, const Tensor& x) {
+  if (x.ndim() != 4 || x.dtype() != DType::kF32) op_error(n, "expects a float32 NCHW tensor, got " + x.shape_str());
+}
+
+}  // namespace
+
+void op_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &x = need(n, in, 0), &wt = need(n, in, 1);
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  need_nchw(n, x);
+  if (wt.ndim() != 4) op_error(n, "only 2-D convolution is supported (weight " + wt.shape_str() + ")");
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t M = wt.dim(0), g = attr_i(n, "group", 1);
+  if (g < 1 || C % g || M % g || wt.dim(1) != C / g)
+    op_error(n, "weight " + wt.shape_str() + " does not fit input " + x.shape_str() + " in " + std::to_string(g) + " groups");
+  if (bias && bias->numel() != M) op_error(n, "bias has " + std::to_string(bias->numel()) + " values for " + std::to_string(M) + " maps");
+  const Window k = window_of(n, H, W, wt.dim(2), wt.dim(3));
+  const int64_t cg = C / g, mg = M / g, ohw = k.out_h * k.out_w, kk = cg * k.kh * k.kw;
+  Tensor y = Tensor::empty({N, M, k.out_h, k.out_w});
+  const bool direct = k.kh == 1 && k.kw == 1 && k.sh == 1 && k.sw == 1 && k.pt == 0 && k.pl == 0 && k.pb == 0 && k.pr == 0;
+  std::vector<float> col(direct ? 0 : static_cast<size_t>(kk * ohw));
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t gi = 0; gi < g; ++gi) {
+      const float* xg = x.f32() + (b * C + gi * cg) * H * W;
+      const float* src = xg;
+      if (!direct) {
+        im2col(xg, cg, H, W, k, col.data());
+        src = col.data();
+      }
+      float* yg = y.f32() + (b * M + gi * mg) * ohw;
+      cpu::gemm(false, false, static_cast<int>(mg), static_cast<int>(ohw), static_cast<int>(kk), 1.0f,
+                wt.f32() + gi * mg * kk, static_cast<int>(kk), src, static_cast<int>(ohw), 0.0f, yg, static_cast<int>(ohw));
+      if (bias)
+        for (int64_t m = 0; m < mg; ++m) {
+          const float bv = bias->f32()[gi * mg + m];
+          for (int64_t p = 0; p < ohw; ++p) yg[m * ohw + p] += bv;
+        }
+      if (attr_i(n, "loom.relu", 0))
+        for (int64_t p = 0; p < mg * ohw; ++p) yg[p] = yg[p] > 0 ? yg[p] : 0.0f;
+    }
+  out[0] = y;
+}
+
+void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (attr_i(n, "training_mode", 0)) op_error(n, "training_mode BatchNormalization is not supported (inference only)");
+  if (x.ndim() < 2 || x.dtype() != DType::kF32) op_error(n, "expects float32 [N, C, ...]");
+  const int64_t C = x.dim(1), inner = x.numel() / std::max<int64_t>(1, x.dim(0) * C);
+  const float eps = attr_f(n, "epsilon", 1e-5f);
+  for (size_t i = 1; i < 5; ++i)
+    if (need(n, in, i).numel() != C) op_error(n, "scale, bias, mean and var need " + std::to_string(C) + " values");
+  const float *s = in[1]->f32(), *b = in[2]->f32(), *mu = in[3]->f32(), *var = in[4]->f32();
+  Tensor y = Tensor::empty(x.shape());
+  for (int64_t i = 0; i < x.dim(0); ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      const float a = s[c] / std::sqrt(var[c] + eps), sh = b[c] - mu[c] * a;
+      const float* xr = x.f32() + (i * C + c) * inner;
+      float* yr = y.f32() + (i * C + c) * inner;
+      for (int64_t p = 0; p < inner; ++p) yr[p] = xr[p] * a + sh;
+    }
+  out[0] = y;
+}
+
+void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  need_nchw(n, x);
+  const auto ks = attr_ints(n, "kernel_shape");
+  if (ks.size() != 2) op_error(n, "only 2-D pooling is supported");
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const Window k = window_of(n, H, W, ks[0], ks[1]);
+  const bool mx = n.op == "MaxPool", include = attr_i(n, "count_include_pad", 0) != 0;
+  if (out.size() > 1) op_error(n, "MaxPool's Indices output is not supported");
+  Tensor y = Tensor::empty({N, C, k.out_h, k.out_w});
+  for (int64_t p = 0; p < N * C; ++p) {
+    const float* xp = x.f32() + p * H * W;
+    float* yp = y.f32() + p * k.out_h * k.out_w;
+    for (int64_t oy = 0; oy < k.out_h; ++oy)
+      for (int64_t ox = 0; ox < k.out_w; ++ox) {
+        float acc = mx ? -INFINITY : 0.0f;
+        int64_t cnt = 0, padded = 0;
+        for (int64_t i = 0; i < k.kh; ++i)
+          for (int64_t j = 0; j < k.kw; ++j) {
+            const int64_t iy = oy * k.sh - k.pt + i * k.dh, ix = ox * k.sw - k.pl + j * k.dw;
+            if (iy < -k.pt || ix < -k.pl || iy >= H + k.pb || ix >= W + k.pr) continue;  // beyond the pads (ceil_mode)
+            ++padded;
+            if (iy < 0 || ix < 0 || iy >= H || ix >= W) continue;
+            const float v = xp[iy * W + ix];
+            acc = mx ? std::max(acc, v) : acc + v;
+            ++cnt;
+          }
+        yp[oy * k.out_w + ox] = mx ? acc : acc / static_cast<float>(std::max<int64_t>(1, include ? padded : cnt));
+      }
+  }
+  out[0] = y;
+}
+
+void op_global_avg_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.ndim() < 3 || x.dtype() != DType::kF32) op_error(n, "expects float32 [N, C, spatial...]");
+  const int64_t N = x.dim(0), C = x.dim(1), inner = x.numel() / std::max<int64_t>(1, N * C);
+  Shape s = {N, C};
+  for (int d = 2; d < x.ndim(); ++d) s.push_back(1);
+  Tensor y = Tensor::empty(s);
+  for (int64_t p = 0; p < N * C; ++p) {
+    float acc = 0;
+    for (int64_t q = 0; q < inner; ++q) acc += x.f32()[p * inner + q];
+    y.f32()[p] = acc / static_cast<float>(std::max<int64_t>(1, inner));
+  }
+  out[0] = y;
+}
+
+}  // namespace loom::rt::graph

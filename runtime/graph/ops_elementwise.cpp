@@ -1,0 +1,299 @@
+// ops_elementwise.cpp — arithmetic and comparisons with numpy broadcasting, Where, Cast and the
+// unary functions. Same-shape and scalar operands take straight loops the compiler vectorises;
+// other broadcasts walk the output row by row with each operand's strides.
+#include <cmath>
+#include <cstring>
+
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+namespace {
+
+// Calls f(offset_a, offset_b, out_offset, count, step_a, step_b) for each output row.
+template <typename F>
+void for_rows(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb, F f) {
+  const size_t r = out.size();
+  const int64_t inner = out[r - 1], total = numel_of(out);
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t o = 0; o < total; o += inner) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d + 1 < r; ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    f(oa, ob, o, inner, sa[r - 1], sb[r - 1]);
+    for (size_t d = r - 1; d-- > 0;) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename T, typename R, typename F>
+Tensor binary_typed(const Node& n, const Tensor& a, const Tensor& b, DType out_dt, F f) {
+  const Shape out = broadcast_shape(n, a.shape(), b.shape());
+  Tensor y = Tensor::empty(out, out_dt);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  R* py = y.data<R>();
+  const int64_t total = numel_of(out);
+  if (total == 0) return y;
+  if (a.shape() == b.shape()) {
+    for (int64_t i = 0; i < total; ++i) py[i] = f(pa[i], pb[i]);
+  } else if (b.numel() == 1) {
+    const T s = pb[0];
+    for (int64_t i = 0; i < total; ++i) py[i] = f(pa[i], s);
+  } else if (a.numel() == 1) {
+    const T s = pa[0];
+    for (int64_t i = 0; i < total; ++i) py[i] = f(s, pb[i]);
+  } else {
+    for_rows(out, broadcast_strides(a.shape(), out), broadcast_strides(b.shape(), out),
+             [&](int64_t oa, int64_t ob, int64_t o, int64_t cnt, int64_t ia, int64_t ib) {
+               if (ia == 1 && ib == 1) {
+                 for (int64_t j = 0; j < cnt; ++j) py[o + j] = f(pa[oa + j], pb[ob + j]);
+               } else if (ia == 1 && ib == 0) {
+                 const T s = pb[ob];
+                 for (int64_t j = 0; j < cnt; ++j) py[o + j] = f(pa[oa + j], s);
+               } else if (ia == 0 && ib == 1) {
+                 const T s = pa[oa];
+                 for (int64_t j = 0; j < cnt; ++j) py[o + j] = f(s, pb[ob + j]);
+               } else {
+                 for (int64_t j = 0; j < cnt; ++j) py[o + j] = f(pa[oa + j * ia], pb[ob + j * ib]);
+               }
+             });
+  }
+  return y;
+}
+
+void same_type(const Node& n, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    op_error(n, std::string("operands are ") + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()));
+}
+
+// Arithmetic on float32, int64 and int32 (shape arithmetic runs on int64).
+template <typename F>
+void arith(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, F f) {
+  const Tensor &a = need(n, in, 0), &b = need(n, in, 1);
+  same_type(n, a, b);
+  switch (a.dtype()) {
+    case DType::kF32: out[0] = binary_typed<float, float>(n, a, b, DType::kF32, f); return;
+    case DType::kI64: out[0] = binary_typed<int64_t, int64_t>(n, a, b, DType::kI64, f); return;
+    case DType::kI32: out[0] = binary_typed<int32_t, int32_t>(n, a, b, DType::kI32, f); return;
+    default: op_error(n, std::string("arithmetic on ") + dtype_name(a.dtype()) + " is not supported");
+  }
+}
+
+template <typename F>
+void compare(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, F f) {
+  const Tensor &a = need(n, in, 0), &b = need(n, in, 1);
+  same_type(n, a, b);
+  switch (a.dtype()) {
+    case DType::kF32: out[0] = binary_typed<float, uint8_t>(n, a, b, DType::kBool, f); return;
+    case DType::kI64: out[0] = binary_typed<int64_t, uint8_t>(n, a, b, DType::kBool, f); return;
+    case DType::kI32: out[0] = binary_typed<int32_t, uint8_t>(n, a, b, DType::kBool, f); return;
+    case DType::kBool: out[0] = binary_typed<uint8_t, uint8_t>(n, a, b, DType::kBool, f); return;
+    default: op_error(n, std::string("comparison of ") + dtype_name(a.dtype()) + " is not supported");
+  }
+}
+
+template <typename T>
+T int_div(const Node& n, T a, T b) {
+  if (b == 0) op_error(n, "integer division by zero");
+  return a / b;
+}
+
+}  // namespace
+
+void op_add(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  arith(n, in, out, [](auto a, auto b) { return a + b; });
+}
+void op_sub(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  arith(n, in, out, [](auto a, auto b) { return a - b; });
+}
+void op_mul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  arith(n, in, out, [](auto a, auto b) { return a * b; });
+}
+void op_div(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (need(n, in, 0).dtype() == DType::kF32) {
+    arith(n, in, out, [](auto a, auto b) { return a / b; });
+    return;
+  }
+  arith(n, in, out, [&n](auto a, auto b) { return int_div(n, a, b); });
+}
+
+void op_pow(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& a = need(n, in, 0);
+  Tensor b = need(n, in, 1);
+  if (a.dtype() != DType::kF32) op_error(n, std::string("Pow of ") + dtype_name(a.dtype()) + " is not supported");
+  if (b.dtype() == DType::kI64 || b.dtype() == DType::kI32) {  // an integer exponent
+    const std::vector<int64_t> e = ints_of(n, b);
+    Tensor f = Tensor::empty(b.shape());
+    for (size_t i = 0; i < e.size(); ++i) f.f32()[i] = static_cast<float>(e[i]);
+    b = f;
+  }
+  if (b.numel() == 1 && b.dtype() == DType::kF32) {  // x^2, x^3 and x^0.5 without pow()
+    const float e = b.f32()[0];
+    Tensor y = Tensor::empty(broadcast_shape(n, a.shape(), b.shape()));
+    const float* x = a.f32();
+    float* py = y.f32();
+    const int64_t total = y.numel();
+    if (e == 2.0f) {
+      for (int64_t i = 0; i < total; ++i) py[i] = x[i] * x[i];
+    } else if (e == 3.0f) {
+      for (int64_t i = 0; i < total; ++i) py[i] = x[i] * x[i] * x[i];
+    } else if (e == 0.5f) {
+      for (int64_t i = 0; i < total; ++i) py[i] = std::sqrt(x[i]);
+    } else {
+      for (int64_t i = 0; i < total; ++i) py[i] = std::pow(x[i], e);
+    }
+    out[0] = y;
+    return;
+  }
+  std::vector<const Tensor*> args = {&a, &b};
+  arith(n, args, out, [](auto x, auto y) { return static_cast<decltype(x)>(std::pow(x, y)); });
+}
+
+void op_equal(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  compare(n, in, out, [](auto a, auto b) -> uint8_t { return a == b; });
+}
+void op_less(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  compare(n, in, out, [](auto a, auto b) -> uint8_t { return a < b; });
+}
+void op_greater(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  compare(n, in, out, [](auto a, auto b) -> uint8_t { return a > b; });
+}
+
+void op_not(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& a = need(n, in, 0);
+  if (a.dtype() != DType::kBool) op_error(n, "Not takes a bool tensor");
+  Tensor y = Tensor::empty(a.shape(), DType::kBool);
+  for (int64_t i = 0; i < a.numel(); ++i) y.data<uint8_t>()[i] = !a.data<uint8_t>()[i];
+  out[0] = y;
+}
+
+// Where(cond, x, y): three-way broadcast, any element type (copied by size).
+void op_where(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &c = need(n, in, 0), &x = need(n, in, 1), &y = need(n, in, 2);
+  if (c.dtype() != DType::kBool) op_error(n, "the condition must be bool");
+  same_type(n, x, y);
+  const Shape shape = broadcast_shape(n, broadcast_shape(n, c.shape(), x.shape()), y.shape());
+  Tensor r = Tensor::empty(shape, x.dtype());
+  const size_t es = dtype_size(x.dtype());
+  const auto sc = broadcast_strides(c.shape(), shape), sx = broadcast_strides(x.shape(), shape),
+             sy = broadcast_strides(y.shape(), shape);
+  const uint8_t* pc = c.data<uint8_t>();
+  const char *px = x.data<char>(), *py = y.data<char>();
+  char* pr = r.data<char>();
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t o = 0, total = r.numel(); o < total; ++o) {
+    int64_t oc = 0, ox = 0, oy = 0;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      oc += idx[d] * sc[d];
+      ox += idx[d] * sx[d];
+      oy += idx[d] * sy[d];
+    }
+    std::memcpy(pr + o * es, pc[oc] ? px + ox * es : py + oy * es, es);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  out[0] = r;
+}
+
+namespace {
+
+double load_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data<float>()[i];
+    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kI32: return t.data<int32_t>()[i];
+    case DType::kU8:
+    case DType::kBool: return t.data<uint8_t>()[i];
+    case DType::kI8: return t.data<int8_t>()[i];
+    default: return 0;
+  }
+}
+
+void store_from_double(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); return;
+    case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(v); return;
+    case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(v); return;
+    case DType::kU8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); return;
+    case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
+    case DType::kI8: t.data<int8_t>()[i] = static_cast<int8_t>(v); return;
+    default: return;
+  }
+}
+
+bool castable(DType t) {
+  return t == DType::kF32 || t == DType::kI64 || t == DType::kI32 || t == DType::kU8 || t == DType::kBool ||
+         t == DType::kI8;
+}
+
+}  // namespace
+
+void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& a = need(n, in, 0);
+  DType to;
+  if (!dtype_from_onnx(static_cast<int32_t>(attr_i(n, "to", 0)), &to) || !castable(to) || !castable(a.dtype()))
+    op_error(n, "Cast to ONNX type " + std::to_string(attr_i(n, "to", 0)) + " from " + dtype_name(a.dtype()) +
+                    " is not supported");
+  if (to == a.dtype()) {
+    out[0] = a;
+    return;
+  }
+  Tensor y = Tensor::empty(a.shape(), to);
+  if (a.dtype() == DType::kI64 && to == DType::kF32) {
+    for (int64_t i = 0; i < a.numel(); ++i) y.data<float>()[i] = static_cast<float>(a.data<int64_t>()[i]);
+  } else {
+    for (int64_t i = 0; i < a.numel(); ++i) store_from_double(y, i, load_as_double(a, i));
+  }
+  out[0] = y;
+}
+
+void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& a = need(n, in, 0);
+  if (a.dtype() == DType::kI64 && (n.op == "Neg" || n.op == "Abs")) {
+    Tensor y = Tensor::empty(a.shape(), DType::kI64);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const int64_t v = a.data<int64_t>()[i];
+      y.data<int64_t>()[i] = n.op == "Neg" ? -v : (v < 0 ? -v : v);
+    }
+    out[0] = y;
+    return;
+  }
+  if (a.dtype() != DType::kF32) op_error(n, std::string(n.op) + " of " + dtype_name(a.dtype()) + " is not supported");
+  Tensor y = Tensor::empty(a.shape());
+  const float* x = a.f32();
+  float* r = y.f32();
+  const int64_t total = a.numel();
+  const std::string& op = n.op;
+  if (op == "Relu") {
+    for (int64_t i = 0; i < total; ++i) r[i] = x[i] > 0 ? x[i] : 0.0f;
+  } else if (op == "Sqrt") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::sqrt(x[i]);
+  } else if (op == "Erf") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::erf(x[i]);
+  } else if (op == "Tanh") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::tanh(x[i]);
+  } else if (op == "Sigmoid") {
+    for (int64_t i = 0; i < total; ++i) r[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  } else if (op == "Neg") {
+    for (int64_t i = 0; i < total; ++i) r[i] = -x[i];
+  } else if (op == "Exp") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::exp(x[i]);
+  } else if (op == "Log") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::log(x[i]);
+  } else if (op == "Reciprocal") {
+    for (int64_t i = 0; i < total; ++i) r[i] = 1.0f / x[i];
+  } else if (op == "Abs") {
+    for (int64_t i = 0; i < total; ++i) r[i] = std::fabs(x[i]);
+  } else {
+    op_error(n, "no unary kernel");
+  }
+  out[0] = y;
+}
+
+}  // namespace loom::rt::graph

@@ -1,0 +1,209 @@
+// ops_math.cpp — MatMul (batched, broadcast) and Gemm on the runtime's GEMM (OpenBLAS or
+// oneDNN), Softmax and LogSoftmax, the reductions, LayerNormalization.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "loom/rt/tensor/kernels.hpp"
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+
+void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &a0 = need(n, in, 0), &b0 = need(n, in, 1);
+  if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
+  if (a0.ndim() == 0 || b0.ndim() == 0) op_error(n, "MatMul of a scalar");
+  const bool a_vec = a0.ndim() == 1, b_vec = b0.ndim() == 1;
+  const Tensor a = a_vec ? a0.reshape({1, a0.dim(0)}) : a0;
+  const Tensor b = b_vec ? b0.reshape({b0.dim(0), 1}) : b0;
+  const int64_t M = a.dim(-2), K = a.dim(-1), N = b.dim(-1);
+  if (b.dim(-2) != K) op_error(n, "cannot multiply " + a0.shape_str() + " by " + b0.shape_str());
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = broadcast_shape(n, ab, bb);
+  Shape os = batch;
+  if (!a_vec) os.push_back(M);
+  if (!b_vec) os.push_back(N);
+  Tensor y = Tensor::empty(os);
+  if (bb.empty() || numel_of(bb) == 1) {  // a weight: every row of a in one GEMM
+    const int64_t rows = numel_of(ab) * M;
+    if (numel_of(batch) == numel_of(ab)) {
+      cpu::gemm(false, false, static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), 1.0f, a.f32(),
+                static_cast<int>(K), b.f32(), static_cast<int>(N), 0.0f, y.f32(), static_cast<int>(N));
+      out[0] = y;
+      return;
+    }
+  }
+  const auto sa = broadcast_strides(ab, batch), sb = broadcast_strides(bb, batch);
+  const int64_t count = numel_of(batch);
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    cpu::gemm(false, false, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f,
+              a.f32() + oa * M * K, static_cast<int>(K), b.f32() + ob * K * N, static_cast<int>(N), 0.0f,
+              y.f32() + i * M * N, static_cast<int>(N));
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  out[0] = y;
+}
+
+// Gemm: alpha op(A) op(B) + beta C, C broadcast to [M, N]; "loom.relu" (set by the fusion
+// pass) applies ReLU on the way out.
+void op_gemm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &a = need(n, in, 0), &b = need(n, in, 1);
+  if (a.ndim() != 2 || b.ndim() != 2 || a.dtype() != DType::kF32 || b.dtype() != DType::kF32)
+    op_error(n, "Gemm takes two float32 matrices");
+  const bool ta = attr_i(n, "transA", 0) != 0, tb = attr_i(n, "transB", 0) != 0;
+  const float alpha = attr_f(n, "alpha", 1.0f), beta = attr_f(n, "beta", 1.0f);
+  const int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1);
+  const int64_t N = tb ? b.dim(0) : b.dim(1);
+  if ((tb ? b.dim(1) : b.dim(0)) != K) op_error(n, "cannot multiply " + a.shape_str() + " by " + b.shape_str());
+  Tensor y = Tensor::empty({M, N});
+  float* py = y.f32();
+  const Tensor* c = in.size() > 2 ? in[2] : nullptr;
+  float acc = 0.0f;
+  if (c && beta != 0.0f) {
+    const Shape s = broadcast_shape(n, c->shape(), {M, N});
+    if (s != Shape{M, N}) op_error(n, "C " + c->shape_str() + " does not broadcast to [M, N]");
+    const auto st = broadcast_strides(c->shape(), {M, N});
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) py[i * N + j] = beta * c->f32()[i * st[0] + j * st[1]];
+    acc = 1.0f;
+  }
+  cpu::gemm(ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.f32(),
+            static_cast<int>(a.dim(1)), b.f32(), static_cast<int>(b.dim(1)), acc, py, static_cast<int>(N));
+  if (attr_i(n, "loom.relu", 0))
+    for (int64_t i = 0; i < M * N; ++i) py[i] = py[i] > 0 ? py[i] : 0.0f;
+  out[0] = y;
+}
+
+void op_softmax(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, "Softmax runs on float32");
+  const int axis = norm_axis(n, attr_i(n, "axis", -1), x.ndim());
+  const bool log = n.op == "LogSoftmax";
+  int64_t outer = 1, inner = 1;
+  const int64_t dim = x.ndim() ? x.dim(axis) : 1;
+  for (int d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int d = axis + 1; d < x.ndim(); ++d) inner *= x.dim(d);
+  Tensor y = Tensor::empty(x.shape());
+  const float* px = x.f32();
+  float* py = y.f32();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      const float* r = px + o * dim * inner + i;
+      float* w = py + o * dim * inner + i;
+      float m = -INFINITY;
+      for (int64_t k = 0; k < dim; ++k) m = std::max(m, r[k * inner]);
+      float s = 0;
+      for (int64_t k = 0; k < dim; ++k) {
+        const float e = std::exp(r[k * inner] - m);
+        w[k * inner] = e;
+        s += e;
+      }
+      if (log) {
+        const float ls = std::log(s) + m;
+        for (int64_t k = 0; k < dim; ++k) w[k * inner] = r[k * inner] - ls;
+      } else {
+        const float inv = 1.0f / s;
+        for (int64_t k = 0; k < dim; ++k) w[k * inner] *= inv;
+      }
+    }
+  out[0] = y;
+}
+
+// ReduceMean / ReduceSum / ReduceMax over `axes` (attribute, or ReduceSum's input at opset 13).
+void op_reduce(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, n.op + " runs on float32");
+  std::vector<int64_t> axes = attr_ints(n, "axes");
+  if (in.size() > 1 && in[1]) axes = ints_of(n, *in[1]);
+  const bool keep = attr_i(n, "keepdims", 1) != 0;
+  const int r = x.ndim();
+  std::vector<bool> red(static_cast<size_t>(r), axes.empty() && !attr_i(n, "noop_with_empty_axes", 0));
+  for (int64_t a : axes) red[static_cast<size_t>(norm_axis(n, a, r))] = true;
+  Shape kept_shape(x.shape());
+  for (int d = 0; d < r; ++d)
+    if (red[static_cast<size_t>(d)]) kept_shape[static_cast<size_t>(d)] = 1;
+  const int64_t total = x.numel(), outs = numel_of(kept_shape);
+  const int64_t count = outs ? total / outs : 0;
+  const bool mx = n.op == "ReduceMax";
+  std::vector<float> acc(static_cast<size_t>(outs), mx ? -INFINITY : 0.0f);
+  const float* px = x.f32();
+  if (r > 0 && red[static_cast<size_t>(r - 1)] && std::count(red.begin(), red.end(), true) == 1) {
+    const int64_t dim = x.dim(-1);  // the last axis alone: rows
+    for (int64_t o = 0; o < outs; ++o) {
+      float s = mx ? -INFINITY : 0.0f;
+      for (int64_t k = 0; k < dim; ++k) s = mx ? std::max(s, px[o * dim + k]) : s + px[o * dim + k];
+      acc[static_cast<size_t>(o)] = s;
+    }
+  } else {
+    const auto ks = broadcast_strides(kept_shape, x.shape());
+    std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t o = 0;
+      for (int d = 0; d < r; ++d) o += idx[static_cast<size_t>(d)] * ks[static_cast<size_t>(d)];
+      float& a = acc[static_cast<size_t>(o)];
+      a = mx ? std::max(a, px[i]) : a + px[i];
+      for (int d = r; d-- > 0;) {
+        if (++idx[static_cast<size_t>(d)] < x.shape()[static_cast<size_t>(d)]) break;
+        idx[static_cast<size_t>(d)] = 0;
+      }
+    }
+  }
+  Shape os;
+  for (int d = 0; d < r; ++d)
+    if (!red[static_cast<size_t>(d)]) os.push_back(x.shape()[static_cast<size_t>(d)]);
+    else if (keep) os.push_back(1);
+  Tensor y = Tensor::empty(os);
+  for (int64_t o = 0; o < outs; ++o)
+    y.f32()[o] = n.op == "ReduceMean" && count ? acc[static_cast<size_t>(o)] / static_cast<float>(count) : acc[static_cast<size_t>(o)];
+  out[0] = y;
+}
+
+// LayerNormalization (opset 17), and the fusion of opset 13's spelled-out form into it.
+void op_layer_norm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  const Tensor& scale = need(n, in, 1);
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  if (x.dtype() != DType::kF32) op_error(n, "LayerNormalization runs on float32");
+  const int axis = norm_axis(n, attr_i(n, "axis", -1), x.ndim());
+  const float eps = attr_f(n, "epsilon", 1e-5f);
+  int64_t rows = 1, cols = 1;
+  for (int d = 0; d < axis; ++d) rows *= x.dim(d);
+  for (int d = axis; d < x.ndim(); ++d) cols *= x.dim(d);
+  if (scale.numel() != cols || (bias && bias->numel() != cols))
+    op_error(n, "scale or bias does not match the normalised " + std::to_string(cols) + " values");
+  Tensor y = Tensor::empty(x.shape());
+  const float *px = x.f32(), *g = scale.f32(), *b = bias ? bias->f32() : nullptr;
+  float* py = y.f32();
+  std::vector<float> means(static_cast<size_t>(rows)), invs(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * cols;
+    float* yr = py + r * cols;
+    float mean = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xr[c];
+    mean /= static_cast<float>(cols);
+    float var = 0;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * inv * g[c] + (b ? b[c] : 0.0f);
+    means[static_cast<size_t>(r)] = mean;
+    invs[static_cast<size_t>(r)] = inv;
+  }
+  out[0] = y;
+  for (size_t k = 1; k < out.size(); ++k) {  // Mean and InvStdDev, when asked for
+    Shape s = x.shape();
+    for (int d = axis; d < x.ndim(); ++d) s[static_cast<size_t>(d)] = 1;
+    out[k] = Tensor::empty(s);
+    std::copy_n((k == 1 ? means : invs).begin(), rows, out[k].f32());
+  }
+}
+
+}  // namespace loom::rt::graph
