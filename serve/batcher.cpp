@@ -1,6 +1,7 @@
 // batcher.cpp — queueing, batch formation, the forward pass and the answers.
 #include "batcher.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 
@@ -49,7 +50,7 @@ size_t Batcher::queued() const {
   return queue_.size();
 }
 
-void Batcher::submit(std::vector<float> x, int rows, Clock::time_point deadline, Done done) {
+void Batcher::submit(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline, Done done) {
   if (rows > o_.max_batch_size)
     throw ServeError(Status::kBadRequest, "the request has " + std::to_string(rows) + " rows; --max-batch-size is " +
                                               std::to_string(o_.max_batch_size));
@@ -67,37 +68,79 @@ void Batcher::submit(std::vector<float> x, int rows, Clock::time_point deadline,
   cv_.notify_one();
 }
 
-Batcher::Outcome Batcher::run(std::vector<float> x, int rows, Clock::time_point deadline) {
+Batcher::Outcome Batcher::run(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline) {
   auto p = std::make_shared<std::promise<Outcome>>();
   auto f = p->get_future();
   submit(std::move(x), rows, deadline, [p](Outcome o) { p->set_value(std::move(o)); });
   return f.get();  // the batcher answers every admitted request, timeouts included
 }
 
+namespace {
+
+// Requests join one batch when every input agrees beyond dimension 0 (a BERT's sequence length).
+bool joinable(const std::vector<rt::Tensor>& a, const std::vector<rt::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const auto &sa = a[k].shape(), &sb = b[k].shape();
+    if (sa.size() != sb.size() || sa.empty() || !std::equal(sa.begin() + 1, sa.end(), sb.begin() + 1)) return false;
+  }
+  return true;
+}
+
+// The requests' input k stacked along dimension 0.
+rt::Tensor stack(const std::vector<std::vector<rt::Tensor>*>& xs, size_t k, int rows) {
+  if (xs.size() == 1) return (*xs[0])[k];
+  std::vector<int64_t> shape = (*xs[0])[k].shape();
+  shape[0] = rows;
+  rt::Tensor t = rt::Tensor::empty(shape, (*xs[0])[k].dtype());
+  size_t at = 0;
+  for (auto* x : xs) {
+    const rt::Tensor& part = (*x)[k];
+    std::memcpy(t.data<char>() + at, part.data<char>(), part.bytes());
+    at += part.bytes();
+  }
+  return t;
+}
+
+}  // namespace
+
+// With the lock held: waits up to max_queue_delay_us for rows, then takes the requests that
+// fit one batch (those that can join the first, in order; the rest stay queued).
+std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock) {
+  const auto until = queue_.front().arrived + std::chrono::microseconds(o_.max_queue_delay_us);
+  auto rows_queued = [this] {
+    int r = 0;
+    for (const auto& j : queue_) r += j.rows;
+    return r;
+  };
+  const bool batched = model_->batched();
+  while (batched && !stop_ && rows_queued() < o_.max_batch_size && Clock::now() < until)
+    if (cv_.wait_until(lock, until) == std::cv_status::timeout) break;
+  std::vector<Job> batch;
+  batch.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  int rows = batch[0].rows;
+  for (auto it = queue_.begin(); batched && it != queue_.end() && rows < o_.max_batch_size;) {
+    if (rows + it->rows <= o_.max_batch_size && joinable(batch[0].x, it->x)) {
+      rows += it->rows;
+      batch.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return batch;
+}
+
 void Batcher::loop() {
   rt::cpu::set_threads(o_.threads);
-  std::vector<float> in, out;
   for (;;) {
     std::vector<Job> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
-      // Wait for more rows until the first request has waited max_queue_delay_us.
-      const auto until = queue_.front().arrived + std::chrono::microseconds(o_.max_queue_delay_us);
-      auto rows_queued = [this] {
-        int r = 0;
-        for (const auto& j : queue_) r += j.rows;
-        return r;
-      };
-      while (!stop_ && rows_queued() < o_.max_batch_size && Clock::now() < until)
-        if (cv_.wait_until(lock, until) == std::cv_status::timeout) break;
-      int rows = 0;
-      while (!queue_.empty() && rows + queue_.front().rows <= o_.max_batch_size) {
-        rows += queue_.front().rows;
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
+      batch = take_batch(lock);
       if (metrics_) metrics_->set_queue(model_->name(), queue_.size());
     }
     const auto start = Clock::now();
@@ -115,46 +158,55 @@ void Batcher::loop() {
         live.push_back(std::move(j));
       }
     }
-    if (live.empty()) continue;
-    int rows = 0;
-    for (const auto& j : live) rows += j.rows;
-    const int in_f = model_->in_features(), out_f = model_->out_features();
-    in.resize(static_cast<size_t>(rows) * in_f);
-    out.resize(static_cast<size_t>(rows) * out_f);
-    size_t at = 0;
-    for (const auto& j : live) {
-      std::memcpy(in.data() + at, j.x.data(), j.x.size() * sizeof(float));
-      at += j.x.size();
-    }
-    std::string error;
-    try {
-      model_->forward(in.data(), rows, out.data());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    const auto end = Clock::now();
-    const double compute = std::chrono::duration<double>(end - start).count();
-    at = 0;
-    bool first = true;
-    for (auto& j : live) {
-      Outcome o;
-      o.queue_s = std::chrono::duration<double>(start - j.arrived).count();
-      o.compute_s = compute;
-      o.batch_rows = rows;
-      if (!error.empty()) {
-        o.status = Status::kInternal;
-        o.error = "inference failed: " + error;
-      } else {
-        o.out.assign(out.begin() + static_cast<std::ptrdiff_t>(at), out.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(j.rows) * out_f));
-      }
-      at += static_cast<size_t>(j.rows) * out_f;
-      if (metrics_) metrics_->observe(model_->name(), o.queue_s, compute, rows, first);
-      first = false;
-      std::lock_guard<std::mutex> lock(answer_mu_);
-      answers_.emplace_back(std::move(j.done), std::move(o));
-    }
-    answer_cv_.notify_one();
+    if (!live.empty()) compute(live, start);
   }
+}
+
+// One forward pass over the live requests; each gets its rows of every output (views of the
+// batch's outputs, no copies).
+void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
+  int rows = 0;
+  std::vector<std::vector<rt::Tensor>*> xs;
+  for (auto& j : live) {
+    rows += j.rows;
+    xs.push_back(&j.x);
+  }
+  std::string error;
+  std::vector<rt::Tensor> outs;
+  try {
+    std::vector<rt::Tensor> in;
+    for (size_t k = 0; k < live[0].x.size(); ++k) in.push_back(stack(xs, k, rows));
+    outs = model_->forward(in);
+    if (model_->batched() && live.size() > 1)
+      for (const auto& o : outs)
+        if (o.ndim() == 0 || o.dim(0) != rows)
+          throw rt::Error("an output has " + o.shape_str() + " for a batch of " + std::to_string(rows) + " rows");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const double compute = std::chrono::duration<double>(Clock::now() - start).count();
+  int64_t at = 0;
+  bool first = true;
+  for (auto& j : live) {
+    Outcome o;
+    o.queue_s = std::chrono::duration<double>(start - j.arrived).count();
+    o.compute_s = compute;
+    o.batch_rows = rows;
+    if (!error.empty()) {
+      o.status = Status::kInternal;
+      o.error = "inference failed: " + error;
+    } else if (live.size() == 1) {
+      o.outputs = outs;
+    } else {
+      for (const auto& t : outs) o.outputs.push_back(t.rows(at, at + j.rows));
+    }
+    at += j.rows;
+    if (metrics_) metrics_->observe(model_->name(), o.queue_s, compute, rows, first);
+    first = false;
+    std::lock_guard<std::mutex> lock(answer_mu_);
+    answers_.emplace_back(std::move(j.done), std::move(o));
+  }
+  answer_cv_.notify_one();
 }
 
 }  // namespace loom::serve

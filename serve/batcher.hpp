@@ -27,7 +27,7 @@ class Batcher {
   struct Outcome {
     Status status = Status::kOk;
     std::string error;
-    std::vector<float> out;  // rows x out_features
+    std::vector<rt::Tensor> outputs;  // the model's outputs, this request's rows
     double queue_s = 0, compute_s = 0;
     int batch_rows = 0;
   };
@@ -37,20 +37,23 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
   // Throws ServeError kUnavailable (queue full, or stopping) or kBadRequest (too many rows).
-  void submit(std::vector<float> x, int rows, Clock::time_point deadline, Done done);
+  // `x`: the model's inputs as ServedModel::decode gives them, `rows` the request's rows.
+  void submit(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline, Done done);
   // Blocking convenience for the synchronous front ends.
-  Outcome run(std::vector<float> x, int rows, Clock::time_point deadline);
+  Outcome run(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline);
   size_t queued() const;
   const ServedModel& model() const { return *model_; }
 
  private:
   struct Job {
-    std::vector<float> x;
+    std::vector<rt::Tensor> x;
     int rows;
     Clock::time_point arrived, deadline;
     Done done;
   };
   void loop();
+  std::vector<Job> take_batch(std::unique_lock<std::mutex>& lock);
+  void compute(std::vector<Job>& live, Clock::time_point start);
   void answer_loop();
   std::shared_ptr<ServedModel> model_;
   Options o_;

@@ -55,17 +55,9 @@ class Service final
       const ServedModel& m = b->model();
       res->set_name(m.name());
       for (const auto& v : ctx_.repo->versions(req->name())) res->add_versions(v);
-      res->set_platform("loom-hdf5");
-      auto* in = res->add_inputs();
-      in->set_name("input");
-      in->set_datatype("FP32");
-      in->add_shape(-1);
-      in->add_shape(m.in_features());
-      auto* out = res->add_outputs();
-      out->set_name("logits");
-      out->set_datatype("FP32");
-      out->add_shape(-1);
-      out->add_shape(m.out_features());
+      res->set_platform(m.platform());
+      for (const auto& d : m.inputs()) describe(d, res->add_inputs());
+      for (const auto& d : m.outputs()) describe(d, res->add_outputs());
     });
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
@@ -79,24 +71,28 @@ class Service final
     grpc::Status st = guarded(sc, [&] {
       int rows = 0;
       std::shared_ptr<Batcher> batcher;
-      std::vector<float> x = decode(*req, &batcher, &rows);
+      std::vector<size_t> wanted;
+      std::vector<rt::Tensor> x = decode(*req, &batcher, &rows, &wanted);
       const ServedModel& m = batcher->model();
       auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
       const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
       if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
-      const int out_f = m.out_features();
       std::string name = m.name(), version = m.version(), id = req->id();
-      batcher->submit(std::move(x), rows, deadline, [res, finish, rows, out_f, name, version, id](Batcher::Outcome o) {
+      std::vector<TensorDesc> descs;
+      for (size_t k : wanted) descs.push_back(m.outputs()[k]);
+      batcher->submit(std::move(x), rows, deadline, [res, finish, wanted, descs, name, version, id](Batcher::Outcome o) {
         if (o.status != Status::kOk) return finish(to_grpc(o.status, o.error));
         res->set_model_name(name);
         res->set_model_version(version);
         res->set_id(id);
-        auto* t = res->add_outputs();
-        t->set_name("logits");
-        t->set_datatype("FP32");
-        t->add_shape(rows);
-        t->add_shape(out_f);
-        res->add_raw_output_contents(std::string(reinterpret_cast<const char*>(o.out.data()), o.out.size() * sizeof(float)));
+        for (size_t i = 0; i < wanted.size(); ++i) {
+          const rt::Tensor& t = o.outputs.at(wanted[i]);
+          auto* out = res->add_outputs();
+          out->set_name(descs[i].name);
+          out->set_datatype(descs[i].datatype);
+          for (int64_t d : t.shape()) out->add_shape(d);
+          res->add_raw_output_contents(std::string(t.data<char>(), t.bytes()));
+        }
         finish(grpc::Status::OK);
       });
     });
@@ -136,8 +132,47 @@ class Service final
     }
   }
 
-  // The request's input as the model's FP32 rows, and the batcher that will run it.
-  std::vector<float> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows) {
+  static void describe(const TensorDesc& d, inference::ModelMetadataResponse::TensorMetadata* t) {
+    t->set_name(d.name);
+    t->set_datatype(d.datatype);
+    for (int64_t v : d.shape) t->add_shape(v);
+  }
+
+  // A typed contents field as little-endian bytes of `width` each.
+  template <class Field, class Conv>
+  static std::string packed(const Field& f, Conv conv) {
+    std::string out;
+    for (const auto& v : f) conv(v, out);
+    return out;
+  }
+
+  static std::string contents_bytes(const inference::ModelInferRequest::InferInputTensor& in) {
+    const auto& c = in.contents();
+    const std::string& dt = in.datatype();
+    if (dt == "FP32")
+      return std::string(reinterpret_cast<const char*>(c.fp32_contents().data()), static_cast<size_t>(c.fp32_contents_size()) * 4);
+    if (dt == "INT64")
+      return std::string(reinterpret_cast<const char*>(c.int64_contents().data()), static_cast<size_t>(c.int64_contents_size()) * 8);
+    if (dt == "INT32")
+      return std::string(reinterpret_cast<const char*>(c.int_contents().data()), static_cast<size_t>(c.int_contents_size()) * 4);
+    if (dt == "UINT8")
+      return packed(c.uint_contents(), [](uint32_t v, std::string& o) {
+        if (v > 255) throw ServeError(Status::kBadRequest, "UINT8 contents must be 0-255");
+        o.push_back(static_cast<char>(v));
+      });
+    if (dt == "INT8")
+      return packed(c.int_contents(), [](int32_t v, std::string& o) {
+        if (v < -128 || v > 127) throw ServeError(Status::kBadRequest, "INT8 contents must be -128-127");
+        o.push_back(static_cast<char>(v));
+      });
+    if (dt == "BOOL") return packed(c.bool_contents(), [](bool v, std::string& o) { o.push_back(v ? 1 : 0); });
+    return "";
+  }
+
+  // The request's inputs as the model's tensors, the batcher that will run them, and the
+  // outputs asked for.
+  std::vector<rt::Tensor> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows,
+                                 std::vector<size_t>* wanted) {
     *batcher = ctx_.repo->find(req.model_name(), req.model_version());
     const ServedModel& m = (*batcher)->model();
     std::vector<TensorIn> inputs;
@@ -149,22 +184,13 @@ class Service final
       t.name = in.name();
       t.datatype = in.datatype();
       t.shape.assign(in.shape().begin(), in.shape().end());
-      if (req.raw_input_contents_size() > 0) {
-        t.data = req.raw_input_contents(i);  // bounded by the message size limit
-      } else if (in.datatype() == "FP32") {
-        const auto& c = in.contents().fp32_contents();
-        t.data.assign(reinterpret_cast<const char*>(c.data()), static_cast<size_t>(c.size()) * sizeof(float));
-      } else if (in.datatype() == "UINT8") {
-        for (uint32_t v : in.contents().uint_contents()) {
-          if (v > 255) throw ServeError(Status::kBadRequest, "UINT8 contents must be 0-255");
-          t.data.push_back(static_cast<char>(v));
-        }
-      }
+      t.data = req.raw_input_contents_size() > 0 ? req.raw_input_contents(i) : contents_bytes(in);  // bounded by the message limit
       inputs.push_back(std::move(t));
     }
-    for (const auto& o : req.outputs())
-      if (o.name() != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "': the model's output is 'logits'");
-    return decode_input(m.input(), inputs, ctx_.options.max_batch_size, rows);
+    std::vector<std::string> names;
+    for (const auto& o : req.outputs()) names.push_back(o.name());
+    *wanted = m.output_indices(names);
+    return m.decode(inputs, ctx_.options.max_batch_size, rows);
   }
 
   Context& ctx_;

@@ -54,12 +54,19 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
                       {"platform", "loom-hdf5"},
                       {"inputs", {{{"name", "text_input"}, {"datatype", "BYTES"}, {"shape", {1}}}}},
                       {"outputs", {{{"name", "text_output"}, {"datatype", "BYTES"}, {"shape", {1}}}}}});
+  auto descs = [](const std::vector<TensorDesc>& ds) {
+    json a = json::array();
+    for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
+    return a;
+  };
+  json params = {{"precision", m.precision()}};
+  if (m.opset()) params["opset"] = m.opset();
   return json{{"name", m.name()},
               {"versions", repo->versions(name)},
-              {"platform", "loom-hdf5"},
-              {"parameters", {{"precision", m.precision()}}},
-              {"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", {-1, m.in_features()}}}}},
-              {"outputs", {{{"name", "logits"}, {"datatype", "FP32"}, {"shape", {-1, m.out_features()}}}}}}
+              {"platform", m.platform()},
+              {"parameters", params},
+              {"inputs", descs(m.inputs())},
+              {"outputs", descs(m.outputs())}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -86,6 +93,24 @@ Reply error_reply(Status s, const std::string& msg, int code = 0) {
   return r;
 }
 
+// A tensor's elements as a flat JSON array (KServe v2's "data"), numbers or booleans by dtype.
+json tensor_json(const rt::Tensor& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case rt::DType::kF32: return std::vector<float>(t.data<float>(), t.data<float>() + n);
+    case rt::DType::kI64: return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + n);
+    case rt::DType::kI32: return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + n);
+    case rt::DType::kI8: return std::vector<int>(t.data<int8_t>(), t.data<int8_t>() + n);
+    case rt::DType::kU8: return std::vector<int>(t.data<uint8_t>(), t.data<uint8_t>() + n);
+    case rt::DType::kBool: {
+      json a = json::array();
+      for (int64_t i = 0; i < n; ++i) a.push_back(t.data<uint8_t>()[i] != 0);
+      return a;
+    }
+    default: throw ServeError(Status::kInternal, std::string("an output of dtype ") + rt::dtype_name(t.dtype()));
+  }
+}
+
 // POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
 Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
             const std::string& header_length) {
@@ -94,29 +119,32 @@ Reply infer(Context& ctx, const std::string& name, const std::string& version, c
   if (m.generator())
     throw ServeError(Status::kBadRequest, "model " + name + " is a gpt: use POST /v2/models/" + name + "/generate");
   const InferRequest req = parse_infer_request(body, header_length);
-  for (const auto& o : req.outputs)
-    if (o != "logits") throw ServeError(Status::kBadRequest, "unknown output '" + o + "': the model's output is 'logits'");
+  const std::vector<size_t> wanted = m.output_indices(req.outputs);
   int rows = 0;
-  std::vector<float> x = decode_input(m.input(), req.inputs, ctx.options.max_batch_size, &rows);
+  std::vector<rt::Tensor> x = m.decode(req.inputs, ctx.options.max_batch_size, &rows);
   auto out = batcher->run(std::move(x), rows, Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms));
   if (out.status != Status::kOk) throw ServeError(out.status, out.error);
-  const bool binary_out = req.binary_out;
   json res = {{"model_name", m.name()}, {"model_version", m.version()}};
   if (req.has_id) res["id"] = req.id;
-  json o = {{"name", "logits"}, {"datatype", "FP32"}, {"shape", {rows, m.out_features()}}};
   Reply r;
-  if (binary_out) {
-    const size_t n = out.out.size() * sizeof(float);
-    o["parameters"] = {{"binary_data_size", n}};
-    res["outputs"] = json::array({o});
-    r.body = dump_json(res);
+  std::string binary;
+  res["outputs"] = json::array();
+  for (size_t k : wanted) {
+    const rt::Tensor& t = out.outputs.at(k);
+    json o = {{"name", m.outputs()[k].name}, {"datatype", m.outputs()[k].datatype}, {"shape", t.shape()}};
+    if (req.binary_out) {
+      o["parameters"] = {{"binary_data_size", t.bytes()}};
+      binary.append(t.data<char>(), t.bytes());
+    } else {
+      o["data"] = tensor_json(t);
+    }
+    res["outputs"].push_back(std::move(o));
+  }
+  r.body = dump_json(res);
+  if (req.binary_out) {
     r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(r.body.size()));
-    r.body.append(reinterpret_cast<const char*>(out.out.data()), n);
+    r.body += binary;
     r.content_type = "application/octet-stream";
-  } else {
-    o["data"] = out.out;
-    res["outputs"] = json::array({o});
-    r.body = dump_json(res);
   }
   return r;
 }

@@ -1,7 +1,9 @@
 // kserve_json.cpp — strict decoding of KServe v2 REST infer requests, and safe JSON text.
 #include "kserve_json.hpp"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "status.hpp"
@@ -76,6 +78,11 @@ void flatten(const json& v, const std::string& datatype, std::string& out) {
     for (const auto& e : v) flatten(e, datatype, out);
     return;
   }
+  if (datatype == "BOOL") {
+    if (!v.is_boolean() && !(v.is_number_unsigned() && v.get<uint64_t>() <= 1)) bad("BOOL input data must be true or false");
+    out.push_back(static_cast<char>(v.is_boolean() ? v.get<bool>() : v.get<uint64_t>() == 1));
+    return;
+  }
   if (!v.is_number()) bad("input data must hold numbers only");
   if (datatype == "FP32") {
     const double d = v.get<double>();
@@ -87,8 +94,23 @@ void flatten(const json& v, const std::string& datatype, std::string& out) {
   } else if (datatype == "UINT8") {
     if (!v.is_number_unsigned() || v.get<uint64_t>() > 255) bad("UINT8 input data must be integers 0-255");
     out.push_back(static_cast<char>(v.get<uint64_t>()));
+  } else if (datatype == "INT64" || datatype == "INT32" || datatype == "INT8") {
+    if (!v.is_number_integer()) bad(datatype + " input data must be integers");
+    const bool neg = v.is_number_unsigned() ? false : v.get<int64_t>() < 0;
+    if (!neg && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) bad(datatype + " input data out of range");
+    const int64_t i = v.get<int64_t>();
+    if (datatype == "INT64") {
+      out.append(reinterpret_cast<const char*>(&i), 8);
+    } else if (datatype == "INT32") {
+      if (i < INT32_MIN || i > INT32_MAX) bad("INT32 input data out of range");
+      const int32_t k = static_cast<int32_t>(i);
+      out.append(reinterpret_cast<const char*>(&k), 4);
+    } else {
+      if (i < -128 || i > 127) bad("INT8 input data out of range");
+      out.push_back(static_cast<char>(static_cast<int8_t>(i)));
+    }
   } else {
-    bad("input datatype " + datatype + " is not supported (FP32 or UINT8)");
+    bad("input datatype " + datatype + " is not supported (FP32, UINT8, INT64, INT32, INT8 or BOOL)");
   }
 }
 

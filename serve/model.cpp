@@ -1,6 +1,10 @@
 // model.cpp — loading a served model version, its forward pass and input decoding.
 #include "model.hpp"
 
+#ifdef LOOM_HAVE_ONNX
+#include "loom/rt/graph/graph.hpp"
+#endif
+
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -16,6 +20,10 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
     : name_(std::move(name)), version_(std::move(version)), path_(std::move(path)) {
   if (device != "auto" && device != "cpu" && device != "cuda")
     throw rt::Error("--device must be auto, cpu or cuda, not '" + device + "'");
+  if (path_.size() > 5 && path_.compare(path_.size() - 5, 5, ".onnx") == 0) {
+    load_onnx(device);
+    return;
+  }
   rt::ModelFile f = rt::load_model(path_);  // verifies every checksum
   nlohmann::json cfg;
   try {
@@ -39,6 +47,8 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   in_ = mlp_->widths().front();
   out_ = mlp_->widths().back();
   input_.features = in_;
+  inputs_ = {{"input", "FP32", {-1, in_}}};
+  outputs_ = {{"logits", "FP32", {-1, out_}}};
   check_finite(mlp_->params());
   if (int8_) mlp_.reset();  // checked; the INT8 model serves, without a float copy 4x its size
   if (cfg.contains("preprocess")) {
@@ -83,21 +93,77 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
   generator_ = std::make_unique<TextGenerator>(std::move(gpt), std::move(bytes), path_);
 }
 
-void ServedModel::forward(const float* x, int rows, float* out) {
-  rt::Tensor in = rt::Tensor::empty({rows, in_});
-  std::memcpy(in.f32(), x, static_cast<size_t>(rows) * in_ * sizeof(float));
-  if (int8_) {
-    const rt::Tensor y = int8_->forward(in);
-    std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
-    return;
+ServedModel::~ServedModel() = default;
+
+#ifdef LOOM_HAVE_ONNX
+// An ONNX graph on the CPU: the graph's inputs and outputs as its metadata; batched when every
+// input and output has a dynamic first dimension.
+void ServedModel::load_onnx(const std::string& device) {
+  if (device == "cuda") throw rt::Error("--device cuda: ONNX models are served on the CPU in this build");
+  graph_ = std::make_unique<rt::graph::Model>(rt::graph::Model::load(path_));
+  auto desc = [this](const rt::graph::TensorInfo& t) {
+    if (!datatype_width(rt::graph::kserve_type_name(t.dtype)))
+      throw rt::Error(path_ + ": '" + t.name + "' is " + rt::graph::kserve_type_name(t.dtype) + ", which loom-serve does not take");
+    batched_ = batched_ && !t.shape.empty() && t.shape[0] < 0;
+    return TensorDesc{t.name, rt::graph::kserve_type_name(t.dtype), t.shape};
+  };
+  for (const auto& t : graph_->inputs()) inputs_.push_back(desc(t));
+  for (const auto& t : graph_->outputs()) outputs_.push_back(desc(t));
+  if (inputs_.empty()) throw rt::Error(path_ + ": the graph has no inputs");
+  config_ = "{\"type\": \"onnx\", \"opset\": " + std::to_string(graph_->opset()) + "}";
+}
+
+int64_t ServedModel::opset() const { return graph_ ? graph_->opset() : 0; }
+#else
+void ServedModel::load_onnx(const std::string&) {
+  throw rt::Error(path_ + ": this build of loom-serve has no ONNX support (configure found no libonnx-dev)");
+}
+
+int64_t ServedModel::opset() const { return 0; }
+#endif
+
+std::vector<rt::Tensor> ServedModel::decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const {
+  if (!graph_) {
+    std::vector<float> x = decode_input(input_, in, max_rows, rows);
+    rt::Tensor t = rt::Tensor::empty({*rows, in_});
+    std::memcpy(t.f32(), x.data(), x.size() * sizeof(float));
+    return {t};
   }
-  if (cuda_) {
-    const rt::Tensor y = mlp_->forward(in.to(rt::Device::kCuda)).to(rt::Device::kCpu);
-    std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
-    return;
+  const std::vector<const TensorIn*> got = check_named(inputs_, in, max_rows, batched_, rows);
+  std::vector<rt::Tensor> out;
+  for (size_t k = 0; k < got.size(); ++k) {
+    rt::Tensor t = rt::Tensor::empty(got[k]->shape, graph_->inputs()[k].dtype);
+    std::memcpy(t.data<char>(), got[k]->data.data(), t.bytes());
+    out.push_back(t);
   }
-  const rt::Tensor& y = mlp_->forward(in);
-  std::memcpy(out, y.f32(), static_cast<size_t>(rows) * out_ * sizeof(float));
+  return out;
+}
+
+std::vector<size_t> ServedModel::output_indices(const std::vector<std::string>& names) const {
+  std::vector<size_t> idx;
+  for (const auto& n : names) {
+    size_t k = 0;
+    while (k < outputs_.size() && outputs_[k].name != n) ++k;
+    if (k == outputs_.size()) {
+      std::string all;
+      for (const auto& o : outputs_) all += (all.empty() ? "'" : ", '") + o.name + "'";
+      throw ServeError(Status::kBadRequest, "unknown output '" + n + "': the model's outputs are " + all);
+    }
+    idx.push_back(k);
+  }
+  if (names.empty())
+    for (size_t k = 0; k < outputs_.size(); ++k) idx.push_back(k);
+  return idx;
+}
+
+std::vector<rt::Tensor> ServedModel::forward(const std::vector<rt::Tensor>& in) {
+#ifdef LOOM_HAVE_ONNX
+  if (graph_) return graph_->run(in);
+#endif
+  const rt::Tensor& x = in.at(0);
+  if (int8_) return {int8_->forward(x)};
+  if (cuda_) return {mlp_->forward(x.to(rt::Device::kCuda)).to(rt::Device::kCpu)};
+  return {mlp_->forward(x).clone()};  // the model reuses its activations on the next call
 }
 
 }  // namespace loom::serve

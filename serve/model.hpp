@@ -1,5 +1,5 @@
-// model.hpp — one model version as loom-serve runs it: a Loom HDF5 MLP loaded and checked,
-// its forward pass (CPU or CUDA), and the decoding of a request's input tensor to its rows.
+// model.hpp — one model version as loom-serve runs it: a Loom HDF5 MLP or an ONNX graph loaded
+// and checked, its forward pass (CPU or CUDA), and the decoding of a request's tensors.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +13,13 @@
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/nn/quant_mlp.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 #include "status.hpp"
 #include "tensor_in.hpp"
+
+namespace loom::rt::graph {
+class Model;
+}
 
 namespace loom::serve {
 
@@ -22,11 +27,13 @@ namespace loom::serve {
 // Contract 7) or "gpt" (generate). Inputs: "input", FP32 (as the
 // model sees it) or UINT8 (raw pixels: model.config's preprocess scale/mean/std applied),
 // shape [N, features] or [N, ...] whose trailing dimensions multiply to the features. Output:
-// "logits", FP32 [N, classes].
+// "logits", FP32 [N, classes]. Or an ONNX file (model.onnx, Contract 8): the graph's own inputs
+// and outputs, their datatypes and shapes.
 class ServedModel {
  public:
   // Throws rt::Error when the file cannot be served, or device "cuda" is not usable.
   ServedModel(std::string name, std::string version, std::string path, const std::string& device = "cpu");
+  ~ServedModel();
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const std::string& path() const { return path_; }
@@ -35,24 +42,43 @@ class ServedModel {
   int out_features() const { return out_; }
   const std::string& config_json() const { return config_; }
   const InputSpec& input() const { return input_; }
+  // "loom-hdf5" or "loom-onnx", for the metadata.
+  const char* platform() const { return graph_ ? "loom-onnx" : "loom-hdf5"; }
+  // What the model takes and gives, as the metadata reports it.
+  const std::vector<TensorDesc>& inputs() const { return inputs_; }
+  const std::vector<TensorDesc>& outputs() const { return outputs_; }
+  // Whether requests join into batches along dimension 0 (every input and output has a dynamic
+  // first dimension); otherwise each request runs alone.
+  bool batched() const { return batched_; }
+  int64_t opset() const;
   // "fp32", "int8" (run by the INT8 kernels) or "int8-weights" (dequantized weights, float
   // arithmetic), for metadata and metrics.
   const std::string& precision() const { return precision_; }
   // A gpt model: served by generate (POST .../generate), not infer; null for an mlp.
   TextGenerator* generator() const { return generator_.get(); }
-  // rows x in_features (preprocessed) -> rows x out_features; one caller at a time (the batcher).
-  void forward(const float* x, int rows, float* out);
+  // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
+  // ServeError kBadRequest naming what is wrong.
+  std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const;
+  // The indices in outputs() of the names a request asks for (all when none). Throws ServeError
+  // kBadRequest for a name the model does not have.
+  std::vector<size_t> output_indices(const std::vector<std::string>& names) const;
+  // The inputs (rows stacked) to the outputs (outputs() order); one caller at a time (the batcher).
+  std::vector<rt::Tensor> forward(const std::vector<rt::Tensor>& in);
 
  private:
   std::string name_, version_, path_, config_, precision_ = "fp32";
   int in_ = 0, out_ = 0;
   bool cuda_ = false;
   InputSpec input_;
+  std::vector<TensorDesc> inputs_, outputs_;
+  bool batched_ = true;
+  std::unique_ptr<rt::graph::Model> graph_;
   std::unique_ptr<rt::Mlp> mlp_;
   std::unique_ptr<rt::QuantMlp> int8_;
   std::unique_ptr<TextGenerator> generator_;
   void check_finite(const std::vector<rt::Param>& params) const;
   void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg);
+  void load_onnx(const std::string& device);
 };
 
 }  // namespace loom::serve

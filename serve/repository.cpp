@@ -75,9 +75,14 @@ Repository::Wanted Repository::scan() {
       throw rt::Error("--model-repository " + dir_ + ": not a folder");
     for (const auto& m : subdirs(dir_))
       for (const auto& v : subdirs(dir_ + "/" + m)) {
-        const std::string f = dir_ + "/" + m + "/" + v + "/model.h5";
-        int64_t t, s;
-        if (stat_file(f, &t, &s)) want[m][v] = f;
+        for (const char* file : {"model.h5", "model.onnx"}) {  // Triton's layout; an HDF5 file first
+          const std::string f = dir_ + "/" + m + "/" + v + "/" + file;
+          int64_t t, s;
+          if (stat_file(f, &t, &s)) {
+            want[m][v] = f;
+            break;
+          }
+        }
       }
   }
   for (const auto& file : specs_) {
@@ -96,10 +101,17 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     warn_writable(file, log_);
   }
   auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
-  log_("info", "loaded model " + name + " version " + version + " from " + file + " (" +
-                   (model->generator() ? "gpt, context " + std::to_string(model->generator()->context()) + ", generate"
-                                       : std::to_string(model->in_features()) + " inputs, " +
-                                             std::to_string(model->out_features()) + " outputs") +
+  std::string what;
+  if (model->generator()) {
+    what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";
+  } else if (model->opset()) {
+    what = "onnx opset " + std::to_string(model->opset()) + ", inputs";
+    for (const auto& d : model->inputs()) what += " " + d.name;
+    what += model->batched() ? ", batched" : ", one request at a time";
+  } else {
+    what = std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) + " outputs";
+  }
+  log_("info", "loaded model " + name + " version " + version + " from " + file + " (" + what +
                    ", " + model->precision() + ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
   return std::make_shared<Batcher>(model, o_, metrics_);
 }
@@ -157,7 +169,7 @@ void Repository::reload(bool initial) {
     if (initial && failures > 0 && o_.exit_on_error)
       throw rt::Error(std::to_string(failures) + " model version(s) failed to load (--exit-on-error)");
     if (initial && models_.empty())
-      throw rt::Error("no model to serve" + std::string(failures == 0 ? " (the repository holds no <model>/<version>/model.h5)" : ""));
+      throw rt::Error("no model to serve" + std::string(failures == 0 ? " (the repository holds no <model>/<version>/model.h5 or model.onnx)" : ""));
   }
 }
 

@@ -96,7 +96,15 @@ InferenceServiceSpec load_spec(const std::string& file) {
   }
   if (s.path.empty() || s.path[0] != '/') bad(file, "spec.model.path must be an absolute path");
   s.format = spec["model"]["format"] ? str(file, spec["model"]["format"], "spec.model.format") : "loom-hdf5";
-  if (s.format != "loom-hdf5") bad(file, "spec.model.format '" + s.format + "' is not supported (loom-hdf5)");
+  const bool onnx_file = s.path.size() > 5 && s.path.compare(s.path.size() - 5, 5, ".onnx") == 0;
+  if (s.format == "ONNX" || s.format == "onnx") {
+    s.format = "ONNX";
+    if (!onnx_file) bad(file, "spec.model.format ONNX needs spec.model.path to name a .onnx file");
+  } else if (s.format == "loom-hdf5") {
+    if (onnx_file) bad(file, "spec.model.path names a .onnx file: say spec.model.format: ONNX");
+  } else {
+    bad(file, "spec.model.format '" + s.format + "' is not supported (loom-hdf5 or ONNX)");
+  }
   if (spec["resources"]) {
     only(file, spec["resources"], "spec.resources", {"requests", "limits"});
     resources(file, spec["resources"]["requests"], "spec.resources.requests", &s.requests_gpu, &s.requests_memory);

@@ -2,7 +2,10 @@
 #include "tensor_in.hpp"
 
 #include <cctype>
+#include <cstdint>
 #include <cmath>
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "status.hpp"
@@ -58,6 +61,91 @@ std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>&
   }
   *rows = static_cast<int>(n);
   return x;
+}
+
+size_t datatype_width(const std::string& d) {
+  if (d == "FP32" || d == "INT32") return 4;
+  if (d == "INT64") return 8;
+  if (d == "UINT8" || d == "INT8" || d == "BOOL") return 1;
+  return 0;
+}
+
+namespace {
+
+std::string names_of(const std::vector<TensorDesc>& want) {
+  std::string s;
+  for (const auto& w : want) s += (s.empty() ? "'" : ", '") + w.name + "'";
+  return s;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + (s[i] < 0 ? std::string("-1") : std::to_string(s[i]));
+  return t + "]";
+}
+
+// One tensor against its description; returns its element count.
+int64_t check_one(const TensorDesc& w, const TensorIn& t) {
+  const std::string where = "input '" + w.name + "'";
+  if (t.datatype != w.datatype)
+    throw ServeError(Status::kBadRequest, where + " must be " + w.datatype + ", not " + t.datatype);
+  if (t.shape.size() != w.shape.size())
+    throw ServeError(Status::kBadRequest, where + " must have shape " + shape_text(w.shape) + " (rank " +
+                                              std::to_string(w.shape.size()) + "), not " + shape_text(t.shape));
+  int64_t n = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    const int64_t d = t.shape[i];
+    if (d <= 0 || (w.shape[i] >= 0 && d != w.shape[i]))
+      throw ServeError(Status::kBadRequest, where + " must have shape " + shape_text(w.shape) + ", not " + shape_text(t.shape));
+    if (d > (int64_t{1} << 31) / n) throw ServeError(Status::kBadRequest, where + " claims more than 2^31 elements");
+    n *= d;
+  }
+  const size_t width = datatype_width(w.datatype);
+  if (t.data.size() != static_cast<size_t>(n) * width)
+    throw ServeError(Status::kBadRequest, where + " holds " + std::to_string(t.data.size()) + " bytes; shape " +
+                                              shape_text(t.shape) + " of " + t.datatype + " needs " +
+                                              std::to_string(static_cast<size_t>(n) * width));
+  if (w.datatype == "BOOL")
+    for (char c : t.data)
+      if (c != 0 && c != 1) throw ServeError(Status::kBadRequest, where + ": BOOL data must be 0 or 1");
+  if (w.datatype == "FP32")
+    for (size_t i = 0; i < t.data.size(); i += 4) {
+      float v;
+      std::memcpy(&v, t.data.data() + i, 4);
+      if (!std::isfinite(v)) throw ServeError(Status::kBadRequest, where + " holds a NaN or infinite value");
+    }
+  return n;
+}
+
+}  // namespace
+
+std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, const std::vector<TensorIn>& inputs,
+                                         int max_rows, bool batched, int* rows) {
+  std::vector<const TensorIn*> out(want.size(), nullptr);
+  for (const auto& t : inputs) {
+    size_t k = 0;
+    while (k < want.size() && want[k].name != t.name) ++k;
+    if (k == want.size())
+      throw ServeError(Status::kBadRequest, "unexpected input '" + t.name + "': the model's inputs are " + names_of(want));
+    if (out[k]) throw ServeError(Status::kBadRequest, "input '" + t.name + "' is given twice");
+    out[k] = &t;
+  }
+  for (size_t k = 0; k < want.size(); ++k)
+    if (!out[k]) throw ServeError(Status::kBadRequest, "missing input '" + want[k].name + "': the model's inputs are " + names_of(want));
+  *rows = 1;
+  for (size_t k = 0; k < want.size(); ++k) {
+    check_one(want[k], *out[k]);
+    if (!batched) continue;
+    const int64_t r = out[k]->shape.empty() ? 1 : out[k]->shape[0];
+    if (k == 0) *rows = static_cast<int>(std::min<int64_t>(r, INT32_MAX));
+    else if (r != *rows)
+      throw ServeError(Status::kBadRequest, "input '" + want[k].name + "' has " + std::to_string(r) + " rows, input '" +
+                                                want[0].name + "' " + std::to_string(*rows));
+  }
+  if (batched && *rows > max_rows)
+    throw ServeError(Status::kBadRequest, "the request has " + std::to_string(*rows) + " rows; --max-batch-size is " +
+                                              std::to_string(max_rows));
+  return out;
 }
 
 }  // namespace loom::serve

@@ -31,4 +31,22 @@ struct TensorIn {
 };
 std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows);
 
+// A tensor a graph model (ONNX) takes or gives: its KServe datatype and shape (-1 dynamic).
+struct TensorDesc {
+  std::string name, datatype;
+  std::vector<int64_t> shape;
+};
+
+// Bytes per element of a KServe datatype this server decodes (FP32, INT64, INT32, UINT8, INT8,
+// BOOL); 0 for any other.
+size_t datatype_width(const std::string& datatype);
+
+// Checks a request's tensors against a graph model's inputs: each input once by name, of its
+// datatype and rank, fixed dimensions equal, at most 2^31 elements, data of the size the shape
+// says (before anything is allocated), BOOL bytes 0 or 1, FP32 finite; with `batched`, dimension
+// 0 is the request's rows, equal across inputs and at most `max_rows`. Returns the tensors in the
+// model's order. Throws ServeError kBadRequest naming the input.
+std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, const std::vector<TensorIn>& inputs,
+                                         int max_rows, bool batched, int* rows);
+
 }  // namespace loom::serve

@@ -156,12 +156,6 @@ Model Loader::load(const std::string& path) {
   Model model;
   model.opset_ = default_opset(m, path);
   check_operators(m.graph(), path);
-  try {
-    onnx::checker::check_model(m);
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
-  } catch (const std::exception& e) {
-    throw Error(path + ": ONNX's checker refuses the model: " + e.what());
-  }
   const auto& g = m.graph();
   const std::string dir = dir_of(path);
   std::unordered_map<std::string, int> ids;
@@ -177,6 +171,13 @@ Model Loader::load(const std::string& path) {
   for (const auto& t : g.initializer()) {
     const int id = id_of(t.name());
     model.constants_[static_cast<size_t>(id)] = read_tensor(t, dir, path + ": initializer '" + t.name() + "'");
+  }
+  // Initializers first: their sizes are checked before ONNX's passes read them.
+  try {
+    onnx::checker::check_model(m);
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
+  } catch (const std::exception& e) {
+    throw Error(path + ": ONNX's checker refuses the model: " + e.what());
   }
   for (const auto& v : g.input()) {
     const int id = id_of(v.name());
@@ -199,6 +200,19 @@ Model Loader::load(const std::string& path) {
     model.nodes_.push_back(std::move(n));
   }
   model.prepare();
+  // A graph whose initializers contradict their use (a weight of the wrong shape) passes ONNX's
+  // shape inference for some operators: one run on zeros, every dynamic dimension 1, finds it.
+  std::vector<Tensor> probe;
+  for (const auto& in : model.inputs_) {
+    std::vector<int64_t> shape = in.shape;
+    for (auto& d : shape) d = d < 0 ? 1 : d;
+    probe.push_back(Tensor::zeros(shape, in.dtype));
+  }
+  try {
+    model.run(probe);
+  } catch (const Error& e) {
+    throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+  }
   return model;
 }
 

@@ -157,7 +157,9 @@ bad "not an object" 400 "must be a JSON object" '[1,2]'
 bad "missing inputs" 400 "missing inputs" '{"id":"x"}'
 bad "missing input tensor" 400 "missing input" '{"inputs":[]}'
 bad "wrong input name" 400 "unexpected input 'pixels'" "{\"inputs\":[{\"name\":\"pixels\",\"shape\":[1,784],\"datatype\":\"FP32\",\"data\":[$row]}]}"
-bad "wrong datatype" 400 "datatype INT32 is not supported" "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,784],\"datatype\":\"INT32\",\"data\":[$row]}]}"
+irow=$($PY -c 'print(",".join(["1"] * 784))')
+bad "wrong datatype" 400 "datatype INT32 is not supported" "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,784],\"datatype\":\"INT32\",\"data\":[$irow]}]}"
+bad "datatype and data disagree" 400 "INT32 input data must be integers" "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,784],\"datatype\":\"INT32\",\"data\":[$row]}]}"
 bad "wrong shape" 400 "each row must hold 784 values, not 392" "{\"inputs\":[{\"name\":\"input\",\"shape\":[2,392],\"datatype\":\"FP32\",\"data\":[$row]}]}"
 bad "data not matching shape" 400 "shape and FP32 need 6272" "{\"inputs\":[{\"name\":\"input\",\"shape\":[2,784],\"datatype\":\"FP32\",\"data\":[$row]}]}"
 bad "non-numeric data" 400 "numbers only" '{"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":["a"]}]}'

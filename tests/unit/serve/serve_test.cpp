@@ -41,16 +41,14 @@ class ServeCore : public ::testing::Test {
     std::remove((dir_ + "/spec.yaml").c_str());
     rmdir(dir_.c_str());
   }
-  std::vector<float> rows(int n, float base) {
-    std::vector<float> x(static_cast<size_t>(n) * 784);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = base + static_cast<float>(i % 97) * 0.01f;
-    return x;
+  std::vector<loom::rt::Tensor> rows(int n, float base) {  // the model's one input, n rows
+    loom::rt::Tensor x = loom::rt::Tensor::empty({n, 784});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = base + static_cast<float>(i % 97) * 0.01f;
+    return {x};
   }
-  std::vector<float> alone(const std::vector<float>& x, int n) {  // the model on these rows only
+  loom::rt::Tensor alone(const std::vector<loom::rt::Tensor>& x) {  // the model on these rows only
     ServedModel m("m", "1", dir_ + "/model.h5");
-    std::vector<float> out(static_cast<size_t>(n) * 10);
-    m.forward(x.data(), n, out.data());
-    return out;
+    return m.forward(x).at(0);
   }
   std::string dir_;
   std::shared_ptr<ServedModel> model_;
@@ -62,7 +60,7 @@ TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {
   o.max_queue_delay_us = 20000;
   Batcher b(model_, o, nullptr);
   std::vector<std::future<Batcher::Outcome>> fs;
-  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<loom::rt::Tensor>> inputs;
   for (int i = 0; i < 10; ++i) {
     inputs.push_back(rows(3, 0.1f * static_cast<float>(i)));
     auto p = std::make_shared<std::promise<Batcher::Outcome>>();
@@ -76,9 +74,12 @@ TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {
     EXPECT_LE(out.batch_rows, 8);
     EXPECT_GE(out.batch_rows, 3);
     batched += out.batch_rows > 3;
-    const auto want = alone(inputs[static_cast<size_t>(i)], 3);
-    ASSERT_EQ(out.out.size(), want.size());
-    for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(out.out[k], want[k], 1e-5f * std::max(1.0f, std::fabs(want[k])));
+    const loom::rt::Tensor want = alone(inputs[static_cast<size_t>(i)]);
+    ASSERT_EQ(out.outputs.size(), 1u);
+    const loom::rt::Tensor& got = out.outputs[0];
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t k = 0; k < want.numel(); ++k)
+      EXPECT_NEAR(got.f32()[k], want.f32()[k], 1e-5f * std::max(1.0f, std::fabs(want.f32()[k])));
   }
   EXPECT_GT(batched, 0) << "the 20 ms delay should have let requests share batches";
 }
@@ -114,7 +115,7 @@ TEST_F(ServeCore, AnswersRequestsPastTheirDeadlineWithoutComputingThem) {
   Batcher b(model_, o, nullptr);
   Batcher::Outcome out = b.run(rows(2, 0), 2, Clock::now() - std::chrono::milliseconds(1));
   EXPECT_EQ(out.status, Status::kTimeout);
-  EXPECT_TRUE(out.out.empty());
+  EXPECT_TRUE(out.outputs.empty());
   EXPECT_EQ(b.run(rows(2, 0), 2, Clock::now() + std::chrono::seconds(5)).status, Status::kOk);
 }
 
