@@ -1,0 +1,334 @@
+// graph_test.cpp — the ONNX executor's operators one by one against small reference values
+// worked out by hand or by a naive loop: broadcasting, odd shapes, negative axes and indices,
+// the attributes' defaults, and the errors that name the node.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/rt/graph/graph.hpp"
+
+namespace {
+
+using loom::rt::DType;
+using loom::rt::Tensor;
+using loom::rt::graph::Attr;
+using loom::rt::graph::Node;
+
+Tensor F(std::vector<int64_t> shape, std::vector<float> v) {
+  Tensor t = Tensor::empty(shape);
+  EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
+  for (size_t i = 0; i < v.size(); ++i) t.f32()[i] = v[i];
+  return t;
+}
+
+Tensor I(std::vector<int64_t> shape, std::vector<int64_t> v) {
+  Tensor t = Tensor::empty(shape, DType::kI64);
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return t;
+}
+
+Tensor iota(std::vector<int64_t> shape, float scale = 1.0f) {
+  Tensor t = Tensor::empty(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(i) * scale;
+  return t;
+}
+
+Attr ai(int64_t v) {
+  Attr a;
+  a.kind = Attr::kInt, a.i = v;
+  return a;
+}
+Attr af(float v) {
+  Attr a;
+  a.kind = Attr::kFloat, a.f = v;
+  return a;
+}
+Attr ints(std::vector<int64_t> v) {
+  Attr a;
+  a.kind = Attr::kInts, a.ints = std::move(v);
+  return a;
+}
+Attr as(std::string v) {
+  Attr a;
+  a.kind = Attr::kString, a.s = std::move(v);
+  return a;
+}
+
+std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& args, std::map<std::string, Attr> attrs = {},
+                        size_t outs = 1) {
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : args) in.push_back(&t);
+  Node n;
+  n.op = op;
+  n.name = "t";
+  n.attrs = std::move(attrs);
+  n.fn = loom::rt::graph::find_op(op);
+  EXPECT_NE(n.fn, nullptr) << op;
+  std::vector<Tensor> out(outs);
+  n.fn(n, in, out);
+  return out;
+}
+
+Tensor run1(const std::string& op, const std::vector<Tensor>& in, std::map<std::string, Attr> attrs = {}) {
+  return run(op, in, std::move(attrs)).at(0);
+}
+
+void expect_f(const Tensor& t, std::vector<int64_t> shape, std::vector<float> v, float tol = 1e-5f) {
+  ASSERT_EQ(t.shape(), shape);
+  ASSERT_EQ(t.dtype(), DType::kF32);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(t.f32()[i], v[i], tol * std::max(1.0f, std::fabs(v[i]))) << "at " << i;
+}
+
+void expect_i(const Tensor& t, std::vector<int64_t> shape, std::vector<int64_t> v) {
+  ASSERT_EQ(t.shape(), shape);
+  ASSERT_EQ(t.dtype(), DType::kI64);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(t.data<int64_t>()[i], v[i]) << "at " << i;
+}
+
+TEST(GraphOps, BinaryOperatorsBroadcastLikeNumpy) {
+  const Tensor a = F({2, 3}, {1, 2, 3, 4, 5, 6}), row = F({3}, {10, 20, 30}), col = F({2, 1}, {100, 200});
+  expect_f(run1("Add", {a, row}), {2, 3}, {11, 22, 33, 14, 25, 36});
+  expect_f(run1("Sub", {col, row}), {2, 3}, {90, 80, 70, 190, 180, 170});
+  const Tensor s = F({}, {2});
+  expect_f(run1("Mul", {s, a}), {2, 3}, {2, 4, 6, 8, 10, 12});
+  expect_f(run1("Div", {a, s}), {2, 3}, {0.5, 1, 1.5, 2, 2.5, 3});
+  expect_f(run1("Pow", {a, s}), {2, 3}, {1, 4, 9, 16, 25, 36});
+  const Tensor x = F({2, 1, 2}, {1, 2, 3, 4}), y = F({3, 1}, {0, 10, 20});
+  expect_f(run1("Add", {x, y}), {2, 3, 2}, {1, 2, 11, 12, 21, 22, 3, 4, 13, 14, 23, 24});
+  const Tensor e = Tensor::empty({0, 3});
+  EXPECT_EQ(run1("Add", {e, row}).shape(), (std::vector<int64_t>{0, 3}));
+  const Tensor bad = F({2}, {1, 2});
+  EXPECT_THROW(run1("Add", {a, bad}), loom::rt::Error);
+}
+
+TEST(GraphOps, IntegerArithmeticForShapesAndItsErrors) {
+  const Tensor a = I({3}, {7, -7, 9}), b = I({}, {2}), z = I({}, {0});
+  expect_i(run1("Div", {a, b}), {3}, {3, -3, 4});  // C++ truncation, as ONNX Runtime does
+  expect_i(run1("Mul", {a, b}), {3}, {14, -14, 18});
+  try {
+    run1("Div", {a, z});
+    FAIL() << "integer division by zero";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Div 't'"), std::string::npos) << e.what();
+  }
+  const Tensor f = F({3}, {1, 2, 3});
+  EXPECT_THROW(run1("Add", {a, f}), loom::rt::Error);  // int64 + float
+}
+
+TEST(GraphOps, ComparisonsWhereNotAndCast) {
+  const Tensor a = I({3}, {1, 5, 3}), b = I({3}, {1, 2, 3});
+  const Tensor eq = run1("Equal", {a, b});
+  ASSERT_EQ(eq.dtype(), DType::kBool);
+  EXPECT_EQ(std::vector<int>(eq.data<uint8_t>(), eq.data<uint8_t>() + 3), (std::vector<int>{1, 0, 1}));
+  const Tensor nt = run1("Not", {eq});
+  EXPECT_EQ(nt.data<uint8_t>()[1], 1);
+  const Tensor x = F({2, 2}, {1, 2, 3, 4}), y = F({}, {-1});
+  const Tensor c = run1("Greater", {x, F({2, 1}, {1.5, 3.5})});
+  expect_f(run1("Where", {c, x, y}), {2, 2}, {-1, 2, -1, 4});
+  const Tensor v = F({4}, {-1.7f, 0.2f, 2.9f, 1e3f});
+  expect_i(run1("Cast", {v}, {{"to", ai(7)}}), {4}, {-1, 0, 2, 1000});  // toward zero
+  const Tensor back = run1("Cast", {a}, {{"to", ai(1)}});
+  expect_f(back, {3}, {1, 5, 3});
+  EXPECT_THROW(run1("Cast", {v}, {{"to", ai(11)}}), loom::rt::Error);  // double
+}
+
+TEST(GraphOps, UnaryFunctions) {
+  const Tensor x = F({4}, {-2, -0.5, 0.5, 4});
+  expect_f(run1("Relu", {x}), {4}, {0, 0, 0.5, 4});
+  expect_f(run1("Erf", {x}), {4}, {std::erf(-2.0f), std::erf(-0.5f), std::erf(0.5f), std::erf(4.0f)});
+  expect_f(run1("Tanh", {x}), {4}, {std::tanh(-2.0f), std::tanh(-0.5f), std::tanh(0.5f), std::tanh(4.0f)});
+  expect_f(run1("Sigmoid", {x}), {4}, {1 / (1 + std::exp(2.0f)), 1 / (1 + std::exp(0.5f)), 1 / (1 + std::exp(-0.5f)), 1 / (1 + std::exp(-4.0f))});
+  const Tensor p = F({2}, {4, 9});
+  expect_f(run1("Sqrt", {p}), {2}, {2, 3});
+  expect_f(run1("Neg", {p}), {2}, {-4, -9});
+}
+
+TEST(GraphOps, MatMulBatchesBroadcastsAndVectors) {
+  const Tensor a = iota({2, 2, 3}), w = iota({3, 2});
+  // [[0,1,2],[3,4,5]] x [[0,1],[2,3],[4,5]] = [[10,13],[28,40]]; second batch [[6..8],[9..11]]
+  expect_f(run1("MatMul", {a, w}), {2, 2, 2}, {10, 13, 28, 40, 46, 67, 64, 94});
+  const Tensor b = iota({1, 2, 3, 2});
+  const Tensor a4 = iota({3, 1, 2, 3});
+  const Tensor r = run1("MatMul", {a4, b});
+  ASSERT_EQ(r.shape(), (std::vector<int64_t>{3, 2, 2, 2}));
+  // batch (2, 1): a4[2] = 12..17 by b[0][1] = 6..11 -> [[12*6+13*8+14*10, ...]]
+  EXPECT_FLOAT_EQ(r.f32()[(2 * 2 + 1) * 4], 12 * 6 + 13 * 8 + 14 * 10);
+  const Tensor v = F({3}, {1, 1, 1});
+  expect_f(run1("MatMul", {v, w}), {2}, {6, 9});
+  expect_f(run1("MatMul", {w, F({2}, {1, -1})}), {3}, {-1, -1, -1});
+  EXPECT_THROW(run1("MatMul", {w, w}), loom::rt::Error);
+}
+
+TEST(GraphOps, GemmTransposesScalesAndBroadcastsC) {
+  const Tensor a = iota({2, 3}), b = iota({2, 3}), c = F({2}, {1, -1});
+  // A B^T = [[5,14],[14,50]]; alpha 2, beta 3
+  expect_f(run1("Gemm", {a, b, c}, {{"transB", ai(1)}, {"alpha", af(2)}, {"beta", af(3)}}), {2, 2}, {13, 25, 31, 97});
+  const Tensor at = iota({3, 2});
+  expect_f(run1("Gemm", {at, iota({3, 1})}, {{"transA", ai(1)}}), {2, 1}, {0 * 0 + 2 * 1 + 4 * 2, 1 * 0 + 3 * 1 + 5 * 2});
+  const Tensor bad = F({3}, {1, 2, 3});
+  EXPECT_THROW(run1("Gemm", {a, b, bad}, {{"transB", ai(1)}}), loom::rt::Error);
+}
+
+TEST(GraphOps, SoftmaxOnAnyAxisAndLogSoftmax) {
+  const Tensor x = F({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const Tensor s = run1("Softmax", {x}, {{"axis", ai(1)}});
+  const float lo = 1 / (1 + std::exp(2.0f)), hi = 1 - lo;
+  expect_f(s, {2, 2, 2}, {lo, lo, hi, hi, lo, lo, hi, hi});
+  const Tensor l = run1("LogSoftmax", {x});
+  expect_f(l, {2, 2, 2}, {std::log(1 / (1 + std::exp(1.0f))), std::log(1 / (1 + std::exp(-1.0f)))});
+}
+
+TEST(GraphOps, ReductionsKeepOrDropAxes) {
+  const Tensor x = iota({2, 3, 2});
+  expect_f(run1("ReduceMean", {x}, {{"axes", ints({-1})}}), {2, 3, 1}, {0.5, 2.5, 4.5, 6.5, 8.5, 10.5});
+  expect_f(run1("ReduceMean", {x}, {{"axes", ints({1})}, {"keepdims", ai(0)}}), {2, 2}, {2, 3, 8, 9});
+  const Tensor axes = I({2}, {0, 2});
+  expect_f(run1("ReduceSum", {x, axes}), {1, 3, 1}, {0 + 1 + 6 + 7, 2 + 3 + 8 + 9, 4 + 5 + 10 + 11});
+  expect_f(run1("ReduceMax", {x}, {{"keepdims", ai(0)}}), {}, {11});
+}
+
+TEST(GraphOps, LayerNormalizationMatchesItsDefinition) {
+  const Tensor x = F({2, 3}, {1, 2, 3, 2, 4, 9}), g = F({3}, {1, 2, 3}), b = F({3}, {0, 0, 1});
+  const auto out = run("LayerNormalization", {x, g, b}, {{"epsilon", af(0)}}, 3);
+  const float s1 = std::sqrt(2.0f / 3.0f);
+  const float m2 = 5, s2 = std::sqrt((9.0f + 1.0f + 16.0f) / 3.0f);
+  expect_f(out[0], {2, 3}, {-1 / s1, 0, 3 / s1 + 1, (2 - m2) / s2, 2 * (4 - m2) / s2, 3 * (9 - m2) / s2 + 1});
+  expect_f(out[1], {2, 1}, {2, 5});
+  expect_f(out[2], {2, 1}, {1 / s1, 1 / s2});
+  const Tensor g4 = F({4}, {1, 1, 1, 1});
+  EXPECT_THROW(run1("LayerNormalization", {x, g4}), loom::rt::Error);
+}
+
+// A naive convolution: the reference for im2col + GEMM.
+std::vector<float> naive_conv(const Tensor& x, const Tensor& w, int64_t g, int64_t s, int64_t p, int64_t d, int64_t* oh) {
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), M = w.dim(0), K = w.dim(2);
+  const int64_t O = (H + 2 * p - d * (K - 1) - 1) / s + 1;
+  *oh = O;
+  std::vector<float> y(static_cast<size_t>(N * M * O * O), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t oy = 0; oy < O; ++oy)
+        for (int64_t ox = 0; ox < O; ++ox) {
+          float acc = 0;
+          const int64_t gi = m / (M / g);
+          for (int64_t c = 0; c < C / g; ++c)
+            for (int64_t i = 0; i < K; ++i)
+              for (int64_t j = 0; j < K; ++j) {
+                const int64_t iy = oy * s - p + i * d, ix = ox * s - p + j * d;
+                if (iy < 0 || ix < 0 || iy >= H || ix >= W) continue;
+                acc += x.f32()[((n * C + gi * (C / g) + c) * H + iy) * W + ix] * w.f32()[((m * (C / g) + c) * K + i) * K + j];
+              }
+          y[static_cast<size_t>(((n * M + m) * O + oy) * O + ox)] = acc;
+        }
+  return y;
+}
+
+TEST(GraphOps, ConvWithGroupsStridesPadsAndDilations) {
+  const Tensor x = iota({2, 4, 7, 7}, 0.01f);
+  Tensor w = iota({6, 2, 3, 3}, 0.003f);
+  for (int64_t i = 0; i < w.numel(); i += 3) w.f32()[i] = -w.f32()[i];
+  for (int64_t s : {1, 2})
+    for (int64_t d : {1, 2}) {
+      int64_t o = 0;
+      const auto want = naive_conv(x, w, 2, s, 1, d, &o);
+      const Tensor y = run1("Conv", {x, w}, {{"group", ai(2)}, {"strides", ints({s, s})}, {"pads", ints({1, 1, 1, 1})},
+                                               {"dilations", ints({d, d})}, {"kernel_shape", ints({3, 3})}});
+      expect_f(y, {2, 6, o, o}, want, 1e-4f);
+    }
+  const Tensor w1 = iota({3, 4, 1, 1}), bias = F({3}, {1, 2, 3});
+  const Tensor y1 = run1("Conv", {x, w1, bias});
+  EXPECT_NEAR(y1.f32()[0], 1 + 0.01f * (0 * 0 + 1 * 49 + 2 * 98 + 3 * 147), 1e-4);
+  const Tensor wbad = iota({6, 3, 3, 3});
+  EXPECT_THROW(run1("Conv", {x, wbad}, {{"group", ai(2)}}), loom::rt::Error);
+}
+
+TEST(GraphOps, BatchNormAndPools) {
+  const Tensor x = iota({1, 2, 3, 3});
+  const Tensor s = F({2}, {1, 2}), b = F({2}, {0, 1}), m = F({2}, {4, 13}), v = F({2}, {1, 4});
+  const Tensor bn = run1("BatchNormalization", {x, s, b, m, v}, {{"epsilon", af(0)}});
+  EXPECT_FLOAT_EQ(bn.f32()[0], -4);
+  EXPECT_FLOAT_EQ(bn.f32()[9], 2 * (9 - 13) / 2.0f + 1);
+  // 3x3 max pool, stride 2, pad 1 on 3x3: windows centred on (0,0), (0,2), (2,0), (2,2)
+  expect_f(run1("MaxPool", {x}, {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}}),
+           {1, 2, 2, 2}, {4, 5, 7, 8, 13, 14, 16, 17});
+  // ceil_mode: a 2x2 window, stride 2 over 3 -> 2 outputs, the last window half outside
+  expect_f(run1("MaxPool", {x}, {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}, {"ceil_mode", ai(1)}}),
+           {1, 2, 2, 2}, {4, 5, 7, 8, 13, 14, 16, 17});
+  const Tensor avg = run1("AveragePool", {x}, {{"kernel_shape", ints({2, 2})}, {"pads", ints({1, 1, 0, 0})}});
+  EXPECT_FLOAT_EQ(avg.f32()[0], 0);  // only x[0][0] inside: counted alone
+  const Tensor avgp = run1("AveragePool", {x}, {{"kernel_shape", ints({2, 2})}, {"pads", ints({1, 1, 0, 0})}, {"count_include_pad", ai(1)}});
+  EXPECT_FLOAT_EQ(avgp.f32()[1], (0 + 1) / 4.0f);
+  expect_f(run1("GlobalAveragePool", {x}), {1, 2, 1, 1}, {4, 13});
+}
+
+TEST(GraphOps, ReshapeFlattenSqueezeUnsqueeze) {
+  const Tensor x = iota({2, 3, 4});
+  EXPECT_EQ(run1("Reshape", {x, I({3}, {0, -1, 2})}).shape(), (std::vector<int64_t>{2, 6, 2}));
+  EXPECT_THROW(run1("Reshape", {x, I({2}, {-1, -1})}), loom::rt::Error);
+  EXPECT_THROW(run1("Reshape", {x, I({2}, {5, -1})}), loom::rt::Error);
+  EXPECT_EQ(run1("Flatten", {x}, {{"axis", ai(2)}}).shape(), (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(run1("Flatten", {x}, {{"axis", ai(0)}}).shape(), (std::vector<int64_t>{1, 24}));
+  const Tensor u = run1("Unsqueeze", {x, I({2}, {0, -1})});
+  EXPECT_EQ(u.shape(), (std::vector<int64_t>{1, 2, 3, 4, 1}));
+  EXPECT_EQ(run1("Squeeze", {u}).shape(), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(run1("Squeeze", {u, I({1}, {-1})}).shape(), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_THROW(run1("Squeeze", {u, I({1}, {1})}), loom::rt::Error);
+}
+
+TEST(GraphOps, TransposeSliceGatherConcatSplitExpand) {
+  const Tensor x = iota({2, 3});
+  expect_f(run1("Transpose", {x}), {3, 2}, {0, 3, 1, 4, 2, 5});
+  const Tensor y = iota({2, 2, 2});
+  expect_f(run1("Transpose", {y}, {{"perm", ints({1, 0, 2})}}), {2, 2, 2}, {0, 1, 4, 5, 2, 3, 6, 7});
+  // x[:, ::-2] and x[-1:, 1:100]
+  expect_f(run1("Slice", {x, I({1}, {-1}), I({1}, {INT64_MIN}), I({1}, {1}), I({1}, {-2})}), {2, 2}, {2, 0, 5, 3});
+  expect_f(run1("Slice", {x, I({2}, {-1, 1}), I({2}, {100, 100})}), {1, 2}, {4, 5});
+  expect_f(run1("Gather", {x, I({2}, {-1, 0})}, {{"axis", ai(1)}}), {2, 2}, {2, 0, 5, 3});
+  const Tensor emb = iota({4, 2});
+  expect_f(run1("Gather", {emb, I({2, 1}, {3, 1})}), {2, 1, 2}, {6, 7, 2, 3});
+  EXPECT_THROW(run1("Gather", {emb, I({1}, {4})}), loom::rt::Error);
+  expect_f(run1("Concat", {x, x}, {{"axis", ai(-1)}}), {2, 6}, {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5});
+  const auto parts = run("Split", {x, I({2}, {1, 2})}, {{"axis", ai(1)}}, 2);
+  expect_f(parts[0], {2, 1}, {0, 3});
+  expect_f(parts[1], {2, 2}, {1, 2, 4, 5});
+  expect_f(run1("Expand", {F({2, 1}, {1, 2}), I({3}, {2, 1, 3})}), {2, 2, 3}, {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2});
+}
+
+TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
+  const Tensor x = iota({2, 3, 4});
+  expect_i(run1("Shape", {x}), {3}, {2, 3, 4});
+  expect_i(run1("Shape", {x}, {{"start", ai(-2)}}), {2}, {3, 4});
+  expect_i(run1("Range", {I({}, {5}), I({}, {-1}), I({}, {-2})}), {3}, {5, 3, 1});
+  expect_f(run1("Range", {F({}, {0}), F({}, {1}), F({}, {0.25})}), {4}, {0, 0.25, 0.5, 0.75});
+  Attr v;
+  v.kind = Attr::kTensor, v.t = I({1}, {7});
+  expect_i(run1("ConstantOfShape", {I({2}, {2, 2})}, {{"value", v}}), {2, 2}, {7, 7, 7, 7});
+  const Tensor m = F({3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1});
+  expect_f(run1("Trilu", {m}, {{"upper", ai(0)}}), {3, 3}, {1, 0, 0, 1, 1, 0, 1, 1, 1});
+  expect_f(run1("Trilu", {m, I({}, {1})}), {3, 3}, {0, 1, 1, 0, 0, 1, 0, 0, 0});
+  const Tensor p = F({1, 2}, {1, 2});
+  expect_f(run1("Pad", {p, I({4}, {0, 1, 1, 0}), F({}, {9})}), {2, 3}, {9, 1, 2, 9, 9, 9});
+  expect_f(run1("Pad", {p, I({4}, {0, -1, 0, 0})}), {1, 1}, {2});
+  EXPECT_THROW(run1("Pad", {p, I({4}, {0, 0, 0, 0})}, {{"mode", as("reflect")}}), loom::rt::Error);
+}
+
+TEST(GraphModel, RefusesAFileThatIsNotOnnx) {
+  const std::string path = "/tmp/loom-graph-test-not-onnx.onnx";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fputs("this is not a protobuf \xff\xff\xff", f);
+  std::fclose(f);
+  try {
+    loom::rt::graph::Model::load(path);
+    FAIL() << "text loaded as ONNX";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not an ONNX model"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(loom::rt::graph::Model::load("/nonexistent/model.onnx"), loom::rt::Error);
+}
+
+}  // namespace
