@@ -10,6 +10,7 @@
 
 #include "calibrate.hpp"
 #include "loom/rt/io/data.hpp"
+#include "loom/rt/io/onnx_export.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "model_eval.hpp"
@@ -309,9 +310,12 @@ int cmd_convert(int argc, char** argv) {
   require(vm, "output", "convert");
   auto ext = [](const std::string& p) { return p.substr(p.find_last_of('.') == std::string::npos ? p.size() : p.find_last_of('.')); };
   const std::string a = ext(in), b = ext(out);
-  if (!((a == ".h5" && b == ".onnx") || (a == ".onnx" && b == ".h5")))
-    throw Usage{"convert goes .h5 -> .onnx or .onnx -> .h5 (by extension), not " + a + " -> " + b};
-  throw rt::Error("convert: ONNX is not in this build yet (the ONNX graph executor and exporter are issue 14); nothing written");
+  if (a == ".onnx" && b == ".h5")
+    throw rt::Error("convert: .onnx -> .h5 is not supported (loom-serve serves model.onnx itself); nothing written");
+  if (!(a == ".h5" && b == ".onnx")) throw Usage{"convert goes .h5 -> .onnx (by extension), not " + a + " -> " + b};
+  rt::export_onnx(in, out, "loom-compress");
+  std::printf("%s: written from %s\n", out.c_str(), in.c_str());
+  return 0;
 }
 
 }  // namespace loom::compress

@@ -85,4 +85,9 @@ void op_batch_norm(const Node&, const std::vector<const Tensor*>&, std::vector<T
 void op_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Max/AveragePool
 void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
+// ops_quant.cpp
+void op_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_dequantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_clip(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+
 }  // namespace loom::rt::graph

@@ -24,6 +24,7 @@ OpFn find_op(const std::string& op) {
       {"LayerNormalization", op_layer_norm},
       {"Conv", op_conv}, {"BatchNormalization", op_batch_norm}, {"MaxPool", op_pool}, {"AveragePool", op_pool},
       {"GlobalAveragePool", op_global_avg_pool},
+      {"QuantizeLinear", op_quantize_linear}, {"DequantizeLinear", op_dequantize_linear}, {"Clip", op_clip},
   };
   auto it = ops.find(op);
   return it == ops.end() ? nullptr : it->second;

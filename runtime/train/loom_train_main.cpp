@@ -101,7 +101,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("threads", po::value(&c.threads)->default_value(1), "CPU threads")
       ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
       ("precision", po::value(&c.precision)->default_value("fp32"), "fp32 | fp16 | bf16 (fp32 master weights)")
-      ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5)")
+      ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5; FILE.onnx: ONNX, mlp only)")
       ("init", po::value(&c.init_path), "mlp: start from this model FILE's weights (its layers unless --layers is given)")
       ("qat", po::bool_switch(&c.qat), "mlp: quantization-aware training (CPU); --export writes the INT8 model")
       ("qat-weight-scales", po::value(&qat_scales)->default_value("per-channel"), "--qat: per-channel | per-tensor weight scales")

@@ -9,6 +9,8 @@
 #include <initializer_list>
 #include <vector>
 
+#include "loom/rt/io/onnx_export.hpp"
+
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/augment.hpp"
 
@@ -71,6 +73,11 @@ void validate(const TrainConfig& c) {
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))
     throw Error("--comm-timeout must be between 0 and 86400 seconds, not " + num(c.comm_timeout));
   for (int w : c.layers) positive("--layers (each width)", w);
+  const std::string& e = c.export_path;
+  if (e.size() > 5 && e.compare(e.size() - 5, 5, ".onnx") == 0) {
+    if (c.model != "mlp") throw Error("--export " + e + ": only mlp models export to ONNX (export a gpt as .h5)");
+    if (!onnx_export_available()) throw Error("--export " + e + ": this build writes no ONNX (configure found no libonnx-dev)");
+  }
   not_negative("--ckpt-every", static_cast<double>(c.ckpt_every));
   not_negative("--ckpt-every-min", c.ckpt_every_min);
   positive("--ckpt-keep", c.ckpt_keep);

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/onnx_export.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/train/batch_plan.hpp"
@@ -58,6 +60,7 @@ class Trainer {
   void checkpoint(int64_t epoch, int64_t b, const StepVotes& votes);
   void evaluate(int64_t epoch);
   void finish(TrainResult* r);
+  void export_to(const std::string& path);
   RunParts parts() { return {*task_, opt_, precision_, plan_, sync_}; }
   bool preflight() const;  // what must be said or refused before the ranks start agreeing
 
@@ -247,7 +250,7 @@ void Trainer::finish(TrainResult* r) {
                    std::to_string(total_) + " (the export is written when a resumed run finishes)",
                "\"level\":\"warning\",\"event\":\"export_skipped\"");
     } else {
-      task_->export_model(c_.export_path);
+      export_to(c_.export_path);
       rep_.say("exported " + c_.export_path, "\"level\":\"info\",\"event\":\"export\"");
     }
   }
@@ -256,6 +259,21 @@ void Trainer::finish(TrainResult* r) {
 }
 
 }  // namespace
+
+// FILE.onnx: the HDF5 model beside it first, then converted (the one writer of each format).
+void Trainer::export_to(const std::string& path) {
+  const bool onnx = path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+  if (!onnx) return task_->export_model(path);
+  const std::string h5 = path + ".h5.tmp";
+  task_->export_model(h5);
+  try {
+    export_onnx(h5, path, "loom-train");
+  } catch (...) {
+    std::remove(h5.c_str());
+    throw;
+  }
+  std::remove(h5.c_str());
+}
 
 void Task::export_model(const std::string& path) {
   std::vector<Param> host;

@@ -86,7 +86,9 @@ bad "quantize an INT8 file" 1 "int8 model; quantize takes the float model" "$B/l
 head -c 4096 /dev/urandom > junk.h5
 bad "not a Loom file" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" quantize junk.h5 -o out.h5
 bad "unknown observer" 2 "observer must be minmax, percentile or entropy" "$B/loom-compress" quantize fp32.h5 -o out.h5 --observer kl
-bad "convert before ONNX" 1 "ONNX is not in this build" "$B/loom-compress" convert fp32.h5 out.onnx
+bad "convert .onnx to .h5" 1 "onnx -> .h5 is not supported" "$B/loom-compress" convert x.onnx out.h5
+bad "convert to .txt" 2 "convert goes .h5 -> .onnx" "$B/loom-compress" convert fp32.h5 out.txt
+bad "convert a file that is not Loom's" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" convert junk.h5 out.onnx
 if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
   # mlp_file FILE W0,W1,W2: a float Loom MLP file written by h5py, every weight 0.01.
   mlp_file() {
@@ -109,8 +111,37 @@ PY
     "$B/loom-compress" distill --teacher five.h5 --student-layers 784,16,10 -o out.h5
 fi
 
+# ONNX export: the float model as Gemm/Relu, the INT8 one as QDQ, loom-train's own export;
+# ONNX's checker (python3-onnx) accepts each, and loom-serve answers from them as from the HDF5.
+onnx_built=0
+[ -x "$B/tests/parity/onnx_run" ] && onnx_built=1
+mkdir -p repo/fp/1 repo/q/1 repo/fpo/1 repo/qo/1 repo/to/1
+if [ $onnx_built = 1 ]; then
+  run_cmd "$B/loom-compress" convert fp32.h5 repo/fpo/1/model.onnx
+  expect_eq "convert the float model" 0 "$rc"
+  run_cmd "$B/loom-compress" convert int8.h5 repo/qo/1/model.onnx
+  expect_eq "convert the INT8 model" 0 "$rc"
+  run_cmd "$B/loom-train" --layers 784,16,10 --steps 5 --global-batch 64 --export repo/to/1/model.onnx --log-every 1000
+  expect_eq "loom-train --export FILE.onnx" 0 "$rc"
+  echo "hello" > t.txt
+  bad "loom-train --export .onnx of a gpt" 2 "only mlp models export to ONNX" "$B/loom-train" --model gpt --data text:t.txt --export g.onnx
+  if /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
+    ops=$(/usr/bin/python3 - repo/fpo/1/model.onnx repo/qo/1/model.onnx repo/to/1/model.onnx <<'PY'
+import collections, onnx, sys
+for p in sys.argv[1:]:
+    m = onnx.load(p)
+    onnx.checker.check_model(m, full_check=True)
+    print(p.split("/")[1], m.opset_import[0].version, m.graph.input[0].type.tensor_type.elem_type,
+          ",".join(sorted(collections.Counter(n.op_type for n in m.graph.node))))
+PY
+    )
+    expect_match "the checker accepts the float export: Gemm/Relu, UINT8 pixels in" "fpo 13 2 Add,Cast,Gemm,Mul,Relu" "$ops"
+    expect_match "the checker accepts the INT8 export: QDQ" "qo 13 2 Add,Cast,Clip,DequantizeLinear,Gemm,Mul,QuantizeLinear,Relu" "$ops"
+    expect_match "the checker accepts loom-train's export" "to 13 2" "$ops"
+  fi
+fi
+
 # loom-serve serves the INT8 file with the INT8 kernels and says so.
-mkdir -p repo/fp/1 repo/q/1
 cp fp32.h5 repo/fp/1/model.h5
 cp int8.h5 repo/q/1/model.h5
 serve_start serve --model-repository repo --grpc-port 0
@@ -131,6 +162,18 @@ b = np.array(json.loads(sys.argv[2])['outputs'][0]['data']).reshape(8, 10)
 print('same' if (a.argmax(1) == b.argmax(1)).sum() >= 7 and np.abs(a - b).max() < 0.1 * np.abs(a).max() + 0.1 else 'differ %s' % np.abs(a - b).max())
 " "$a" "$b" 2>&1)
 expect_eq "INT8 logits near the float model's" "same" "$verdict"
+if [ $onnx_built = 1 ]; then
+  c=$(curl -s -d @req.json "$http/v2/models/fpo/infer"); d=$(curl -s -d @req.json "$http/v2/models/qo/infer")
+  verdict=$(/usr/bin/python3 -c "
+import json, sys, numpy as np
+o = [np.array(json.loads(t)['outputs'][0]['data']).reshape(8, 10) for t in sys.argv[1:]]
+fp, q, fpo, qo = o
+print('fp', 'same' if np.abs(fp - fpo).max() <= 1e-4 * np.abs(fp).max() else 'differ %g' % np.abs(fp - fpo).max(),
+      'int8', 'same' if (q.argmax(1) == qo.argmax(1)).all() and np.abs(q - qo).max() <= 0.02 * np.abs(q).max() else 'differ %g' % np.abs(q - qo).max())
+" "$a" "$b" "$c" "$d" 2>&1)
+  expect_eq "the ONNX exports answer as the HDF5 models (float 1e-4, INT8 same classes)" "fp same int8 same" "$verdict"
+  expect_match "the ONNX model's metadata: UINT8 pixels in" '"inputs":\[\{"datatype":"UINT8","name":"input","shape":\[-1,784\]\}\]' "$(curl -s "$http/v2/models/fpo")"
+fi
 expect_match "metrics say the precision" 'loom_serve_model_info\{model="q",version="1",precision="int8"\} 1' "$(curl -s "$http/metrics")"
 kill "$pid"; wait "$pid" 2>/dev/null
 finish

@@ -316,6 +316,25 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
   EXPECT_THROW(run1("Pad", {p, I({4}, {0, 0, 0, 0})}, {{"mode", as("reflect")}}), loom::rt::Error);
 }
 
+TEST(GraphOps, QuantizeDequantizeAndClip) {
+  const Tensor x = F({2, 3}, {-1, 0.5, 1.5, 2.5, 100, 0.25});
+  Tensor zp = Tensor::empty({}, DType::kU8);
+  zp.data<uint8_t>()[0] = 10;
+  const Tensor q = run1("QuantizeLinear", {x, F({}, {0.5}), zp});
+  ASSERT_EQ(q.dtype(), DType::kU8);
+  // round half to even: 1.0 -> 1, 3 -> 3, 5 -> 5, 0.5 -> 0; 200 + 10 saturates at 255
+  EXPECT_EQ(std::vector<int>(q.data<uint8_t>(), q.data<uint8_t>() + 6), (std::vector<int>{8, 11, 13, 15, 210, 10}));
+  expect_f(run1("DequantizeLinear", {q, F({}, {0.5}), zp}), {2, 3}, {-1, 0.5, 1.5, 2.5, 100, 0});
+  Tensor w = Tensor::empty({2, 2}, DType::kI8);
+  w.data<int8_t>()[0] = -128, w.data<int8_t>()[1] = 1, w.data<int8_t>()[2] = 2, w.data<int8_t>()[3] = 127;
+  const Tensor z = Tensor::zeros({2}, DType::kI8);
+  expect_f(run1("DequantizeLinear", {w, F({2}, {1, 0.5}), z}, {{"axis", ai(0)}}), {2, 2}, {-128, 1, 1, 63.5});
+  EXPECT_THROW(run1("DequantizeLinear", {w, F({3}, {1, 1, 1}), Tensor::zeros({3}, DType::kI8)}, {{"axis", ai(0)}}),
+               loom::rt::Error);
+  EXPECT_THROW(run1("QuantizeLinear", {x, F({}, {0})}), loom::rt::Error);
+  expect_f(run1("Clip", {x, F({}, {0}), F({}, {2})}), {2, 3}, {0, 0.5, 1.5, 2, 2, 0.25});
+}
+
 TEST(GraphModel, RefusesAFileThatIsNotOnnx) {
   const std::string path = "/tmp/loom-graph-test-not-onnx.onnx";
   FILE* f = std::fopen(path.c_str(), "wb");
