@@ -1,9 +1,13 @@
 // executor.cpp — the graph once at load (topological order, constants folded: the shape
-// arithmetic PyTorch's exporter writes mostly becomes constants; Gemm/Conv + Relu fused; each
+// arithmetic PyTorch's exporter writes mostly becomes constants; patterns fused (fuse.cpp); each
 // value's last use found, so its buffer returns to the allocator's cache for the next node),
 // then each run on host tensors.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "ops.hpp"
 
@@ -76,28 +80,7 @@ void Model::prepare() {
     }
   }
   nodes_ = std::move(kept);
-  std::vector<int> uses(names_.size(), 0);
-  for (const Node& n : nodes_)
-    for (int v : n.in)
-      if (v >= 0) ++uses[static_cast<size_t>(v)];
-  for (int v : output_ids_) uses[static_cast<size_t>(v)] += 1000;  // never fused away
-  // Gemm / Conv + Relu: the producer applies ReLU and takes the Relu's output.
-  for (size_t i = 0; i + 1 < nodes_.size(); ++i) {
-    Node& p = nodes_[i];
-    if ((p.op != "Gemm" && p.op != "Conv") || p.out.size() != 1) continue;
-    for (size_t j = i + 1; j < nodes_.size(); ++j) {
-      Node& r = nodes_[j];
-      if (r.op != "Relu" || r.in.size() != 1 || r.in[0] != p.out[0] || uses[static_cast<size_t>(p.out[0])] != 1) continue;
-      Attr a;
-      a.kind = Attr::kInt, a.i = 1;
-      p.attrs["loom.relu"] = a;
-      p.out[0] = r.out[0];
-      r.op.clear();  // removed below
-      ++fused_;
-      break;
-    }
-  }
-  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.op.empty(); }), nodes_.end());
+  fused_ = fuse_nodes(nodes_, constants_, output_ids_);
   // Each value's last reader releases it, unless it is an output or a constant.
   std::vector<int> last(names_.size(), -1);
   for (size_t i = 0; i < nodes_.size(); ++i)
@@ -126,10 +109,16 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
                     ", got " + t.shape_str());
     vals[static_cast<size_t>(input_ids_[i])] = t;
   }
+  static const bool profile = std::getenv("LOOM_GRAPH_PROFILE") != nullptr;
+  std::map<std::string, double> spent;
   for (size_t i = 0; i < nodes_.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
     run_node(nodes_[i], vals);
+    if (profile) spent[nodes_[i].op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (int v : release_[i]) vals[static_cast<size_t>(v)] = Tensor();
   }
+  if (profile)  // LOOM_GRAPH_PROFILE=1: seconds by operator, on stderr
+    for (const auto& [op, s] : spent) std::fprintf(stderr, "loom graph profile: %-20s %8.3f ms\n", op.c_str(), s * 1e3);
   std::vector<Tensor> out;
   for (size_t k = 0; k < output_ids_.size(); ++k) {
     const Tensor& t = vals[static_cast<size_t>(output_ids_[k])];

@@ -40,6 +40,9 @@ std::vector<int64_t> strides_of(const Shape& s);
 Tensor view_as(const Tensor& src, const Shape& shape);
 Tensor make_i64(const std::vector<int64_t>& v, const Shape& shape);
 
+// fuse.cpp: the load-time fusions over nodes in execution order; returns how many nodes went.
+int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids);
+
 // Kernel families, each in its file; the registry (ops_registry.cpp) names them.
 // ops_elementwise.cpp
 void op_add(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
@@ -85,6 +88,8 @@ void op_batch_norm(const Node&, const std::vector<const Tensor*>&, std::vector<T
 void op_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Max/AveragePool
 void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
+void op_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Gelu (ops_fused.cpp)
+void op_affine(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Affine (fused)
 // ops_quant.cpp
 void op_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_dequantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);

@@ -296,4 +296,23 @@ void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
   out[0] = y;
 }
 
+// Loom.Affine (fuse.cpp): y = x * scale + shift in one pass, x float32 or uint8.
+void op_affine(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  const float a = attr_f(n, "loom.scale", 1), b = attr_f(n, "loom.shift", 0);
+  Tensor y = Tensor::empty(x.shape());
+  float* py = y.f32();
+  const int64_t total = x.numel();
+  if (x.dtype() == DType::kU8) {
+    const uint8_t* px = x.data<uint8_t>();
+    for (int64_t i = 0; i < total; ++i) py[i] = static_cast<float>(px[i]) * a + b;
+  } else if (x.dtype() == DType::kF32) {
+    const float* px = x.f32();
+    for (int64_t i = 0; i < total; ++i) py[i] = px[i] * a + b;
+  } else {
+    op_error(n, std::string("an affine pass over ") + dtype_name(x.dtype()));
+  }
+  out[0] = y;
+}
+
 }  // namespace loom::rt::graph

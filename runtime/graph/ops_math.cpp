@@ -6,11 +6,27 @@
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "ops.hpp"
+#include "ops_fused.hpp"
 
 namespace loom::rt::graph {
 
+// The fusion pass's epilogue of a MatMul: a bias row (input 2) and the erf GELU.
+void matmul_epilogue(const Node& n, const std::vector<const Tensor*>& in, Tensor& y) {
+  const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
+  const bool gelu = attr_i(n, "loom.gelu", 0) != 0;
+  if (!bias && !gelu) return;
+  const int64_t cols = y.dim(-1), rows = cols ? y.numel() / cols : 0;
+  if (bias) {
+    if (bias->numel() != cols || bias->dtype() != DType::kF32) op_error(n, "the fused bias does not match the output");
+    bias_rows(y.f32(), bias->f32(), rows, cols, gelu);
+  } else {
+    gelu_rows(y.f32(), y.f32(), y.numel());
+  }
+}
+
 void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a0 = need(n, in, 0), &b0 = need(n, in, 1);
+  const float alpha = attr_f(n, "loom.alpha", 1.0f);
   if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
   if (a0.ndim() == 0 || b0.ndim() == 0) op_error(n, "MatMul of a scalar");
   const bool a_vec = a0.ndim() == 1, b_vec = b0.ndim() == 1;
@@ -27,8 +43,9 @@ void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<
   if (bb.empty() || numel_of(bb) == 1) {  // a weight: every row of a in one GEMM
     const int64_t rows = numel_of(ab) * M;
     if (numel_of(batch) == numel_of(ab)) {
-      cpu::gemm(false, false, static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), 1.0f, a.f32(),
+      cpu::gemm(false, false, static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), alpha, a.f32(),
                 static_cast<int>(K), b.f32(), static_cast<int>(N), 0.0f, y.f32(), static_cast<int>(N));
+      matmul_epilogue(n, in, y);
       out[0] = y;
       return;
     }
@@ -42,7 +59,7 @@ void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    cpu::gemm(false, false, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f,
+    cpu::gemm(false, false, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
               a.f32() + oa * M * K, static_cast<int>(K), b.f32() + ob * K * N, static_cast<int>(N), 0.0f,
               y.f32() + i * M * N, static_cast<int>(N));
     for (size_t d = batch.size(); d-- > 0;) {
@@ -50,6 +67,7 @@ void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<
       idx[d] = 0;
     }
   }
+  matmul_epilogue(n, in, y);
   out[0] = y;
 }
 
@@ -67,6 +85,16 @@ void op_gemm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   Tensor y = Tensor::empty({M, N});
   float* py = y.f32();
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
+  const bool relu = attr_i(n, "loom.relu", 0) != 0;
+  if (c && c->dtype() != DType::kF32) op_error(n, "C must be float32");
+  if (c && (c->numel() == N && (c->ndim() == 1 || (c->ndim() == 2 && c->dim(0) == 1))) && beta == 1.0f) {
+    // A bias row: the GEMM, then the runtime's fused bias + activation (as the native MLP runs it).
+    cpu::gemm(ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.f32(),
+              static_cast<int>(a.dim(1)), b.f32(), static_cast<int>(b.dim(1)), 0.0f, py, static_cast<int>(N));
+    cpu::bias_act(py, c->f32(), static_cast<int>(M), static_cast<int>(N), relu ? cpu::Act::kRelu : cpu::Act::kNone);
+    out[0] = y;
+    return;
+  }
   float acc = 0.0f;
   if (c && beta != 0.0f) {
     const Shape s = broadcast_shape(n, c->shape(), {M, N});
@@ -78,7 +106,7 @@ void op_gemm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   }
   cpu::gemm(ta, tb, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.f32(),
             static_cast<int>(a.dim(1)), b.f32(), static_cast<int>(b.dim(1)), acc, py, static_cast<int>(N));
-  if (attr_i(n, "loom.relu", 0))
+  if (relu)
     for (int64_t i = 0; i < M * N; ++i) py[i] = py[i] > 0 ? py[i] : 0.0f;
   out[0] = y;
 }
@@ -95,6 +123,11 @@ void op_softmax(const Node& n, const std::vector<const Tensor*>& in, std::vector
   Tensor y = Tensor::empty(x.shape());
   const float* px = x.f32();
   float* py = y.f32();
+  if (inner == 1) {  // the last axis: contiguous rows
+    softmax_rows(px, py, outer, dim, log);
+    out[0] = y;
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const float* r = px + o * dim * inner + i;
@@ -184,19 +217,7 @@ void op_layer_norm(const Node& n, const std::vector<const Tensor*>& in, std::vec
   const float *px = x.f32(), *g = scale.f32(), *b = bias ? bias->f32() : nullptr;
   float* py = y.f32();
   std::vector<float> means(static_cast<size_t>(rows)), invs(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * cols;
-    float* yr = py + r * cols;
-    float mean = 0;
-    for (int64_t c = 0; c < cols; ++c) mean += xr[c];
-    mean /= static_cast<float>(cols);
-    float var = 0;
-    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
-    const float inv = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * inv * g[c] + (b ? b[c] : 0.0f);
-    means[static_cast<size_t>(r)] = mean;
-    invs[static_cast<size_t>(r)] = inv;
-  }
+  layer_norm_rows(px, g, b, py, rows, cols, eps, means.data(), invs.data());
   out[0] = y;
   for (size_t k = 1; k < out.size(); ++k) {  // Mean and InvStdDev, when asked for
     Shape s = x.shape();

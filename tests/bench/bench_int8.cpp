@@ -86,9 +86,12 @@ int bench_gemm(int argc, char** argv) {
   return 0;
 }
 
+int bench_infer_onnx(const std::string& onnx, const std::string& h5, int batch, int seq, int int_max, int threads, int reps,
+                     const std::string& format);
+
 int bench_infer(int argc, char** argv) {
-  std::string fp32, int8, format = "text";
-  int batch = 256, threads = 1, reps = 20;
+  std::string fp32, int8, onnx, format = "text";
+  int batch = 256, threads = 1, reps = 20, seq = 128, int_max = 100;
   Args a(argc, argv);
   if (!a.ok) return bad("infer", "options come as --name value pairs");
   for (const auto& [key, v] : a.kv) {
@@ -98,11 +101,23 @@ int bench_infer(int argc, char** argv) {
     else if (key == "threads") threads = std::stoi(v);
     else if (key == "reps") reps = std::stoi(v);
     else if (key == "format") format = v;
-    else return bad("infer", "unknown option --" + key + " (--model --compare --batch --threads --reps --format)");
+    else if (key == "onnx") onnx = v;
+    else if (key == "seq") seq = std::stoi(v);
+    else if (key == "int-max") int_max = std::stoi(v);
+    else return bad("infer", "unknown option --" + key + " (--model --compare --onnx --batch --seq --int-max --threads --reps --format)");
   }
-  if (fp32.empty() || int8.empty()) return bad("infer", "needs --model FP32.h5 --compare INT8.h5");
-  if (batch <= 0 || threads <= 0 || reps <= 0 || (format != "text" && format != "json"))
-    return bad("infer", "--batch --threads --reps must be positive, --format text or json");
+  if (batch <= 0 || threads <= 0 || reps <= 0 || seq <= 0 || int_max <= 0 || (format != "text" && format != "json"))
+    return bad("infer", "--batch --seq --int-max --threads --reps must be positive, --format text or json");
+  if (!onnx.empty()) {
+    if (!int8.empty()) return bad("infer", "--onnx compares with --model FILE.h5, not --compare");
+    try {
+      return bench_infer_onnx(onnx, fp32, batch, seq, int_max, threads, reps, format);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-bench infer: %s\n", e.what());
+      return 1;
+    }
+  }
+  if (fp32.empty() || int8.empty()) return bad("infer", "needs --model FP32.h5 --compare INT8.h5, or --onnx FILE.onnx [--model FILE.h5]");
   try {
     loom::rt::cpu::set_threads(threads);
     loom::rt::Mlp m = loom::rt::load_mlp(fp32);

@@ -369,6 +369,7 @@ int usage(std::FILE* to = stderr) {
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
                "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n"
+               "       loom-bench infer --onnx FILE.onnx [--model FILE.h5] [--batch B] [--seq T] [--int-max V] [--threads T]\n"
                "Any of them with --mllog FILE appends its figures to FILE as MLPerf-style :::MLLOG lines.\n");
   return 2;
 }

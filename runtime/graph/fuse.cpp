@@ -1,0 +1,222 @@
+// fuse.cpp — the load-time fusions: patterns PyTorch's exporter writes that run faster as one
+// kernel. Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
+// -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
+// GELU subgraph as one pass; MatMul + bias row, MatMul / scalar (attention's scale) and
+// MatMul + GELU into the GEMM and its epilogue. A value that several nodes read, or that the graph returns, is never fused away.
+#include <algorithm>
+
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+namespace {
+
+Attr int_attr(int64_t v) {
+  Attr a;
+  a.kind = Attr::kInt, a.i = v;
+  return a;
+}
+
+Attr float_attr(float v) {
+  Attr a;
+  a.kind = Attr::kFloat, a.f = v;
+  return a;
+}
+
+struct Graph {
+  std::vector<Node>& nodes;
+  const std::vector<Tensor>& constants;
+  std::vector<int> uses;  // readers of each value (+1000 for the graph's outputs)
+
+  // The only node that reads value v, when exactly one does (and it is not a graph output).
+  Node* sole_reader(int v, size_t after) {
+    if (v < 0 || uses[static_cast<size_t>(v)] != 1) return nullptr;
+    for (size_t j = after + 1; j < nodes.size(); ++j)
+      for (int i : nodes[j].in)
+        if (i == v) return nodes[j].op.empty() ? nullptr : &nodes[j];
+    return nullptr;
+  }
+  // The float value of a one-element float constant, else false.
+  bool scalar(int v, float* out) const {
+    if (v < 0) return false;
+    const Tensor& t = constants[static_cast<size_t>(v)];
+    if (!t.defined() || t.numel() != 1 || t.dtype() != DType::kF32) return false;
+    *out = t.f32()[0];
+    return true;
+  }
+};
+
+int fuse_relu(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& p = g.nodes[i];
+    if ((p.op != "Gemm" && p.op != "Conv") || p.out.size() != 1) continue;
+    Node* r = g.sole_reader(p.out[0], i);
+    if (!r || r->op != "Relu") continue;
+    p.attrs["loom.relu"] = int_attr(1);
+    p.out[0] = r->out[0];
+    r->op.clear();
+    ++n;
+  }
+  return n;
+}
+
+// Mul(x, a) then Add(., b) with scalar constants a and b -> Loom.Affine(x): x * a + b, reading
+// x as uint8 when a Cast to float fed the Mul.
+int fuse_affine(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    float a, b;
+    if (m.op != "Mul" || m.in.size() != 2) continue;
+    const int x = g.scalar(m.in[1], &a) ? m.in[0] : g.scalar(m.in[0], &a) ? m.in[1] : -1;
+    if (x < 0) continue;
+    Node* add = g.sole_reader(m.out[0], i);
+    if (!add || add->op != "Add" || add->in.size() != 2) continue;
+    const int other = add->in[0] == m.out[0] ? add->in[1] : add->in[0];
+    if (!g.scalar(other, &b)) continue;
+    Node f;
+    f.op = "Loom.Affine";
+    f.name = m.name;
+    f.fn = op_affine;
+    f.in = {x};
+    f.out = {add->out[0]};
+    f.attrs["loom.scale"] = float_attr(a);
+    f.attrs["loom.shift"] = float_attr(b);
+    for (size_t j = 0; j < i; ++j) {  // a Cast uint8 -> float read by the Mul alone
+      Node& c = g.nodes[j];
+      if (c.op == "Cast" && c.out.size() == 1 && c.out[0] == x && g.uses[static_cast<size_t>(x)] == 1 &&
+          attr_i(c, "to", 0) == onnx_dtype(DType::kF32)) {
+        f.in = c.in;
+        f.attrs["loom.from_u8"] = int_attr(1);
+        c.op.clear();
+        ++n;
+      }
+    }
+    add->op.clear();
+    m = std::move(f);
+    ++n;
+  }
+  return n;
+}
+
+// The scalar constant beside value `x` among a binary node's two inputs, or false.
+bool other_scalar(const Graph& g, const Node& n, int x, float* c) {
+  if (n.in.size() != 2) return false;
+  if (n.in[0] == x) return g.scalar(n.in[1], c);
+  if (n.in[1] == x) return g.scalar(n.in[0], c);
+  return false;
+}
+
+bool near(float a, float b) { return a > b - 1e-4f && a < b + 1e-4f; }
+
+// The erf GELU as PyTorch exports nn.GELU: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5.
+int fuse_gelu(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& d = g.nodes[i];
+    float c;
+    if (d.op != "Div" || d.in.size() != 2 || !g.scalar(d.in[1], &c) || !near(c, 1.41421356f)) continue;
+    const int x = d.in[0];
+    Node* e = g.sole_reader(d.out[0], i);
+    if (!e || e->op != "Erf") continue;
+    Node* a = g.sole_reader(e->out[0], i);
+    if (!a || a->op != "Add" || !other_scalar(g, *a, e->out[0], &c) || !near(c, 1.0f)) continue;
+    Node* m = g.sole_reader(a->out[0], i);
+    if (!m || m->op != "Mul" || m->in.size() != 2 || (m->in[0] == a->out[0] ? m->in[1] : m->in[0]) != x) continue;
+    Node* h = g.sole_reader(m->out[0], i);
+    if (!h || h->op != "Mul" || !other_scalar(g, *h, m->out[0], &c) || !near(c, 0.5f)) continue;
+    Node f;
+    f.op = "Loom.Gelu";
+    f.name = d.name;
+    f.fn = op_gelu;
+    f.in = {x};
+    f.out = h->out;
+    e->op.clear(), a->op.clear(), m->op.clear(), h->op.clear();
+    d = std::move(f);
+    --g.uses[static_cast<size_t>(x)];
+    n += 4;
+  }
+  return n;
+}
+
+bool weight_matmul(const Graph& g, const Node& m) {
+  if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1) return false;
+  const Tensor& w = g.constants[static_cast<size_t>(m.in[1])];
+  return w.defined() && w.ndim() == 2 && w.dtype() == DType::kF32;
+}
+
+// MatMul(x, W) then Add of a constant bias row -> the MatMul adds it in its epilogue.
+int fuse_matmul_bias(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (!weight_matmul(g, m)) continue;
+    Node* a = g.sole_reader(m.out[0], i);
+    if (!a || a->op != "Add" || a->in.size() != 2) continue;
+    const int b = a->in[0] == m.out[0] ? a->in[1] : a->in[0];
+    const Tensor& bias = b >= 0 ? g.constants[static_cast<size_t>(b)] : Tensor();
+    const int64_t cols = g.constants[static_cast<size_t>(m.in[1])].dim(1);
+    if (!bias.defined() || bias.ndim() != 1 || bias.numel() != cols || bias.dtype() != DType::kF32) continue;
+    m.in.push_back(b);
+    m.out = a->out;
+    a->op.clear();
+    ++n;
+  }
+  return n;
+}
+
+// MatMul then Div by (or Mul by) a scalar constant -> the GEMM's alpha (attention's 1/sqrt(d)).
+int fuse_matmul_scale(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1) continue;
+    Node* d = g.sole_reader(m.out[0], i);
+    float c;
+    if (!d || (d->op != "Div" && d->op != "Mul") || !other_scalar(g, *d, m.out[0], &c) || c == 0.0f) continue;
+    if (d->op == "Div" && d->in[0] != m.out[0]) continue;  // c / MatMul is no scale
+    Attr a;
+    a.kind = Attr::kFloat, a.f = d->op == "Div" ? 1.0f / c : c;
+    m.attrs["loom.alpha"] = a;
+    m.out = d->out;
+    d->op.clear();
+    ++n;
+  }
+  return n;
+}
+
+// A MatMul whose output only a Loom.Gelu reads applies GELU in its epilogue.
+int fuse_matmul_gelu(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (m.op != "MatMul" || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
+    Node* e = g.sole_reader(m.out[0], i);
+    if (!e || e->op != "Loom.Gelu") continue;
+    m.attrs["loom.gelu"] = int_attr(1);
+    m.out = e->out;
+    e->op.clear();
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids) {
+  Graph g{nodes, constants, std::vector<int>(constants.size(), 0)};
+  for (const Node& n : nodes)
+    for (int v : n.in)
+      if (v >= 0) ++g.uses[static_cast<size_t>(v)];
+  for (int v : output_ids) g.uses[static_cast<size_t>(v)] += 1000;
+  int fused = fuse_relu(g);
+  fused += fuse_affine(g);
+  fused += fuse_gelu(g);
+  fused += fuse_matmul_bias(g);
+  fused += fuse_matmul_scale(g);
+  fused += fuse_matmul_gelu(g);
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
+  return fused;
+}
+
+}  // namespace loom::rt::graph

@@ -1,0 +1,19 @@
+// ops_fused.hpp — vectorised row loops (ops_fused.cpp) for the operators and fused kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::rt::graph {
+
+// y = 0.5 x (1 + erf(x / sqrt 2)) over n values.
+void gelu_rows(const float* x, float* y, int64_t n);
+// y[r, c] += bias[c], then the erf GELU when `gelu`.
+void bias_rows(float* y, const float* bias, int64_t rows, int64_t cols, bool gelu);
+// Softmax (or log-softmax) of each row of `cols` contiguous values.
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log);
+// (x - mean) / sqrt(var + eps) * g (+ b) per row; each row's mean and inverse deviation when
+// means / invs are not null.
+void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
+                     float* means, float* invs);
+
+}  // namespace loom::rt::graph
