@@ -114,12 +114,20 @@ void ServedModel::load_onnx(const std::string& device) {
 }
 
 int64_t ServedModel::opset() const { return graph_ ? graph_->opset() : 0; }
+
+std::string ServedModel::graph_summary() const {
+  if (!graph_) return "";
+  return std::to_string(graph_->node_count()) + " nodes, " + std::to_string(graph_->folded()) + " folded, " +
+         std::to_string(graph_->fused()) + " fused";
+}
 #else
 void ServedModel::load_onnx(const std::string&) {
   throw rt::Error(path_ + ": this build of loom-serve has no ONNX support (configure found no libonnx-dev)");
 }
 
 int64_t ServedModel::opset() const { return 0; }
+
+std::string ServedModel::graph_summary() const { return ""; }
 #endif
 
 std::vector<rt::Tensor> ServedModel::decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const {

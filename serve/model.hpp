@@ -51,6 +51,8 @@ class ServedModel {
   // first dimension); otherwise each request runs alone.
   bool batched() const { return batched_; }
   int64_t opset() const;
+  // An ONNX graph's shape after the load-time passes: "209 nodes, 133 folded, 60 fused".
+  std::string graph_summary() const;
   // "fp32", "int8" (run by the INT8 kernels) or "int8-weights" (dequantized weights, float
   // arithmetic), for metadata and metrics.
   const std::string& precision() const { return precision_; }

@@ -105,7 +105,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   if (model->generator()) {
     what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";
   } else if (model->opset()) {
-    what = "onnx opset " + std::to_string(model->opset()) + ", inputs";
+    what = "onnx opset " + std::to_string(model->opset()) + ", " + model->graph_summary() + ", inputs";
     for (const auto& d : model->inputs()) what += " " + d.name;
     what += model->batched() ? ", batched" : ", one request at a time";
   } else {

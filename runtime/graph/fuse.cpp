@@ -2,7 +2,7 @@
 // kernel. Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
 // GELU subgraph as one pass; MatMul + bias row, MatMul / scalar (attention's scale) and
-// MatMul + GELU into the GEMM and its epilogue. A value that several nodes read, or that the graph returns, is never fused away.
+// MatMul + GELU into the GEMM and its epilogue; rank-4 transposes around a MatMul as strides. A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
 #include "ops.hpp"
@@ -201,6 +201,51 @@ int fuse_matmul_gelu(Graph& g) {
   return n;
 }
 
+// The node that writes value v, when its one output is v (null otherwise).
+Node* producer(Graph& g, int v, size_t before) {
+  for (size_t j = 0; j < before; ++j)
+    if (!g.nodes[j].op.empty() && g.nodes[j].out.size() == 1 && g.nodes[j].out[0] == v) return &g.nodes[j];
+  return nullptr;
+}
+
+bool rank4_perm(const Node& t, std::vector<int64_t>* perm) {
+  *perm = attr_ints(t, "perm");
+  return perm->size() == 4;
+}
+
+// Rank-4 transposes around a MatMul become strides of its GEMMs: an operand whose last or
+// second-to-last axis stays the input's last (BLAS reads it as is or transposed), and an output
+// transpose that keeps the last axis. Only when the MatMul has no epilogue.
+int fuse_matmul_transposes(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
+    std::vector<int64_t> perm;
+    for (int k = 0; k < 2; ++k) {
+      Node* t = producer(g, m.in[static_cast<size_t>(k)], i);
+      if (!t || t->op != "Transpose" || !rank4_perm(*t, &perm) || g.uses[static_cast<size_t>(t->out[0])] != 1) continue;
+      if (perm[3] != 3 && perm[2] != 3) continue;
+      Attr a;
+      a.kind = Attr::kInts, a.ints = perm;
+      m.attrs[k == 0 ? "loom.perm_a" : "loom.perm_b"] = a;
+      m.in[static_cast<size_t>(k)] = t->in[0];
+      t->op.clear();
+      ++n;
+    }
+    Node* t = g.sole_reader(m.out[0], i);
+    if (t && t->op == "Transpose" && rank4_perm(*t, &perm) && perm[3] == 3) {
+      Attr a;
+      a.kind = Attr::kInts, a.ints = perm;
+      m.attrs["loom.perm_y"] = a;
+      m.out = t->out;
+      t->op.clear();
+      ++n;
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids) {
@@ -215,6 +260,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   fused += fuse_matmul_bias(g);
   fused += fuse_matmul_scale(g);
   fused += fuse_matmul_gelu(g);
+  fused += fuse_matmul_transposes(g);
   nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
   return fused;
 }

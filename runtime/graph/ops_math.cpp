@@ -24,9 +24,67 @@ void matmul_epilogue(const Node& n, const std::vector<const Tensor*>& in, Tensor
   }
 }
 
+namespace {
+
+// A rank-4 operand as the GEMMs see it: the tensor read through a transpose `perm` (the
+// fusion pass's loom.perm_a / loom.perm_b), each batch matrix by its offset and leading dimension.
+struct Operand4 {
+  Shape shape;                  // logical [b0, b1, rows, cols]
+  std::vector<int64_t> stride;  // element strides of the logical axes
+  bool trans = false;           // rows are contiguous (a transposed matrix for BLAS)
+  int64_t ld = 0;
+};
+
+Operand4 operand4(const Node& n, const Tensor& t, const std::vector<int64_t>& perm) {
+  if (t.ndim() != 4) op_error(n, "a fused transpose needs a rank-4 operand, got " + t.shape_str());
+  const auto st = strides_of(t.shape());
+  Operand4 o;
+  for (int k = 0; k < 4; ++k) {
+    const size_t p = static_cast<size_t>(perm.empty() ? k : perm[static_cast<size_t>(k)]);
+    o.shape.push_back(t.shape()[p]);
+    o.stride.push_back(st[p]);
+  }
+  if (o.stride[3] == 1) o.ld = o.stride[2];
+  else if (o.stride[2] == 1) o.trans = true, o.ld = o.stride[3];
+  else op_error(n, "a fused transpose leaves no contiguous matrix axis");
+  return o;
+}
+
+// MatMul over rank-4 operands read through transposes, its output written through one
+// (attention's Q K^T and P V without the copies).
+void matmul_strided4(const Node& n, const Tensor& a, const Tensor& b, float alpha, Tensor* out) {
+  const Operand4 A = operand4(n, a, attr_ints(n, "loom.perm_a")), B = operand4(n, b, attr_ints(n, "loom.perm_b"));
+  const int64_t M = A.shape[2], K = A.shape[3], N = B.shape[3];
+  if (B.shape[2] != K || A.shape[0] != B.shape[0] || A.shape[1] != B.shape[1])
+    op_error(n, "cannot multiply the fused operands " + a.shape_str() + " and " + b.shape_str());
+  const Shape ys = {A.shape[0], A.shape[1], M, N};
+  const std::vector<int64_t> py = attr_ints(n, "loom.perm_y", {0, 1, 2, 3});
+  Shape os(4);
+  for (int k = 0; k < 4; ++k) os[static_cast<size_t>(k)] = ys[static_cast<size_t>(py[static_cast<size_t>(k)])];
+  const auto ost = strides_of(os);
+  std::vector<int64_t> yst(4);  // where each axis of the product lands in the output
+  for (int k = 0; k < 4; ++k) yst[static_cast<size_t>(py[static_cast<size_t>(k)])] = ost[static_cast<size_t>(k)];
+  if (yst[3] != 1) op_error(n, "a fused output transpose must keep the last axis");
+  Tensor y = Tensor::empty(os);
+  for (int64_t i = 0; i < ys[0]; ++i)
+    for (int64_t j = 0; j < ys[1]; ++j)
+      cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
+                a.f32() + i * A.stride[0] + j * A.stride[1], static_cast<int>(A.ld),
+                b.f32() + i * B.stride[0] + j * B.stride[1], static_cast<int>(B.ld), 0.0f,
+                y.f32() + i * yst[0] + j * yst[1], static_cast<int>(yst[2]));
+  *out = y;
+}
+
+}  // namespace
+
 void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a0 = need(n, in, 0), &b0 = need(n, in, 1);
   const float alpha = attr_f(n, "loom.alpha", 1.0f);
+  if (has_attr(n, "loom.perm_a") || has_attr(n, "loom.perm_b") || has_attr(n, "loom.perm_y")) {
+    if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
+    matmul_strided4(n, a0, b0, alpha, &out[0]);
+    return;
+  }
   if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
   if (a0.ndim() == 0 || b0.ndim() == 0) op_error(n, "MatMul of a scalar");
   const bool a_vec = a0.ndim() == 1, b_vec = b0.ndim() == 1;

@@ -120,6 +120,11 @@ try:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
 
+    # The load-time passes ran: constants folded, and BERT's GELU, bias and attention fused.
+    for name in ("bert-13", "bert-17", "gpt2-17", "resnet-17"):
+        m = re.search(rf"loaded model {name} version 1 .*onnx opset \d+, (\d+) nodes, (\d+) folded, (\d+) fused", text)
+        check(m is not None and int(m.group(2)) > 0 and int(m.group(3)) > 0, f"{name}: no folding or fusion in the log")
+
     # Models that must not load: not ready, with the reason (the operator's domain and name).
     reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-18": "opset 18",
                "contradiction": "fails on zeros at batch 1: Gemm", "huge-claim": "2^33 elements", "truncated": "not an ONNX model"}
