@@ -49,14 +49,17 @@ std::vector<Node> topological(std::vector<Node> nodes, const std::vector<bool>& 
 }  // namespace
 
 void Model::run_node(const Node& n, std::vector<Tensor>& vals) const {
-  std::vector<const Tensor*> in(n.in.size(), nullptr);
+  thread_local std::vector<const Tensor*> in;  // reused: a node's run allocates only its outputs
+  thread_local std::vector<Tensor> out;
+  in.assign(n.in.size(), nullptr);
   for (size_t i = 0; i < n.in.size(); ++i)
     if (n.in[i] >= 0) {
       const Tensor& t = vals[static_cast<size_t>(n.in[i])];
       if (!t.defined()) throw Error(n.label() + ": input '" + names_[static_cast<size_t>(n.in[i])] + "' has no value");
       in[i] = &t;
     }
-  std::vector<Tensor> out(n.out.size());
+  out.clear();
+  out.resize(n.out.size());
   n.fn(n, in, out);
   for (size_t i = 0; i < n.out.size(); ++i)
     if (n.out[i] >= 0) vals[static_cast<size_t>(n.out[i])] = std::move(out[i]);

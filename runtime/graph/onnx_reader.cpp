@@ -6,6 +6,8 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -71,7 +73,13 @@ Tensor read_tensor(const onnx::TensorProto& t, const std::string& model_dir, con
     if (!safe_location(loc)) throw Error(what + ": external data location '" + loc + "' is outside the model's folder");
     if (length >= 0 && static_cast<size_t>(length) != bytes)
       throw Error(what + ": external data of " + std::to_string(length) + " bytes for " + std::to_string(bytes));
-    std::ifstream f(model_dir + "/" + loc, std::ios::binary);
+    char dir_real[PATH_MAX], file_real[PATH_MAX];  // and no symbolic link out of it either
+    if (!realpath(model_dir.c_str(), dir_real) || !realpath((model_dir + "/" + loc).c_str(), file_real))
+      throw Error(what + ": cannot open external data " + loc);
+    const std::string root = std::string(dir_real) + "/";
+    if (std::string(file_real).compare(0, root.size(), root) != 0)
+      throw Error(what + ": external data location '" + loc + "' resolves outside the model's folder");
+    std::ifstream f(file_real, std::ios::binary);
     if (!f) throw Error(what + ": cannot open external data " + loc);
     f.seekg(offset);
     if (!f.read(dst, static_cast<std::streamsize>(bytes)))
@@ -173,8 +181,13 @@ Model Loader::load(const std::string& path) {
     model.constants_[static_cast<size_t>(id)] = read_tensor(t, dir, path + ": initializer '" + t.name() + "'");
   }
   // Initializers first: their sizes are checked before ONNX's passes read them.
+  bool external = false;
+  for (const auto& t : g.initializer()) external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
   try {
-    onnx::checker::check_model(m);
+    // With external data the checker must know the model's folder, which only its path form
+    // sets (the file is read again; its data was read and checked above).
+    if (external) onnx::checker::check_model(path);
+    else onnx::checker::check_model(m);
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
   } catch (const std::exception& e) {
     throw Error(path + ": ONNX's checker refuses the model: " + e.what());

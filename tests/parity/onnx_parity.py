@@ -87,6 +87,25 @@ bad_model("contradiction", helper.make_graph([helper.make_node("Gemm", ["x", "w"
 huge = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 17, 1 << 17], raw_data=bytes(16))  # 2^34 elements
 bad_model("huge-claim", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
                                           [x_info], [y_info], [huge]))
+# External data: the same MLP with its weights in a file beside it (onnx.save's own layout), and
+# one whose location climbs out of its folder.
+ext = onnx.load(f"{repo}/mlp-17/1/model.onnx")
+os.makedirs(f"{repo}/mlp-external/1", exist_ok=True)
+onnx.save_model(ext, f"{repo}/mlp-external/1/model.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                location="weights.bin", size_threshold=0)
+refs["mlp-external"] = refs["mlp-17"]
+escape = onnx.load(f"{repo}/mlp-external/1/model.onnx", load_external_data=False)
+for t in escape.graph.initializer:
+    for kv in t.external_data:
+        if kv.key == "location":
+            kv.value = "../../mlp-external/1/weights.bin"
+os.makedirs(f"{repo}/external-escape/1", exist_ok=True)
+with open(f"{repo}/external-escape/1/model.onnx", "wb") as f:
+    f.write(escape.SerializeToString())
+os.makedirs(f"{repo}/external-link/1", exist_ok=True)
+os.symlink(os.path.abspath(f"{repo}/mlp-external/1/weights.bin"), f"{repo}/external-link/1/weights.bin")
+import shutil  # noqa: E402
+shutil.copy(f"{repo}/mlp-external/1/model.onnx", f"{repo}/external-link/1/model.onnx")
 os.makedirs(f"{repo}/truncated/1", exist_ok=True)
 blob = open(f"{repo}/bert-17/1/model.onnx", "rb").read()
 open(f"{repo}/truncated/1/model.onnx", "wb").write(blob[: len(blob) // 2])
@@ -127,7 +146,8 @@ try:
 
     # Models that must not load: not ready, with the reason (the operator's domain and name).
     reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-18": "opset 18",
-               "contradiction": "fails on zeros at batch 1: Gemm", "huge-claim": "2^33 elements", "truncated": "not an ONNX model"}
+               "contradiction": "fails on zeros at batch 1: Gemm", "huge-claim": "2^33 elements", "truncated": "not an ONNX model",
+               "external-escape": "outside the model's folder", "external-link": "resolves outside the model's folder"}
     for name, why in reasons.items():
         st, _ = get(f"{base}/{name}/ready")
         check(st != 200, f"{name} reported ready")
