@@ -110,8 +110,14 @@ os.makedirs(f"{repo}/truncated/1", exist_ok=True)
 blob = open(f"{repo}/bert-17/1/model.onnx", "rb").read()
 open(f"{repo}/truncated/1/model.onnx", "wb").write(blob[: len(blob) // 2])
 
+# The seed's bert-serving InferenceService (examples/), pointed at the exported BERT.
+example = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(proto_dir))), "examples", "bert-serving.yaml")).read()
+spec = os.path.join(work, "bert-serving.yaml")
+open(spec, "w").write(example.replace("file:///models/bert-serving/1/model.onnx", f"file://{repo}/bert-17/1/model.onnx"))
+refs["bert-serving"] = refs["bert-17"]
+
 log = open(os.path.join(work, "serve.log"), "w+")
-proc = subprocess.Popen([serve, "--model-repository", repo, "--http-port", "0", "--grpc-port", "0",
+proc = subprocess.Popen([serve, "--model-repository", repo, "--spec", spec, "--http-port", "0", "--grpc-port", "0",
                          "--max-queue-delay-us", "20000", "--max-batch-size", "16"], stderr=log)
 try:
     text = ""

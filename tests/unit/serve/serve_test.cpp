@@ -190,6 +190,53 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
   expect_bad("name: fm", "name: ../fm", "metadata.name");
   expect_bad("loom.ai/v1", "loom.ai/v2", "apiVersion must be loom.ai/v1");
   expect_bad("  model:\n", "  mode:\n", "unknown field spec.mode");
+  expect_bad("format: loom-hdf5", "format: ONNX", "format ONNX needs spec.model.path to name a .onnx file");
+  expect_bad("format: loom-hdf5", "format: tensorflow", "format 'tensorflow' is not supported (loom-hdf5 or ONNX)");
+  expect_bad("/model.h5", "/model.onnx", "names a .onnx file: say spec.model.format: ONNX");
+  std::string onnx = good;
+  onnx.replace(onnx.find("/model.h5\n    format: loom-hdf5"), 31, "/model.onnx\n    format: onnx");
+  EXPECT_EQ(loom::serve::load_spec(write(onnx)).format, "ONNX");
+}
+
+TEST(TensorIn, GraphInputsAreCheckedByNameTypeRankAndSize) {
+  using loom::serve::check_named;
+  using loom::serve::TensorDesc;
+  using loom::serve::TensorIn;
+  const std::vector<TensorDesc> want = {{"ids", "INT64", {-1, -1}}, {"mask", "BOOL", {-1, 4}}};
+  auto ids = [](int64_t rows, int64_t cols) { return TensorIn{"ids", "INT64", {rows, cols}, std::string(static_cast<size_t>(rows * cols * 8), '\0')}; };
+  auto mask = [](int64_t rows) { return TensorIn{"mask", "BOOL", {rows, 4}, std::string(static_cast<size_t>(rows * 4), '\1')}; };
+  int rows = 0;
+  auto got = check_named(want, {mask(2), ids(2, 7)}, 8, true, &rows);  // any order
+  EXPECT_EQ(rows, 2);
+  EXPECT_EQ(got[0]->name, "ids");
+  auto expect_bad = [&](const std::vector<TensorIn>& in, const char* what, int max_rows = 8) {
+    try {
+      check_named(want, in, max_rows, true, &rows);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ServeError& e) {
+      EXPECT_EQ(e.status, Status::kBadRequest);
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_bad({ids(2, 7)}, "missing input 'mask'");
+  expect_bad({ids(2, 7), mask(2), mask(2)}, "given twice");
+  expect_bad({ids(2, 7), mask(3)}, "has 3 rows");
+  expect_bad({ids(2, 7), mask(2)}, "--max-batch-size is 1", 1);
+  TensorIn bad_mask = mask(2);
+  bad_mask.data[3] = 2;
+  expect_bad({ids(2, 7), bad_mask}, "BOOL data must be 0 or 1");
+  TensorIn fixed = mask(2);
+  fixed.shape = {2, 5};
+  expect_bad({ids(2, 7), fixed}, "must have shape [-1, 4]");
+  TensorIn huge = ids(1, 1);
+  huge.shape = {int64_t{1} << 40, int64_t{1} << 20};
+  expect_bad({huge, mask(1)}, "claims more than 2^31 elements");
+  TensorIn typed = ids(2, 7);
+  typed.datatype = "INT32";
+  expect_bad({typed, mask(2)}, "input 'ids' must be INT64, not INT32");
+  TensorIn short_data = ids(2, 7);
+  short_data.data.resize(8);
+  expect_bad({short_data, mask(2)}, "holds 8 bytes");
 }
 
 TEST(Generate, StreamsWholeUtf8Characters) {
