@@ -1,7 +1,7 @@
 // fuse.cpp — the load-time fusions: patterns PyTorch's exporter writes that run faster as one
 // kernel. Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
-// GELU subgraph as one pass; MatMul + bias row, MatMul / scalar (attention's scale) and
+// GELU subgraph and opset 13's spelled-out LayerNorm as one node each; MatMul + bias row, MatMul / scalar (attention's scale) and
 // MatMul + GELU into the GEMM and its epilogue; rank-4 transposes around a MatMul as strides. A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
@@ -201,6 +201,75 @@ int fuse_matmul_gelu(Graph& g) {
   return n;
 }
 
+// Every node after `after` that reads value v.
+std::vector<Node*> readers(Graph& g, int v, size_t after) {
+  std::vector<Node*> r;
+  for (size_t j = after + 1; j < g.nodes.size(); ++j)
+    if (!g.nodes[j].op.empty() && std::find(g.nodes[j].in.begin(), g.nodes[j].in.end(), v) != g.nodes[j].in.end())
+      r.push_back(&g.nodes[j]);
+  return r;
+}
+
+bool last_axis_mean(const Node& n) {
+  return n.op == "ReduceMean" && n.in.size() == 1 && attr_ints(n, "axes") == std::vector<int64_t>{-1} &&
+         attr_i(n, "keepdims", 1) == 1;
+}
+
+// A constant 1-D float vector beside value `x` among a binary node's inputs, or -1.
+int other_vector(const Graph& g, const Node& n, int x) {
+  if (n.in.size() != 2 || (n.in[0] != x && n.in[1] != x)) return -1;
+  const int o = n.in[0] == x ? n.in[1] : n.in[0];
+  const Tensor& t = o >= 0 ? g.constants[static_cast<size_t>(o)] : Tensor();
+  return t.defined() && t.ndim() == 1 && t.dtype() == DType::kF32 ? o : -1;
+}
+
+// LayerNorm as opset 13/14 spells it out: ReduceMean(x) -> Sub -> Pow 2 -> ReduceMean -> Add
+// eps -> Sqrt -> Div -> Mul gamma [-> Add beta], all over the last axis -> LayerNormalization.
+int fuse_layer_norm(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& r1 = g.nodes[i];
+    if (!last_axis_mean(r1)) continue;
+    const int x = r1.in[0];
+    Node* s = g.sole_reader(r1.out[0], i);
+    if (!s || s->op != "Sub" || s->in.size() != 2 || s->in[0] != x || s->in[1] != r1.out[0]) continue;
+    const int d = s->out[0];
+    const auto rd = readers(g, d, i);
+    if (g.uses[static_cast<size_t>(d)] != 2 || rd.size() != 2) continue;
+    Node* p = rd[0]->op == "Pow" ? rd[0] : rd[1];
+    Node* dv = rd[0]->op == "Pow" ? rd[1] : rd[0];
+    float c, eps;
+    if (p->op != "Pow" || p->in[0] != d || !g.scalar(p->in[1], &c) || c != 2.0f) continue;
+    if (dv->op != "Div" || dv->in.size() != 2 || dv->in[0] != d) continue;
+    Node* r2 = g.sole_reader(p->out[0], i);
+    if (!r2 || !last_axis_mean(*r2)) continue;
+    Node* a = g.sole_reader(r2->out[0], i);
+    if (!a || a->op != "Add" || !other_scalar(g, *a, r2->out[0], &eps)) continue;
+    Node* q = g.sole_reader(a->out[0], i);
+    if (!q || q->op != "Sqrt" || g.sole_reader(q->out[0], i) != dv || dv->in[1] != q->out[0]) continue;
+    Node* mul = g.sole_reader(dv->out[0], i);
+    const int gamma = mul && mul->op == "Mul" ? other_vector(g, *mul, dv->out[0]) : -1;
+    if (gamma < 0) continue;
+    Node* add = g.sole_reader(mul->out[0], i);
+    const int beta = add && add->op == "Add" ? other_vector(g, *add, mul->out[0]) : -1;
+    Node f;
+    f.op = "LayerNormalization";
+    f.name = r1.name;
+    f.fn = op_layer_norm;
+    f.in = {x, gamma};
+    if (beta >= 0) f.in.push_back(beta);
+    f.out = beta >= 0 ? add->out : mul->out;
+    f.attrs["axis"] = int_attr(-1);
+    f.attrs["epsilon"] = float_attr(eps);
+    for (Node* k : {s, p, dv, r2, a, q, mul}) k->op.clear();
+    if (beta >= 0) add->op.clear();
+    r1 = std::move(f);
+    --g.uses[static_cast<size_t>(x)];
+    n += beta >= 0 ? 8 : 7;
+  }
+  return n;
+}
+
 // The node that writes value v, when its one output is v (null otherwise).
 Node* producer(Graph& g, int v, size_t before) {
   for (size_t j = 0; j < before; ++j)
@@ -257,6 +326,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   int fused = fuse_relu(g);
   fused += fuse_affine(g);
   fused += fuse_gelu(g);
+  fused += fuse_layer_norm(g);
   fused += fuse_matmul_bias(g);
   fused += fuse_matmul_scale(g);
   fused += fuse_matmul_gelu(g);
