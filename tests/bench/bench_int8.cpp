@@ -6,26 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "best_of.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Best seconds of `reps` calls after one warm-up call.
-template <typename F>
-double best_of(int reps, F f) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t).count());
-  }
-  return best;
-}
+using loom::bench::best_of;
 
 struct Args {
   std::vector<std::pair<std::string, std::string>> kv;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "best_of.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 
@@ -20,19 +21,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-template <typename F>
-double best_seconds(int reps, F f) {
-  f();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t).count());
-  }
-  return best;
-}
+using loom::bench::best_of;
 
 }  // namespace
 
@@ -89,8 +78,8 @@ int bench_infer_onnx(const std::string& onnx, const std::string& h5, int batch, 
   // Interleaved rounds, the best of each side: drift of the machine's speed hits both alike.
   double t_onnx = 1e30, t_h5 = run_h5 ? 1e30 : 0;
   for (int round = 0; round < 5; ++round) {
-    t_onnx = std::min(t_onnx, best_seconds(std::max(1, reps / 5), run_onnx));
-    if (run_h5) t_h5 = std::min(t_h5, best_seconds(std::max(1, reps / 5), run_h5));
+    t_onnx = std::min(t_onnx, best_of(std::max(1, reps / 5), run_onnx));
+    if (run_h5) t_h5 = std::min(t_h5, best_of(std::max(1, reps / 5), run_h5));
   }
   const double r_onnx = batch / t_onnx, r_h5 = t_h5 > 0 ? batch / t_h5 : 0;
   if (format == "json") {
