@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/pipeline.hpp"
 #include "repository.hpp"
 
 namespace loom::serve {
@@ -32,6 +33,7 @@ class Forwarder {
 
 struct Context {
   Repository* repo = nullptr;         // null in the controller, which has a forwarder instead
+  std::vector<std::unique_ptr<PipelineRunner>> pipelines;  // InferencePipeline specs, served by name
   Forwarder* forward = nullptr;
   Metrics* metrics = nullptr;
   Options options;
@@ -49,6 +51,8 @@ struct Context {
   // The metrics label of a request's model: its name when loaded, else one shared label (an
   // attacker's names must not grow /metrics).
   std::string metrics_label(const std::string& name) const;
+  // The pipeline served as `name`, or null.
+  PipelineRunner* pipeline(const std::string& name) const;
   // Constant-time comparison of an "Authorization" header value with "Bearer <token>".
   bool authorized(const std::string& authorization) const;
   // The model's metadata as the protocol's JSON object (HTTP) — gRPC builds the same fields.

@@ -3,6 +3,10 @@
 // "authorization" metadata, UNAVAILABLE when a queue is full, DEADLINE_EXCEEDED on timeouts.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <climits>
+#include <mutex>
+
 #include <cstring>
 
 #include "frontend.hpp"
@@ -36,7 +40,7 @@ class Service final
   grpc::Status ModelReady(grpc::ServerContext* sc, const inference::ModelReadyRequest* req,
                           inference::ModelReadyResponse* res) override {
     return guarded(sc, [&] {
-      ctx_.repo->find(req->name(), req->version());
+      if (!ctx_.pipeline(req->name())) ctx_.repo->find(req->name(), req->version());
       res->set_ready(ctx_.ready.load() && !ctx_.stopping.load());
     });
   }
@@ -51,6 +55,14 @@ class Service final
   grpc::Status ModelMetadata(grpc::ServerContext* sc, const inference::ModelMetadataRequest* req,
                              inference::ModelMetadataResponse* res) override {
     return guarded(sc, [&] {
+      if (const PipelineRunner* p = ctx_.pipeline(req->name())) {
+        res->set_name(p->name());
+        res->add_versions("1");
+        res->set_platform("loom-pipeline");
+        for (const auto& d : p->inputs()) describe(d, res->add_inputs());
+        for (const auto& d : p->outputs()) describe(d, res->add_outputs());
+        return;
+      }
       auto b = ctx_.repo->find(req->name(), req->version());
       const ServedModel& m = b->model();
       res->set_name(m.name());
@@ -62,6 +74,7 @@ class Service final
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
+    if (PipelineRunner* p = ctx_.pipeline(req->model_name())) return infer_pipeline(sc, *p, *req, res);
     grpc::ServerUnaryReactor* reactor = sc->DefaultReactor();
     const std::string model = ctx_.metrics_label(req->model_name());  // unknown names share one label
     auto finish = [this, reactor, model](const grpc::Status& st) {
@@ -101,6 +114,77 @@ class Service final
   }
 
  private:
+  // A pipeline's call: its own reactor, so a client that cancels cancels the hops in flight.
+  // Two owners: gRPC (until OnDone) and infer_pipeline (until it has stored the run, which may
+  // already have answered).
+  class PipelineReactor : public grpc::ServerUnaryReactor {
+   public:
+    void OnCancel() override {
+      std::shared_ptr<PipelineRunner::Cancel> r;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        r = run;
+      }
+      if (r) r->cancel();
+    }
+    void OnDone() override { release(); }
+    void release() {
+      if (--refs == 0) delete this;
+    }
+    std::mutex mu;
+    std::shared_ptr<PipelineRunner::Cancel> run;
+    std::atomic<int> refs{2};
+  };
+
+  grpc::ServerUnaryReactor* infer_pipeline(grpc::CallbackServerContext* sc, PipelineRunner& p,
+                                           const inference::ModelInferRequest& req, inference::ModelInferResponse* res) {
+    auto* reactor = new PipelineReactor;
+    const std::string name = p.name();
+    auto finish = [this, reactor, name](const grpc::Status& st) {
+      ctx_.metrics->request(name, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
+      reactor->Finish(st);
+    };
+    grpc::Status st = guarded(sc, [&] {
+      std::vector<TensorIn> inputs = tensors_of(req);
+      std::vector<size_t> wanted;
+      for (const auto& o : req.outputs()) {
+        size_t k = 0;
+        while (k < p.outputs().size() && p.outputs()[k].name != o.name()) ++k;
+        if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "' of pipeline " + name);
+        wanted.push_back(k);
+      }
+      if (wanted.empty())
+        for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
+      int rows = 0;
+      std::vector<TensorIn> in;
+      for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows)) in.push_back(*t);
+      auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
+      const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
+      if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+      const std::string id = req.id();
+      auto run = p.run(std::move(in), deadline, [res, finish, wanted, name, id](PipelineRunner::Result r) {
+        if (r.status != Status::kOk) return finish(to_grpc(r.status, r.error));
+        res->set_model_name(name);
+        res->set_model_version("1");
+        res->set_id(id);
+        for (size_t k : wanted) {
+          const TensorIn& t = r.outputs[k];
+          auto* out = res->add_outputs();
+          out->set_name(t.name);
+          out->set_datatype(t.datatype);
+          for (int64_t d : t.shape) out->add_shape(d);
+          res->add_raw_output_contents(t.data);
+        }
+        finish(grpc::Status::OK);
+      });
+      std::lock_guard<std::mutex> lock(reactor->mu);
+      reactor->run = run;
+    });
+    if (!st.ok()) finish(st);
+    reactor->release();
+    return reactor;
+  }
+
   template <class F>
   grpc::Status guarded(grpc::ServerContextBase* sc, F&& f) {
     if (!ctx_.token.empty()) {
@@ -169,12 +253,8 @@ class Service final
     return "";
   }
 
-  // The request's inputs as the model's tensors, the batcher that will run them, and the
-  // outputs asked for.
-  std::vector<rt::Tensor> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows,
-                                 std::vector<size_t>* wanted) {
-    *batcher = ctx_.repo->find(req.model_name(), req.model_version());
-    const ServedModel& m = (*batcher)->model();
+  // A request's input tensors: raw contents, or typed ones (bounded by the message size limit).
+  static std::vector<TensorIn> tensors_of(const inference::ModelInferRequest& req) {
     std::vector<TensorIn> inputs;
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size())
       throw ServeError(Status::kBadRequest, "raw_input_contents must hold one entry per input");
@@ -184,9 +264,19 @@ class Service final
       t.name = in.name();
       t.datatype = in.datatype();
       t.shape.assign(in.shape().begin(), in.shape().end());
-      t.data = req.raw_input_contents_size() > 0 ? req.raw_input_contents(i) : contents_bytes(in);  // bounded by the message limit
+      t.data = req.raw_input_contents_size() > 0 ? req.raw_input_contents(i) : contents_bytes(in);
       inputs.push_back(std::move(t));
     }
+    return inputs;
+  }
+
+  // The request's inputs as the model's tensors, the batcher that will run them, and the
+  // outputs asked for.
+  std::vector<rt::Tensor> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows,
+                                 std::vector<size_t>* wanted) {
+    *batcher = ctx_.repo->find(req.model_name(), req.model_version());
+    const ServedModel& m = (*batcher)->model();
+    const std::vector<TensorIn> inputs = tensors_of(req);
     std::vector<std::string> names;
     for (const auto& o : req.outputs()) names.push_back(o.name());
     *wanted = m.output_indices(names);

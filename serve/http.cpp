@@ -6,8 +6,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <list>
 #include <nlohmann/json.hpp>
 
@@ -38,14 +40,33 @@ bool Context::is_ready() const {
 }
 
 std::string Context::metrics_label(const std::string& name) const {
-  return repo && repo->loaded(name) ? name : kUnknownModelLabel;
+  return (repo && repo->loaded(name)) || pipeline(name) ? name : kUnknownModelLabel;
+}
+
+PipelineRunner* Context::pipeline(const std::string& name) const {
+  for (const auto& p : pipelines)
+    if (p->name() == name) return p.get();
+  return nullptr;
 }
 
 std::string Context::server_metadata_json() const {
   return dump_json({{"name", kServerName}, {"version", kServerVersion}, {"extensions", {"binary_tensor_data", "model_repository"}}});
 }
 
+namespace {
+
+json descs_json(const std::vector<TensorDesc>& ds) {
+  json a = json::array();
+  for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
+  return a;
+}
+
+}  // namespace
+
 std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
+  if (const PipelineRunner* p = pipeline(name))
+    return dump_json({{"name", name}, {"versions", {"1"}}, {"platform", "loom-pipeline"},
+                      {"inputs", descs_json(p->inputs())}, {"outputs", descs_json(p->outputs())}});
   auto b = repo->find(name, version);
   const ServedModel& m = b->model();
   if (m.generator())
@@ -54,19 +75,14 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
                       {"platform", "loom-hdf5"},
                       {"inputs", {{{"name", "text_input"}, {"datatype", "BYTES"}, {"shape", {1}}}}},
                       {"outputs", {{{"name", "text_output"}, {"datatype", "BYTES"}, {"shape", {1}}}}}});
-  auto descs = [](const std::vector<TensorDesc>& ds) {
-    json a = json::array();
-    for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
-    return a;
-  };
   json params = {{"precision", m.precision()}};
   if (m.opset()) params["opset"] = m.opset();
   return json{{"name", m.name()},
               {"versions", repo->versions(name)},
               {"platform", m.platform()},
               {"parameters", params},
-              {"inputs", descs(m.inputs())},
-              {"outputs", descs(m.outputs())}}
+              {"inputs", descs_json(m.inputs())},
+              {"outputs", descs_json(m.outputs())}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -93,50 +109,44 @@ Reply error_reply(Status s, const std::string& msg, int code = 0) {
   return r;
 }
 
-// A tensor's elements as a flat JSON array (KServe v2's "data"), numbers or booleans by dtype.
-json tensor_json(const rt::Tensor& t) {
-  const int64_t n = t.numel();
-  switch (t.dtype()) {
-    case rt::DType::kF32: return std::vector<float>(t.data<float>(), t.data<float>() + n);
-    case rt::DType::kI64: return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + n);
-    case rt::DType::kI32: return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + n);
-    case rt::DType::kI8: return std::vector<int>(t.data<int8_t>(), t.data<int8_t>() + n);
-    case rt::DType::kU8: return std::vector<int>(t.data<uint8_t>(), t.data<uint8_t>() + n);
-    case rt::DType::kBool: {
-      json a = json::array();
-      for (int64_t i = 0; i < n; ++i) a.push_back(t.data<uint8_t>()[i] != 0);
-      return a;
-    }
-    default: throw ServeError(Status::kInternal, std::string("an output of dtype ") + rt::dtype_name(t.dtype()));
-  }
+// A tensor's elements as a flat JSON array (KServe v2's "data"), numbers or booleans by its
+// datatype.
+template <typename T>
+json numbers(const char* data, size_t bytes) {
+  std::vector<T> v(bytes / sizeof(T));
+  std::memcpy(v.data(), data, v.size() * sizeof(T));
+  return v;
 }
 
-// POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
-Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
-            const std::string& header_length) {
-  auto batcher = ctx.repo->find(name, version);  // an unknown model is a 404 whatever the body
-  const ServedModel& m = batcher->model();
-  if (m.generator())
-    throw ServeError(Status::kBadRequest, "model " + name + " is a gpt: use POST /v2/models/" + name + "/generate");
-  const InferRequest req = parse_infer_request(body, header_length);
-  const std::vector<size_t> wanted = m.output_indices(req.outputs);
-  int rows = 0;
-  std::vector<rt::Tensor> x = m.decode(req.inputs, ctx.options.max_batch_size, &rows);
-  auto out = batcher->run(std::move(x), rows, Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms));
-  if (out.status != Status::kOk) throw ServeError(out.status, out.error);
-  json res = {{"model_name", m.name()}, {"model_version", m.version()}};
+json tensor_json(const std::string& datatype, const char* data, size_t bytes) {
+  if (datatype == "FP32") return numbers<float>(data, bytes);
+  if (datatype == "INT64") return numbers<int64_t>(data, bytes);
+  if (datatype == "INT32") return numbers<int32_t>(data, bytes);
+  if (datatype == "INT8") return numbers<int8_t>(data, bytes);
+  if (datatype == "UINT8") return numbers<uint8_t>(data, bytes);
+  if (datatype == "BOOL") {
+    json a = json::array();
+    for (size_t i = 0; i < bytes; ++i) a.push_back(data[i] != 0);
+    return a;
+  }
+  throw ServeError(Status::kInternal, "an output of datatype " + datatype);
+}
+
+// The infer answer: the outputs asked for, as JSON data or the binary extension.
+Reply infer_reply(const std::string& model, const std::string& version, const InferRequest& req,
+                  const std::vector<const TensorIn*>& outs) {
+  json res = {{"model_name", model}, {"model_version", version}};
   if (req.has_id) res["id"] = req.id;
   Reply r;
   std::string binary;
   res["outputs"] = json::array();
-  for (size_t k : wanted) {
-    const rt::Tensor& t = out.outputs.at(k);
-    json o = {{"name", m.outputs()[k].name}, {"datatype", m.outputs()[k].datatype}, {"shape", t.shape()}};
+  for (const TensorIn* t : outs) {
+    json o = {{"name", t->name}, {"datatype", t->datatype}, {"shape", t->shape}};
     if (req.binary_out) {
-      o["parameters"] = {{"binary_data_size", t.bytes()}};
-      binary.append(t.data<char>(), t.bytes());
+      o["parameters"] = {{"binary_data_size", t->data.size()}};
+      binary += t->data;
     } else {
-      o["data"] = tensor_json(t);
+      o["data"] = tensor_json(t->datatype, t->data.data(), t->data.size());
     }
     res["outputs"].push_back(std::move(o));
   }
@@ -147,6 +157,57 @@ Reply infer(Context& ctx, const std::string& name, const std::string& version, c
     r.content_type = "application/octet-stream";
   }
   return r;
+}
+
+// POST .../infer of a pipeline: the request's tensors checked against its inputs, the run
+// waited for (the caller's deadline bounds every hop).
+Reply infer_pipeline(Context& ctx, PipelineRunner& p, const std::string& body, const std::string& header_length) {
+  InferRequest req = parse_infer_request(body, header_length);
+  std::vector<size_t> wanted;
+  for (const auto& o : req.outputs) {
+    size_t k = 0;
+    while (k < p.outputs().size() && p.outputs()[k].name != o) ++k;
+    if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o + "' of pipeline " + p.name());
+    wanted.push_back(k);
+  }
+  if (req.outputs.empty())
+    for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
+  int rows = 0;
+  std::vector<TensorIn> in;
+  for (const TensorIn* t : check_named(p.inputs(), req.inputs, INT32_MAX, false, &rows)) in.push_back(*t);
+  auto promise = std::make_shared<std::promise<PipelineRunner::Result>>();
+  auto future = promise->get_future();
+  p.run(std::move(in), Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms),
+        [promise](PipelineRunner::Result r) { promise->set_value(std::move(r)); });
+  const PipelineRunner::Result r = future.get();
+  if (r.status != Status::kOk) throw ServeError(r.status, r.error);
+  std::vector<const TensorIn*> outs;
+  for (size_t k : wanted) outs.push_back(&r.outputs[k]);
+  return infer_reply(p.name(), "1", req, outs);
+}
+
+// POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
+Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
+            const std::string& header_length) {
+  if (PipelineRunner* p = ctx.pipeline(name)) return infer_pipeline(ctx, *p, body, header_length);
+  auto batcher = ctx.repo->find(name, version);  // an unknown model is a 404 whatever the body
+  const ServedModel& m = batcher->model();
+  if (m.generator())
+    throw ServeError(Status::kBadRequest, "model " + name + " is a gpt: use POST /v2/models/" + name + "/generate");
+  const InferRequest req = parse_infer_request(body, header_length);
+  const std::vector<size_t> wanted = m.output_indices(req.outputs);
+  int rows = 0;
+  std::vector<rt::Tensor> x = m.decode(req.inputs, ctx.options.max_batch_size, &rows);
+  auto out = batcher->run(std::move(x), rows, Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms));
+  if (out.status != Status::kOk) throw ServeError(out.status, out.error);
+  std::vector<TensorIn> tensors;
+  for (size_t k : wanted) {
+    const rt::Tensor& t = out.outputs.at(k);
+    tensors.push_back({m.outputs()[k].name, m.outputs()[k].datatype, t.shape(), std::string(t.data<char>(), t.bytes())});
+  }
+  std::vector<const TensorIn*> outs;
+  for (const auto& t : tensors) outs.push_back(&t);
+  return infer_reply(m.name(), m.version(), req, outs);
 }
 
 // POST .../generate and .../generate_stream (the generate extension): {"text_input": "...",
@@ -309,7 +370,7 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     }
     if (p.size() == rest + 1 && p[rest] == "ready") {
       if (!get) return method_not_allowed("GET");
-      ctx.repo->find(name, version);  // 404 when unknown
+      if (!ctx.pipeline(name)) ctx.repo->find(name, version);  // 404 when unknown
       return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load()}});
     }
     if (p.size() == rest + 1 && (p[rest] == "generate" || p[rest] == "generate_stream")) {

@@ -35,6 +35,7 @@
 #include "frontend.hpp"
 #include "kserve_json.hpp"
 #include "controller/controller.hpp"
+#include "pipeline/pipeline.hpp"
 #include "loom/rt/proc/process.hpp"
 
 namespace po = boost::program_options;
@@ -107,7 +108,7 @@ po::options_description describe(Cli& c, Context& ctx) {
   po::options_description desc("loom-serve: KServe v2 inference server for Loom models");
   desc.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "model-repository", po::value(&c.repo_dir), "DIR/<model>/<version>/model.h5")(
-      "spec", po::value(&c.specs)->composing(), "an InferenceService YAML (examples/inferenceservice.yaml); repeatable")(
+      "spec", po::value(&c.specs)->composing(), "an InferenceService or InferencePipeline YAML (examples/); repeatable")(
       "bind", po::value(&c.bind)->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")(
       "http-port", po::value(&c.http_port)->default_value(8000), "HTTP port (0: any free one, printed)")(
       "grpc-port", po::value(&c.grpc_port)->default_value(8001), "gRPC port (0: any free one; -1: no gRPC)")(
@@ -206,13 +207,37 @@ sigset_t block_stop_signals() {
   return set;
 }
 
+// The --spec files that are pipelines are connected (each step's service reached and its model's
+// inputs and outputs checked); the others are InferenceServices for the repository.
+std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs, Context& ctx) {
+  std::vector<std::string> services;
+  for (const auto& file : specs) {
+    if (spec_kind(file) != "InferencePipeline") {
+      services.push_back(file);
+      continue;
+    }
+#ifdef LOOM_HAVE_GRPC
+    const PipelineSpec p = load_pipeline_spec(file);
+    if (ctx.pipeline(p.name)) throw loom::rt::Error(file + ": a second pipeline named " + p.name);
+    ctx.pipelines.push_back(connect_pipeline(p, ctx.token, 5000));
+    std::string steps;
+    for (const auto& st : p.steps) steps += (steps.empty() ? "" : ", ") + st.name + " (" + st.model + " at " + st.address + ")";
+    log_line("info", "pipeline " + p.name + " from " + file + ": steps " + steps);
+#else
+    throw loom::rt::Error(file + ": pipelines call their steps over gRPC, and this loom-serve is built without it");
+#endif
+  }
+  return services;
+}
+
 int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
   Metrics metrics;
-  Repository repo(c.repo_dir, c.specs, ctx.options, &metrics, log_line);
+  const std::vector<std::string> services = connect_pipelines(c.specs, ctx);
+  Repository repo(c.repo_dir, services, ctx.options, &metrics, log_line);
   ctx.repo = &repo;
   ctx.metrics = &metrics;
   ctx.log = log_line;
-  repo.reload(true);
+  if (!c.repo_dir.empty() || !services.empty()) repo.reload(true);
   HttpServer http(ctx, c.bind, c.http_port);
 #ifdef LOOM_HAVE_GRPC
   std::unique_ptr<GrpcServer> grpc;

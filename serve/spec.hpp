@@ -1,7 +1,10 @@
 // spec.hpp — an InferenceService spec (examples/inferenceservice.yaml), read and validated.
 #pragma once
 
+#include <set>
 #include <string>
+
+#include <yaml-cpp/yaml.h>
 
 #include "status.hpp"
 
@@ -16,5 +19,17 @@ struct InferenceServiceSpec {
   int min_replicas = 1, max_replicas = 1, queue_length = 0;
 };
 InferenceServiceSpec load_spec(const std::string& file);
+
+// "InferenceService" or "InferencePipeline": what a --spec file is (apiVersion, kind and
+// metadata.name checked).
+std::string spec_kind(const std::string& file);
+
+// What every spec reader shares (the pipeline's too): errors that name the file, unknown fields
+// refused by name, strings required; spec_root reads the file and checks apiVersion, `kind`
+// (when given) and metadata.name.
+[[noreturn]] void spec_error(const std::string& file, const std::string& msg);
+void spec_only(const std::string& file, const YAML::Node& n, const std::string& at, const std::set<std::string>& known);
+std::string spec_str(const std::string& file, const YAML::Node& n, const std::string& at);
+YAML::Node spec_root(const std::string& file, const std::string& kind);
 
 }  // namespace loom::serve

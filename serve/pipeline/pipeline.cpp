@@ -1,0 +1,290 @@
+// pipeline.cpp — the pipeline runner on gRPC's callback client: at connect, each step's model
+// metadata (what it takes and gives); per run, a small state machine that starts every step
+// whose producers have answered, passes their raw output bytes on as the next hop's
+// raw_input_contents, and answers once: the outputs, or the first failed step by name.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "grpc_service.grpc.pb.h"
+#include "loom/rt/error.hpp"
+#include "pipeline/pipeline.hpp"
+
+namespace loom::serve {
+
+namespace {
+
+using Stub = inference::GRPCInferenceService::Stub;
+
+// Where a step's input comes from: the request's input `index` (step -1), or output `index` of
+// step `step` (its needed outputs, in the order it asks for them).
+struct Source {
+  int step = -1;
+  size_t index = 0;
+};
+
+Status from_grpc(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::INVALID_ARGUMENT: return Status::kBadRequest;
+    case grpc::UNAUTHENTICATED: return Status::kUnauthorized;
+    case grpc::UNAVAILABLE: return Status::kUnavailable;
+    case grpc::DEADLINE_EXCEEDED:
+    case grpc::CANCELLED: return Status::kTimeout;
+    default: return Status::kInternal;
+  }
+}
+
+class GrpcPipeline;
+
+struct Call {
+  grpc::ClientContext ctx;
+  inference::ModelInferRequest req;
+  inference::ModelInferResponse res;
+  bool started = false, done = false;
+};
+
+class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<Run> {
+ public:
+  Run(const GrpcPipeline& p, std::vector<TensorIn> request, Clock::time_point deadline,
+      std::function<void(PipelineRunner::Result)> done);
+  void start();
+  void cancel() override;
+
+ private:
+  void launch(size_t step);
+  void on_done(size_t step, const grpc::Status& st);
+  void fail(Status s, const std::string& why, std::unique_lock<std::mutex>& lock);
+  const GrpcPipeline& p_;
+  std::vector<TensorIn> request_;
+  Clock::time_point deadline_;
+  std::function<void(PipelineRunner::Result)> done_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Call>> calls_;
+  std::vector<std::vector<TensorIn>> outs_;  // per step, its needed outputs
+  std::vector<int> waiting_;                 // per step, producers not yet answered
+  size_t left_;
+  bool finished_ = false;
+};
+
+class GrpcPipeline : public PipelineRunner {
+ public:
+  GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms);
+  const std::string& name() const override { return spec_.name; }
+  const std::vector<TensorDesc>& inputs() const override { return inputs_; }
+  const std::vector<TensorDesc>& outputs() const override { return outputs_; }
+  std::shared_ptr<Cancel> run(std::vector<TensorIn> in, Clock::time_point deadline, std::function<void(Result)> done) override {
+    auto r = std::make_shared<Run>(*this, std::move(in), deadline, std::move(done));
+    r->start();
+    return r;
+  }
+
+ private:
+  friend class Run;
+  void read_metadata(size_t i, int timeout_ms, std::vector<inference::ModelMetadataResponse>* meta) const;
+  std::string where(size_t i) const {
+    return "pipeline " + spec_.name + ": step '" + spec_.steps[i].name + "' (model " + spec_.steps[i].model + " at " +
+           spec_.steps[i].address + ")";
+  }
+  PipelineSpec spec_;
+  std::string token_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<Stub>> stubs_;
+  std::vector<TensorDesc> inputs_, outputs_;
+  std::vector<std::vector<Source>> sources_;      // per step, per input
+  std::vector<std::vector<std::string>> needed_;  // per step, the outputs later steps or the answer read
+  std::vector<std::vector<size_t>> consumers_;    // per step, the steps that read it
+  std::vector<Source> answer_;                    // per pipeline output
+};
+
+const inference::ModelMetadataResponse::TensorMetadata* find_tensor(
+    const google::protobuf::RepeatedPtrField<inference::ModelMetadataResponse::TensorMetadata>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+void GrpcPipeline::read_metadata(size_t i, int timeout_ms, std::vector<inference::ModelMetadataResponse>* meta) const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  inference::ModelMetadataRequest req;
+  req.set_name(spec_.steps[i].model);
+  const grpc::Status st = stubs_[i]->ModelMetadata(&ctx, req, &(*meta)[i]);
+  if (!st.ok()) throw rt::Error(where(i) + " cannot be reached for its metadata: " + st.error_message());
+}
+
+GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms) : spec_(spec), token_(token) {
+  const size_t n = spec_.steps.size();
+  std::vector<inference::ModelMetadataResponse> meta(n);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < n; ++i) {
+    auto& ch = channels_[spec_.steps[i].address];
+    if (!ch) ch = grpc::CreateChannel(spec_.steps[i].address, grpc::InsecureChannelCredentials());
+    stubs_.push_back(inference::GRPCInferenceService::NewStub(ch));
+    read_metadata(i, timeout_ms, &meta);
+    index[spec_.steps[i].name] = i;
+  }
+  needed_.assign(n, {});
+  consumers_.assign(n, {});
+  // A source "step.output" as (step, index among its needed outputs), the output checked.
+  auto step_source = [&](const std::string& src, const std::string& at) {
+    const size_t dot = src.find('.');
+    const size_t j = index.at(src.substr(0, dot));
+    const std::string out = src.substr(dot + 1);
+    if (!find_tensor(meta[j].outputs(), out))
+      throw rt::Error("pipeline " + spec_.name + ": " + at + " reads '" + src + "', but model " + spec_.steps[j].model +
+                      " has no output '" + out + "'");
+    auto& need = needed_[j];
+    auto it = std::find(need.begin(), need.end(), out);
+    if (it == need.end()) it = need.insert(need.end(), out);
+    return Source{static_cast<int>(j), static_cast<size_t>(it - need.begin())};
+  };
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Source> srcs;
+    for (const auto& [in, src] : spec_.steps[i].inputs) {
+      const auto* t = find_tensor(meta[i].inputs(), in);
+      if (!t) throw rt::Error(where(i) + ": the model has no input '" + in + "'");
+      if (src.compare(0, 8, "request.") == 0) {
+        const std::string name = src.substr(8);
+        size_t k = 0;
+        while (k < inputs_.size() && inputs_[k].name != name) ++k;
+        if (k == inputs_.size()) inputs_.push_back({name, t->datatype(), {t->shape().begin(), t->shape().end()}});
+        else if (inputs_[k].datatype != t->datatype())
+          throw rt::Error("pipeline " + spec_.name + ": request." + name + " feeds inputs of types " + inputs_[k].datatype +
+                          " and " + t->datatype());
+        srcs.push_back({-1, k});
+      } else {
+        const Source s = step_source(src, "step " + spec_.steps[i].name + " input " + in);
+        srcs.push_back(s);
+        auto& c = consumers_[static_cast<size_t>(s.step)];
+        if (std::find(c.begin(), c.end(), i) == c.end()) c.push_back(i);
+      }
+    }
+    sources_.push_back(std::move(srcs));
+  }
+  for (const auto& [out, src] : spec_.outputs) {
+    const Source s = step_source(src, "spec.outputs." + out);
+    const auto* t = find_tensor(meta[static_cast<size_t>(s.step)].outputs(), src.substr(src.find('.') + 1));
+    outputs_.push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
+    answer_.push_back(s);
+  }
+}
+
+Run::Run(const GrpcPipeline& p, std::vector<TensorIn> request, Clock::time_point deadline,
+         std::function<void(PipelineRunner::Result)> done)
+    : p_(p), request_(std::move(request)), deadline_(deadline), done_(std::move(done)), left_(p.spec_.steps.size()) {
+  const size_t n = p_.spec_.steps.size();
+  outs_.assign(n, {});
+  waiting_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    calls_.push_back(std::make_unique<Call>());
+    std::vector<int> producers;
+    for (const Source& s : p_.sources_[i])
+      if (s.step >= 0 && std::find(producers.begin(), producers.end(), s.step) == producers.end()) producers.push_back(s.step);
+    waiting_[i] = static_cast<int>(producers.size());
+  }
+}
+
+void Run::start() {
+  std::vector<size_t> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (waiting_[i] == 0) ready.push_back(i);
+  }
+  for (size_t i : ready) launch(i);
+}
+
+// Builds step i's request from the tensors it reads and sends it (the answer comes to on_done).
+void Run::launch(size_t i) {
+  Call& c = *calls_[i];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    const PipelineStep& st = p_.spec_.steps[i];
+    c.req.set_model_name(st.model);
+    for (size_t k = 0; k < st.inputs.size(); ++k) {
+      const Source& s = p_.sources_[i][k];
+      const TensorIn& t = s.step < 0 ? request_[s.index] : outs_[static_cast<size_t>(s.step)][s.index];
+      auto* in = c.req.add_inputs();
+      in->set_name(st.inputs[k].first);
+      in->set_datatype(t.datatype);
+      for (int64_t d : t.shape) in->add_shape(d);
+      c.req.add_raw_input_contents(t.data);
+    }
+    for (const auto& o : p_.needed_[i]) c.req.add_outputs()->set_name(o);
+    c.ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                              deadline_ - Clock::now()));
+    if (!p_.token_.empty()) c.ctx.AddMetadata("authorization", "Bearer " + p_.token_);
+    c.started = true;
+  }
+  auto self = shared_from_this();
+  p_.stubs_[i]->async()->ModelInfer(&c.ctx, &c.req, &c.res, [self, i](grpc::Status st) { self->on_done(i, st); });
+}
+
+// With mu_ held: the run's one answer; the hops still in flight are cancelled (outside the lock:
+// their callbacks take it).
+void Run::fail(Status s, const std::string& why, std::unique_lock<std::mutex>& lock) {
+  finished_ = true;
+  std::vector<grpc::ClientContext*> flying;
+  for (auto& c : calls_)
+    if (c->started && !c->done) flying.push_back(&c->ctx);
+  auto done = std::move(done_);
+  lock.unlock();
+  for (auto* ctx : flying) ctx->TryCancel();
+  PipelineRunner::Result r;
+  r.status = s;
+  r.error = why;
+  done(std::move(r));
+}
+
+void Run::on_done(size_t i, const grpc::Status& st) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Call& c = *calls_[i];
+  c.done = true;
+  if (finished_) return;
+  if (!st.ok()) return fail(from_grpc(st.error_code()), p_.where(i) + ": " + st.error_message(), lock);
+  std::vector<TensorIn> got;
+  for (const auto& want : p_.needed_[i]) {
+    int k = 0;
+    while (k < c.res.outputs_size() && c.res.outputs(k).name() != want) ++k;
+    if (k == c.res.outputs_size() || k >= c.res.raw_output_contents_size())
+      return fail(Status::kInternal, p_.where(i) + " answered without output '" + want + "' as raw contents", lock);
+    const auto& o = c.res.outputs(k);
+    got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, c.res.raw_output_contents(k)});
+  }
+  outs_[i] = std::move(got);
+  std::vector<size_t> ready;
+  for (size_t j : p_.consumers_[i])
+    if (--waiting_[j] == 0) ready.push_back(j);
+  if (--left_ > 0) {
+    lock.unlock();
+    for (size_t j : ready) launch(j);
+    return;
+  }
+  PipelineRunner::Result r;
+  for (size_t k = 0; k < p_.answer_.size(); ++k) {
+    TensorIn t = outs_[static_cast<size_t>(p_.answer_[k].step)][p_.answer_[k].index];
+    t.name = p_.outputs_[k].name;
+    r.outputs.push_back(std::move(t));
+  }
+  finished_ = true;
+  auto done = std::move(done_);
+  lock.unlock();
+  done(std::move(r));
+}
+
+void Run::cancel() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!finished_) fail(Status::kTimeout, "pipeline " + p_.spec_.name + ": the call was cancelled", lock);
+}
+
+}  // namespace
+
+std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms) {
+  return std::make_unique<GrpcPipeline>(spec, token, timeout_ms);
+}
+
+}  // namespace loom::serve

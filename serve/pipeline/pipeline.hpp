@@ -1,0 +1,63 @@
+// pipeline.hpp — an InferencePipeline (Contract 9) served as one model: steps that call KServe
+// v2 services over gRPC, each step's inputs mapped from the request's tensors or from earlier
+// steps' outputs; steps whose inputs are ready run at once (in parallel), tensors pass between
+// hops as raw bytes, the caller's deadline bounds every hop and a cancelled call cancels its
+// hops; a failed step answers with its name and status. The spec's reader is pure; the runner
+// (pipeline.cpp) needs gRPC.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "status.hpp"
+#include "tensor_in.hpp"
+
+namespace loom::serve {
+
+struct PipelineStep {
+  std::string name, address, model;  // address: host:port of url grpc://host:port
+  std::vector<std::pair<std::string, std::string>> inputs;  // the model's input <- "request.X" or "step.Y"
+};
+
+struct PipelineSpec {
+  std::string name, file;
+  std::vector<PipelineStep> steps;  // in an order where every step follows those it reads
+  std::vector<std::pair<std::string, std::string>> outputs;  // answer name <- "step.Y"
+};
+
+// Reads and checks a pipeline spec: names, url grpc://host:port, every source "request.X" or
+// "<earlier step>.<output>", no cycle, no unknown field. Throws ServeError kBadRequest naming
+// the field at fault.
+PipelineSpec load_pipeline_spec(const std::string& file);
+
+// A pipeline being served. run() may be called from many threads; `done` is called once, on a
+// gRPC thread.
+class PipelineRunner {
+ public:
+  virtual ~PipelineRunner() = default;
+  virtual const std::string& name() const = 0;
+  virtual const std::vector<TensorDesc>& inputs() const = 0;
+  virtual const std::vector<TensorDesc>& outputs() const = 0;
+  struct Result {
+    Status status = Status::kOk;
+    std::string error;
+    std::vector<TensorIn> outputs;  // in outputs() order
+  };
+  // Cancels the run's hops in flight (the caller went away); the run then answers kTimeout.
+  class Cancel {
+   public:
+    virtual ~Cancel() = default;
+    virtual void cancel() = 0;
+  };
+  virtual std::shared_ptr<Cancel> run(std::vector<TensorIn> in, Clock::time_point deadline, std::function<void(Result)> done) = 0;
+};
+
+// Connects to every step's service, reads its models' metadata (each step's inputs and outputs
+// must exist there) and returns the runner. Throws rt::Error naming the step that cannot be
+// reached or does not fit. `token`: sent as a bearer token to the services when not empty.
+std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms);
+
+}  // namespace loom::serve

@@ -1,0 +1,189 @@
+"""pipeline_test.py — an InferencePipeline over three real loom-serve services (the seed's
+multimodal case, examples/multimodal/: models exported by PyTorch), served by a fourth loom-serve:
+answers equal to PyTorch end to end and to the three services called one after another, over
+REST and gRPC (grpcio), concurrent callers each with their own answer, the caller's deadline
+kept, a step that is down named in the error; bad pipeline specs refused at load with one error.
+
+usage: pipeline_test.py LOOM_SERVE SRC_DIR WORK_DIR
+"""
+import concurrent.futures as cf
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import torch
+
+serve, src, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+sys.path.insert(0, os.path.join(src, "examples", "multimodal"))
+import make_models as mm  # noqa: E402
+
+subprocess.run(["protoc", f"-I{src}/serve/proto", f"--python_out={work}", "grpc_service.proto"], check=True)
+sys.path.insert(0, work)
+import grpc  # noqa: E402
+import grpc_service_pb2 as pb  # noqa: E402
+
+failures, checks = 0, 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL:", what)
+
+
+procs = []
+
+
+def start(name, args):
+    log = os.path.join(work, name + ".log")
+    p = subprocess.Popen([serve, "--http-port", "0", "--grpc-port", "0"] + args, stderr=open(log, "w"))
+    procs.append(p)
+    for _ in range(600):
+        text = open(log).read()
+        if "listening:" in text or p.poll() is not None:
+            break
+        time.sleep(0.05)
+    m = re.search(r"http ([0-9.]+:[0-9]+) grpc ([0-9.]+:[0-9]+)", text)
+    return p, (m.group(1), m.group(2)) if m else (None, None), text
+
+
+def pipeline_spec(path, ports, edit=lambda s: s):
+    text = open(os.path.join(src, "examples", "multimodal", "pipeline.yaml")).read()
+    for old, new in zip(("127.0.0.1:9101", "127.0.0.1:9201", "127.0.0.1:9301"), ports):
+        text = text.replace(old, new)
+    open(path, "w").write(edit(text))
+    return path
+
+
+model = mm.export(os.path.join(work, "repo"))
+try:
+    services = {}
+    for name in ("text", "image", "fusion"):
+        p, addr, _ = start(name, ["--model-repository", os.path.join(work, "repo")])
+        services[name] = (p, addr)
+    ports = [services[n][1][1] for n in ("text", "image", "fusion")]
+    spec = pipeline_spec(os.path.join(work, "pipeline.yaml"), ports)
+    pipe, (http, gaddr), log = start("pipeline", ["--spec", spec])
+    check(http is not None, f"the pipeline server did not start: {log}")
+    check("pipeline multimodal from" in log and "steps text" in log, "the log does not list the pipeline's steps")
+    base = f"http://{http}/v2/models"
+
+    def post(url, body):
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def as_json(name, t):
+        dt = "INT64" if t.dtype == torch.int64 else "FP32"
+        return {"name": name, "datatype": dt, "shape": list(t.shape), "data": t.flatten().tolist()}
+
+    def rest(url, feeds):
+        st, r = post(url, {"inputs": [as_json(k, v) for k, v in feeds.items()]})
+        if st != 200:
+            return st, r, None
+        o = r["outputs"][0]
+        return st, r, np.array(o["data"], np.float32).reshape(o["shape"])
+
+    def stub(addr):
+        ch = grpc.insecure_channel(addr)
+        return ch.unary_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+                              response_deserializer=pb.ModelInferResponse.FromString)
+
+    infer = stub(gaddr)
+
+    def grpc_call(call, model_name, feeds, timeout=60):
+        req = pb.ModelInferRequest(model_name=model_name)
+        for k, v in feeds.items():
+            req.inputs.add(name=k, datatype="INT64" if v.dtype == torch.int64 else "FP32", shape=list(v.shape))
+            req.raw_input_contents.append(v.numpy().tobytes())
+        r = call(req, timeout=timeout)
+        o = r.outputs[0]
+        return np.frombuffer(r.raw_output_contents[0], np.float32).reshape(list(o.shape))
+
+    st, meta = urllib.request.urlopen(f"{base}/multimodal").status, json.loads(urllib.request.urlopen(f"{base}/multimodal").read())
+    check([i["name"] for i in meta["inputs"]] == ["input_ids", "attention_mask", "image"], f"metadata inputs {meta}")
+    check([(o["name"], o["datatype"]) for o in meta["outputs"]] == [("logits", "FP32")], f"metadata outputs {meta}")
+    for batch in (1, 3):
+        ids, mask, image = mm.example_inputs(batch=batch, seed=batch)
+        feeds = {"input_ids": ids, "attention_mask": mask, "image": image}
+        with torch.no_grad():
+            want = model(ids, mask, image).numpy()
+        st, r, got = rest(f"{base}/multimodal/infer", feeds)
+        check(st == 200 and got is not None and np.abs(got - want).max() <= 1e-4 * max(1, np.abs(want).max()),
+              f"REST batch {batch}: {st} {r if st != 200 else np.abs(got - want).max()}")
+        got = grpc_call(infer, "multimodal", feeds)
+        check(np.abs(got - want).max() <= 1e-4 * max(1, np.abs(want).max()), f"gRPC batch {batch} differs from PyTorch")
+        # The same three services called one after another by this client.
+        t = grpc_call(stub(ports[0]), "text-encoder", {"input_ids": ids, "attention_mask": mask})
+        i = grpc_call(stub(ports[1]), "image-encoder", {"image": image})
+        f = grpc_call(stub(ports[2]), "fusion", {"text": torch.from_numpy(t.copy()), "image": torch.from_numpy(i.copy())})
+        check(np.array_equal(f, got), f"batch {batch}: the pipeline differs from the three calls one after another")
+    many = [mm.example_inputs(batch=1, seed=50 + k) for k in range(12)]
+    with cf.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda x: grpc_call(infer, "multimodal", dict(zip(("input_ids", "attention_mask", "image"), x))), many))
+    with torch.no_grad():
+        check(all(np.abs(a - model(*x).numpy()).max() < 1e-4 for a, x in zip(answers, many)), "a concurrent caller got a wrong answer")
+    # Bad requests to the pipeline: named, 400.
+    ids, mask, image = mm.example_inputs()
+    st, r = post(f"{base}/multimodal/infer", {"inputs": [as_json("input_ids", ids), as_json("attention_mask", mask)]})
+    check(st == 400 and "missing input 'image'" in r.get("error", ""), f"missing input: {st} {r}")
+    st, r = post(f"{base}/multimodal/infer", {"inputs": [as_json("input_ids", ids.float()), as_json("attention_mask", mask),
+                                                         as_json("image", image)]})
+    check(st == 400 and "must be INT64" in r.get("error", ""), f"wrong datatype: {st} {r}")
+    # The caller's deadline bounds the hops.
+    try:
+        grpc_call(infer, "multimodal", {"input_ids": ids, "attention_mask": mask, "image": image}, timeout=0.0005)
+        check(False, "a 0.5 ms deadline was met")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline: {e.code()}")
+    # Bad specs: one clear error at load, exit status 1.
+    def refused(what, edit, message):
+        path = pipeline_spec(os.path.join(work, f"bad-{len(what)}.yaml"), ports, edit)
+        p = subprocess.run([serve, "--spec", path, "--http-port", "0", "--grpc-port", "0"], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 1 and message in p.stderr, f"{what}: status {p.returncode}, {p.stderr.strip()[:300]}")
+
+    refused("a source that names no tensor", lambda s: s.replace("text.embedding", "nope.embedding"), "names no known tensor (no step 'nope'")
+    refused("a cycle", lambda s: s.replace("request.input_ids", "fusion.logits"), "form a cycle")
+    refused("an unreachable url", lambda s: s.replace(ports[2], "127.0.0.1:1"), "step 'fusion' (model fusion at 127.0.0.1:1) cannot be reached")
+    refused("an input the model lacks", lambda s: s.replace("{text: text.embedding", "{txt: text.embedding"), "the model has no input 'txt'")
+    refused("an output the step lacks", lambda s: s.replace("image: image.embedding}", "image: image.features}"), "has no output 'features'")
+    refused("a url that is not gRPC", lambda s: s.replace(f"grpc://{ports[0]}", f"http://{ports[0]}"), "must be grpc://host:port")
+    refused("an unknown field", lambda s: s.replace("      model: fusion", "      model: fusion\n      retries: 3"), "unknown field spec.steps[2].retries")
+
+    # A step that is down: the error names it, and the server keeps answering.
+    services["image"][0].send_signal(signal.SIGTERM)
+    services["image"][0].wait(timeout=30)
+    st, r, _ = rest(f"{base}/multimodal/infer", {"input_ids": ids, "attention_mask": mask, "image": image})
+    check(st == 503 and "step 'image' (model image-encoder at " in r.get("error", ""), f"a step down over REST: {st} {r}")
+    try:
+        grpc_call(infer, "multimodal", {"input_ids": ids, "attention_mask": mask, "image": image})
+        check(False, "the pipeline answered with a step down")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.UNAVAILABLE and "step 'image'" in e.details(), f"a step down over gRPC: {e}")
+    check(pipe.poll() is None, "the pipeline server exited")
+
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+print(f"pipeline: {checks - failures} of {checks} checks passed")
+sys.exit(1 if failures else 0)
