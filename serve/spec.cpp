@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "model.hpp"
+#include "tensor_in.hpp"
 
 namespace loom::serve {
 

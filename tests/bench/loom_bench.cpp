@@ -369,6 +369,7 @@ int usage(std::FILE* to = stderr) {
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
                "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n"
+               "       loom-bench pipeline --spec PIPELINE.yaml --addr HOST:PORT [--requests N] [--batch B] [--seq T]\n"
                "       loom-bench infer --onnx FILE.onnx [--model FILE.h5] [--batch B] [--seq T] [--int-max V] [--threads T]\n"
                "Any of them with --mllog FILE appends its figures to FILE as MLPerf-style :::MLLOG lines.\n");
   return 2;
@@ -380,6 +381,7 @@ int bench_gemm(int argc, char** argv);
 int bench_infer(int argc, char** argv);
 #ifdef LOOM_BENCH_SERVE
 int bench_serve(int argc, char** argv, const std::string& self);
+int bench_pipeline(int argc, char** argv);
 #endif
 
 int bench_with_mllog(const std::string& path, const std::string& cmd, const std::function<int()>& run);
@@ -439,6 +441,19 @@ int run_bench(int argc, char** argv) {
   }
   if (cmd == "gemm") return bench_gemm(argc, argv);
   if (cmd == "infer") return bench_infer(argc, argv);
+  if (cmd == "pipeline") {
+#ifdef LOOM_BENCH_SERVE
+    try {
+      return bench_pipeline(argc, argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-bench pipeline: %s\n", e.what());
+      return 1;
+    }
+#else
+    std::fprintf(stderr, "loom-bench pipeline: this build has no gRPC\n");
+    return 1;
+#endif
+  }
   if (cmd == "serve") {
 #ifdef LOOM_BENCH_SERVE
     try {
