@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 
 namespace loom::serve {
@@ -15,13 +16,18 @@ namespace {
 
 constexpr const char* kPrefix = "/inference.GRPCInferenceService/";
 
-// Channels to the replicas, by address, made once.
+// Channels to the replicas, by address, made once; when a new address comes, those of replicas
+// that have left the pool are dropped (their channels would otherwise pile up with every
+// replaced or scaled-down replica).
 class Channels {
  public:
-  std::shared_ptr<grpc::GenericStub> stub(const std::string& addr) {
+  std::shared_ptr<grpc::GenericStub> stub(const std::string& addr, const ReplicaPool& pool) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& s = stubs_[addr];
     if (!s) {
+      std::set<std::string> live = {addr};
+      for (const auto& r : pool.all()) live.insert(r->host + ":" + std::to_string(r->grpc_port));
+      for (auto it = stubs_.begin(); it != stubs_.end();) it = live.count(it->first) ? std::next(it) : stubs_.erase(it);
       grpc::ChannelArguments args;
       args.SetMaxReceiveMessageSize(-1);
       args.SetMaxSendMessageSize(-1);
@@ -66,8 +72,8 @@ class Call : public grpc::ServerGenericBidiReactor {
       return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no replica can take the request now (none ready, or every one is full)"));
     if (!token.empty()) cc_.AddMetadata("authorization", token);
     cc_.set_deadline(sc_->deadline());
-    auto stub = ch_.stub(lease_->host + ":" + std::to_string(lease_->grpc_port));
-    stub->UnaryCall(&cc_, m, grpc::StubOptions(), &req_, &resp_, [this](grpc::Status s) {
+    stub_ = ch_.stub(lease_->host + ":" + std::to_string(lease_->grpc_port), pool_);  // held until the call ends
+    stub_->UnaryCall(&cc_, m, grpc::StubOptions(), &req_, &resp_, [this](grpc::Status s) {
       pool_.release(*lease_);
       lease_.reset();
       if (!s.ok()) return Finish(s);
@@ -86,6 +92,7 @@ class Call : public grpc::ServerGenericBidiReactor {
   Channels& ch_;
   grpc::GenericCallbackServerContext* sc_;
   grpc::ClientContext cc_;
+  std::shared_ptr<grpc::GenericStub> stub_;
   grpc::ByteBuffer req_, resp_;
   std::shared_ptr<Replica> lease_;
 };
