@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +24,9 @@ class Forwarder {
     int status = 200;
     std::string body, content_type = "application/json";
     std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
+    // Set for a streamed answer (generate_stream): sends each piece the replica sends, as it
+    // comes, through `send` (false once the client is gone); the body is not used.
+    std::function<void(const std::function<bool(const std::string&)>&)> stream;
   };
   virtual Response forward_http(const std::string& method, const std::string& target,
                                 const std::vector<std::pair<std::string, std::string>>& headers,

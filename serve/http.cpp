@@ -311,6 +311,7 @@ Reply forwarded(Context& ctx, const http::request<http::string_body>& req) {
   r.body = std::move(a.body);
   r.content_type = std::move(a.content_type);
   r.headers = std::move(a.headers);
+  r.stream = std::move(a.stream);
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 namespace loom::serve {
@@ -103,45 +104,69 @@ int http_connect(const std::string& host, int port, int timeout_ms) {
   return fd;
 }
 
-HttpExchange http_call(int fd, const std::string& host, const std::string& method, const std::string& target,
-                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
-                       int timeout_ms) {
+namespace {
+
+using Parser = http::response_parser<http::string_body>;
+
+std::string request_text(const std::string& host, const std::string& method, const std::string& target,
+                         const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body) {
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: keep-alive\r\n";
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   if (method != "GET" || !body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n";
   req += body;
-  if (!send_all(fd, req, timeout_ms)) return failure("cannot send the request to the replica");
-  http::response_parser<http::string_body> parser;
+  return req;
+}
+
+void limit(Parser& parser) {
   parser.body_limit(1ull << 31);
   parser.header_limit(64 * 1024);
-  parser.eager(true);
-  std::string buf;
+}
+
+// Reads the replica's answer into `parser` until `until()` holds. Returns "" or what went wrong
+// (*late: no byte within timeout_ms, so the request may still be running there).
+std::string read_until(int fd, Parser& parser, std::string& buf, int timeout_ms, const std::function<bool()>& until,
+                       bool* late) {
   char chunk[65536];
-  while (!parser.is_done()) {
+  // Bytes already read (past a header a non-eager parser stopped at) are parsed first.
+  auto feed = [&]() -> std::string {
+    while (!buf.empty() && !until()) {
+      boost::beast::error_code ec;
+      const size_t used = parser.put(boost::asio::buffer(buf.data(), buf.size()), ec);
+      buf.erase(0, used);
+      if (ec == http::error::need_more) break;
+      if (ec) return "the replica's answer is not HTTP: " + ec.message();
+      if (used == 0) break;
+    }
+    return "";
+  };
+  for (;;) {
+    const std::string bad = feed();
+    if (!bad.empty()) return bad;
+    if (until()) break;
     const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
     boost::beast::error_code ec;
     if (n > 0) {
       buf.append(chunk, static_cast<size_t>(n));
-      const size_t used = parser.put(boost::asio::buffer(buf.data(), buf.size()), ec);
-      buf.erase(0, used);
-      if (ec && ec != http::error::need_more) return failure("the replica's answer is not HTTP: " + ec.message());
     } else if (n == 0) {
       // Closed before a byte of the answer (a kept-alive connection the replica timed out):
       // Beast's put_eof must not see that (it asserts).
-      if (!parser.got_some()) return failure("the replica closed the connection");
+      if (!parser.got_some()) return "the replica closed the connection";
       parser.put_eof(ec);
-      if (ec || !parser.is_done()) return failure("the replica closed the connection");
+      if (ec || !until()) return "the replica closed the connection";
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_fd(fd, POLLIN, timeout_ms)) {
-        HttpExchange late = failure("the replica did not answer within " + std::to_string(timeout_ms) + " ms");
-        late.status = 504;  // not retried elsewhere: the request may be running there
-        return late;
+        *late = true;
+        return "the replica did not answer within " + std::to_string(timeout_ms) + " ms";
       }
     } else if (errno != EINTR) {
-      return failure(std::string("reading from the replica: ") + std::strerror(errno));
+      return std::string("reading from the replica: ") + std::strerror(errno);
     }
   }
+  return "";
+}
+
+HttpExchange exchange_of(Parser& parser) {
   auto& res = parser.get();
   HttpExchange e;
   e.status = static_cast<int>(res.result_int());
@@ -153,6 +178,100 @@ HttpExchange http_call(int fd, const std::string& host, const std::string& metho
   }
   e.body = std::move(res.body());
   return e;
+}
+
+HttpExchange late_failure(const std::string& why) {
+  HttpExchange e = failure(why);
+  e.status = 504;  // not retried elsewhere: the request may be running there
+  return e;
+}
+
+}  // namespace
+
+HttpExchange http_call(int fd, const std::string& host, const std::string& method, const std::string& target,
+                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                       int timeout_ms) {
+  if (!send_all(fd, request_text(host, method, target, headers, body), timeout_ms))
+    return failure("cannot send the request to the replica");
+  Parser parser;
+  limit(parser);
+  parser.eager(true);
+  std::string buf;
+  bool late = false;
+  const std::string err = read_until(fd, parser, buf, timeout_ms, [&] { return parser.is_done(); }, &late);
+  if (!err.empty()) return late ? late_failure(err) : failure(err);
+  return exchange_of(parser);
+}
+
+// generate_stream: the replica's server-sent events pass on chunk by chunk as they come.
+bool streamed(const std::string& target) {
+  const std::string path = target.substr(0, target.find('?'));
+  const std::string tail = "/generate_stream";
+  return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A streamed answer in progress: its connection, parser and lease live until the stream ends.
+struct StreamedAnswer {
+  int fd = -1;
+  Parser parser;
+  std::string buf;
+  std::unique_ptr<Lease> lease;
+  ~StreamedAnswer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const std::string& target,
+                                                const std::vector<std::pair<std::string, std::string>>& headers,
+                                                const std::string& body) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto a = std::make_shared<StreamedAnswer>();
+    a->lease = std::make_unique<Lease>(*this, acquire());
+    if (!*a->lease) break;
+    Replica& r = *a->lease->get();
+    a->fd = http_connect(r.host, r.http_port, timeout_ms_);
+    if (a->fd < 0 || !send_all(a->fd, request_text(r.host, method, target, headers, body), timeout_ms_)) {
+      demote(r, monotonic_s());
+      continue;
+    }
+    limit(a->parser);
+    a->parser.eager(false);
+    bool late = false;
+    std::string err = read_until(a->fd, a->parser, a->buf, timeout_ms_, [&] { return a->parser.is_header_done(); }, &late);
+    if (!err.empty() && !late) {
+      demote(r, monotonic_s());
+      continue;
+    }
+    Response res;
+    if (err.empty() && a->parser.get().result_int() == 200 && a->parser.chunked()) {
+      res.content_type = std::string(a->parser.get()[http::field::content_type]);
+      const int timeout = timeout_ms_;
+      res.stream = [a, timeout](const std::function<bool(const std::string&)>& send) {
+        bool client = true;
+        auto on_body = [&](std::uint64_t, boost::beast::string_view data, boost::beast::error_code& ec) {
+          if (client && !data.empty()) client = send(std::string(data.data(), data.size()));
+          if (!client) ec = boost::asio::error::operation_aborted;  // the client went away: stop reading
+          return data.size();
+        };
+        a->parser.on_chunk_body(on_body);  // Beast keeps a reference: on_body outlives the reads
+        bool late_body = false;
+        read_until(a->fd, a->parser, a->buf, timeout, [&] { return !client || a->parser.is_done(); }, &late_body);
+      };
+      return res;
+    }
+    if (err.empty()) err = read_until(a->fd, a->parser, a->buf, timeout_ms_, [&] { return a->parser.is_done(); }, &late);
+    const HttpExchange e = err.empty() ? exchange_of(a->parser) : late_failure(err);
+    res.status = e.status;
+    res.body = e.status == 504 ? "{\"error\":\"replica " + r.job + ": " + e.body + "\"}" : e.body;
+    if (!e.content_type.empty()) res.content_type = e.content_type;
+    res.headers = e.headers;
+    return res;
+  }
+  Response res;
+  res.status = 503;
+  res.headers.emplace_back("Retry-After", "1");
+  res.body = "{\"error\":\"no replica can take the request now (none ready, or every one is full)\"}";
+  return res;
 }
 
 void ReplicaPool::put(std::shared_ptr<Replica> r) {
@@ -273,6 +392,7 @@ HttpExchange ReplicaPool::exchange(Replica& r, const std::string& method, const 
 Forwarder::Response ReplicaPool::forward_http(const std::string& method, const std::string& target,
                                               const std::vector<std::pair<std::string, std::string>>& headers,
                                               const std::string& body) {
+  if (streamed(target)) return forward_stream(method, target, headers, body);
   Response res;
   // A replica that cannot be reached (cancelled, crashed, its node gone) is taken out of
   // routing until the controller's health check brings it back, and the request goes to the

@@ -80,6 +80,8 @@ class ReplicaPool : public Forwarder {
 
  private:
   void change_outstanding(int delta);
+  Response forward_stream(const std::string& method, const std::string& target,
+                          const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
   HttpExchange exchange(Replica& r, const std::string& method, const std::string& target,
                         const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
   int cap_, timeout_ms_;

@@ -175,4 +175,29 @@ for _ in $(seq 40); do
   sleep 0.25
 done
 expect_eq "its replicas ended with it" "" "$left"
+
+# --- generate_stream through the router: each server-sent event as the replica sends it -----------
+head -c 20000 /usr/share/common-licenses/GPL-3 >text.txt
+"$LOOM_BUILDDIR/loom-train" --model gpt --data text:"$LOOM_TMP/text.txt" --context 16 --n-embd 16 --n-head 2 \
+  --global-batch 8 --steps 10 --log-every 1000 --export gpt.h5 2>/dev/null
+sed -e 's/name: ctl-tiny/name: ctl-gpt/' -e "s#$LOOM_TMP/model.h5#$LOOM_TMP/gpt.h5#" -e 's/gpu: 1/gpu: 0/' \
+  -e 's/maxReplicas: 3/maxReplicas: 1/' svc.yaml >gpt.yaml
+serve_start gctl --controller --spec gpt.yaml --state-dir state-gpt --grpc-port -1 --tick-s 0.5
+for _ in $(seq 240); do
+  [ "$(curl -s "$http/metrics" | sed -n 's/^loom_controller_replicas{state="ready"} //p')" = 1 ] && break
+  sleep 0.25
+done
+body='{"text_input":"This License ","parameters":{"max_tokens":12}}'
+whole=$(curl -s -d "$body" "$http/v2/models/ctl-gpt/generate")
+curl -sN -d "$body" "$http/v2/models/ctl-gpt/generate_stream" >stream.txt
+/usr/bin/python3 - "$whole" stream.txt <<'PY' && pass || fail "generate_stream through the router: $(head -c 300 stream.txt)"
+import json, sys
+events = [json.loads(l[5:]) for l in open(sys.argv[2]) if l.startswith("data:")]
+text = "".join(e.get("text_output", "") for e in events)
+whole = json.loads(sys.argv[1])["text_output"]
+print(f"controller_cluster: generate_stream through the router: {len(events)} events, {text!r} (whole answer {whole!r})")
+assert len(events) > 1 and text == whole, (events, whole)
+PY
+kill -TERM "$pid"
+wait "$pid"
 finish

@@ -222,3 +222,60 @@ TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
 }
 
 }  // namespace
+
+// A replica that answers generate_stream with two server-sent events 300 ms apart, or a 400.
+void stream_peer(int ls, bool ok) {
+  const int c = ::accept(ls, nullptr, nullptr);
+  std::string req;
+  char buf[4096];
+  while (req.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::read(c, buf, sizeof buf);
+    if (n <= 0) break;
+    req.append(buf, static_cast<size_t>(n));
+  }
+  auto put = [c](const std::string& s) { (void)!::write(c, s.data(), s.size()); };
+  if (!ok) {
+    put("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"error\":\"nope\"}\n");
+  } else {
+    put("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+    put("9\r\ndata: a\n\n\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    put("9\r\ndata: b\n\n\r\n0\r\n\r\n");
+  }
+  ::close(c);
+}
+
+TEST(ReplicaPool, GenerateStreamPassesEachEventAsItComes) {
+  int port = 0;
+  const int ls = loopback_socket(true, &port);
+  ASSERT_GE(ls, 0);
+  ReplicaPool pool(8, 5000);
+  auto r = replica("9", ReplicaState::kReady, 0);
+  r->host = "127.0.0.1";
+  r->http_port = port;
+  pool.put(r);
+  std::thread peer(stream_peer, ls, true);
+  auto res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{\"text_input\":\"x\"}");
+  ASSERT_TRUE(res.stream) << res.status << " " << res.body;
+  EXPECT_EQ(res.content_type, "text/event-stream");
+  std::vector<std::pair<std::string, double>> got;
+  const auto t0 = std::chrono::steady_clock::now();
+  res.stream([&](const std::string& piece) {
+    got.emplace_back(piece, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return true;
+  });
+  peer.join();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, "data: a\n\n");
+  EXPECT_EQ(got[1].first, "data: b\n\n");
+  EXPECT_GT(got[1].second - got[0].second, 0.2) << "the first event waited for the second";
+  res = {};  // the stream's lease goes with it
+  EXPECT_EQ(r->outstanding.load(), 0);
+  std::thread refusing(stream_peer, ls, false);  // a replica's error comes back as it was, not as a stream
+  res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{}");
+  refusing.join();
+  EXPECT_FALSE(res.stream);
+  EXPECT_EQ(res.status, 400);
+  EXPECT_EQ(res.body, "{\"error\":\"nope\"}\n");
+  ::close(ls);
+}
