@@ -55,6 +55,16 @@ serve_start() {
   grpc=$(grep -oE "grpc [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
 }
 
+# require_onnx_serve: what the tests of ONNX serving need: loom-serve built with gRPC and ONNX,
+# Debian's PyTorch and grpcio, and protoc for the KServe messages.
+require_onnx_serve() {
+  /usr/bin/python3 -c 'import torch, grpc, google.protobuf' 2>/dev/null || skip "python3-torch and python3-grpcio are needed"
+  command -v protoc >/dev/null || skip "protoc (protobuf-compiler) is needed"
+  [ -x "$LOOM_BUILDDIR/loom-serve" ] || skip "loom-serve not built"
+  "$LOOM_BUILDDIR/loom-serve" --help 2>&1 | grep -q grpc-port || skip "loom-serve built without gRPC"
+  [ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
+}
+
 finish() {
   if [ "$failures" -gt 0 ]; then
     echo "$LOOM_TEST_NAME: $failures of $((checks + failures)) checks failed"

@@ -28,24 +28,16 @@ import torch
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "serve"))
 import onnx_models as om  # noqa: E402
+from kserve_py import Checks, kserve_messages  # noqa: E402
 
 serve, proto_dir, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
-subprocess.run(["protoc", f"-I{proto_dir}", f"--python_out={work}", "grpc_service.proto"], check=True)
-sys.path.insert(0, work)
+pb = kserve_messages(proto_dir, work)
 import grpc  # noqa: E402
-import grpc_service_pb2 as pb  # noqa: E402
 
-failures, checks = 0, 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what)
+check = Checks()
 
 
 OPSETS = (13, 14, 17)
@@ -300,5 +292,4 @@ finally:
     proc.terminate()
     proc.wait(timeout=60)
 
-print(f"onnx_parity: {checks - failures} of {checks} checks passed")
-sys.exit(1 if failures else 0)
+check.done("onnx_parity")

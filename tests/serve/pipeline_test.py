@@ -23,22 +23,14 @@ import torch
 serve, src, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
 sys.path.insert(0, os.path.join(src, "examples", "multimodal"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_models as mm  # noqa: E402
+from kserve_py import Checks, kserve_messages  # noqa: E402
 
-subprocess.run(["protoc", f"-I{src}/serve/proto", f"--python_out={work}", "grpc_service.proto"], check=True)
-sys.path.insert(0, work)
+pb = kserve_messages(f"{src}/serve/proto", work)
 import grpc  # noqa: E402
-import grpc_service_pb2 as pb  # noqa: E402
 
-failures, checks = 0, 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what)
+check = Checks()
 
 
 procs = []
@@ -185,5 +177,4 @@ finally:
         except subprocess.TimeoutExpired:
             p.kill()
 
-print(f"pipeline: {checks - failures} of {checks} checks passed")
-sys.exit(1 if failures else 0)
+check.done("pipeline")
