@@ -85,6 +85,9 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
   rt::Gpt gpt = rt::load_gpt(path_, f);
   check_finite(gpt.params());
   std::vector<int> bytes;
+  if (cfg.contains("tokens"))
+    throw rt::Error(path_ + ": a gpt trained on token files (" + cfg["tokens"].dump() +
+                    ") has token ids, not bytes: loom-serve has no tokenizer for them, so it cannot generate text");
   try {
     bytes = cfg.at("vocab_bytes").get<std::vector<int>>();
   } catch (const nlohmann::json::exception&) {

@@ -1,10 +1,12 @@
-// gpt_task.cpp — the `gpt` task: a character-level GPT on a text file (the first 90% trains,
-// the last 10% measures next-character accuracy), on the CPU.
+// gpt_task.cpp — the `gpt` task: a GPT on a text file (byte-level tokens) or on llm.c's token
+// files; the first 90% of the tokens trains, the last 10% measures next-token accuracy; on the
+// CPU.
 #include <algorithm>
 #include <fstream>
 #include <iterator>
 
 #include "loom/rt/io/data.hpp"
+#include "loom/rt/io/tokens.hpp"
 #include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/train/task.hpp"
@@ -15,9 +17,12 @@ namespace {
 
 class GptTask : public Task {
  public:
-  GptTask(const TrainConfig& c) : text_(load_text(c.text_path)), seed_(c.seed) {
+  GptTask(const TrainConfig& c) : text_(load(c)), seed_(c.seed) {
     GptConfig g;
-    g.vocab = static_cast<int>(text_.chars.size());
+    g.vocab = text_.files ? c.vocab : static_cast<int>(text_.chars.size());
+    // Text samples a window at every position; token files (large) at multiples of the context,
+    // as llm.c's loader does, so the epoch's order costs 8 bytes per window, not per token.
+    stride_ = text_.files ? c.context : 1;
     g.context = c.context;
     g.layers = c.gpt_layers;
     g.heads = c.heads;
@@ -25,27 +30,28 @@ class GptTask : public Task {
     g.dropout = c.dropout;
     model_ = std::make_unique<Gpt>(g, c.seed);
     split_ = static_cast<int64_t>(text_.ids.size()) * 9 / 10;
-    if (split_ - c.context - 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
-      throw Error(c.text_path + ": " + std::to_string(text_.ids.size()) + " characters are too few for --context " +
+    if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
+      throw Error(text_.source + ": " + std::to_string(text_.ids.size()) + " tokens are too few for --context " +
                   std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
   }
   std::string describe() const override {
     int64_t n = 0;
     for (const auto& p : model_->params()) n += p.value.numel();
     return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.ids.size()) +
-           " characters (vocabulary " + std::to_string(text_.chars.size()) + ")";
+           (text_.files ? " tokens of " + std::to_string(text_.files) + " token files" : std::string(" characters")) +
+           " (vocabulary " + std::to_string(model_->config().vocab) + ")";
   }
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
   }
   double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>&) override {
     const int T = model_->config().context;
-    const int64_t starts = split_ - T - 1 + 1;
+    const int64_t starts = (split_ - T - 1) / stride_ + 1;
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
     tok_.resize(static_cast<size_t>(batch) * T);
     tgt_.resize(tok_.size());
     for (int b = 0; b < batch; ++b) {
-      int64_t s = order_[static_cast<size_t>((first + b) % starts)];
+      int64_t s = order_[static_cast<size_t>((first + b) % starts)] * stride_;
       for (int t = 0; t < T; ++t) {
         tok_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t)];
         tgt_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t + 1)];
@@ -74,6 +80,7 @@ class GptTask : public Task {
   std::string config_json() const override {
     std::string j = model_->config().json();
     j.pop_back();
+    if (text_.files) return j + ",\"tokens\":\"llm.c uint16\"}";  // no byte vocabulary: a tokenizer's ids
     // Byte-level tokens: the vocabulary as the byte values it holds (any file, UTF-8 or not,
     // round-trips through the JSON of model.config).
     std::string bytes;
@@ -88,28 +95,40 @@ class GptTask : public Task {
 
  private:
   struct Text {
-    std::string chars;          // the vocabulary: the distinct bytes of the text, sorted
-    std::vector<int32_t> ids;   // the text as vocabulary indices
+    std::string source;         // the file or the pattern, for messages
+    size_t files = 0;           // token files read (0: a text file)
+    std::string chars;          // text: the vocabulary, the distinct bytes of the text, sorted
+    std::vector<uint16_t> ids;  // the tokens (text: as vocabulary indices)
   };
+  static Text load(const TrainConfig& c) {
+    if (c.token_files.empty()) return load_text(c.text_path);
+    TokenFiles f = load_token_files(c.token_files, c.vocab);
+    Text t;
+    t.source = c.token_files;
+    t.files = f.paths.size();
+    t.ids = std::move(f.tokens);
+    return t;
+  }
   static Text load_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot read the text file");
     std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (s.empty()) throw Error(path + ": the text file has no content");
     Text t;
+    t.source = path;
     bool seen[256] = {false};
     for (unsigned char ch : s) seen[ch] = true;
     int index[256];
     for (int ch = 0; ch < 256; ++ch)
       if (seen[ch]) index[ch] = static_cast<int>(t.chars.size()), t.chars += static_cast<char>(ch);
     t.ids.reserve(s.size());
-    for (unsigned char ch : s) t.ids.push_back(index[ch]);
+    for (unsigned char ch : s) t.ids.push_back(static_cast<uint16_t>(index[ch]));
     return t;
   }
   Text text_;
   uint64_t seed_;
   std::unique_ptr<Gpt> model_;
-  int64_t split_ = 0, order_epoch_ = -1;
+  int64_t split_ = 0, order_epoch_ = -1, stride_ = 1;
   std::vector<int64_t> order_;
   std::vector<int32_t> tok_, tgt_;
 };

@@ -74,7 +74,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("config", po::value(&config), "read options from FILE (command-line values win)")
       ("model", po::value(&model)->default_value("mlp"), "mlp | gpt")
       ("layers", po::value(&layers)->default_value("784,512,512,10"), "MLP widths, input first")
-      ("data", po::value(&data), "fashion-mnist[:DIR] (mlp, the default) | text:FILE (gpt)")
+      ("data", po::value(&data), "fashion-mnist[:DIR] (mlp, the default) | text:FILE | tokens:FILE-OR-GLOB (gpt; llm.c's .bin)")
+      ("vocab", po::value(&c.vocab)->default_value(50257), "gpt on tokens: vocabulary size (every token must be below it)")
       ("augment", po::value(&c.augment), "mlp: shift:N,flip,noise:S (random, from --seed) | none")
       ("train-subset", po::value(&c.train_subset), "mlp: train on N images of a seeded subset")
       ("synthetic", po::value(&c.synthetic), "mlp: add N within-class mixup images to each epoch")
@@ -162,7 +163,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   if (model != "mlp" && model != "gpt") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
   c.model = model;
   if (data.empty()) {
-    if (model == "gpt") throw Usage{"--model gpt needs --data text:FILE"};
+    if (model == "gpt") throw Usage{"--model gpt needs --data text:FILE or --data tokens:FILE"};
     data = "fashion-mnist";
   }
   if (data.rfind("fashion-mnist", 0) == 0) {
@@ -179,8 +180,11 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
     if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};
     c.text_path = data.substr(5);
+  } else if (data.rfind("tokens:", 0) == 0 && data.size() > 7) {
+    if (model != "gpt") throw Usage{"--data tokens:FILE is for --model gpt"};
+    c.token_files = data.substr(7);
   } else {
-    throw Usage{"--data must be fashion-mnist[:DIR] or text:FILE, not '" + data + "'"};
+    throw Usage{"--data must be fashion-mnist[:DIR], text:FILE or tokens:FILE, not '" + data + "'"};
   }
   c.optim.kind = optimizer;
   // Boost would read "-5" as 2^64-5: the seed is read as digits.

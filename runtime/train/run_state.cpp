@@ -13,7 +13,7 @@ RunState::RunState(const TrainConfig& c, const Ranks& ranks, const Reporter& rep
     : c_(c), ranks_(ranks), rep_(rep), total_(total) {
   nlohmann::json tc;
   tc["model"] = nlohmann::json::parse(task.config_json());
-  tc["data"] = c.model == "gpt" ? c.text_path : c.data_dir;
+  tc["data"] = c.model != "gpt" ? c.data_dir : c.token_files.empty() ? c.text_path : "tokens:" + c.token_files;
   tc["global_batch"] = c.global_batch;
   tc["total_steps"] = total;
   tc["optimizer"] = {{"kind", c.optim.kind}, {"momentum", c.optim.momentum}, {"nesterov", c.optim.nesterov},

@@ -68,6 +68,8 @@ void validate(const TrainConfig& c) {
   positive("--n-layer", c.gpt_layers);
   positive("--n-head", c.heads);
   positive("--n-embd", c.embd);
+  if (c.vocab < 2 || c.vocab > 65536)  // llm.c's tokens are uint16
+    throw Error("--vocab must be from 2 to 65536 (token files hold uint16), not " + std::to_string(c.vocab));
   if (!(c.dropout >= 0 && c.dropout < 1)) throw Error("--dropout must be in [0, 1), not " + num(c.dropout));
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))

@@ -137,6 +137,44 @@ expect_match "gpt on UTF-8 text: resumes from its checkpoint" "resumed from utf8
 run_cmd "$T" --inspect utf8.h5
 expect_eq "gpt on UTF-8 text: --inspect" 0 "$rc"
 
+# llm.c's token files (a 256-int32 header: magic 20240520, version 1, the count; uint16 tokens):
+# two shards by glob train a gpt; every bad file is one clear error naming it.
+/usr/bin/python3 - <<'PY'
+import numpy as np
+def write(path, toks, magic=20240520, version=1, count=None, header_only=False):
+    h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = magic, version, len(toks) if count is None else count
+    with open(path, "wb") as f:
+        f.write(h.tobytes() if not header_only else h.tobytes()[:600])
+        if not header_only: f.write(np.asarray(toks, dtype=np.uint16).tobytes())
+toks = np.tile(np.arange(3, 203), 240)
+write("tok_train_000.bin", toks[:24000]); write("tok_train_001.bin", toks[24000:])
+write("bad_magic.bin", toks[:5000], magic=20240521); write("bad_version.bin", toks[:5000], version=2)
+write("truncated.bin", toks[:5000], count=6000); write("headless.bin", [], header_only=True)
+write("big_token.bin", list(toks[:4000]) + [300] + list(toks[:999]))
+PY
+run_cmd "$T" --model gpt --data "tokens:$LOOM_TMP/tok_train_*.bin" --vocab 256 --context 32 --n-embd 32 --n-head 4 \
+  --optimizer adamw --lr 0.003 --global-batch 16 --steps 60 --log-every 20 --export tok.h5
+expect_eq "gpt on token files: exit" 0 "$rc"
+expect_match "gpt on token files: both shards" "on 48000 tokens of 2 token files \(vocabulary 256\)" "$err"
+first=$(grep -oE "step 20/60 epoch 0 loss [0-9.]+" <<<"$err" | awk '{print $NF}')
+last=$(grep -oE "step 60/60 epoch 0 loss [0-9.]+" <<<"$err" | awk '{print $NF}')
+/usr/bin/python3 -c "import sys; sys.exit(0 if $last < $first else 1)" && pass || fail "gpt on tokens: loss did not fall ($first -> $last)"
+/usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["vocab"]==256 and c["tokens"] and "vocab_bytes" not in c' tok.h5 \
+  && pass || fail "gpt on tokens: model.config"
+tok_err() {  # WHAT FILE REGEX [ARGS...]
+  local what=$1 file=$2 re=$3
+  shift 3
+  check_err "token file: $what" 1 "$re" --model gpt --data "tokens:$LOOM_TMP/$file" --vocab 256 --context 16 --global-batch 4 "$@"
+}
+tok_err "bad magic" bad_magic.bin "bad_magic.bin: not an llm.c token file \(magic 20240521, expected 20240520\)"
+tok_err "version" bad_version.bin "bad_version.bin: token file version 2"
+tok_err "truncated" truncated.bin "truncated.bin: the header says 6000 tokens, the file holds 5000 \(truncated\)"
+tok_err "shorter than the header" headless.bin "headless.bin: 600 bytes is shorter than the 1024-byte header"
+tok_err "token >= vocab" big_token.bin "big_token.bin: token 300 at position 4000 is outside the vocabulary \(--vocab 256\)"
+tok_err "no match" "none_*.bin" "tokens:.*none_\*.bin: no file matches"
+check_err "token files for mlp" 2 "--data tokens:FILE is for --model gpt" --data "tokens:$LOOM_TMP/tok_train_000.bin"
+check_err "vocab beyond uint16" 2 "--vocab must be from 2 to 65536" --model gpt --data "tokens:$LOOM_TMP/tok_train_000.bin" --vocab 70000
+
 # A config file takes the same keys; the command line wins.
 printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini
 run_cmd "$T" --config cfg.ini --log-format json --metrics-file m.jsonl --export a.h5

@@ -16,6 +16,8 @@ namespace loom::rt {
 struct TrainConfig {
   std::string model = "mlp";         // mlp | gpt
   std::string text_path;             // gpt: the training text
+  std::string token_files;           // gpt: llm.c token files (a path or a glob) instead of a text
+  int vocab = 50257;                 // gpt on token files: the vocabulary (GPT-2's by default)
   int context = 64, gpt_layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
   std::vector<int> layers{784, 512, 512, 10};
