@@ -127,6 +127,12 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float w
   if (overlaps() && !thread_.joinable()) thread_ = std::thread(&GradExchange::comm_loop, this);
 }
 
+void GradExchange::set_sharded() {
+  if (c_.kind != "none") throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c_.kind);
+  if (planned_) throw Error("GradExchange::set_sharded after the first step");
+  sharded_ = true;
+}
+
 void GradExchange::ready(size_t param) {
   if (param >= is_ready_.size() || is_ready_[param]) return;
   is_ready_[param] = 1;
@@ -177,6 +183,11 @@ void GradExchange::reduce_bucket(Bucket& b) {
     const int64_t n = (*params_)[i].grad.numel();
     for (int64_t k = 0; k < n; ++k) at[k] = g[k] * w;
     at += n;
+  }
+  if (sharded_) {  // ZeRO-1: the summed chunk stays in buf for the sharded optimizer step
+    comm_->reduce_scatter_sum(b.buf.data(), b.buf.size(), &b.begin, &b.count);
+    last_bytes_ += b.buf.size() * sizeof(float);
+    return;
   }
   if (c_.kind == "fp16") {
     comm_->allreduce_sum_half(b.buf.data(), b.buf.size());

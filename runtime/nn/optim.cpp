@@ -17,7 +17,6 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
       m_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
       if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
     }
-  const bool parallel = cpu::openmp_loops();
   for (size_t i = 0; i < params.size(); ++i) {
     float* w = params[i].value.f32();
     const float* g = params[i].grad.f32();
@@ -36,36 +35,50 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
       throw Error("this build of Loom has no CUDA support");
 #endif
     }
-    if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0; one branch-free pass per case
-      const float wd = c_.weight_decay, mu = c_.momentum;
-      if (mu == 0.0f) {
-        for (int64_t k = 0; k < n; ++k) w[k] -= lr * (g[k] + wd * w[k]);
-      } else if (c_.nesterov) {
-        const float keep = t_ == 1 ? 0.0f : mu;  // the first step sets the buffer to the gradient
-        for (int64_t k = 0; k < n; ++k) {
-          float d = g[k] + wd * w[k];
-          m[k] = keep * m[k] + d;
-          w[k] -= lr * (d + mu * m[k]);
-        }
-      } else {
-        const float keep = t_ == 1 ? 0.0f : mu;
-#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
-        for (int64_t k = 0; k < n; ++k) {
-          m[k] = keep * m[k] + g[k] + wd * w[k];
-          w[k] -= lr * m[k];
-        }
-      }
-    } else {  // torch.optim.AdamW
-      float* v = v_[i].f32();
-      const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
-      const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
-      const float step = lr / bc1, root_bc2 = std::sqrt(bc2);
+    update({w, g, m, c_.kind == "adamw" ? v_[i].f32() : nullptr, n}, lr);
+  }
+}
+
+void Optimizer::step_spans(const std::vector<Span>& spans, float lr) {
+  ++t_;
+  for (const Span& s : spans) update(s, lr);
+}
+
+void Optimizer::update(const Span& s, float lr) const {
+  float* w = s.w;
+  const float* g = s.g;
+  float* m = s.m;
+  const int64_t n = s.n;
+  const bool parallel = cpu::openmp_loops();
+  if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0; one branch-free pass per case
+    const float wd = c_.weight_decay, mu = c_.momentum;
+    if (mu == 0.0f) {
+      for (int64_t k = 0; k < n; ++k) w[k] -= lr * (g[k] + wd * w[k]);
+    } else if (c_.nesterov) {
+      const float keep = t_ == 1 ? 0.0f : mu;  // the first step sets the buffer to the gradient
       for (int64_t k = 0; k < n; ++k) {
-        w[k] *= 1.0f - lr * c_.weight_decay;
-        m[k] = c_.beta1 * m[k] + (1.0f - c_.beta1) * g[k];
-        v[k] = c_.beta2 * v[k] + (1.0f - c_.beta2) * g[k] * g[k];
-        w[k] -= step * m[k] / (std::sqrt(v[k]) / root_bc2 + c_.eps);
+        float d = g[k] + wd * w[k];
+        m[k] = keep * m[k] + d;
+        w[k] -= lr * (d + mu * m[k]);
       }
+    } else {
+      const float keep = t_ == 1 ? 0.0f : mu;
+#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
+      for (int64_t k = 0; k < n; ++k) {
+        m[k] = keep * m[k] + g[k] + wd * w[k];
+        w[k] -= lr * m[k];
+      }
+    }
+  } else {  // torch.optim.AdamW
+    float* v = s.v;
+    const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
+    const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
+    const float step = lr / bc1, root_bc2 = std::sqrt(bc2);
+    for (int64_t k = 0; k < n; ++k) {
+      w[k] *= 1.0f - lr * c_.weight_decay;
+      m[k] = c_.beta1 * m[k] + (1.0f - c_.beta1) * g[k];
+      v[k] = c_.beta2 * v[k] + (1.0f - c_.beta2) * g[k] * g[k];
+      w[k] -= step * m[k] / (std::sqrt(v[k]) / root_bc2 + c_.eps);
     }
   }
 }

@@ -8,16 +8,49 @@ namespace loom::rt {
 GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_enabled, const Reporter& rep)
     : ranks_(ranks), rep_(rep), compress_(c.grad_compress), powersgd_(parse_grad_compress(c.grad_compress).kind == "powersgd"),
       exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
+  if (c.zero == 1 && !ranks_.many())
+    rep_.say("--zero 1 on one rank: there is nothing to shard, the optimizer keeps its whole state",
+             "\"level\":\"info\",\"event\":\"zero\",\"sharded\":false");
   if (!ranks_.many()) return;
+  if (c.zero == 1) {
+    exchange_.set_sharded();
+    zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
+  }
   // Gradients go out while backward runs, unless their precision pass (AMP) or an injected
   // overflow must see them all first, or the transport cannot be driven from a second thread.
   const bool overlap = exchange_.overlaps() && !amp_enabled && c.inject_overflow_step < 0 && c.comm->thread_serialized();
   if (overlap) ready_ = [this](size_t i) { exchange_.ready(i); };
-  rep_.say("allreduce " + c.comm->describe() + " (" + c.comm->backend() + "), " +
+  rep_.say(std::string(zero_ ? "ZeRO-1: optimizer state sharded over " + std::to_string(ranks_.size) +
+                                   " ranks, gradients reduce-scattered, parameters allgathered; " : "") +
+               "allreduce " + c.comm->describe() + " (" + c.comm->backend() + "), " +
                (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward" : std::string("after backward")) +
                (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),
            "\"level\":\"info\",\"event\":\"comm\",\"hierarchical\":" + std::string(c.comm->hierarchical() ? "true" : "false") +
                ",\"overlap\":" + (overlap ? "true" : "false"));
+}
+
+void GradientSync::apply(Optimizer& opt, std::vector<Param>& params, float lr, float clip) {
+  if (zero_) {
+    comm_bytes_ += zero_->step(opt, params, lr, clip);
+    return;
+  }
+  if (clip > 0) clip_grad_norm(params, clip);
+  opt.step(params, lr);
+}
+
+void GradientSync::moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m,
+                           std::vector<Tensor>* v) {
+  if (zero_) return zero_->gather_moments(opt, params, m, v);
+  *m = opt.first_moments();
+  *v = opt.second_moments();
+}
+
+size_t GradientSync::optimizer_bytes(const Optimizer& opt) const {
+  if (zero_) return zero_->state_bytes();
+  size_t n = 0;
+  for (const auto* ts : {&opt.first_moments(), &opt.second_moments()})
+    for (const Tensor& t : *ts) n += static_cast<size_t>(t.numel()) * sizeof(float);
+  return n;
 }
 
 void GradientSync::begin(std::vector<Param>& params, float weight) {

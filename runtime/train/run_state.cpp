@@ -110,10 +110,11 @@ CheckpointState RunState::snapshot(RunParts parts, Position next) const {
   k.train_config = identity_;
   const auto& ps = parts.task.params();
   const Optimizer& opt = parts.opt;
+  std::vector<Tensor> m, v;  // whole, per parameter, also when --zero 1 shards them
+  parts.sync.moments(opt, ps, &m, &v);
   for (const auto& p : ps) k.tensors.push_back({"params", p.name, p.value});
-  for (size_t i = 0; i < opt.first_moments().size(); ++i) k.tensors.push_back({"optimizer/m", ps[i].name, opt.first_moments()[i]});
-  for (size_t i = 0; i < opt.second_moments().size(); ++i)
-    k.tensors.push_back({"optimizer/v", ps[i].name, opt.second_moments()[i]});
+  for (size_t i = 0; i < m.size(); ++i) k.tensors.push_back({"optimizer/m", ps[i].name, m[i]});
+  for (size_t i = 0; i < v.size(); ++i) k.tensors.push_back({"optimizer/v", ps[i].name, v[i]});
   if (ranks_.many()) k.rank_state = parts.sync.exchange().state();
   const Balancer& bal = parts.plan.balancer();
   nlohmann::json st;

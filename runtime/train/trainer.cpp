@@ -159,6 +159,7 @@ TrainResult Trainer::run() {
   r.evaluated = evaluated_ && !stopped;
   r.test_accuracy = r.evaluated ? ev_.accuracy : 0;
   r.last_loss = last_loss_;
+  r.optimizer_bytes = sync_.optimizer_bytes(opt_);
   r.gflops = train_seconds_ > 0 ? task_->train_flops(c_.global_batch) * trained / train_seconds_ / 1e9 : 0;
   finish(&r);
   return r;
@@ -188,8 +189,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
     throw Error("loss is " + num(all.loss) + " at step " + std::to_string(pos_.step) + " (lower --lr)");
   if (!precision_.skip(all.finite, pos_.step)) {
     ckpt_.wait_copied();  // an asynchronous checkpoint's copy of the state is done before it changes
-    if (c_.clip > 0) clip_grad_norm(params, c_.clip);
-    opt_.step(params, lr_at(pos_.step, total_, c_.lr, c_.warmup, c_.schedule));
+    sync_.apply(opt_, params, lr_at(pos_.step, total_, c_.lr, c_.warmup, c_.schedule), c_.clip);
   }
   progress(epoch, all.loss, seconds_since(t0));
   checkpoint(epoch, b, all);

@@ -46,6 +46,48 @@ for mb in 0.1 0; do
   expect_match "4 ranks: hierarchical" "allreduce hierarchical: 2 nodes x 2 ranks \(mpi\), $([ $mb = 0 ] && echo 'after backward' || echo 'buckets of 0.1 MiB')" "$err"
   h5diff -d 2e-6 one.h5 "h$mb.h5" /params /params >/dev/null && pass || fail "hierarchical, --bucket-mb $mb: weights differ from 1 rank"
 done
+# The gpt, data-parallel: 2 ranks with uneven shares give the 1-rank weights.
+g="--model gpt --data text:/usr/share/common-licenses/GPL-3 --context 32 --n-layer 2 --n-embd 32 --n-head 4 --global-batch 12 --steps 20 --lr 0.1 --seed 5 --log-every 1000"
+run_cmd "$T" $g --export g1.h5
+expect_eq "gpt, 1 rank" 0 "$rc"
+run_cmd timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" $g --balance static --export g2.h5
+expect_eq "gpt, 2 ranks" 0 "$rc"
+h5diff -d 2e-6 g1.h5 g2.h5 /params /params >/dev/null && pass || fail "gpt: 2 ranks' weights differ from 1 rank"
+# ZeRO-1: the optimizer state sharded. The reduce-scatter's chunks are the allreduce's, so the
+# weights equal the unsharded run's bit for bit (AdamW), and with clipping (the norm summed in
+# another order) within fp32 rounding; each rank holds half the
+# moments; 3 ranks with small buckets and SGD give the 1-rank weights; a sharded checkpoint holds
+# the whole moments, so it resumes unsharded (and an unsharded one sharded) to the same weights.
+za="--steps 25 --global-batch 60 --seed 11 --lr 0.01 --optimizer adamw --log-every 1000"
+run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $za --export za.h5
+expect_eq "adamw, 2 ranks" 0 "$rc"
+plain_bytes=$(grep -oE "rank 0: done: .*optimizer_bytes_per_rank [0-9]+" <<<"$err" | awk '{print $NF}')
+run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $za --zero 1 --export zz.h5
+expect_eq "--zero 1, 2 ranks" 0 "$rc"
+expect_match "--zero 1 is announced" "ZeRO-1: optimizer state sharded over 2 ranks" "$err"
+zero_bytes=$(grep -oE "rank 0: done: .*optimizer_bytes_per_rank [0-9]+" <<<"$err" | awk '{print $NF}')
+h5diff za.h5 zz.h5 /params /params >/dev/null && pass || fail "--zero 1: weights differ from the unsharded run"
+echo "train_mpi: optimizer bytes per rank, 2 ranks: unsharded $plain_bytes, --zero 1 $zero_bytes"
+/usr/bin/python3 -c "import sys; sys.exit(0 if 0 < $zero_bytes <= 0.55 * $plain_bytes else 1)" && pass || fail "--zero 1: $zero_bytes optimizer bytes per rank against $plain_bytes"
+for z in 0 1; do run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $za --clip-grad-norm 0.5 --zero $z --export "clip$z.h5"; done
+h5diff -d 1e-5 clip0.h5 clip1.h5 /params /params >/dev/null && pass || fail "--zero 1 with --clip-grad-norm: weights differ"
+run_cmd timeout 300 mpirun -np 3 --oversubscribe ./rankenv.sh "$T" $common --balance static --bucket-mb 0.1 --zero 1 --export z3.h5
+expect_eq "--zero 1, 3 ranks" 0 "$rc"
+h5diff -d 2e-6 one.h5 z3.h5 /params /params >/dev/null && pass || fail "--zero 1 on 3 ranks: weights differ from 1 rank"
+zk="${za/--steps 25/} --ckpt-dir zck --ckpt-every 12"
+for first in "--zero 1" ""; do
+  rm -rf zck
+  run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $zk --steps 12 $first
+  second=$([ -n "$first" ] || echo "--zero 1")
+  run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $zk --steps 25 $second --export zr.h5
+  expect_match "checkpoint of '${first:-unsharded}' resumed by '${second:-unsharded}'" "resumed from zck/ckpt-0*12.h5 at step 12" "$err"
+  h5diff -d 1e-6 za.h5 zr.h5 /params /params >/dev/null && pass || fail "'${first:-unsharded}' to '${second:-unsharded}': weights differ after the resume"
+done
+run_cmd timeout 300 mpirun -np 3 --oversubscribe "$T" $zk --steps 30 --zero 1
+expect_match "a 2-rank checkpoint resumes sharded over 3 ranks" "resharding: the checkpoint was written by 2 ranks, resuming on 3" "$err"
+run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --zero 1 --grad-compress fp16
+expect_eq "--zero 1 with fp16 gradients: usage" 2 "$rc"
+expect_match "--zero 1 with fp16 gradients: why" "--zero 1 reduce-scatters fp32 gradients" "$err"
 run_cmd env SLOW=0.4 timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" --steps 60 --global-batch 140 \
   --balance dynamic --replan-every 5 --log-every 20 --metrics-file dyn.jsonl
 expect_eq "dynamic exit" 0 "$rc"

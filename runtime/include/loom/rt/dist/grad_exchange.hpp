@@ -43,6 +43,19 @@ class GradExchange {
   GradExchange& operator=(const GradExchange&) = delete;
 
   bool overlaps() const { return bucket_bytes_ > 0 && c_.kind != "powersgd"; }
+  // ZeRO-1 (before the first step; plain fp32 only): each bucket is reduce-scattered instead of
+  // allreduced. After finish(), this rank's chunk [begin, begin + count) of each bucket's flat
+  // buffer holds the summed gradient of those positions; the parameters' own gradients are left
+  // unsummed. The flat order is the bucket's parameters one after another.
+  void set_sharded();
+  bool sharded() const { return sharded_; }
+  struct Chunk {
+    const std::vector<size_t>& params;
+    std::vector<float>& flat;  // the bucket's size; free for the caller until the next begin()
+    size_t begin, count;
+  };
+  Chunk chunk(size_t bucket) { return {buckets_[bucket].params, buckets_[bucket].buf, buckets_[bucket].begin, buckets_[bucket].count}; }
+
   void begin(Communicator& comm, std::vector<Param>& params, float weight);
   void ready(size_t param);
   void finish(std::vector<float>& extras, int64_t step);
@@ -68,6 +81,7 @@ class GradExchange {
     size_t floats = 0;
     int pending = 0;
     std::vector<float> buf;
+    size_t begin = 0, count = 0;  // sharded: this rank's reduced chunk of buf
   };
   void plan(const std::vector<Param>& params);
   void reduce_bucket(Bucket& b);  // pack (weighted), sum over ranks, unpack
@@ -79,7 +93,7 @@ class GradExchange {
   Communicator* comm_ = nullptr;
   std::vector<Param>* params_ = nullptr;
   float weight_ = 1.0f;
-  bool planned_ = false;
+  bool planned_ = false, sharded_ = false;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   std::vector<char> is_ready_;

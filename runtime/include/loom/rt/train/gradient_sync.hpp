@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/train/ranks.hpp"
 #include "loom/rt/train/reporter.hpp"
+#include "loom/rt/train/zero.hpp"
 
 namespace loom::rt {
 
@@ -36,6 +38,11 @@ class GradientSync {
   void begin(std::vector<Param>& params, float weight);
   // After backward: the weighted sum of every rank's gradients, and the votes agreed.
   StepVotes finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step);
+  // The update after finish(): clipping (0: off) and the optimizer's step, sharded with --zero 1.
+  void apply(Optimizer& opt, std::vector<Param>& params, float lr, float clip);
+  // The whole moments per parameter for a checkpoint (collective under --zero 1).
+  void moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m, std::vector<Tensor>* v);
+  size_t optimizer_bytes(const Optimizer& opt) const;  // this rank's optimizer state
   size_t comm_bytes() const { return comm_bytes_; }  // sent by this rank, summed over the run
   GradExchange& exchange() { return exchange_; }
   bool powersgd() const { return powersgd_; }
@@ -48,6 +55,7 @@ class GradientSync {
   bool powersgd_;
   GradExchange exchange_;
   std::function<void(size_t)> ready_;
+  std::unique_ptr<ZeroOptimizer> zero_;  // --zero 1 on several ranks
   size_t comm_bytes_ = 0;
   bool reported_compression_ = false;
 };

@@ -21,6 +21,7 @@ struct TrainResult {
   double gflops = 0;          // achieved training GFLOP/s
   bool preempted = false;     // stopped early on a signal (a checkpoint was written)
   double loop_seconds = 0;    // wall time of the training loop, checkpoints included, evaluation not
+  size_t optimizer_bytes = 0; // this rank's optimizer state (moments) at the end (--zero 1: its shard)
 };
 
 // Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.

@@ -1,0 +1,38 @@
+// zero.hpp — ZeRO-1 (Rajbhandari et al., 2020): the optimizer's state sharded over the ranks.
+// Gradients are reduce-scattered bucket by bucket (GradExchange::set_sharded); each rank updates
+// the parameters of its chunk of every bucket with the moments of that chunk alone, and an
+// allgather of each bucket gives every rank the new parameters. Checkpoints hold the whole
+// moments per parameter (gathered), so they resume on any number of ranks, sharded or not.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/nn/optim.hpp"
+
+namespace loom::rt {
+
+class ZeroOptimizer {
+ public:
+  ZeroOptimizer(GradExchange& exchange, Communicator& comm) : ex_(exchange), comm_(comm) {}
+  // After GradExchange::finish(): clip by the global norm (0: off), update this rank's chunks,
+  // gather the parameters. Returns the bytes this rank sent.
+  size_t step(Optimizer& opt, std::vector<Param>& params, float lr, float clip);
+  // Collective (every rank at once): the whole moments per parameter, shaped as the parameters
+  // (v empty for SGD). Before the first step: what the optimizer holds.
+  void gather_moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m,
+                      std::vector<Tensor>* v);
+  size_t state_bytes() const;  // this rank's moments
+
+ private:
+  struct Shard {
+    std::vector<float> m, v, w;  // the chunk's moments, and its parameters during a step
+  };
+  void shard(Optimizer& opt, const std::vector<Param>& params);
+  GradExchange& ex_;
+  Communicator& comm_;
+  std::vector<Shard> shards_;  // one per bucket
+};
+
+}  // namespace loom::rt

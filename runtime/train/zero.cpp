@@ -1,0 +1,133 @@
+// zero.cpp — the sharded optimizer step of ZeRO-1 and the gathering of its moments.
+#include "loom/rt/train/zero.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom::rt {
+
+namespace {
+
+// Calls fn(param index, offset in the parameter, offset in the chunk, length) for every piece
+// of the chunk [begin, begin + count) of a bucket's flat layout.
+template <class Fn>
+void for_pieces(const GradExchange::Chunk& c, const std::vector<Param>& params, Fn fn) {
+  size_t at = 0;
+  for (size_t i : c.params) {
+    const size_t n = static_cast<size_t>(params[i].value.numel());
+    const size_t lo = std::max(at, c.begin), hi = std::min(at + n, c.begin + c.count);
+    if (lo < hi) fn(i, lo - at, lo - c.begin, hi - lo);
+    at += n;
+  }
+}
+
+// The whole bucket: flat[offset of parameter i ...] <-> parameter i.
+template <class Fn>
+void for_params(const GradExchange::Chunk& c, const std::vector<Param>& params, Fn fn) {
+  size_t at = 0;
+  for (size_t i : c.params) {
+    const size_t n = static_cast<size_t>(params[i].value.numel());
+    fn(i, at, n);
+    at += n;
+  }
+}
+
+}  // namespace
+
+void ZeroOptimizer::shard(Optimizer& opt, const std::vector<Param>& params) {
+  const bool adam = opt.keeps_second_moment();
+  // Moments restored from a checkpoint (whole, per parameter): this rank keeps its chunks.
+  const auto& rm = opt.first_moments();
+  const auto& rv = opt.second_moments();
+  const bool restored = rm.size() == params.size() && (!adam || rv.size() == params.size());
+  shards_.resize(ex_.buckets());
+  for (size_t b = 0; b < ex_.buckets(); ++b) {
+    GradExchange::Chunk c = ex_.chunk(b);  // known: the first step's gradients are reduced
+    Shard& s = shards_[b];
+    s.m.assign(c.count, 0.0f);
+    if (adam) s.v.assign(c.count, 0.0f);
+    s.w.resize(c.count);
+    if (!restored) continue;
+    for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
+      std::copy_n(rm[i].f32() + p_off, len, s.m.data() + c_off);
+      if (adam) std::copy_n(rv[i].f32() + p_off, len, s.v.data() + c_off);
+    });
+  }
+  opt.restore({}, {}, opt.steps());  // the whole moments are not kept twice
+}
+
+size_t ZeroOptimizer::step(Optimizer& opt, std::vector<Param>& params, float lr, float clip) {
+  if (shards_.empty()) shard(opt, params);
+  if (clip > 0) {  // torch's clip_grad_norm_ over the whole gradient: each rank's chunks, summed
+    double sq = 0;
+    for (size_t b = 0; b < ex_.buckets(); ++b) {
+      GradExchange::Chunk c = ex_.chunk(b);
+      for (size_t k = c.begin; k < c.begin + c.count; ++k) sq += static_cast<double>(c.flat[k]) * c.flat[k];
+    }
+    float total = static_cast<float>(sq);
+    comm_.allreduce_sum(&total, 1);
+    const float norm = std::sqrt(total);
+    if (norm > clip)
+      for (size_t b = 0; b < ex_.buckets(); ++b) {
+        GradExchange::Chunk c = ex_.chunk(b);
+        for (size_t k = c.begin; k < c.begin + c.count; ++k) c.flat[k] *= clip / (norm + 1e-6f);
+      }
+  }
+  std::vector<Optimizer::Span> spans;
+  for (size_t b = 0; b < ex_.buckets(); ++b) {
+    GradExchange::Chunk c = ex_.chunk(b);
+    Shard& s = shards_[b];
+    if (s.m.size() != c.count) throw Error("ZeRO-1: bucket " + std::to_string(b) + " changed its chunk between steps");
+    for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
+      std::copy_n(params[i].value.f32() + p_off, len, s.w.data() + c_off);
+    });
+    spans.push_back({s.w.data(), c.flat.data() + c.begin, s.m.data(), s.v.empty() ? nullptr : s.v.data(),
+                     static_cast<int64_t>(c.count)});
+  }
+  opt.step_spans(spans, lr);
+  size_t sent = 0;
+  for (size_t b = 0; b < ex_.buckets(); ++b) {
+    GradExchange::Chunk c = ex_.chunk(b);
+    std::copy(shards_[b].w.begin(), shards_[b].w.end(), c.flat.begin() + static_cast<long>(c.begin));
+    comm_.allgather_chunks(c.flat.data(), c.flat.size());
+    sent += c.flat.size() * sizeof(float);
+    for_params(c, params, [&](size_t i, size_t at, size_t n) { std::copy_n(c.flat.data() + at, n, params[i].value.f32()); });
+  }
+  return sent;
+}
+
+void ZeroOptimizer::gather_moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m,
+                                   std::vector<Tensor>* v) {
+  m->clear();
+  v->clear();
+  if (shards_.empty()) {  // no step yet: whatever was restored
+    *m = opt.first_moments();
+    *v = opt.second_moments();
+    return;
+  }
+  const bool adam = opt.keeps_second_moment();
+  for (const auto& p : params) {
+    m->push_back(Tensor::zeros(p.value.shape()));
+    if (adam) v->push_back(Tensor::zeros(p.value.shape()));
+  }
+  std::vector<float> flat;
+  for (int which = 0; which < (adam ? 2 : 1); ++which) {
+    std::vector<Tensor>& out = which == 0 ? *m : *v;
+    for (size_t b = 0; b < ex_.buckets(); ++b) {
+      GradExchange::Chunk c = ex_.chunk(b);
+      const std::vector<float>& mine = which == 0 ? shards_[b].m : shards_[b].v;
+      flat.assign(c.flat.size(), 0.0f);
+      std::copy(mine.begin(), mine.end(), flat.begin() + static_cast<long>(c.begin));
+      comm_.allgather_chunks(flat.data(), flat.size());
+      for_params(c, params, [&](size_t i, size_t at, size_t n) { std::copy_n(flat.data() + at, n, out[i].f32()); });
+    }
+  }
+}
+
+size_t ZeroOptimizer::state_bytes() const {
+  size_t n = 0;
+  for (const auto& s : shards_) n += (s.m.size() + s.v.size()) * sizeof(float);
+  return n;
+}
+
+}  // namespace loom::rt
