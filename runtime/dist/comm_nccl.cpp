@@ -21,7 +21,11 @@ namespace loom::rt {
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaEvent_t queued = nullptr;  // recorded on the default stream before each collective
   bool ring_from_plugin = false;
+  // The NCCL stream is non-blocking: without this it would not wait for the kernels (on the
+  // default stream) that wrote the buffer it is about to reduce.
+  void after_default_stream();
 };
 
 namespace {
@@ -50,6 +54,11 @@ int ring_position() {
 
 }  // namespace
 
+void NcclCommunicator::Impl::after_default_stream() {
+  cuda_check(cudaEventRecord(queued, cudaStreamLegacy), "cudaEventRecord");
+  cuda_check(cudaStreamWaitEvent(stream, queued, 0), "cudaStreamWaitEvent");
+}
+
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   int init = 0;
   MPI_Initialized(&init);
@@ -77,6 +86,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   if (mpi_rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   cuda_check(cudaStreamCreateWithFlags(&c->impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaEventCreateWithFlags(&c->impl_->queued, cudaEventDisableTiming), "cudaEventCreate");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; wait() bounds the time
   nccl_check(ncclCommInitRankConfig(&c->impl_->comm, mpi_size, id, c->rank_, &config), "ncclCommInitRankConfig");
@@ -87,7 +97,26 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
 NcclCommunicator::~NcclCommunicator() {
   if (!impl_) return;
   if (impl_->comm) ncclCommDestroy(impl_->comm);
+  if (impl_->queued) cudaEventDestroy(impl_->queued);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+int NcclCommunicator::select_device() {
+  int gpus = 0;
+  cuda_check(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
+  if (gpus == 0) throw Error("no CUDA device is visible to this rank");
+  int dev = 0;
+  const char* own = std::getenv("LOOM_GPU");
+  if (!own || !*own) {  // no plugin: one GPU per rank on the node, in node-local rank order
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    dev = local_rank % gpus;
+  }
+  cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+  return dev;
 }
 
 void NcclCommunicator::wait(const char* what) {
@@ -116,18 +145,21 @@ void NcclCommunicator::wait(const char* what) {
 
 void NcclCommunicator::allreduce_sum(float* d, size_t n) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream();
   nccl_check(ncclAllReduce(d, d, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   wait("allreduce");
 }
 
 void NcclCommunicator::allreduce_sum_half(void* d, size_t n) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream();
   nccl_check(ncclAllReduce(d, d, n, ncclFloat16, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   wait("allreduce (fp16)");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream();
   nccl_check(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, impl_->comm, impl_->stream),
              "ncclReduceScatter");
   wait("reduce-scatter");
@@ -135,6 +167,7 @@ void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t
 
 void NcclCommunicator::allgather(const float* send, float* recv, size_t send_count) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream();
   nccl_check(ncclAllGather(send, recv, send_count, ncclFloat32, impl_->comm, impl_->stream), "ncclAllGather");
   wait("allgather");
 }
@@ -142,6 +175,7 @@ void NcclCommunicator::allgather(const float* send, float* recv, size_t send_cou
 void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   if (root < 0 || root >= size_) throw Error("broadcast root " + std::to_string(root) + " is not a rank");
+  impl_->after_default_stream();
   nccl_check(ncclBroadcast(d, d, bytes, ncclUint8, root, impl_->comm, impl_->stream), "ncclBroadcast");
   wait("broadcast");
 }

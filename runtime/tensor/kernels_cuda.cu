@@ -135,14 +135,33 @@ __global__ void k_adamw(float* w, const float* g, float* m, float* v, int64_t n,
 }  // namespace
 
 bool available(std::string* why) {
-  int n = 0;
+  int n = 0, dev = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     if (why) *why = cudaGetErrorString(e);
     return false;
   }
-  if (n == 0 && why) *why = "no CUDA device";
-  return n > 0;
+  if (n == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  // The GPU must have code in this build (a cubin of its architecture, or PTX it can JIT): asking
+  // for a kernel's attributes fails as its first launch would, without launching.
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(cudaGetLastError());
+    return false;
+  }
+  cudaFuncAttributes a{};
+  e = cudaFuncGetAttributes(&a, k_adamw);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    if (why)
+      *why = "GPU " + std::to_string(dev) + " (" + p.name + ", compute capability " + std::to_string(p.major) + "." +
+             std::to_string(p.minor) + "): " + cudaGetErrorString(e);
+    return false;
+  }
+  return true;
 }
 
 void* device_alloc(size_t bytes) {
@@ -179,21 +198,25 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
 
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act) {
   int64_t n = int64_t{rows} * cols;
+  if (n == 0) return;  // a launch of zero blocks is an error, not a no-op
   k_bias_act<<<blocks(n, 256), 256>>>(y, bias, rows, cols, act == cpu::Act::kRelu ? 1 : act == cpu::Act::kGelu ? 2 : 0);
   CUDA_OK(cudaGetLastError());
 }
 
 void relu_backward(float* dy, const float* y, int64_t n) {
+  if (n == 0) return;
   k_relu_backward<<<blocks(n, 256), 256>>>(dy, y, n);
   CUDA_OK(cudaGetLastError());
 }
 
 void bias_grad(const float* dy, float* db, int rows, int cols) {
+  if (cols == 0) return;
   k_bias_grad<<<blocks(cols, 128), 128>>>(dy, db, rows, cols);
   CUDA_OK(cudaGetLastError());
 }
 
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+  if (rows == 0) return 0.0;
   std::vector<int32_t> host_labels(static_cast<size_t>(rows));
   to_host(host_labels.data(), labels, sizeof(int32_t) * rows);
   for (int32_t y : host_labels)
@@ -210,22 +233,26 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
 }
 
 void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
+  if (rows == 0) return;
   k_argmax<<<blocks(rows, 128), 128>>>(x, rows, cols, out);
   CUDA_OK(cudaGetLastError());
 }
 
 void fill(float* x, float v, int64_t n) {
+  if (n == 0) return;
   k_fill<<<blocks(n, 256), 256>>>(x, v, n);
   CUDA_OK(cudaGetLastError());
 }
 
 void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov) {
+  if (n == 0) return;
   k_sgd<<<blocks(n, 256), 256>>>(w, g, m, n, lr, mu, wd, keep, nesterov ? 1 : 0);
   CUDA_OK(cudaGetLastError());
 }
 
 void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
                 float wd, float bc1, float root_bc2) {
+  if (n == 0) return;
   k_adamw<<<blocks(n, 256), 256>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, root_bc2);
   CUDA_OK(cudaGetLastError());
 }

@@ -24,7 +24,16 @@ bool cuda_built() {
 
 bool cuda_usable(std::string* why) {
 #ifdef LOOM_HAVE_CUDA
-  return cuda::available(why);
+  if (cuda::available(why)) return true;
+#ifdef LOOM_CUDA_ARCHS
+  std::string archs = "sm_" LOOM_CUDA_ARCHS;
+  for (size_t at = archs.find(','); at != std::string::npos; at = archs.find(',', at)) archs.replace(at, 1, " sm_");
+  if (why && why->find("compute capability") != std::string::npos)
+    *why += " (this build has code for " + archs + " and PTX " + std::to_string(LOOM_CUDA_PTX) +
+            ", from CUDA " LOOM_CUDA_TOOLKIT "; CUDA 13 dropped Volta: for a V100 build with a CUDA 12 toolkit and "
+            "--with-cuda-arch=\"70 80 90\", see the README)";
+#endif
+  return false;
 #else
   if (why) *why = "this build of Loom has no CUDA support (configure found no nvcc)";
   return false;

@@ -32,14 +32,39 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The MLP on CUDA when asked (or, with auto, when a GPU is usable); everything else on the CPU.
-Device choose_device(const TrainConfig& c) {
+// Why this run cannot go on CUDA in this build (empty: it can).
+std::string cuda_blocker(const TrainConfig& c) {
+  if (c.model != "mlp") return "only the mlp model runs on CUDA in this build; gpt runs with --device cpu";
+  if (c.comm && c.comm->size() > 1)
+    return "multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet (it is built and tested "
+           "on its own: tests/gpu/nccl_test); use --device cpu";
+  if (c.precision != "fp32") return "--precision " + c.precision + " runs on the CPU (emulated) in this build";
+  if (c.qat) return "--qat runs on the CPU in this build";
+  if (!c.teacher_path.empty()) return "distillation runs on the CPU in this build";
+  return {};
+}
+
+// --device cuda: CUDA or a clear error. auto: CUDA when a GPU this build has code for is here and
+// the run can go there, else the CPU (with a note saying why, when a GPU is here): a job script
+// with the default works on every node, GPU or not, multi-rank or not.
+Device choose_device(const TrainConfig& c, std::string* note) {
+  if (c.device == "cpu") return Device::kCpu;
   std::string why;
-  const bool cuda = c.device != "cpu" && c.model == "mlp" && ops::cuda_usable(&why);
-  if (c.device == "cuda" && c.model != "mlp")
-    throw Error("--device cuda: only the mlp model runs on CUDA in this build; gpt runs with --device cpu");
-  if (c.device == "cuda" && !cuda) throw Error("--device cuda: " + why);
-  return cuda ? Device::kCuda : Device::kCpu;
+  const std::string blocker = cuda_blocker(c);
+  if (c.device == "cuda") {
+    if (!blocker.empty()) throw Error("--device cuda: " + blocker);
+    if (!ops::cuda_usable(&why)) throw Error("--device cuda: " + why);
+    return Device::kCuda;
+  }
+  if (!ops::cuda_usable(&why)) {
+    if (why.find("compute capability") != std::string::npos) *note = "--device auto: " + why + "; training on the CPU";
+    return Device::kCpu;
+  }
+  if (!blocker.empty()) {
+    *note = "--device auto: a GPU is here, but " + blocker + "; training on the CPU";
+    return Device::kCpu;
+  }
+  return Device::kCuda;
 }
 
 const TrainConfig& prepared(const TrainConfig& c) {
@@ -66,6 +91,7 @@ class Trainer {
 
   const TrainConfig& c_;
   MlLog ml_;  // first after the config: init_start is logged before the data and model load
+  std::string device_note_;  // why --device auto chose the CPU on a GPU node
   const Device device_;
   std::unique_ptr<Task> task_;
   Ranks ranks_;
@@ -89,7 +115,7 @@ class Trainer {
 Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
     : c_(prepared(c)),
       ml_(c.mllog_path, c.comm ? c.comm->rank() : 0, __FILE__, __LINE__),
-      device_(choose_device(c)),
+      device_(choose_device(c, &device_note_)),
       task_(c.model == "gpt" ? make_gpt_task(c) : make_mlp_task(c, device_)),
       ranks_(c.comm),
       rep_(c, ranks_.me, ranks_.size, log),
@@ -124,9 +150,7 @@ bool Trainer::preflight() const {
   if (c_.emulate_speed < 1)
     rep_.say_mine("emulating a slow device: compute takes 1/" + num(c_.emulate_speed) + " as long (LOOM_EMULATE_SPEED)",
                   "\"level\":\"warning\",\"event\":\"emulation\"");
-  if (ranks_.many() && device_ == Device::kCuda)
-    throw Error("multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet "
-                "(it is built and tested on its own: tests/gpu/nccl_test); use --device cpu");
+  if (!device_note_.empty()) rep_.say_mine(device_note_, "\"level\":\"info\",\"event\":\"device\",\"device\":\"cpu\"");
   return true;
 }
 
@@ -160,6 +184,7 @@ TrainResult Trainer::run() {
   r.test_accuracy = r.evaluated ? ev_.accuracy : 0;
   r.last_loss = last_loss_;
   r.optimizer_bytes = sync_.optimizer_bytes(opt_);
+  r.device = device_ == Device::kCuda ? "cuda" : "cpu";
   r.gflops = train_seconds_ > 0 ? task_->train_flops(c_.global_batch) * trained / train_seconds_ / 1e9 : 0;
   finish(&r);
   return r;

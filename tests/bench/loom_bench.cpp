@@ -39,29 +39,32 @@ const char* kTorchPeer = R"PY(
 import gzip, sys, time
 import numpy as np, torch
 layers, batch, threads, steps = [int(v) for v in sys.argv[1].split(",")], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+dev = torch.device(sys.argv[6])
 torch.set_num_threads(threads); torch.manual_seed(1)
 raw = gzip.open(sys.argv[5] + "/train-images-idx3-ubyte.gz").read()
 x = torch.from_numpy(np.frombuffer(raw, np.uint8, offset=16).reshape(-1, 784).astype(np.float32) / 255)
 y = torch.from_numpy(np.frombuffer(gzip.open(sys.argv[5] + "/train-labels-idx1-ubyte.gz").read(), np.uint8, offset=8).astype(np.int64))
+x, y = x.to(dev), y.to(dev)
 mods = []
 for i in range(len(layers) - 1):
     mods.append(torch.nn.Linear(layers[i], layers[i + 1]))
     if i + 2 < len(layers): mods.append(torch.nn.ReLU())
-m = torch.nn.Sequential(*mods)
+m = torch.nn.Sequential(*mods).to(dev)
 opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-perm = torch.randperm(x.shape[0])
+perm = torch.randperm(x.shape[0], device=dev)
 def run(n, start):
     t = time.perf_counter()
     for s in range(start, start + n):
         idx = perm[(s * batch) % (x.shape[0] - batch):][:batch]
         opt.zero_grad(); torch.nn.functional.cross_entropy(m(x[idx]), y[idx]).backward(); opt.step()
+    if dev.type == "cuda": torch.cuda.synchronize()
     return time.perf_counter() - t
 run(20, 0)
 print(steps * batch / run(steps, 20))
 )PY";
 
 double torch_run(const std::string& layers, int batch, int threads, int steps, const std::string& data,
-                 const char* env) {
+                 const std::string& device, const char* env) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
@@ -71,7 +74,7 @@ double torch_run(const std::string& layers, int batch, int threads, int steps, c
     close(fds[0]);
     std::string b = std::to_string(batch), t = std::to_string(threads), s = std::to_string(steps);
     execl("/usr/bin/python3", "python3", "-c", kTorchPeer, layers.c_str(), b.c_str(), t.c_str(), s.c_str(),
-          data.c_str(), static_cast<char*>(nullptr));
+          data.c_str(), device.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
@@ -90,10 +93,10 @@ double torch_run(const std::string& layers, int batch, int threads, int steps, c
 // the cores (6.5k samples/s here with both at 2). The peer is PyTorch at its best of three
 // thread set-ups, and the set-up is reported.
 double torch_samples_per_s(const std::string& layers, int batch, int threads, int steps, const std::string& data,
-                           std::string* setup) {
+                           const std::string& device, std::string* setup) {
   double best = -1;
   for (const char* env : {"", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"}) {
-    double v = torch_run(layers, batch, threads, steps, data, env);
+    double v = torch_run(layers, batch, threads, steps, data, device, env);
     if (v > best) best = v, *setup = *env ? env : "default threads";
   }
   return best;
@@ -163,9 +166,7 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
     void* dev = nullptr;
     size_t dev_bytes = 0;
     if (backend == "nccl") {
-      int gpus = 0;
-      if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) throw loom::rt::Error("--backend nccl: no usable CUDA device");
-      cudaSetDevice(rank % gpus);
+      loom::rt::NcclCommunicator::select_device();  // the plugin's own GPU, else the node-local rank's
       nccl = loom::rt::NcclCommunicator::create(60.0);
       label = "loom nccl";
       loom_allreduce = [&](float* h, size_t n) {  // the data lives on the GPU; h is only for checking
@@ -362,7 +363,7 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
 
 int usage(std::FILE* to = stderr) {
   std::fprintf(to,
-               "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn]\n"
+               "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn] [--device cpu|cuda]\n"
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
@@ -527,6 +528,7 @@ int run_bench(int argc, char** argv) {
   c.steps = 400;
   c.threads = 2;
   c.log_every = 1 << 30;
+  c.device = "cpu";  // the CPU figure unless --device cuda asks (auto would pick a GPU unannounced)
   std::string format = "text", layers = "784,512,512,10";
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -539,6 +541,7 @@ int run_bench(int argc, char** argv) {
       else if (a == "--layers") layers = v;
       else if (a == "--format") format = v;
       else if (a == "--gemm") c.gemm = v;
+      else if (a == "--device") c.device = v;
       else return usage();
     } catch (...) {
       return usage();
@@ -549,28 +552,30 @@ int run_bench(int argc, char** argv) {
     bench_progress("loom-train, " + std::to_string(c.steps) + " steps");
     loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
     bench_progress("cblas_sgemm at the same shapes");
-    double peak = sgemm_gflops(c.layers, c.global_batch, c.threads);
+    const bool gpu = r.device == "cuda";
+    double peak = gpu ? 0 : sgemm_gflops(c.layers, c.global_batch, c.threads);
     std::string setup;
     bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
-    double torch = torch_samples_per_s(layers, c.global_batch, c.threads, static_cast<int>(c.steps), c.data_dir, &setup);
+    double torch = torch_samples_per_s(layers, c.global_batch, c.threads, static_cast<int>(c.steps), c.data_dir, r.device, &setup);
     double ratio = torch > 0 ? r.samples_per_s / torch : 0;
     if (format == "json") {
-      std::printf("{\"bench\":\"train\",\"model\":\"mlp %s\",\"batch\":%d,\"threads\":%d,\"steps\":%lld,"
+      std::printf("{\"bench\":\"train\",\"device\":\"%s\",\"model\":\"mlp %s\",\"batch\":%d,\"threads\":%d,\"steps\":%lld,"
                   "\"loom_samples_per_s\":%.1f,\"torch_samples_per_s\":%.1f,\"ratio\":%.3f,"
                   "\"loom_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"gemm_efficiency\":%.3f,\"torch_setup\":\"%s\"}\n",
-                  layers.c_str(), c.global_batch, c.threads, static_cast<long long>(c.steps), r.samples_per_s, torch,
-                  ratio, r.gflops, peak, r.gflops / peak, setup.c_str());
+                  r.device.c_str(), layers.c_str(), c.global_batch, c.threads, static_cast<long long>(c.steps), r.samples_per_s, torch,
+                  ratio, r.gflops, peak, peak > 0 ? r.gflops / peak : 0.0, setup.c_str());
     } else {
-      std::printf("loom-bench train: MLP %s, batch %d, %d threads, %lld steps, Fashion-MNIST\n", layers.c_str(),
-                  c.global_batch, c.threads, static_cast<long long>(c.steps));
+      std::printf("loom-bench train: MLP %s, batch %d, %d threads, %lld steps, Fashion-MNIST, on %s\n", layers.c_str(),
+                  c.global_batch, c.threads, static_cast<long long>(c.steps), r.device.c_str());
       std::printf("  loom-train        %10.1f samples/s  (%.1f GFLOP/s, GEMM %s)\n", r.samples_per_s, r.gflops,
                   c.gemm.c_str());
       if (torch > 0)
-        std::printf("  PyTorch 1.13 peer %10.1f samples/s  (%s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= 1.5x)\n",
-                    torch, setup.c_str(), c.threads, ratio);
+        std::printf("  PyTorch peer      %10.1f samples/s  (on %s, %s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= %s)\n",
+                    torch, r.device.c_str(), setup.c_str(), c.threads, ratio, gpu ? "1.0x" : "1.5x");
       else std::printf("  PyTorch peer unavailable (/usr/bin/python3 with torch needed)\n");
-      std::printf("  cblas_sgemm at the same GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
-                  100 * r.gflops / peak);
+      if (!gpu)
+        std::printf("  cblas_sgemm at the same GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
+                    100 * r.gflops / peak);
     }
     return 0;
   } catch (const std::exception& e) {

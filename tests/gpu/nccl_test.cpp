@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
   int me = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
-  cudaSetDevice(me % gpus);
   try {
+    const int dev = loom::rt::NcclCommunicator::select_device();  // the plugin's own GPU, else the local rank's
+    std::printf("rank %d: CUDA device %d\n", me, dev);
     auto comm = loom::rt::NcclCommunicator::create(60);
     std::printf("rank %d: %s\n", me, comm->describe().c_str());
     const int r = comm->rank();

@@ -17,13 +17,18 @@ class NcclCommunicator {
  public:
   // Collective over MPI_COMM_WORLD (MPI must be initialised); uses the current CUDA device.
   static std::unique_ptr<NcclCommunicator> create(double timeout_s);
+  // Makes current (cudaSetDevice) and returns the GPU this rank drives: under the plugin
+  // (LOOM_GPU set) its own GPU is first in CUDA_VISIBLE_DEVICES, so device 0; otherwise the
+  // node-local rank (MPI_COMM_TYPE_SHARED) modulo the visible GPUs. Collective without the plugin.
+  static int select_device();
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   int rank() const { return rank_; }  // NCCL rank (ring order), not always the MPI rank
   int size() const { return size_; }
-  // In place on device memory, then waits for completion (with the deadline).
+  // In place on device memory, then waits for completion (with the deadline). Each collective
+  // first waits (an event, not a device-wide sync) for the work queued on the default stream.
   void allreduce_sum(float* device_data, size_t n);
   void allreduce_sum_half(void* device_half_data, size_t n);  // fp16 payload
   void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count);

@@ -21,6 +21,7 @@ struct TrainResult {
   double gflops = 0;          // achieved training GFLOP/s
   bool preempted = false;     // stopped early on a signal (a checkpoint was written)
   double loop_seconds = 0;    // wall time of the training loop, checkpoints included, evaluation not
+  std::string device = "cpu";  // where it trained (cpu | cuda): what --device auto chose
   size_t optimizer_bytes = 0; // this rank's optimizer state (moments) at the end (--zero 1: its shard)
 };
 
