@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
+#include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/io/timestamp.hpp"
 #include "repository.hpp"
 #include "spec.hpp"
@@ -300,6 +301,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
   Cli c;
   Context ctx;
   po::options_description desc = describe(c, ctx);

@@ -6,8 +6,11 @@
 #include <dnnl.h>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "loom/rt/error.hpp"
@@ -25,6 +28,12 @@ bool g_onednn = true;
 bool g_onednn = false;
 #endif
 }  // namespace
+
+void short_spin_waits(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: run on with libgomp's defaults
+}
 
 void set_threads(int n) {
   g_threads = std::max(1, n);

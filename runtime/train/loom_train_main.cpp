@@ -304,6 +304,7 @@ int inspect(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
+  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
   bool help_only = false;
   std::string inspect_path;
   loom::rt::TrainConfig c;

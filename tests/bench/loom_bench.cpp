@@ -425,7 +425,10 @@ int main_with_mllog(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return main_with_mllog(argc, argv); }
+int main(int argc, char** argv) {
+  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
+  return main_with_mllog(argc, argv);
+}
 
 namespace {
 

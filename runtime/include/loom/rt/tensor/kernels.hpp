@@ -9,6 +9,13 @@ namespace loom::rt::cpu {
 
 enum class Act { kNone, kRelu, kGelu };
 
+// OpenMP's workers (libgomp, which oneDNN uses too) spin ~300,000 rounds before they sleep. With
+// another process busy on the node, the thread a barrier waits for cannot run meanwhile, and
+// --threads 2 fell below --threads 1. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, this
+// re-executes the program (same pid, same arguments; call it first in main, before any thread or
+// MPI) with GOMP_SPINCOUNT=1000: a short spin, then a passive wait. libgomp reads its settings
+// only as it loads, hence the exec. Returns when nothing is to do or the exec failed.
+void short_spin_waits(char** argv);
 void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
 int threads();
 
