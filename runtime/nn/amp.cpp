@@ -30,28 +30,37 @@ void MixedPrecision::enter(std::vector<Param>& params) {
   }
 }
 
-bool MixedPrecision::leave(std::vector<Param>& params) {
+void MixedPrecision::restore_masters(std::vector<Param>& params) {
+  if (!enabled()) return;
+  for (size_t i = 0; i < params.size() && i < masters_.size(); ++i)
+    std::copy(masters_[i].begin(), masters_[i].end(), params[i].value.f32());
+}
+
+bool MixedPrecision::pass_grad(Param& p) {
   if (!enabled()) return true;
   bool finite = true;
-  const float inv = 1.0f / scale_;
-  for (size_t i = 0; i < params.size(); ++i) {
-    float* w = params[i].value.f32();
-    float* g = params[i].grad.f32();
-    const int64_t n = params[i].value.numel();
-    std::copy(masters_[i].begin(), masters_[i].end(), w);
-    if (precision_ == "fp16") {
-      for (int64_t k = 0; k < n; ++k) {
-        float v = half_to_float(float_to_half(g[k] * scale_)) * inv;  // what an fp16 gradient holds
-        finite = finite && std::isfinite(v);
-        g[k] = v;
-      }
-    } else {
-      for (int64_t k = 0; k < n; ++k) {
-        g[k] = bf16_to_float(float_to_bf16(g[k]));
-        finite = finite && std::isfinite(g[k]);
-      }
+  float* g = p.grad.f32();
+  const int64_t n = p.grad.numel();
+  if (precision_ == "fp16") {
+    const float inv = 1.0f / scale_;
+    for (int64_t k = 0; k < n; ++k) {
+      float v = half_to_float(float_to_half(g[k] * scale_)) * inv;  // what an fp16 gradient holds
+      finite = finite && std::isfinite(v);
+      g[k] = v;
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      g[k] = bf16_to_float(float_to_bf16(g[k]));
+      finite = finite && std::isfinite(g[k]);
     }
   }
+  return finite;
+}
+
+bool MixedPrecision::leave(std::vector<Param>& params) {
+  restore_masters(params);
+  bool finite = true;
+  for (auto& p : params) finite = pass_grad(p) && finite;
   return finite;
 }
 

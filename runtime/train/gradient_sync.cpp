@@ -5,7 +5,7 @@
 
 namespace loom::rt {
 
-GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_enabled, const Reporter& rep)
+GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep)
     : ranks_(ranks), rep_(rep), compress_(c.grad_compress), powersgd_(parse_grad_compress(c.grad_compress).kind == "powersgd"),
       exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
   if (c.zero == 1 && !ranks_.many())
@@ -16,9 +16,9 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_en
     exchange_.set_sharded();
     zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
   }
-  // Gradients go out while backward runs, unless their precision pass (AMP) or an injected
-  // overflow must see them all first, or the transport cannot be driven from a second thread.
-  const bool overlap = exchange_.overlaps() && !amp_enabled && c.inject_overflow_step < 0 && c.comm->thread_serialized();
+  // Gradients go out while backward runs (each after its precision pass, PrecisionPolicy::
+  // grad_ready), unless the transport cannot be driven from a second thread.
+  const bool overlap = exchange_.overlaps() && c.comm->thread_serialized();
   if (overlap) ready_ = [this](size_t i) { exchange_.ready(i); };
   rep_.say(std::string(zero_ ? "ZeRO-1: optimizer state sharded over " + std::to_string(ranks_.size) +
                                    " ranks, gradients reduce-scattered, parameters allgathered; " : "") +

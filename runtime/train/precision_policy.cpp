@@ -34,13 +34,26 @@ void PrecisionPolicy::announce(bool cuda) const {
            "\"level\":\"info\",\"event\":\"precision\"");
 }
 
-bool PrecisionPolicy::leave(std::vector<Param>& params, int64_t step) {
-  bool finite = amp_.leave(params);
-  if (step == inject_step_) {
+void PrecisionPolicy::enter(std::vector<Param>& params) {
+  amp_.enter(params);
+  passed_.assign(params.size(), 0);
+  finite_ = true;
+}
+
+void PrecisionPolicy::grad_ready(std::vector<Param>& params, size_t i, int64_t step) {
+  if (i >= passed_.size() || passed_[i]) return;
+  passed_[i] = 1;
+  finite_ = amp_.pass_grad(params[i]) && finite_;
+  if (step == inject_step_ && i == 0) {
     params[0].grad.f32()[0] = INFINITY;  // as an fp16 overflow would leave it
-    finite = false;
+    finite_ = false;
   }
-  return finite;
+}
+
+bool PrecisionPolicy::leave(std::vector<Param>& params, int64_t step) {
+  for (size_t i = 0; i < params.size(); ++i) grad_ready(params, i, step);
+  amp_.restore_masters(params);
+  return finite_;
 }
 
 bool PrecisionPolicy::skip(bool finite, int64_t step) {

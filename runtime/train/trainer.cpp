@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -122,7 +123,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
       preflight_(preflight()),
       plan_(c, ranks_, rep_),
       precision_(c, ranks_, rep_),
-      sync_(c, ranks_, precision_.enabled(), rep_),
+      sync_(c, ranks_, rep_),
       opt_(c.optim),
       per_epoch_(task_->steps_per_epoch(c.global_batch)),
       total_(c.steps > 0 ? c.steps : per_epoch_ * c.epochs),
@@ -200,7 +201,15 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   const float w = plan_.weight();
   sync_.begin(params, w);
   StepVotes mine;
-  mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), sync_.ready());
+  // As backward finishes each gradient: its precision pass, then (buckets) off to the other ranks.
+  const std::function<void(size_t)>& send = sync_.ready();
+  std::function<void(size_t)> ready = send;
+  if (precision_.passes_gradients())
+    ready = [&](size_t i) {
+      precision_.grad_ready(params, i, pos_.step);
+      if (send) send(i);
+    };
+  mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), ready);
   mine.finite = precision_.leave(params, pos_.step);
   double compute = seconds_since(t0);
   if (c_.emulate_speed < 1) {

@@ -116,6 +116,14 @@ expect_match "Prometheus: gradient bytes" "loom_train_comm_bytes_total [1-9][0-9
 expect_match "Prometheus: the job" 'loom_train_info\{model="mlp",ranks="2"\} 1' "$scrape"
 wait $prom
 expect_eq "the run with --metrics-port finishes" 0 "$?"
+# Mixed precision overlaps too: each gradient's fp16 pass runs as backward finishes it, so the
+# buckets go out during backward and the weights equal the exchange after backward.
+for mb in 1 0; do
+  run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" --steps 20 --global-batch 60 --seed 3 --precision fp16 --bucket-mb $mb --export "amp$mb.h5"
+  expect_eq "fp16, --bucket-mb $mb" 0 "$rc"
+  [ $mb = 1 ] && expect_match "fp16: buckets overlapped with backward" "allreduce ring over 2 ranks \(mpi\), buckets of 1 MiB overlapped with backward" "$err"
+done
+h5diff amp1.h5 amp0.h5 /params /params >/dev/null && pass || fail "fp16: overlapped buckets give other weights than one exchange after backward"
 # Mixed precision: an overflow injected on rank 1 alone makes every rank skip and back off.
 cat >inject.sh <<'SH'
 #!/bin/sh

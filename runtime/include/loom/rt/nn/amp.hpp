@@ -24,6 +24,11 @@ class MixedPrecision {
   // Restores the masters; passes the gradients through the precision (scaled, rounded,
   // unscaled). Returns false when a gradient overflowed (inf/NaN) on this rank.
   bool leave(std::vector<Param>& params);
+  // The two halves of leave(), for a caller that passes each gradient as backward finishes it
+  // (so that it can be sent while backward goes on): one gradient (false on overflow), and the
+  // masters back once backward is done.
+  bool pass_grad(Param& p);
+  void restore_masters(std::vector<Param>& params);
   // After all ranks agreed: on overflow halve the scale (the step is skipped), otherwise count a
   // clean step and double the scale every 2000 of them.
   void update(bool overflow_anywhere);

@@ -32,7 +32,7 @@ struct StepVotes {
 
 class GradientSync {
  public:
-  GradientSync(const TrainConfig& c, const Ranks& ranks, bool amp_enabled, const Reporter& rep);
+  GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep);
   // Told by backward as each gradient is final (empty when buckets do not overlap backward).
   const std::function<void(size_t)>& ready() const { return ready_; }
   void begin(std::vector<Param>& params, float weight);

@@ -23,8 +23,13 @@ class PrecisionPolicy {
   bool enabled() const { return amp_.enabled(); }
   // Says what runs; throws Error where this build cannot run it (low precision on CUDA).
   void announce(bool cuda) const;
-  void enter(std::vector<Param>& params) { amp_.enter(params); }
-  // After backward: false when this rank's gradients overflowed (or a test injected that).
+  void enter(std::vector<Param>& params);
+  // Whether gradients need a pass as backward finishes each (grad_ready), before they are sent.
+  bool passes_gradients() const { return amp_.enabled() || inject_step_ >= 0; }
+  // Parameter i's gradient is final: its pass through the precision (once per step).
+  void grad_ready(std::vector<Param>& params, size_t i, int64_t step);
+  // After backward: the gradients not passed yet, the masters back; false when this rank's
+  // gradients overflowed (or a test injected that).
   bool leave(std::vector<Param>& params, int64_t step);
   // After the ranks agreed on `finite`: whether the optimizer step is skipped (then the loss
   // scale is lowered and the overflow reported).
@@ -38,6 +43,8 @@ class PrecisionPolicy {
   int64_t inject_step_;
   Reporter& rep_;
   MixedPrecision amp_;
+  std::vector<char> passed_;  // this step: gradients already through grad_ready
+  bool finite_ = true;
 };
 
 }  // namespace loom::rt
