@@ -263,6 +263,29 @@ double Gpt::train_flops(int batch) const {
   return 3 * (c_.layers * per_layer + 2 * n * C * c_.vocab);
 }
 
+Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng) {
+  const int T = c_.context, C = c_.embd;
+  const int64_t N = a.x_in.dim(0);
+  const Tensor& x = a.x_in;
+  layernorm_fwd(x, p(layer_param(l, 0)), p(layer_param(l, 1)), a.ln1, a.ln1_mean, a.ln1_rstd);
+  linear_fwd(a.ln1, p(layer_param(l, 2)), &p(layer_param(l, 3)), a.qkv);
+  attention_fwd(a.qkv, static_cast<int>(N / T), T, c_.heads, C, a.att, a.y);
+  Tensor o;
+  linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
+  dropout_fwd(o, a.drop1, c_.dropout, train, rng);
+  a.x_mid = Tensor::empty({N, C});
+  for (int64_t i = 0; i < N * C; ++i) a.x_mid.f32()[i] = x.f32()[i] + o.f32()[i];
+  layernorm_fwd(a.x_mid, p(layer_param(l, 6)), p(layer_param(l, 7)), a.ln2, a.ln2_mean, a.ln2_rstd);
+  linear_fwd(a.ln2, p(layer_param(l, 8)), &p(layer_param(l, 9)), a.fc);
+  gelu_fwd(a.fc, a.gelu);
+  Tensor o2;
+  linear_fwd(a.gelu, p(layer_param(l, 10)), &p(layer_param(l, 11)), o2);
+  dropout_fwd(o2, a.drop2, c_.dropout, train, rng);
+  Tensor out = Tensor::empty({N, C});
+  for (int64_t i = 0; i < N * C; ++i) out.f32()[i] = a.x_mid.f32()[i] + o2.f32()[i];
+  return out;
+}
+
 double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train) {
   const int T = c_.context, C = c_.embd, V = c_.vocab;
   const int64_t N = int64_t{batch} * T;
@@ -282,23 +305,18 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   }
   for (int l = 0; l < c_.layers; ++l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
+    if (recompute_) a = LayerActs{};  // what an earlier step kept goes
     a.x_in = x;
-    layernorm_fwd(x, p(layer_param(l, 0)), p(layer_param(l, 1)), a.ln1, a.ln1_mean, a.ln1_rstd);
-    linear_fwd(a.ln1, p(layer_param(l, 2)), &p(layer_param(l, 3)), a.qkv);
-    attention_fwd(a.qkv, batch, T, c_.heads, C, a.att, a.y);
-    Tensor o;
-    linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
-    dropout_fwd(o, a.drop1, c_.dropout, train, rng_);
-    a.x_mid = Tensor::empty({N, C});
-    for (int64_t i = 0; i < N * C; ++i) a.x_mid.f32()[i] = x.f32()[i] + o.f32()[i];
-    layernorm_fwd(a.x_mid, p(layer_param(l, 6)), p(layer_param(l, 7)), a.ln2, a.ln2_mean, a.ln2_rstd);
-    linear_fwd(a.ln2, p(layer_param(l, 8)), &p(layer_param(l, 9)), a.fc);
-    gelu_fwd(a.fc, a.gelu);
-    Tensor o2;
-    linear_fwd(a.gelu, p(layer_param(l, 10)), &p(layer_param(l, 11)), o2);
-    dropout_fwd(o2, a.drop2, c_.dropout, train, rng_);
-    x = Tensor::empty({N, C});
-    for (int64_t i = 0; i < N * C; ++i) x.f32()[i] = a.x_mid.f32()[i] + o2.f32()[i];
+    a.rng = rng_;
+    a.train = train;
+    x = block_forward(l, a, train, rng_);
+    if (recompute_) {  // keep the input (and the generator state); backward computes the rest again
+      LayerActs kept;
+      kept.x_in = a.x_in;
+      kept.rng = a.rng;
+      kept.train = train;
+      a = std::move(kept);
+    }
   }
   x_final_ = x;
   const size_t f = 2 + static_cast<size_t>(c_.layers) * 12;
@@ -318,6 +336,10 @@ void Gpt::backward() {
   layernorm_bwd(dlnf, x_final_, lnf_mean_, lnf_rstd_, p(f), dx, g(f), g(f + 1));
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
+    if (recompute_) {  // the block's forward again, with the dropout masks it drew the first time
+      std::mt19937_64 rng = a.rng;
+      block_forward(l, a, a.train, rng);
+    }
     // MLP branch: x_out = x_mid + drop(proj(gelu(fc(ln2(x_mid)))))
     Tensor d2 = dx.clone();
     dropout_bwd(d2, a.drop2);
@@ -337,6 +359,7 @@ void Gpt::backward() {
     linear_bwd(dqkv, a.ln1, p(layer_param(l, 2)), g(layer_param(l, 2)), &g(layer_param(l, 3)), &dln1);
     layernorm_bwd(dln1, a.x_in, a.ln1_mean, a.ln1_rstd, p(layer_param(l, 0)), dx, g(layer_param(l, 0)),
                   g(layer_param(l, 1)));
+    if (recompute_) a = LayerActs{};  // this block's activations are done with
   }
   g(0).fill(0.0f);
   g(1).fill(0.0f);

@@ -29,6 +29,7 @@ class GptTask : public Task {
     g.embd = c.embd;
     g.dropout = c.dropout;
     model_ = std::make_unique<Gpt>(g, c.seed);
+    model_->set_recompute(c.recompute);
     split_ = static_cast<int64_t>(text_.ids.size()) * 9 / 10;
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
       throw Error(text_.source + ": " + std::to_string(text_.ids.size()) + " tokens are too few for --context " +

@@ -88,14 +88,15 @@ void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
   if (metrics_.is_open()) {
     metrics_ << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
              << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << accuracy << ",\"gflops\":" << num(r.gflops)
-             << ",\"optimizer_bytes_per_rank\":" << r.optimizer_bytes
+             << ",\"optimizer_bytes_per_rank\":" << r.optimizer_bytes << ",\"peak_memory_bytes\":" << r.peak_memory_bytes
              << (r.preempted ? ",\"preempted\":true" : "") << "}\n";
     if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
   }
   const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, optimizer_bytes_per_rank " +
-                            std::to_string(r.optimizer_bytes);
+                            std::to_string(r.optimizer_bytes) + ", peak memory " + fixed(r.peak_memory_bytes / 1048576.0, 1) + " MiB";
   const std::string fields = "\"level\":\"info\",\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
                              ",\"optimizer_bytes_per_rank\":" + std::to_string(r.optimizer_bytes) +
+                             ",\"peak_memory_bytes\":" + std::to_string(r.peak_memory_bytes) +
                              ",\"test_accuracy\":" + accuracy;
   if (r.preempted)
     say("stopped: " + std::to_string(r.steps) + " of " + std::to_string(total) + " steps, " + rates +

@@ -3,6 +3,8 @@
 // signal and the reporter), each in a file of its own beside this one.
 #include "loom/rt/train/trainer.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -186,6 +188,8 @@ TrainResult Trainer::run() {
   r.last_loss = last_loss_;
   r.optimizer_bytes = sync_.optimizer_bytes(opt_);
   r.device = device_ == Device::kCuda ? "cuda" : "cpu";
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) r.peak_memory_bytes = static_cast<size_t>(ru.ru_maxrss) * 1024;
   r.gflops = train_seconds_ > 0 ? task_->train_flops(c_.global_batch) * trained / train_seconds_ / 1e9 : 0;
   finish(&r);
   return r;

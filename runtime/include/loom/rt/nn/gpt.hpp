@@ -31,11 +31,19 @@ class Gpt {
   const Tensor& logits() const { return logits_; }  // [B*T, vocab]
   std::vector<Param>& params() { return params_; }
   double train_flops(int batch) const;
+  // Activation recomputation: forward keeps only each block's input (and its dropout generator's
+  // state); backward runs the block's forward again before its backward. The same operations in
+  // the same order: gradients equal bit for bit, for about one more forward per step.
+  void set_recompute(bool on) { recompute_ = on; }
 
  private:
   struct LayerActs {
     Tensor x_in, ln1, ln1_mean, ln1_rstd, qkv, att, y, x_mid, ln2, ln2_mean, ln2_rstd, fc, gelu, drop1, drop2;
+    std::mt19937_64 rng;  // --recompute: the dropout generator as the block's forward found it
+    bool train = false;
   };
+  // One block's forward from a.x_in: every activation into a; returns the block's output.
+  Tensor block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng);
   Tensor& p(size_t i) { return params_[i].value; }
   Tensor& g(size_t i) { return params_[i].grad; }
   size_t layer_param(int layer, int k) const { return 2 + static_cast<size_t>(layer) * 12 + static_cast<size_t>(k); }
@@ -51,6 +59,7 @@ class Gpt {
 
  private:
   int batch_ = 0;
+  bool recompute_ = false;
   std::vector<int32_t> tokens_, targets_;
   std::vector<LayerActs> acts_;
   Tensor x_final_, lnf_, lnf_mean_, lnf_rstd_, logits_, dlogits_;
