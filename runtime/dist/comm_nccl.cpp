@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -62,10 +63,15 @@ void NcclCommunicator::Impl::after_default_stream() {
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   int init = 0;
   MPI_Initialized(&init);
-  if (!init) throw Error("the NCCL communicator needs MPI (launch with srun --mpi=pmix or mpirun)");
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->impl_ = std::make_unique<Impl>();
   c->timeout_s_ = timeout_s;
+  if (!init) {  // no MPI: one rank (a single GPU; the bare GPU machine has no MPI to launch with)
+    ncclUniqueId id;
+    nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    c->init_comm(1, &id, 0);
+    return c;
+  }
   int mpi_rank = 0, mpi_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
@@ -85,13 +91,21 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   ncclUniqueId id;
   if (mpi_rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  cuda_check(cudaStreamCreateWithFlags(&c->impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_check(cudaEventCreateWithFlags(&c->impl_->queued, cudaEventDisableTiming), "cudaEventCreate");
+  c->init_comm(mpi_size, &id, c->rank_);
+  return c;
+}
+
+void NcclCommunicator::init_comm(int size, const void* unique_id, int rank) {
+  rank_ = rank;
+  size_ = size;
+  cuda_check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaEventCreateWithFlags(&impl_->queued, cudaEventDisableTiming), "cudaEventCreate");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; wait() bounds the time
-  nccl_check(ncclCommInitRankConfig(&c->impl_->comm, mpi_size, id, c->rank_, &config), "ncclCommInitRankConfig");
-  c->wait("communicator set-up");
-  return c;
+  ncclUniqueId copy;
+  std::memcpy(&copy, unique_id, sizeof copy);
+  nccl_check(ncclCommInitRankConfig(&impl_->comm, size, copy, rank, &config), "ncclCommInitRankConfig");
+  wait("communicator set-up");
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -107,7 +121,9 @@ int NcclCommunicator::select_device() {
   if (gpus == 0) throw Error("no CUDA device is visible to this rank");
   int dev = 0;
   const char* own = std::getenv("LOOM_GPU");
-  if (!own || !*own) {  // no plugin: one GPU per rank on the node, in node-local rank order
+  int mpi = 0;
+  MPI_Initialized(&mpi);
+  if ((!own || !*own) && mpi) {  // no plugin: one GPU per rank on the node, in node-local rank order
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
     int local_rank = 0;

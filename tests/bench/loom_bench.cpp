@@ -73,7 +73,10 @@ double torch_run(const std::string& layers, int batch, int threads, int steps, c
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     std::string b = std::to_string(batch), t = std::to_string(threads), s = std::to_string(steps);
-    execl("/usr/bin/python3", "python3", "-c", kTorchPeer, layers.c_str(), b.c_str(), t.c_str(), s.c_str(),
+    // LOOM_PYTHON: another interpreter with torch (the GPU machine's; run.sh points it at one
+    // that does not see the bundle's LD_LIBRARY_PATH).
+    const char* py = std::getenv("LOOM_PYTHON") ? std::getenv("LOOM_PYTHON") : "/usr/bin/python3";
+    execl(py, "python3", "-c", kTorchPeer, layers.c_str(), b.c_str(), t.c_str(), s.c_str(),
           data.c_str(), device.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -364,6 +367,7 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
 int usage(std::FILE* to = stderr) {
   std::fprintf(to,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn] [--device cpu|cuda]\n"
+               "                        [--data FASHION-MNIST-DIR]\n"
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
@@ -545,6 +549,7 @@ int run_bench(int argc, char** argv) {
       else if (a == "--format") format = v;
       else if (a == "--gemm") c.gemm = v;
       else if (a == "--device") c.device = v;
+      else if (a == "--data") c.data_dir = v;  // a Fashion-MNIST folder (the bundle's on the GPU machine)
       else return usage();
     } catch (...) {
       return usage();
@@ -575,7 +580,7 @@ int run_bench(int argc, char** argv) {
       if (torch > 0)
         std::printf("  PyTorch peer      %10.1f samples/s  (on %s, %s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= %s)\n",
                     torch, r.device.c_str(), setup.c_str(), c.threads, ratio, gpu ? "1.0x" : "1.5x");
-      else std::printf("  PyTorch peer unavailable (/usr/bin/python3 with torch needed)\n");
+      else std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
       if (!gpu)
         std::printf("  cblas_sgemm at the same GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
                     100 * r.gflops / peak);

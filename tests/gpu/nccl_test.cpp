@@ -1,12 +1,14 @@
 // nccl_test.cpp — the NCCL communicator on real GPUs: allreduce (fp32 and fp16), reduce-scatter,
-// allgather, broadcast and barrier against the values every rank can compute; run as a singleton
-// or under `mpirun -np N` (one GPU per rank). Exits 77 (skip) without a usable GPU.
+// allgather, broadcast and barrier against the values every rank can compute; under
+// `mpirun -np N` (one GPU per rank), or alone without MPI as one NCCL rank (NCCL refuses two
+// ranks on one GPU; the bare GPU machine has no MPI). Exits 77 (skip) without a usable GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "loom/rt/dist/comm_nccl.hpp"
@@ -45,10 +47,13 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no usable CUDA device\n");
     return 77;
   }
-  MPI_Init(&argc, &argv);
+  const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
   int me = 0, p = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &p);
+  }
   try {
     const int dev = loom::rt::NcclCommunicator::select_device();  // the plugin's own GPU, else the local rank's
     std::printf("rank %d: CUDA device %d\n", me, dev);
@@ -106,6 +111,6 @@ int main(int argc, char** argv) {
     ++failures;
   }
   std::printf("nccl_test: rank %d of %d: %s\n", me, p, failures ? "FAILED" : "all checks passed");
-  MPI_Finalize();
+  if (mpi) MPI_Finalize();
   return failures ? 1 : 0;
 }

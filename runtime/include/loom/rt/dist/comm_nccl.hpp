@@ -15,11 +15,13 @@ namespace loom::rt {
 
 class NcclCommunicator {
  public:
-  // Collective over MPI_COMM_WORLD (MPI must be initialised); uses the current CUDA device.
+  // Collective over MPI_COMM_WORLD when MPI is initialised; without MPI, one rank. Uses the
+  // current CUDA device.
   static std::unique_ptr<NcclCommunicator> create(double timeout_s);
   // Makes current (cudaSetDevice) and returns the GPU this rank drives: under the plugin
   // (LOOM_GPU set) its own GPU is first in CUDA_VISIBLE_DEVICES, so device 0; otherwise the
-  // node-local rank (MPI_COMM_TYPE_SHARED) modulo the visible GPUs. Collective without the plugin.
+  // node-local rank (MPI_COMM_TYPE_SHARED) modulo the visible GPUs (collective), or device 0
+  // without MPI.
   static int select_device();
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -40,6 +42,7 @@ class NcclCommunicator {
  private:
   NcclCommunicator() = default;
   void wait(const char* what);
+  void init_comm(int size, const void* unique_id, int rank);  // an ncclUniqueId
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
