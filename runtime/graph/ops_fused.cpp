@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "ops.hpp"
-#include "vec.hpp"
+#include "loom/rt/tensor/vec.hpp"
 
 namespace loom::rt::graph {
 

@@ -11,208 +11,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "gpt_kernels.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt {
 
-namespace {
-
-constexpr float kLnEps = 1e-5f;
-
-Tensor& ensure(Tensor& t, std::vector<int64_t> shape) {
-  if (!t.defined() || t.shape() != shape) t = Tensor::empty(std::move(shape));
-  return t;
-}
-
-// y[N,out] = x[N,in] W[out,in]^T (+ b)
-void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
-  ensure(y, {n, out});
-  cpu::gemm(false, true, n, out, in, 1.0f, x.f32(), in, w.f32(), in, 0.0f, y.f32(), out);
-  if (b) cpu::bias_act(y.f32(), b->f32(), n, out, cpu::Act::kNone);
-}
-
-// dW = dy^T x, db = sum dy, dx = dy W (overwrites; dx optional)
-void linear_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor* db, Tensor* dx) {
-  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
-  cpu::gemm(true, false, out, in, n, 1.0f, dy.f32(), out, x.f32(), in, 0.0f, dw.f32(), in);
-  if (db) {
-    db->fill(0.0f);
-    cpu::bias_grad(dy.f32(), db->f32(), n, out);
-  }
-  if (dx) {
-    ensure(*dx, {n, in});
-    cpu::gemm(false, false, n, in, out, 1.0f, dy.f32(), out, w.f32(), in, 0.0f, dx->f32(), in);
-  }
-}
-
-void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd) {
-  const int64_t n = x.dim(0), c = x.dim(1);
-  ensure(y, {n, c});
-  ensure(mean, {n});
-  ensure(rstd, {n});
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x.f32() + r * c;
-    double m = 0, v = 0;
-    for (int64_t k = 0; k < c; ++k) m += xr[k];
-    m /= c;
-    for (int64_t k = 0; k < c; ++k) v += (xr[k] - m) * (xr[k] - m);
-    v /= c;
-    float s = static_cast<float>(1.0 / std::sqrt(v + kLnEps));
-    mean.f32()[r] = static_cast<float>(m);
-    rstd.f32()[r] = s;
-    float* yr = y.f32() + r * c;
-    for (int64_t k = 0; k < c; ++k) yr[k] = (xr[k] - static_cast<float>(m)) * s * gamma.f32()[k] + beta.f32()[k];
-  }
-}
-
-// dx += LN backward (dx accumulates: residual streams add), dgamma/dbeta overwritten.
-void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,
-                   Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-  const int64_t n = x.dim(0), c = x.dim(1);
-  dgamma.fill(0.0f);
-  dbeta.fill(0.0f);
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x.f32() + r * c;
-    const float* dyr = dy.f32() + r * c;
-    float* dxr = dx.f32() + r * c;
-    const float m = mean.f32()[r], s = rstd.f32()[r];
-    double mean_dxhat = 0, mean_dxhat_xhat = 0;
-    for (int64_t k = 0; k < c; ++k) {
-      float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma.f32()[k];
-      dgamma.f32()[k] += dyr[k] * xhat;
-      dbeta.f32()[k] += dyr[k];
-      mean_dxhat += dxhat;
-      mean_dxhat_xhat += dxhat * xhat;
-    }
-    mean_dxhat /= c;
-    mean_dxhat_xhat /= c;
-    for (int64_t k = 0; k < c; ++k) {
-      float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma.f32()[k];
-      dxr[k] += s * (dxhat - static_cast<float>(mean_dxhat) - xhat * static_cast<float>(mean_dxhat_xhat));
-    }
-  }
-}
-
-void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, Tensor& y) {
-  const int hs = c / h;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  ensure(att, {b, h, t, t});
-  ensure(y, {int64_t{b} * t, c});
-  for (int bi = 0; bi < b; ++bi)
-    for (int hi = 0; hi < h; ++hi) {
-      float* a = att.f32() + ((int64_t{bi} * h + hi) * t) * t;
-      for (int i = 0; i < t; ++i) {
-        const float* q = qkv.f32() + (int64_t{bi} * t + i) * 3 * c + hi * hs;
-        float* ai = a + int64_t{i} * t;
-        float mx = -1e30f;
-        for (int j = 0; j <= i; ++j) {
-          const float* k = qkv.f32() + (int64_t{bi} * t + j) * 3 * c + c + hi * hs;
-          float s = 0;
-          for (int d = 0; d < hs; ++d) s += q[d] * k[d];
-          ai[j] = s * scale;
-          mx = std::max(mx, ai[j]);
-        }
-        float sum = 0;
-        for (int j = 0; j <= i; ++j) sum += (ai[j] = std::exp(ai[j] - mx));
-        for (int j = 0; j <= i; ++j) ai[j] /= sum;
-        for (int j = i + 1; j < t; ++j) ai[j] = 0.0f;
-        float* yo = y.f32() + (int64_t{bi} * t + i) * c + hi * hs;
-        for (int d = 0; d < hs; ++d) yo[d] = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          const float* v = qkv.f32() + (int64_t{bi} * t + j) * 3 * c + 2 * c + hi * hs;
-          for (int d = 0; d < hs; ++d) yo[d] += ai[j] * v[d];
-        }
-      }
-    }
-}
-
-void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b, int t, int h, int c, Tensor& dqkv) {
-  const int hs = c / h;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  ensure(dqkv, {int64_t{b} * t, 3 * c});
-  std::memset(dqkv.f32(), 0, sizeof(float) * static_cast<size_t>(dqkv.numel()));
-  std::vector<float> datt(static_cast<size_t>(t));
-  for (int bi = 0; bi < b; ++bi)
-    for (int hi = 0; hi < h; ++hi) {
-      const float* a = att.f32() + ((int64_t{bi} * h + hi) * t) * t;
-      for (int i = 0; i < t; ++i) {
-        const float* ai = a + int64_t{i} * t;
-        const float* dyo = dy.f32() + (int64_t{bi} * t + i) * c + hi * hs;
-        const float* q = qkv.f32() + (int64_t{bi} * t + i) * 3 * c + hi * hs;
-        float* dq = dqkv.f32() + (int64_t{bi} * t + i) * 3 * c + hi * hs;
-        float dot = 0;
-        for (int j = 0; j <= i; ++j) {  // through y = att v
-          const float* v = qkv.f32() + (int64_t{bi} * t + j) * 3 * c + 2 * c + hi * hs;
-          float* dv = dqkv.f32() + (int64_t{bi} * t + j) * 3 * c + 2 * c + hi * hs;
-          float s = 0;
-          for (int d = 0; d < hs; ++d) {
-            s += dyo[d] * v[d];
-            dv[d] += ai[j] * dyo[d];
-          }
-          datt[static_cast<size_t>(j)] = s;
-          dot += s * ai[j];
-        }
-        for (int j = 0; j <= i; ++j) {  // through the softmax and the scaled q k^T
-          float ds = ai[j] * (datt[static_cast<size_t>(j)] - dot) * scale;
-          const float* k = qkv.f32() + (int64_t{bi} * t + j) * 3 * c + c + hi * hs;
-          float* dk = dqkv.f32() + (int64_t{bi} * t + j) * 3 * c + c + hi * hs;
-          for (int d = 0; d < hs; ++d) {
-            dq[d] += ds * k[d];
-            dk[d] += ds * q[d];
-          }
-        }
-      }
-    }
-}
-
-void gelu_fwd(const Tensor& x, Tensor& y) {
-  ensure(y, x.shape());
-  const float* in = x.f32();
-  float* out = y.f32();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * in[i] * (1.0f + std::erf(in[i] * 0.70710678118654752f));
-}
-
-void gelu_bwd(const Tensor& x, Tensor& dy) {  // in place: dy becomes dx
-  const float* in = x.f32();
-  float* d = dy.f32();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    float v = in[i];
-    float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
-    float pdf = 0.3989422804014327f * std::exp(-0.5f * v * v);
-    d[i] *= cdf + v * pdf;
-  }
-}
-
-// Dropout: mask holds 0 or 1/(1-p); applied in place. p == 0 leaves mask undefined.
-void dropout_fwd(Tensor& x, Tensor& mask, float p, bool train, std::mt19937_64& rng) {
-  if (!train || p <= 0.0f) {
-    mask = Tensor();
-    return;
-  }
-  ensure(mask, x.shape());
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  const float keep = 1.0f / (1.0f - p);
-  float* m = mask.f32();
-  float* v = x.f32();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = u(rng) < p ? 0.0f : keep;
-    v[i] *= m[i];
-  }
-}
-
-void dropout_bwd(Tensor& dy, const Tensor& mask) {
-  if (!mask.defined()) return;
-  float* d = dy.f32();
-  const float* m = mask.f32();
-  const int64_t n = dy.numel();
-  for (int64_t i = 0; i < n; ++i) d[i] *= m[i];
-}
-
-}  // namespace
+using namespace gptk;
 
 std::string GptConfig::json() const {
   std::ostringstream os;
@@ -274,15 +78,15 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
   dropout_fwd(o, a.drop1, c_.dropout, train, rng);
   a.x_mid = Tensor::empty({N, C});
-  for (int64_t i = 0; i < N * C; ++i) a.x_mid.f32()[i] = x.f32()[i] + o.f32()[i];
+  add(x, o, a.x_mid);
   layernorm_fwd(a.x_mid, p(layer_param(l, 6)), p(layer_param(l, 7)), a.ln2, a.ln2_mean, a.ln2_rstd);
   linear_fwd(a.ln2, p(layer_param(l, 8)), &p(layer_param(l, 9)), a.fc);
-  gelu_fwd(a.fc, a.gelu);
+  gelu_fwd(a.fc, a.gelu, a.gelu_cdf);
   Tensor o2;
   linear_fwd(a.gelu, p(layer_param(l, 10)), &p(layer_param(l, 11)), o2);
   dropout_fwd(o2, a.drop2, c_.dropout, train, rng);
   Tensor out = Tensor::empty({N, C});
-  for (int64_t i = 0; i < N * C; ++i) out.f32()[i] = a.x_mid.f32()[i] + o2.f32()[i];
+  add(a.x_mid, o2, out);
   return out;
 }
 
@@ -345,7 +149,7 @@ void Gpt::backward() {
     dropout_bwd(d2, a.drop2);
     Tensor dgelu;
     linear_bwd(d2, a.gelu, p(layer_param(l, 10)), g(layer_param(l, 10)), &g(layer_param(l, 11)), &dgelu);
-    gelu_bwd(a.fc, dgelu);
+    gelu_bwd(a.fc, a.gelu_cdf, dgelu);
     Tensor dln2;
     linear_bwd(dgelu, a.ln2, p(layer_param(l, 8)), g(layer_param(l, 8)), &g(layer_param(l, 9)), &dln2);
     layernorm_bwd(dln2, a.x_mid, a.ln2_mean, a.ln2_rstd, p(layer_param(l, 6)), dx, g(layer_param(l, 6)),

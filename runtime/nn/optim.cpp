@@ -74,6 +74,7 @@ void Optimizer::update(const Span& s, float lr) const {
     const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
     const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
     const float step = lr / bc1, root_bc2 = std::sqrt(bc2);
+#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
     for (int64_t k = 0; k < n; ++k) {
       w[k] *= 1.0f - lr * c_.weight_decay;
       m[k] = c_.beta1 * m[k] + (1.0f - c_.beta1) * g[k];

@@ -30,6 +30,7 @@
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/train/trainer.hpp"
+#include "python_peer.hpp"
 
 namespace {
 
@@ -63,8 +64,9 @@ run(20, 0)
 print(steps * batch / run(steps, 20))
 )PY";
 
-double torch_run(const std::string& layers, int batch, int threads, int steps, const std::string& data,
-                 const std::string& device, const char* env) {
+}  // namespace
+
+double python_figure(const char* script, const std::vector<std::string>& args, const char* env) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
@@ -72,12 +74,13 @@ double torch_run(const std::string& layers, int batch, int threads, int steps, c
     if (*env) putenv(const_cast<char*>(env));
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
-    std::string b = std::to_string(batch), t = std::to_string(threads), s = std::to_string(steps);
     // LOOM_PYTHON: another interpreter with torch (the GPU machine's; run.sh points it at one
     // that does not see the bundle's LD_LIBRARY_PATH).
     const char* py = std::getenv("LOOM_PYTHON") ? std::getenv("LOOM_PYTHON") : "/usr/bin/python3";
-    execl(py, "python3", "-c", kTorchPeer, layers.c_str(), b.c_str(), t.c_str(), s.c_str(),
-          data.c_str(), device.c_str(), static_cast<char*>(nullptr));
+    std::vector<char*> argv{const_cast<char*>("python3"), const_cast<char*>("-c"), const_cast<char*>(script)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(py, argv.data());
     _exit(127);
   }
   close(fds[1]);
@@ -92,17 +95,21 @@ double torch_run(const std::string& layers, int batch, int threads, int steps, c
   return std::strtod(out.c_str(), nullptr);
 }
 
-// PyTorch runs its own OpenMP threads and OpenBLAS's; on a small machine the two oversubscribe
-// the cores (6.5k samples/s here with both at 2). The peer is PyTorch at its best of three
-// thread set-ups, and the set-up is reported.
-double torch_samples_per_s(const std::string& layers, int batch, int threads, int steps, const std::string& data,
-                           const std::string& device, std::string* setup) {
+double python_best_figure(const char* script, const std::vector<std::string>& args, std::string* setup) {
   double best = -1;
   for (const char* env : {"", "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"}) {
-    double v = torch_run(layers, batch, threads, steps, data, device, env);
+    double v = python_figure(script, args, env);
     if (v > best) best = v, *setup = *env ? env : "default threads";
   }
   return best;
+}
+
+namespace {
+
+double torch_samples_per_s(const std::string& layers, int batch, int threads, int steps, const std::string& data,
+                           const std::string& device, std::string* setup) {
+  return python_best_figure(kTorchPeer, {layers, std::to_string(batch), std::to_string(threads), std::to_string(steps), data, device},
+                            setup);
 }
 
 // cblas_sgemm on the GEMMs of one training step (forward, weight gradient, input gradient).
@@ -368,6 +375,7 @@ int usage(std::FILE* to = stderr) {
   std::fprintf(to,
                "usage: loom-bench train [--steps N] [--batch B] [--threads T] [--layers W,W,...] [--gemm auto|openblas|onednn] [--device cpu|cuda]\n"
                "                        [--data FASHION-MNIST-DIR]\n"
+               "       loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T] ...\n"
                "                        [--format text|json]\n"
                "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
@@ -384,6 +392,7 @@ int usage(std::FILE* to = stderr) {
 
 int bench_gemm(int argc, char** argv);
 int bench_infer(int argc, char** argv);
+int bench_train_gpt(int argc, char** argv);  // bench_gpt.cpp
 #ifdef LOOM_BENCH_SERVE
 int bench_serve(int argc, char** argv, const std::string& self);
 int bench_pipeline(int argc, char** argv);
@@ -527,6 +536,9 @@ int run_bench(int argc, char** argv) {
     return 1;
 #endif
   }
+  if (cmd == "train")
+    for (int i = 2; i + 1 < argc; ++i)
+      if (std::string(argv[i]) == "--model" && std::string(argv[i + 1]) == "gpt") return bench_train_gpt(argc, argv);
   if (cmd != "train") {
     std::fprintf(stderr, "loom-bench: unknown or not yet built subcommand '%s'\n", cmd.c_str());
     return usage();

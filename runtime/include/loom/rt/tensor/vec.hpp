@@ -1,6 +1,6 @@
-// vec.hpp — what makes the executor's hot loops vectorise on this generic x86-64 build: LOOM_VEC
-// compiles a function twice (AVX2 and the baseline) and picks one at load time, and exp and
-// erf written without branches or libm calls, so the vectoriser can widen them.
+// vec.hpp — what makes the hot loops (the ONNX executor's, the gpt's) vectorise on this generic
+// x86-64 build: LOOM_VEC compiles a function twice (AVX2 and the baseline) and picks one at load
+// time, and exp and erf written without branches or libm calls, so the vectoriser can widen them.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 #define LOOM_VEC
 #endif
 
-namespace loom::rt::graph::vec {
+namespace loom::rt::vec {
 
 // e^x for float: Cody-Waite reduction and Cephes' polynomial (about 1 ulp), x clamped to the
 // range where the result is finite and normal.
@@ -43,4 +43,4 @@ __attribute__((always_inline)) inline float erf(float x) {
   return x < 0.0f ? -y : y;
 }
 
-}  // namespace loom::rt::graph::vec
+}  // namespace loom::rt::vec

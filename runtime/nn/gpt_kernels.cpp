@@ -1,0 +1,265 @@
+// gpt_kernels.cpp — the gpt's CPU layers (gpt_kernels.hpp). The AVX2 clones (LOOM_VEC) are the
+// range kernels; the OpenMP loops around them only split the range.
+#include "gpt_kernels.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/vec.hpp"
+
+namespace loom::rt::gptk {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;
+constexpr int64_t kRowBlock = 64;  // LayerNorm's dgamma/dbeta: partial sums per block of rows
+
+// fn(lo, hi) over [0, n) in one piece per thread (one piece without OpenMP loops or when small).
+template <class Fn>
+void for_range(int64_t n, int64_t min_parallel, Fn fn) {
+  if (!cpu::openmp_loops() || n < min_parallel) return fn(int64_t{0}, n);
+#pragma omp parallel
+  {
+    const int64_t p = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t lo = n * me / p, hi = n * (me + 1) / p;
+    if (lo < hi) fn(lo, hi);
+  }
+}
+
+LOOM_VEC void ln_rows(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, int64_t c,
+                      int64_t lo, int64_t hi) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* xr = x + r * c;
+    double m = 0, v = 0;
+    for (int64_t k = 0; k < c; ++k) m += xr[k];
+    m /= static_cast<double>(c);
+    for (int64_t k = 0; k < c; ++k) v += (xr[k] - m) * (xr[k] - m);
+    v /= static_cast<double>(c);
+    const float s = static_cast<float>(1.0 / std::sqrt(v + kLnEps)), mf = static_cast<float>(m);
+    mean[r] = mf;
+    rstd[r] = s;
+    float* yr = y + r * c;
+    for (int64_t k = 0; k < c; ++k) yr[k] = (xr[k] - mf) * s * gamma[k] + beta[k];
+  }
+}
+
+// Rows [lo, hi) of one block: dx += ..., and the block's partial dgamma, dbeta.
+LOOM_VEC void ln_bwd_rows(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
+                          float* dx, float* pg, float* pb, int64_t c, int64_t lo, int64_t hi) {
+  for (int64_t k = 0; k < c; ++k) pg[k] = pb[k] = 0.0f;
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* xr = x + r * c;
+    const float* dyr = dy + r * c;
+    float* dxr = dx + r * c;
+    const float m = mean[r], s = rstd[r];
+    float mean_dxhat = 0, mean_dxhat_xhat = 0;
+    for (int64_t k = 0; k < c; ++k) {
+      const float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma[k];
+      pg[k] += dyr[k] * xhat;
+      pb[k] += dyr[k];
+      mean_dxhat += dxhat;
+      mean_dxhat_xhat += dxhat * xhat;
+    }
+    mean_dxhat /= static_cast<float>(c);
+    mean_dxhat_xhat /= static_cast<float>(c);
+    for (int64_t k = 0; k < c; ++k) {
+      const float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma[k];
+      dxr[k] += s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+// Causal softmax of the rows of a [t, t] score matrix in place; above the diagonal zeros.
+LOOM_VEC void causal_softmax(float* a, int t) {
+  for (int i = 0; i < t; ++i) {
+    float* ai = a + int64_t{i} * t;
+    float mx = ai[0];
+    for (int j = 1; j <= i; ++j) mx = std::max(mx, ai[j]);
+    float sum = 0;
+    for (int j = 0; j <= i; ++j) sum += (ai[j] = vec::exp(ai[j] - mx));
+    const float inv = 1.0f / sum;
+    for (int j = 0; j <= i; ++j) ai[j] *= inv;
+    for (int j = i + 1; j < t; ++j) ai[j] = 0.0f;
+  }
+}
+
+// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP.
+LOOM_VEC void softmax_bwd(const float* p, float* dp, int t, float scale) {
+  for (int i = 0; i < t; ++i) {
+    const float* pi = p + int64_t{i} * t;
+    float* di = dp + int64_t{i} * t;
+    float dot = 0;
+    for (int j = 0; j <= i; ++j) dot += pi[j] * di[j];
+    for (int j = 0; j <= i; ++j) di[j] = pi[j] * (di[j] - dot) * scale;
+    for (int j = i + 1; j < t; ++j) di[j] = 0.0f;
+  }
+}
+
+LOOM_VEC void gelu_range(const float* x, float* y, float* cdf, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    cdf[i] = 0.5f * (1.0f + vec::erf(x[i] * 0.70710678118654752f));
+    y[i] = x[i] * cdf[i];
+  }
+}
+
+LOOM_VEC void gelu_bwd_range(const float* x, const float* cdf, float* d, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float v = x[i];
+    const float pdf = 0.3989422804014327f * vec::exp(-0.5f * v * v);
+    d[i] *= cdf[i] + v * pdf;
+  }
+}
+
+LOOM_VEC void add_range(const float* a, const float* b, float* out, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+Tensor& ensure(Tensor& t, std::vector<int64_t> shape) {
+  if (!t.defined() || t.shape() != shape) t = Tensor::empty(std::move(shape));
+  return t;
+}
+
+void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
+  ensure(y, {n, out});
+  cpu::gemm(false, true, n, out, in, 1.0f, x.f32(), in, w.f32(), in, 0.0f, y.f32(), out);
+  if (b) cpu::bias_act(y.f32(), b->f32(), n, out, cpu::Act::kNone);
+}
+
+void linear_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor* db, Tensor* dx) {
+  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
+  cpu::gemm(true, false, out, in, n, 1.0f, dy.f32(), out, x.f32(), in, 0.0f, dw.f32(), in);
+  if (db) {
+    db->fill(0.0f);
+    cpu::bias_grad(dy.f32(), db->f32(), n, out);
+  }
+  if (dx) {
+    ensure(*dx, {n, in});
+    cpu::gemm(false, false, n, in, out, 1.0f, dy.f32(), out, w.f32(), in, 0.0f, dx->f32(), in);
+  }
+}
+
+void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const int64_t n = x.dim(0), c = x.dim(1);
+  ensure(y, {n, c});
+  ensure(mean, {n});
+  ensure(rstd, {n});
+  const float *xp = x.f32(), *g = gamma.f32(), *b = beta.f32();
+  float *yp = y.f32(), *mp = mean.f32(), *sp = rstd.f32();
+  for_range(n, 64, [&](int64_t lo, int64_t hi) { ln_rows(xp, g, b, yp, mp, sp, c, lo, hi); });
+}
+
+void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,
+                   Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  const int64_t n = x.dim(0), c = x.dim(1), blocks = (n + kRowBlock - 1) / kRowBlock;
+  std::vector<float> partial(static_cast<size_t>(blocks * 2 * c));
+  const float *dyp = dy.f32(), *xp = x.f32(), *mp = mean.f32(), *sp = rstd.f32(), *g = gamma.f32();
+  float* dxp = dx.f32();
+  for_range(blocks, 2, [&](int64_t lo, int64_t hi) {
+    for (int64_t blk = lo; blk < hi; ++blk)
+      ln_bwd_rows(dyp, xp, mp, sp, g, dxp, &partial[static_cast<size_t>(blk * 2 * c)],
+                  &partial[static_cast<size_t>(blk * 2 * c + c)], c, blk * kRowBlock, std::min(n, (blk + 1) * kRowBlock));
+  });
+  float *dg = dgamma.f32(), *dbp = dbeta.f32();
+  for (int64_t k = 0; k < c; ++k) dg[k] = dbp[k] = 0.0f;
+  for (int64_t blk = 0; blk < blocks; ++blk)  // in block order, whatever the threads
+    for (int64_t k = 0; k < c; ++k) {
+      dg[k] += partial[static_cast<size_t>(blk * 2 * c + k)];
+      dbp[k] += partial[static_cast<size_t>(blk * 2 * c + c + k)];
+    }
+}
+
+void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, Tensor& y) {
+  const int hs = c / h;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  ensure(att, {b, h, t, t});
+  ensure(y, {int64_t{b} * t, c});
+  const float* in = qkv.f32();
+  float *ap = att.f32(), *yp = y.f32();
+  for_range(int64_t{b} * h, 2, [&](int64_t lo, int64_t hi) {
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t bi = bh / h, hi_ = bh % h;
+      const float* q = in + bi * t * 3 * c + hi_ * hs;
+      float* a = ap + bh * t * t;
+      cpu::gemm(false, true, t, t, hs, scale, q, 3 * c, q + c, 3 * c, 0.0f, a, t);  // S = Q K^T / sqrt(hs)
+      causal_softmax(a, t);
+      cpu::gemm(false, false, t, hs, t, 1.0f, a, t, q + 2 * c, 3 * c, 0.0f, yp + bi * t * c + hi_ * hs, c);  // Y = P V
+    }
+  });
+}
+
+void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b, int t, int h, int c, Tensor& dqkv) {
+  const int hs = c / h;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  ensure(dqkv, {int64_t{b} * t, 3 * c});
+  const float *dyp = dy.f32(), *in = qkv.f32(), *ap = att.f32();
+  float* out = dqkv.f32();
+  for_range(int64_t{b} * h, 2, [&](int64_t lo, int64_t hi) {
+    std::vector<float> ds(static_cast<size_t>(t) * t);
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t bi = bh / h, hi_ = bh % h;
+      const float* q = in + bi * t * 3 * c + hi_ * hs;
+      const float* p = ap + bh * t * t;
+      const float* dyo = dyp + bi * t * c + hi_ * hs;
+      float* dq = out + bi * t * 3 * c + hi_ * hs;
+      cpu::gemm(false, true, t, t, hs, 1.0f, dyo, c, q + 2 * c, 3 * c, 0.0f, ds.data(), t);     // dP = dY V^T
+      cpu::gemm(true, false, t, hs, t, 1.0f, p, t, dyo, c, 0.0f, dq + 2 * c, 3 * c);           // dV = P^T dY
+      softmax_bwd(p, ds.data(), t, scale);                                                       // dS
+      cpu::gemm(false, false, t, hs, t, 1.0f, ds.data(), t, q + c, 3 * c, 0.0f, dq, 3 * c);    // dQ = dS K
+      cpu::gemm(true, false, t, hs, t, 1.0f, ds.data(), t, q, 3 * c, 0.0f, dq + c, 3 * c);     // dK = dS^T Q
+    }
+  });
+}
+
+void gelu_fwd(const Tensor& x, Tensor& y, Tensor& cdf) {
+  ensure(y, x.shape());
+  ensure(cdf, x.shape());
+  const float* in = x.f32();
+  float *o = y.f32(), *phi = cdf.f32();
+  for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_range(in, o, phi, lo, hi); });
+}
+
+void gelu_bwd(const Tensor& x, const Tensor& cdf, Tensor& dy) {
+  const float *in = x.f32(), *phi = cdf.f32();
+  float* d = dy.f32();
+  for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_bwd_range(in, phi, d, lo, hi); });
+}
+
+void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  const float *ap = a.f32(), *bp = b.f32();
+  float* o = out.f32();
+  for_range(a.numel(), 1 << 15, [&](int64_t lo, int64_t hi) { add_range(ap, bp, o, lo, hi); });
+}
+
+void dropout_fwd(Tensor& x, Tensor& mask, float p, bool train, std::mt19937_64& rng) {
+  if (!train || p <= 0.0f) {
+    mask = Tensor();
+    return;
+  }
+  ensure(mask, x.shape());
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const float keep = 1.0f / (1.0f - p);
+  float* m = mask.f32();
+  float* v = x.f32();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = u(rng) < p ? 0.0f : keep;
+    v[i] *= m[i];
+  }
+}
+
+void dropout_bwd(Tensor& dy, const Tensor& mask) {
+  if (!mask.defined()) return;
+  float* d = dy.f32();
+  const float* m = mask.f32();
+  const int64_t n = dy.numel();
+  for (int64_t i = 0; i < n; ++i) d[i] *= m[i];
+}
+
+}  // namespace loom::rt::gptk

@@ -1,0 +1,187 @@
+// bench_gpt.cpp — loom-bench train --model gpt: loom-train's GPT on the CPU against the same
+// model in PyTorch (tests/parity/gpt_parity.py's module, same shape, AdamW, batch and threads,
+// windows of the same text), and the GFLOP/s reached against cblas_sgemm on the model's GEMM
+// shapes. Defaults: context 64, 4 layers, 4 heads, width 128, batch 32, 2 threads.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/train/trainer.hpp"
+#include "progress.hpp"
+#include "python_peer.hpp"
+
+namespace {
+
+const char* kTorchGpt = R"PY(
+import math, sys, time
+import torch
+from torch import nn
+path, T, L, H, C, B, threads, steps = sys.argv[1], *[int(v) for v in sys.argv[2:9]]
+torch.set_num_threads(threads); torch.manual_seed(1)
+data = open(path, "rb").read()
+vocab = sorted(set(data)); index = {b: i for i, b in enumerate(vocab)}
+ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long)
+class Attn(nn.Module):
+    def __init__(s):
+        super().__init__(); s.c_attn = nn.Linear(C, 3 * C); s.c_proj = nn.Linear(C, C)
+    def forward(s, x):
+        b, t, c = x.shape
+        q, k, v = [z.view(b, t, H, c // H).transpose(1, 2) for z in s.c_attn(x).split(c, dim=2)]
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // H)
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        return s.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+class Block(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.ln_1, s.attn, s.ln_2 = nn.LayerNorm(C), Attn(), nn.LayerNorm(C)
+        s.c_fc, s.c_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+    def forward(s, x):
+        x = x + s.attn(s.ln_1(x))
+        return x + s.c_proj(nn.functional.gelu(s.c_fc(s.ln_2(x))))
+class Gpt(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.wte, s.wpe = nn.Embedding(len(vocab), C), nn.Embedding(T, C)
+        s.h = nn.ModuleList([Block() for _ in range(L)]); s.ln_f = nn.LayerNorm(C)
+        s.lm_head = nn.Linear(C, len(vocab), bias=False)
+    def forward(s, idx):
+        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
+        for blk in s.h: x = blk(x)
+        return s.lm_head(s.ln_f(x))
+m = Gpt(); opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.0)
+def run(n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        s = torch.randint(0, len(ids) - T - 1, (B,))
+        x = torch.stack([ids[i:i + T] for i in s]); y = torch.stack([ids[i + 1:i + T + 1] for i in s])
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x).view(-1, len(vocab)), y.view(-1)).backward()
+        opt.step()
+    return time.perf_counter() - t0
+run(5)
+print(steps * B / run(steps))
+)PY";
+
+// cblas_sgemm (OpenBLAS, the CPU's ceiling whatever loom-train uses) over one training step's
+// GEMMs: forward, weight gradient and input gradient of every linear layer.
+double sgemm_gflops(int n, int c, int vocab, int layers, int threads) {
+  using namespace loom::rt;
+  cpu::set_threads(threads);
+  cpu::set_gemm_backend("openblas");
+  struct Shape { int out, in; };
+  std::vector<Shape> shapes{{3 * c, c}, {c, c}, {4 * c, c}, {c, 4 * c}};
+  const int widest = std::max(4 * c, vocab);
+  std::vector<float> a(static_cast<size_t>(n) * widest, 0.01f), w(static_cast<size_t>(widest) * widest, 0.02f),
+      y(static_cast<size_t>(std::max(n, widest)) * widest);
+  double flops = 0;
+  auto step = [&] {
+    flops = 0;
+    for (int l = 0; l <= layers; ++l)
+      for (const Shape& s : l < layers ? shapes : std::vector<Shape>{{vocab, c}}) {
+        cpu::gemm(false, true, n, s.out, s.in, 1, a.data(), s.in, w.data(), s.in, 0, y.data(), s.out);
+        cpu::gemm(true, false, s.out, s.in, n, 1, a.data(), s.out, a.data(), s.in, 0, y.data(), s.in);
+        cpu::gemm(false, false, n, s.in, s.out, 1, a.data(), s.out, w.data(), s.in, 0, y.data(), s.in);
+        flops += 6.0 * n * s.out * s.in;
+      }
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const int reps = 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) step();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return flops * reps / s / 1e9;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T]\n"
+               "                        [--n-layer L] [--n-head H] [--n-embd C] [--format text|json]\n");
+  return 2;
+}
+
+}  // namespace
+
+int bench_train_gpt(int argc, char** argv) {
+  loom::rt::TrainConfig c;
+  c.model = "gpt";
+  c.text_path = "/usr/share/common-licenses/GPL-3";
+  c.context = 64;
+  c.gpt_layers = 4;
+  c.heads = 4;
+  c.embd = 128;
+  c.global_batch = 32;
+  c.threads = 2;
+  c.steps = 60;
+  c.optim.kind = "adamw";
+  c.lr = 3e-4f;
+  c.device = "cpu";
+  c.evaluate = false;
+  c.log_every = 1 << 30;
+  std::string format = "text";
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) return usage();
+    const std::string v = argv[++i];
+    try {
+      if (a == "--model") { if (v != "gpt") return usage(); }
+      else if (a == "--data" && v.rfind("text:", 0) == 0) c.text_path = v.substr(5);
+      else if (a == "--steps") c.steps = std::stoll(v);
+      else if (a == "--batch") c.global_batch = std::stoi(v);
+      else if (a == "--threads") c.threads = std::stoi(v);
+      else if (a == "--context") c.context = std::stoi(v);
+      else if (a == "--n-layer") c.gpt_layers = std::stoi(v);
+      else if (a == "--n-head") c.heads = std::stoi(v);
+      else if (a == "--n-embd") c.embd = std::stoi(v);
+      else if (a == "--format") format = v;
+      else return usage();
+    } catch (...) {
+      return usage();
+    }
+  }
+  try {
+    bench_progress("loom-train gpt, " + std::to_string(c.steps) + " steps");
+    const loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
+    bench_progress("cblas_sgemm at the model's GEMM shapes");
+    // The vocabulary: the text's distinct bytes (as loom-train and the peer both build it).
+    std::FILE* f = std::fopen(c.text_path.c_str(), "rb");
+    bool seen[256] = {false};
+    int vocab = 0;
+    for (int ch; f && (ch = std::fgetc(f)) != EOF;) vocab += !seen[ch], seen[ch] = true;
+    if (f) std::fclose(f);
+    const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads);
+    bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
+    std::string setup;
+    const double torch = python_best_figure(
+        kTorchGpt,
+        {c.text_path, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
+         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps)},
+        &setup);
+    const double ratio = torch > 0 ? r.samples_per_s / torch : 0;
+    const double tokens = r.samples_per_s * c.context;
+    if (format == "json") {
+      std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
+                  "\"threads\":%d,\"steps\":%lld,\"loom_tokens_per_s\":%.1f,\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,"
+                  "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"torch_setup\":\"%s\"}\n",
+                  c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps), tokens,
+                  torch * c.context, ratio, r.gflops, peak, setup.c_str());
+    } else {
+      std::printf("loom-bench train: gpt, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, %lld steps\n",
+                  c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps));
+      std::printf("  loom-train        %10.0f tokens/s  (%.1f GFLOP/s)\n", tokens, r.gflops);
+      if (torch > 0)
+        std::printf("  PyTorch peer      %10.0f tokens/s  (%s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= 1.5x)\n",
+                    torch * c.context, setup.c_str(), c.threads, ratio);
+      else
+        std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
+      std::printf("  cblas_sgemm at the model's GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
+                  100 * r.gflops / peak);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom-bench: %s\n", e.what());
+    return 1;
+  }
+}
