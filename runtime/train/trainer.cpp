@@ -94,6 +94,7 @@ class Trainer {
   void evaluate(int64_t epoch);
   void finish(TrainResult* r);
   void export_to(const std::string& path);
+  void report_time(int64_t steps) const;
   RunParts parts() { return {*task_, opt_, precision_, plan_, sync_}; }
   bool preflight() const;  // what must be said or refused before the ranks start agreeing
 
@@ -114,10 +115,14 @@ class Trainer {
   CheckpointWriter ckpt_;
   StopSignal stop_;
   Position pos_;
+  int64_t pos_first_ = 0;  // the step this run started at (> 0 after a resume)
   Eval ev_;
   bool evaluated_ = false;
   double train_seconds_ = 0, window_seconds_ = 0, eval_seconds_ = 0, last_loss_ = 0;
   int64_t window_samples_ = 0;
+  struct {  // where this rank's step time went, summed over the run (reported at the end)
+    double compute = 0, exchange = 0, update = 0;
+  } time_;
 };
 
 Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
@@ -164,6 +169,7 @@ bool Trainer::preflight() const {
 
 TrainResult Trainer::run() {
   const int64_t first_step = pos_.step;  // > 0 after a resume
+  pos_first_ = first_step;
   const auto loop_start = Clock::now();
   if (pos_.step >= total_)
     rep_.say("the checkpoint is already at step " + std::to_string(pos_.step) + " of " + std::to_string(total_) +
@@ -226,7 +232,9 @@ bool Trainer::step(int64_t epoch, int64_t b) {
     compute = seconds_since(t0);
   }
   mine.stop = stop_.requested();
+  const auto t_sync = Clock::now();
   const StepVotes all = sync_.finish(mine, w, ckpt_, pos_.step);
+  const auto t_synced = Clock::now();
   if (ranks_.many()) plan_.observe(compute);
   if (!std::isfinite(all.loss))
     throw Error("loss is " + num(all.loss) + " at step " + std::to_string(pos_.step) + " (lower --lr)");
@@ -234,6 +242,9 @@ bool Trainer::step(int64_t epoch, int64_t b) {
     ckpt_.wait_copied();  // an asynchronous checkpoint's copy of the state is done before it changes
     sync_.apply(opt_, params, lr_at(pos_.step, total_, c_.lr, c_.warmup, c_.schedule), c_.clip);
   }
+  time_.compute += compute;
+  time_.exchange += std::chrono::duration<double>(t_synced - t_sync).count();
+  time_.update += seconds_since(t_synced);
   progress(epoch, all.loss, seconds_since(t0));
   checkpoint(epoch, b, all);
   ++pos_.step;
@@ -297,8 +308,27 @@ void Trainer::finish(TrainResult* r) {
       rep_.say("exported " + c_.export_path, "\"level\":\"info\",\"event\":\"export\"");
     }
   }
+  report_time(r->steps);
   rep_.summary(*r, total_, sync_.comm_bytes());
   ml_.run_stop(r->preempted ? "aborted" : "success", __FILE__, __LINE__);
+}
+
+// Per step on this rank: forward and backward (emulated slowness included), the wait in the
+// gradient exchange after backward (the part that did not overlap, and a faster rank's wait
+// for a slower one), the optimizer's update (clipping, ZeRO-1's allgather), and the rest
+// (logging, checkpoints). Every rank says its own: the breakdown of a heterogeneous run.
+void Trainer::report_time(int64_t steps) const {
+  const int64_t done = steps - pos_first_;
+  if (done <= 0 || train_seconds_ <= 0) return;
+  const double ms = 1e3 / static_cast<double>(done);
+  const double other = train_seconds_ - time_.compute - time_.exchange - time_.update;
+  rep_.say_mine("time per step: " + fixed(train_seconds_ * ms, 2) + " ms = compute " + fixed(time_.compute * ms, 2) +
+                    " + gradient exchange wait " + fixed(time_.exchange * ms, 2) + " + update " +
+                    fixed(time_.update * ms, 2) + " + other " + fixed(other * ms, 2) + " (share " +
+                    std::to_string(plan_.share()) + " of " + std::to_string(c_.global_batch) + ")",
+                "\"level\":\"info\",\"event\":\"step_time\",\"compute_ms\":" + num(time_.compute * ms) +
+                    ",\"exchange_ms\":" + num(time_.exchange * ms) + ",\"update_ms\":" + num(time_.update * ms) +
+                    ",\"other_ms\":" + num(other * ms));
 }
 
 }  // namespace
