@@ -55,6 +55,19 @@ if [ -x "$hello" ]; then
   expect_eq "MPI across nodes exit" 0 "$rc"
   expect_match "rank on n1" "size 2 host n1 ranksum 1" "$out"
   expect_match "rank on n2" "size 2 host n2 ranksum 1" "$out"
+  # 20 start-ups in a row, no retry: none may hang (45 s each at most) or fail.
+  hangs=0 failed=0
+  for i in $(seq 20); do
+    timeout -k 5 45 srun -N2 -n2 --mpi=pmix "$hello" >"$LOOM_TMP/start.out" 2>&1
+    case $? in
+      0) ;;
+      124 | 137) hangs=$((hangs + 1)) ;;
+      *) failed=$((failed + 1)); tail -3 "$LOOM_TMP/start.out" >&2 ;;
+    esac
+  done
+  echo "cluster_multinode: 20 consecutive srun --mpi=pmix -N2 start-ups: $hangs hung, $failed failed"
+  expect_eq "20 consecutive start-ups: none hangs" 0 "$hangs"
+  expect_eq "20 consecutive start-ups: none fails" 0 "$failed"
 
   cat >"$LOOM_TMP/het.sbatch" <<JOB
 #!/bin/bash
