@@ -61,7 +61,14 @@ inline void add_into(float* dst, const float* src, size_t n) {
   for (size_t k = 0; k < n; ++k) dst[k] += src[k];
 }
 inline void add_into(uint16_t* dst, const uint16_t* src, size_t n) {
-  for (size_t k = 0; k < n; ++k) dst[k] = float_to_half(half_to_float(dst[k]) + half_to_float(src[k]));
+  float a[512], b[512];  // in blocks, through the F16C conversions
+  for (size_t at = 0; at < n; at += 512) {
+    const size_t m = std::min<size_t>(512, n - at);
+    halves_to_floats(dst + at, a, m);
+    halves_to_floats(src + at, b, m);
+    for (size_t k = 0; k < m; ++k) a[k] += b[k];
+    floats_to_halves(a, dst + at, m);
+  }
 }
 
 }  // namespace
@@ -132,9 +139,9 @@ void Communicator::allreduce_sum(float* data, size_t n) { allreduce(data, n); }
 void Communicator::allreduce_sum_half(float* data, size_t n) {
   if (size() == 1) return;
   std::vector<uint16_t> h(n);
-  for (size_t k = 0; k < n; ++k) h[k] = float_to_half(data[k]);
+  floats_to_halves(data, h.data(), n);
   allreduce(h.data(), n);
-  for (size_t k = 0; k < n; ++k) data[k] = half_to_float(h[k]);
+  halves_to_floats(h.data(), data, n);
 }
 
 void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count) {

@@ -24,7 +24,7 @@ void MixedPrecision::enter(std::vector<Param>& params) {
     const int64_t n = params[i].value.numel();
     masters_[i].assign(w, w + n);
     if (precision_ == "fp16")
-      for (int64_t k = 0; k < n; ++k) w[k] = half_to_float(float_to_half(w[k]));
+      round_to_half(w, static_cast<size_t>(n));
     else
       for (int64_t k = 0; k < n; ++k) w[k] = bf16_to_float(float_to_bf16(w[k]));
   }
@@ -41,12 +41,13 @@ bool MixedPrecision::pass_grad(Param& p) {
   bool finite = true;
   float* g = p.grad.f32();
   const int64_t n = p.grad.numel();
-  if (precision_ == "fp16") {
+  if (precision_ == "fp16") {  // what an fp16 gradient holds: scaled, rounded, unscaled
     const float inv = 1.0f / scale_;
+    for (int64_t k = 0; k < n; ++k) g[k] *= scale_;
+    round_to_half(g, static_cast<size_t>(n));
     for (int64_t k = 0; k < n; ++k) {
-      float v = half_to_float(float_to_half(g[k] * scale_)) * inv;  // what an fp16 gradient holds
-      finite = finite && std::isfinite(v);
-      g[k] = v;
+      g[k] *= inv;
+      finite = finite && std::isfinite(g[k]);
     }
   } else {
     for (int64_t k = 0; k < n; ++k) {

@@ -5,6 +5,11 @@
 #include "loom/rt/tensor/kernels_cuda.hpp"
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LOOM_F16C 1
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -92,6 +97,56 @@ float half_to_float(uint16_t h) {
     return sign ? -v : v;
   }
   return float_of(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+namespace {
+
+#ifdef LOOM_F16C
+__attribute__((target("avx,f16c"))) void f2h_f16c(const float* in, uint16_t* out, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm256_cvtps_ph(_mm256_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT));
+  for (; k < n; ++k) out[k] = float_to_half(in[k]);
+}
+__attribute__((target("avx,f16c"))) void h2f_f16c(const uint16_t* in, float* out, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    _mm256_storeu_ps(out + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + k))));
+  for (; k < n; ++k) out[k] = half_to_float(in[k]);
+}
+__attribute__((target("avx,f16c"))) void round_f16c(float* x, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    _mm256_storeu_ps(x + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + k), _MM_FROUND_TO_NEAREST_INT)));
+  for (; k < n; ++k) x[k] = half_to_float(float_to_half(x[k]));
+}
+bool have_f16c() {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+#endif
+
+}  // namespace
+
+void floats_to_halves(const float* in, uint16_t* out, size_t n) {
+#ifdef LOOM_F16C
+  if (have_f16c()) return f2h_f16c(in, out, n);
+#endif
+  for (size_t k = 0; k < n; ++k) out[k] = float_to_half(in[k]);
+}
+
+void halves_to_floats(const uint16_t* in, float* out, size_t n) {
+#ifdef LOOM_F16C
+  if (have_f16c()) return h2f_f16c(in, out, n);
+#endif
+  for (size_t k = 0; k < n; ++k) out[k] = half_to_float(in[k]);
+}
+
+void round_to_half(float* x, size_t n) {
+#ifdef LOOM_F16C
+  if (have_f16c()) return round_f16c(x, n);
+#endif
+  for (size_t k = 0; k < n; ++k) x[k] = half_to_float(float_to_half(x[k]));
 }
 
 uint16_t float_to_bf16(float f) {
