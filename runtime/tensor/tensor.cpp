@@ -6,6 +6,7 @@
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define LOOM_F16C 1
 #endif
@@ -120,8 +121,14 @@ __attribute__((target("avx,f16c"))) void round_f16c(float* x, size_t n) {
     _mm256_storeu_ps(x + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + k), _MM_FROUND_TO_NEAREST_INT)));
   for (; k < n; ++k) x[k] = half_to_float(float_to_half(x[k]));
 }
-bool have_f16c() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+bool have_f16c() {  // cpuid leaf 1: AVX, F16C, and the OS saving YMM state (xgetbv)
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 29) & 1)) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6) == 6;
+  }();
   return yes;
 }
 #endif
