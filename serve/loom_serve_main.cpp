@@ -37,6 +37,7 @@
 #include "kserve_json.hpp"
 #include "controller/controller.hpp"
 #include "pipeline/pipeline.hpp"
+#include "services.hpp"
 #include "loom/rt/proc/process.hpp"
 
 namespace po = boost::program_options;
@@ -97,7 +98,7 @@ std::string read_token(const std::string& path) {
 }
 
 struct Cli {
-  std::string repo_dir, bind, token_file, ready_file;
+  std::string repo_dir, bind, token_file, ready_file, services_dir;
   std::vector<std::string> specs;
   int http_port = 8000, grpc_port = 8001;
   double poll_s = 0;
@@ -135,6 +136,9 @@ po::options_description describe(Cli& c, Context& ctx) {
       "serve model files that resolve outside the repository (symbolic links)")(
       "log-format", po::value(&g_log_format)->default_value("text"), "text | json")(
       "ready-file", po::value(&c.ready_file), "write {host, http_port, grpc_port, pid} here once listening")(
+      "services-dir", po::value(&c.services_dir),
+      "where controllers announce their service by name and pipelines find `service:` steps "
+      "(default: $LOOM_SERVICES_DIR, else ~/.loom/services)")(
       "controller", po::bool_switch(&c.controller), "run the --spec service's replicas as Slurm jobs and route to them")(
       "state-dir", po::value(&c.ctl.state_dir), "controller: its replica script, their addresses and logs (shared file system)")(
       "partition", po::value(&c.ctl.partition), "controller: the replicas' Slurm partition")(
@@ -179,19 +183,6 @@ std::string check_options(const Cli& c, const Context& ctx, const po::variables_
   return "";
 }
 
-// The replica's address for its controller: the bind address, or this host's name when it
-// listens on every interface.
-void write_ready_file(const std::string& path, const std::string& bind, int http_port, int grpc_port) {
-  std::string host = bind;
-  if (bind == "0.0.0.0" || bind == "::") {
-    char name[256] = {0};
-    ::gethostname(name, sizeof name - 1);
-    host = name;
-  }
-  loom::rt::write_file_atomic(path, dump_json({{"host", host}, {"http_port", http_port}, {"grpc_port", grpc_port},
-                                                {"pid", static_cast<int>(::getpid())}}) + "\n");
-}
-
 sigset_t block_stop_signals() {
   // Stop and reload signals go to this thread only (sigwait below), never into a handler.
   sigset_t set;
@@ -210,7 +201,8 @@ sigset_t block_stop_signals() {
 
 // The --spec files that are pipelines are connected (each step's service reached and its model's
 // inputs and outputs checked); the others are InferenceServices for the repository.
-std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs, Context& ctx) {
+std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs, const std::string& services_dir,
+                                           Context& ctx) {
   std::vector<std::string> services;
   for (const auto& file : specs) {
     if (spec_kind(file) != "InferencePipeline") {
@@ -218,11 +210,13 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
       continue;
     }
 #ifdef LOOM_HAVE_GRPC
-    const PipelineSpec p = load_pipeline_spec(file);
+    const PipelineSpec p = load_pipeline_spec(file, services_dir);
     if (ctx.pipeline(p.name)) throw loom::rt::Error(file + ": a second pipeline named " + p.name);
     ctx.pipelines.push_back(connect_pipeline(p, ctx.token, 5000));
     std::string steps;
-    for (const auto& st : p.steps) steps += (steps.empty() ? "" : ", ") + st.name + " (" + st.model + " at " + st.address + ")";
+    for (const auto& st : p.steps)
+      steps += (steps.empty() ? "" : ", ") + st.name + " (" + st.model + " at " + st.address +
+               (st.service.empty() ? "" : ", service " + st.service) + ")";
     log_line("info", "pipeline " + p.name + " from " + file + ": steps " + steps);
 #else
     throw loom::rt::Error(file + ": pipelines call their steps over gRPC, and this loom-serve is built without it");
@@ -233,7 +227,7 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
 
 int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
   Metrics metrics;
-  const std::vector<std::string> services = connect_pipelines(c.specs, ctx);
+  const std::vector<std::string> services = connect_pipelines(c.specs, services_dir(c.services_dir), ctx);
   Repository repo(c.repo_dir, services, ctx.options, &metrics, log_line);
   ctx.repo = &repo;
   ctx.metrics = &metrics;
@@ -252,9 +246,9 @@ int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
                        (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
                        std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
 #ifdef LOOM_HAVE_GRPC
-  if (!c.ready_file.empty()) write_ready_file(c.ready_file, c.bind, http.port(), grpc ? grpc->port() : -1);
+  if (!c.ready_file.empty()) write_announcement(c.ready_file, c.bind, http.port(), grpc ? grpc->port() : -1);
 #else
-  if (!c.ready_file.empty()) write_ready_file(c.ready_file, c.bind, http.port(), -1);
+  if (!c.ready_file.empty()) write_announcement(c.ready_file, c.bind, http.port(), -1);
 #endif
   for (;;) {
     const int sig = next_signal(set, poll ? c.poll_s : 0);
@@ -285,6 +279,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
   ctx.log = log_line;
   c.ctl.spec_file = c.specs[0];
   c.ctl.token_file = c.token_file;
+  c.ctl.services_dir = services_dir(c.services_dir);
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   c.ctl.loom_serve = n > 0 ? std::string(self, static_cast<size_t>(n)) : "loom-serve";

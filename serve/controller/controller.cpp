@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../services.hpp"
 #include "../spec.hpp"
 #ifdef LOOM_HAVE_GRPC
 #include "grpc_router.hpp"
@@ -63,15 +64,28 @@ ReplicaJobSpec job_spec(const InferenceServiceSpec& s, const ControllerOptions& 
 }
 
 // host/http_port/grpc_port from the replica's ready file; false while there is none.
-bool read_announcement(const std::string& path, Replica& r) {
-  std::ifstream f(path);
-  if (!f) return false;
-  const json j = json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j.contains("http_port")) return false;
-  r.host = j["host"].get<std::string>();
-  r.http_port = j["http_port"].get<int>();
-  r.grpc_port = j.value("grpc_port", -1);
+bool read_replica(const std::string& path, Replica& r) {
+  Announcement a;
+  if (!read_announcement(path, &a)) return false;
+  r.host = a.host;
+  r.http_port = a.http_port;
+  r.grpc_port = a.grpc_port;
   return true;
+}
+
+// Pipelines find the service by its name in the services folder (services.hpp). A controller
+// that cannot announce itself still serves, by its address.
+void announce(const ControllerOptions& o, const std::string& name, const std::string& bind, int http_port, int grpc_port,
+              const EventLog& log) {
+  if (o.services_dir.empty()) return;
+  try {
+    announce_service(o.services_dir, name, bind, http_port, grpc_port);
+    log("info", "announced as service " + name + " in " + service_file(o.services_dir, name),
+        {{"event", "announced"}, {"file", service_file(o.services_dir, name)}});
+  } catch (const std::exception& e) {
+    log("warning", std::string("cannot announce the service (pipelines will not find it by name): ") + e.what(),
+        {{"event", "announce_failed"}});
+  }
 }
 
 }  // namespace
@@ -174,7 +188,7 @@ void Controller::check(Replica& r, double now) {
     case ReplicaState::kStarting:
       // The address is read once: a job's replica keeps it, and requests still in flight on a
       // demoted replica read it meanwhile.
-      if ((!r.host.empty() || read_announcement(ready_file(o_.state_dir, r.job), r)) && pool_.health_check(r, 1000)) {
+      if ((!r.host.empty() || read_replica(ready_file(o_.state_dir, r.job), r)) && pool_.health_check(r, 1000)) {
         pool_.set_state(r, ReplicaState::kReady, now);
         r.failed_checks = 0;
         log_("info", "replica job " + r.job + " ready at " + r.host + ":" + std::to_string(r.http_port) + " (node " + r.node + ")",
@@ -336,9 +350,11 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
                   (grpc ? bind + ":" + std::to_string(grpc->port()) : std::string("off")) + "; replicas as Slurm jobs " +
                   "loom-" + spec.name + ", state in " + o.state_dir,
       {{"event", "listening"}, {"http_port", http.port()}, {"grpc_port", grpc ? grpc->port() : -1}});
+  announce(o, spec.name, bind, http.port(), grpc ? grpc->port() : -1, log);
   std::atomic<bool> stop{false};
   std::thread loop([&] { c.run(stop); });
   wait_for_stop();
+  if (!o.services_dir.empty()) withdraw_service(o.services_dir, spec.name);
   stop = true;
   loop.join();
   log("info", "stopping: no new requests; draining the replicas", {{"event", "stopping"}});

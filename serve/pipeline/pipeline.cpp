@@ -11,6 +11,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "loom/rt/error.hpp"
 #include "pipeline/pipeline.hpp"
+#include "services.hpp"
 
 namespace loom::serve {
 
@@ -38,11 +39,21 @@ Status from_grpc(grpc::StatusCode c) {
 
 class GrpcPipeline;
 
+// Where a step's hops go. A `service:` step's address can change (its controller came back on
+// other ports), so the stub is swapped under the lock and each hop holds the one it used.
+struct Endpoint {
+  mutable std::mutex mu;
+  std::string address;
+  std::shared_ptr<Stub> stub;
+};
+
 struct Call {
   grpc::ClientContext ctx;
   inference::ModelInferRequest req;
   inference::ModelInferResponse res;
-  bool started = false, done = false;
+  std::shared_ptr<Stub> stub;  // kept alive until the hop answers
+  std::string address;
+  bool started = false, done = false, retried = false;
 };
 
 class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<Run> {
@@ -54,6 +65,8 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
 
  private:
   void launch(size_t step);
+  void send(size_t step, Call& c);
+  bool retry_elsewhere(size_t step, const grpc::Status& st, std::unique_lock<std::mutex>& lock);
   void on_done(size_t step, const grpc::Status& st);
   void fail(Status s, const std::string& why, std::unique_lock<std::mutex>& lock);
   const GrpcPipeline& p_;
@@ -62,6 +75,7 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
   std::function<void(PipelineRunner::Result)> done_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Call>> calls_;
+  std::vector<std::unique_ptr<Call>> retired_;  // hops sent again elsewhere: theirs ended, freed with the run
   std::vector<std::vector<TensorIn>> outs_;  // per step, its needed outputs
   std::vector<int> waiting_;                 // per step, producers not yet answered
   size_t left_;
@@ -83,14 +97,20 @@ class GrpcPipeline : public PipelineRunner {
  private:
   friend class Run;
   void read_metadata(size_t i, int timeout_ms, std::vector<inference::ModelMetadataResponse>* meta) const;
-  std::string where(size_t i) const {
-    return "pipeline " + spec_.name + ": step '" + spec_.steps[i].name + "' (model " + spec_.steps[i].model + " at " +
-           spec_.steps[i].address + ")";
+  std::shared_ptr<Stub> stub(size_t i, std::string* address) const {
+    std::lock_guard<std::mutex> lock(ends_[i]->mu);
+    *address = ends_[i]->address;
+    return ends_[i]->stub;
+  }
+  bool look_up_again(size_t i, const std::string& was) const;
+  std::string where(size_t i, const std::string& address) const {
+    const PipelineStep& st = spec_.steps[i];
+    return "pipeline " + spec_.name + ": step '" + st.name + "' (model " + st.model + " at " + address +
+           (st.service.empty() ? "" : ", service " + st.service) + ")";
   }
   PipelineSpec spec_;
   std::string token_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::unique_ptr<Stub>> stubs_;
+  std::vector<std::unique_ptr<Endpoint>> ends_;
   std::vector<TensorDesc> inputs_, outputs_;
   std::vector<std::vector<Source>> sources_;      // per step, per input
   std::vector<std::vector<std::string>> needed_;  // per step, the outputs later steps or the answer read
@@ -111,18 +131,39 @@ void GrpcPipeline::read_metadata(size_t i, int timeout_ms, std::vector<inference
   if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
   inference::ModelMetadataRequest req;
   req.set_name(spec_.steps[i].model);
-  const grpc::Status st = stubs_[i]->ModelMetadata(&ctx, req, &(*meta)[i]);
-  if (!st.ok()) throw rt::Error(where(i) + " cannot be reached for its metadata: " + st.error_message());
+  const grpc::Status st = ends_[i]->stub->ModelMetadata(&ctx, req, &(*meta)[i]);
+  if (!st.ok()) throw rt::Error(where(i, ends_[i]->address) + " cannot be reached for its metadata: " + st.error_message());
+}
+
+// A `service:` step's announcement read again: true when it now names another address than
+// `was` (the step's stub then goes there).
+bool GrpcPipeline::look_up_again(size_t i, const std::string& was) const {
+  const PipelineStep& st = spec_.steps[i];
+  if (st.service.empty()) return false;
+  std::string now;
+  try {
+    now = service_grpc_address(spec_.services_dir, st.service);
+  } catch (const std::exception&) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(ends_[i]->mu);
+  if (ends_[i]->address == now) return now != was;  // another hop has moved it already
+  ends_[i]->address = now;
+  ends_[i]->stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(now, grpc::InsecureChannelCredentials()));
+  return true;
 }
 
 GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms) : spec_(spec), token_(token) {
   const size_t n = spec_.steps.size();
   std::vector<inference::ModelMetadataResponse> meta(n);
   std::map<std::string, size_t> index;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;  // steps at one address share a connection
   for (size_t i = 0; i < n; ++i) {
-    auto& ch = channels_[spec_.steps[i].address];
+    auto& ch = channels[spec_.steps[i].address];
     if (!ch) ch = grpc::CreateChannel(spec_.steps[i].address, grpc::InsecureChannelCredentials());
-    stubs_.push_back(inference::GRPCInferenceService::NewStub(ch));
+    ends_.push_back(std::make_unique<Endpoint>());
+    ends_[i]->address = spec_.steps[i].address;
+    ends_[i]->stub = inference::GRPCInferenceService::NewStub(ch);
     read_metadata(i, timeout_ms, &meta);
     index[spec_.steps[i].name] = i;
   }
@@ -145,7 +186,7 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
     std::vector<Source> srcs;
     for (const auto& [in, src] : spec_.steps[i].inputs) {
       const auto* t = find_tensor(meta[i].inputs(), in);
-      if (!t) throw rt::Error(where(i) + ": the model has no input '" + in + "'");
+      if (!t) throw rt::Error(where(i, spec_.steps[i].address) + ": the model has no input '" + in + "'");
       if (src.compare(0, 8, "request.") == 0) {
         const std::string name = src.substr(8);
         size_t k = 0;
@@ -215,13 +256,36 @@ void Run::launch(size_t i) {
       c.req.add_raw_input_contents(t.data);
     }
     for (const auto& o : p_.needed_[i]) c.req.add_outputs()->set_name(o);
-    c.ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                                              deadline_ - Clock::now()));
-    if (!p_.token_.empty()) c.ctx.AddMetadata("authorization", "Bearer " + p_.token_);
     c.started = true;
   }
+  send(i, c);
+}
+
+// Sends step i's hop `c` (its request built) to where the step's service is now.
+void Run::send(size_t i, Call& c) {
+  c.ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline_ - Clock::now()));
+  if (!p_.token_.empty()) c.ctx.AddMetadata("authorization", "Bearer " + p_.token_);
+  c.stub = p_.stub(i, &c.address);
   auto self = shared_from_this();
-  p_.stubs_[i]->async()->ModelInfer(&c.ctx, &c.req, &c.res, [self, i](grpc::Status st) { self->on_done(i, st); });
+  c.stub->async()->ModelInfer(&c.ctx, &c.req, &c.res, [self, i](grpc::Status st) { self->on_done(i, st); });
+}
+
+// With mu_ held: a `service:` hop that found nobody listening is sent once more when the
+// service's announcement now names another address (its controller came back). The ended hop
+// is kept until the run ends; its request moves to the new one.
+bool Run::retry_elsewhere(size_t i, const grpc::Status& st, std::unique_lock<std::mutex>& lock) {
+  Call& old = *calls_[i];
+  if (st.error_code() != grpc::UNAVAILABLE || old.retried || !p_.look_up_again(i, old.address)) return false;
+  auto again = std::make_unique<Call>();
+  again->req = std::move(old.req);
+  again->started = again->retried = true;
+  Call& c = *again;
+  retired_.push_back(std::move(calls_[i]));
+  calls_[i] = std::move(again);
+  lock.unlock();
+  send(i, c);
+  return true;
 }
 
 // With mu_ held: the run's one answer; the hops still in flight are cancelled (outside the lock:
@@ -245,13 +309,14 @@ void Run::on_done(size_t i, const grpc::Status& st) {
   Call& c = *calls_[i];
   c.done = true;
   if (finished_) return;
-  if (!st.ok()) return fail(from_grpc(st.error_code()), p_.where(i) + ": " + st.error_message(), lock);
+  if (!st.ok() && retry_elsewhere(i, st, lock)) return;
+  if (!st.ok()) return fail(from_grpc(st.error_code()), p_.where(i, c.address) + ": " + st.error_message(), lock);
   std::vector<TensorIn> got;
   for (const auto& want : p_.needed_[i]) {
     int k = 0;
     while (k < c.res.outputs_size() && c.res.outputs(k).name() != want) ++k;
     if (k == c.res.outputs_size() || k >= c.res.raw_output_contents_size())
-      return fail(Status::kInternal, p_.where(i) + " answered without output '" + want + "' as raw contents", lock);
+      return fail(Status::kInternal, p_.where(i, c.address) + " answered without output '" + want + "' as raw contents", lock);
     const auto& o = c.res.outputs(k);
     got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, c.res.raw_output_contents(k)});
   }

@@ -18,20 +18,22 @@
 namespace loom::serve {
 
 struct PipelineStep {
-  std::string name, address, model;  // address: host:port of url grpc://host:port
+  std::string name, address, model;  // address: host:port of url grpc://host:port, or where `service` is
+  std::string service;               // `service: <name>`: a controller found in the services folder
   std::vector<std::pair<std::string, std::string>> inputs;  // the model's input <- "request.X" or "step.Y"
 };
 
 struct PipelineSpec {
-  std::string name, file;
+  std::string name, file, services_dir;
   std::vector<PipelineStep> steps;  // in an order where every step follows those it reads
   std::vector<std::pair<std::string, std::string>> outputs;  // answer name <- "step.Y"
 };
 
 // Reads and checks a pipeline spec: names, url grpc://host:port, every source "request.X" or
 // "<earlier step>.<output>", no cycle, no unknown field. Throws ServeError kBadRequest naming
-// the field at fault.
-PipelineSpec load_pipeline_spec(const std::string& file);
+// the field at fault. A step's `service: <name>` is looked up in `services_dir` (services.hpp);
+// one that is not announced there is an rt::Error naming the step and the folder.
+PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir);
 
 // A pipeline being served. run() may be called from many threads; `done` is called once, on a
 // gRPC thread.
@@ -56,7 +58,9 @@ class PipelineRunner {
 };
 
 // Connects to every step's service, reads its models' metadata (each step's inputs and outputs
-// must exist there) and returns the runner. Throws rt::Error naming the step that cannot be
+// must exist there) and returns the runner. A `service:` step whose hop finds nobody listening
+// (UNAVAILABLE) looks the service up again: when its controller has come back elsewhere, the
+// hop is sent there once more. Throws rt::Error naming the step that cannot be
 // reached or does not fit. `token`: sent as a bearer token to the services when not empty.
 std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms);
 

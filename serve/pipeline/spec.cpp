@@ -2,7 +2,9 @@
 #include <map>
 #include <set>
 
+#include "loom/rt/error.hpp"
 #include "pipeline/pipeline.hpp"
+#include "services.hpp"
 #include "spec.hpp"
 
 namespace loom::serve {
@@ -79,10 +81,11 @@ void order_steps(const std::string& file, PipelineSpec& p) {
 
 }  // namespace
 
-PipelineSpec load_pipeline_spec(const std::string& file) {
+PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir) {
   const YAML::Node root = spec_root(file, "InferencePipeline");
   PipelineSpec p;
   p.file = file;
+  p.services_dir = services_dir;
   p.name = root["metadata"]["name"].as<std::string>();
   const YAML::Node spec = root["spec"];
   if (!spec) spec_error(file, "spec is missing");
@@ -96,9 +99,13 @@ PipelineSpec load_pipeline_spec(const std::string& file) {
     PipelineStep st;
     st.name = spec_str(file, s["name"], at + ".name");
     if (!valid_name(st.name) || st.name == "request") spec_error(file, at + ".name '" + st.name + "' is not a step name");
-    if (s["service"])
-      spec_error(file, at + ".service: name the controller's address as url: grpc://host:port (services by name are not resolved in this build)");
-    st.address = address_of(file, spec_str(file, s["url"], at + ".url"), at + ".url");
+    if (s["service"] && s["url"]) spec_error(file, at + " has both url and service: give one");
+    if (s["service"]) {
+      st.service = spec_str(file, s["service"], at + ".service");
+      if (!valid_name(st.service)) spec_error(file, at + ".service '" + st.service + "' is not a service name");
+    } else {
+      st.address = address_of(file, spec_str(file, s["url"], at + ".url"), at + ".url");
+    }
     st.model = spec_str(file, s["model"], at + ".model");
     if (!valid_name(st.model)) spec_error(file, at + ".model '" + st.model + "' is not a model name");
     st.inputs = mapping(file, s["inputs"], at + ".inputs");
@@ -106,6 +113,14 @@ PipelineSpec load_pipeline_spec(const std::string& file) {
   }
   p.outputs = mapping(file, spec["outputs"], "spec.outputs");
   order_steps(file, p);
+  for (auto& st : p.steps) {
+    if (st.service.empty()) continue;
+    try {
+      st.address = service_grpc_address(services_dir, st.service);
+    } catch (const std::exception& e) {
+      throw rt::Error(file + ": step '" + st.name + "': " + e.what());
+    }
+  }
   return p;
 }
 

@@ -16,6 +16,7 @@
 
 #include "grpc_service.grpc.pb.h"
 #include "pipeline/pipeline.hpp"
+#include "services.hpp"
 
 namespace {
 
@@ -107,7 +108,7 @@ int bench_pipeline(int argc, char** argv) {
     std::fprintf(stderr, "loom-bench pipeline: needs --spec PIPELINE.yaml --addr HOST:PORT (the pipeline's gRPC)\n");
     return 2;
   }
-  const loom::serve::PipelineSpec spec = loom::serve::load_pipeline_spec(spec_file);
+  const loom::serve::PipelineSpec spec = loom::serve::load_pipeline_spec(spec_file, loom::serve::services_dir());
   auto pipe = GRPCInferenceService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   inference::ModelMetadataResponse meta;
   {

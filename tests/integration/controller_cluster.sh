@@ -4,7 +4,9 @@
 # idling scales back to min, a cancelled replica is replaced, a controller killed and started
 # again adopts its running replica instead of submitting another, SIGTERM ends the replicas; in
 # every phase each request gets 200 or 503 (with Retry-After) and nothing else; REST and gRPC
-# go through the router with the token; bad specs and options fail at once with one error.
+# go through the router with the token; bad specs and options fail at once with one error; a
+# pipeline step `service: ctl-tiny` finds the controller by name, again after it comes back on
+# other ports, and says which step and service are gone once it has stopped.
 . "$(dirname "$0")/lib.sh"
 require_cluster
 S=$LOOM_BUILDDIR/loom-serve
@@ -13,6 +15,7 @@ L="/usr/bin/python3 $LOOM_SRCDIR/tests/serve/load_http.py"
 [ -x "$S" ] || skip "loom-serve not built"
 chmod 0755 "$LOOM_TMP"
 cd "$LOOM_TMP" || exit 99
+export LOOM_SERVICES_DIR=$LOOM_TMP/services  # where the controllers announce themselves by name
 "$LOOM_BUILDDIR/loom-train" --layers 784,64,10 --steps 5 --global-batch 64 --export model.h5 2>/dev/null
 printf 'ctl-token\n' >token && chmod 600 token
 spec() {  # FILE MIN MAX QUEUE_LENGTH
@@ -112,6 +115,30 @@ if [ -x "$G" ]; then
   expect_match "gRPC without the token is refused" '"code":16' "$out$err"
 fi
 
+# --- a pipeline finds the controller by its service name ---------------------------------------
+expect_match "the controller announced itself by name" "\"grpc_port\":${grpc##*:}," "$(cat services/ctl-tiny.json 2>&1)"
+cat >by-name.yaml <<'YAML'
+apiVersion: loom.ai/v1
+kind: InferencePipeline
+metadata:
+  name: by-name
+spec:
+  steps:
+    - name: tiny
+      service: ctl-tiny
+      model: ctl-tiny
+      inputs: {input: request.input}
+  outputs:
+    logits: tiny.logits
+YAML
+ctl=("$pid" "$http" "$grpc")
+serve_start pipe --spec by-name.yaml --grpc-port 0 --auth-token-file token
+pipe=("$pid" "$http" "$grpc")
+pid=${ctl[0]} http=${ctl[1]} grpc=${ctl[2]}
+expect_match "the pipeline's step is the controller's address" "tiny \(ctl-tiny at $grpc, service ctl-tiny\)" "$(cat pipe.log)"
+pipe_infer() { [ -x "$G" ] && run_cmd env LOOM_TOKEN=ctl-token "$G" "${pipe[2]}" infer by-name 1 FP32 1,784 x.bin; }
+if pipe_infer; then expect_match "a request through the pipeline and the router" '"model_name":"by-name".*"shape":\[1,10\]' "$out"; fi
+
 # --- a burst scales to max; every request 200 or 503 -------------------------------------------
 $L "$http" ctl-tiny 784 8 60 --token ctl-token --stop stop >burst.json &
 load=$!
@@ -163,6 +190,9 @@ wait_ready 1 30 || fail "the restarted controller has no ready replica"
 sleep 2
 expect_eq "it adopted the running replica (no new job)" "$new" "$(jobs_now | tr -d ' ')"
 expect_match "and says so" "adopted replica job $new" "$(cat ctl.log)"
+if pipe_infer; then
+  expect_match "the pipeline finds the controller again on its new port ${grpc##*:}" '"shape":\[1,10\]' "$out$err"
+fi
 
 # --- SIGTERM drains and ends the replicas -----------------------------------------------------------
 kill -TERM "$pid"
@@ -175,6 +205,13 @@ for _ in $(seq 40); do
   sleep 0.25
 done
 expect_eq "its replicas ended with it" "" "$left"
+expect_eq "and it withdrew its announcement" "no" "$([ -e services/ctl-tiny.json ] && echo yes || echo no)"
+if pipe_infer; then
+  expect_match "with the service gone, the pipeline names the step and the service" \
+    "\"code\":14.*step 'tiny' \(model ctl-tiny at [0-9.:]+, service ctl-tiny\)" "$out$err"
+fi
+kill -TERM "${pipe[0]}"
+wait "${pipe[0]}"
 
 # --- generate_stream through the router: each server-sent event as the replica sends it -----------
 head -c 20000 /usr/share/common-licenses/GPL-3 >text.txt

@@ -22,6 +22,7 @@ import torch
 
 serve, src, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
+os.environ["LOOM_SERVICES_DIR"] = os.path.join(work, "services")  # service: steps are looked up here
 sys.path.insert(0, os.path.join(src, "examples", "multimodal"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_models as mm  # noqa: E402
@@ -153,6 +154,12 @@ try:
     refused("an input the model lacks", lambda s: s.replace("{text: text.embedding", "{txt: text.embedding"), "the model has no input 'txt'")
     refused("an output the step lacks", lambda s: s.replace("image: image.embedding}", "image: image.features}"), "has no output 'features'")
     refused("a url that is not gRPC", lambda s: s.replace(f"grpc://{ports[0]}", f"http://{ports[0]}"), "must be grpc://host:port")
+    refused("a service that no controller announced", lambda s: s.replace(f"url: grpc://{ports[2]}", "service: no-such-service"),
+            "step 'fusion': service no-such-service is not announced in " + os.environ["LOOM_SERVICES_DIR"])
+    refused("both url and service", lambda s: s.replace(f"url: grpc://{ports[2]}", f"url: grpc://{ports[2]}\n      service: x"),
+            "spec.steps[2] has both url and service")
+    refused("a service name with a slash", lambda s: s.replace(f"url: grpc://{ports[2]}", "service: ../etc"),
+            "spec.steps[2].service '../etc' is not a service name")
     refused("an unknown field", lambda s: s.replace("      model: fusion", "      model: fusion\n      retries: 3"), "unknown field spec.steps[2].retries")
 
     # A step that is down: the error names it, and the server keeps answering.

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
 
 #include "kserve_json.hpp"
 #include "repository.hpp"
+#include "services.hpp"
 #include "spec.hpp"
 #include "loom/rt/io/model_io.hpp"
 
@@ -237,6 +239,39 @@ TEST(TensorIn, GraphInputsAreCheckedByNameTypeRankAndSize) {
   TensorIn short_data = ids(2, 7);
   short_data.data.resize(8);
   expect_bad({short_data, mask(2)}, "holds 8 bytes");
+}
+
+// The services folder: a controller's announcement is found by name, written whole and read
+// back; a name that would leave the folder, a missing one and one without gRPC are errors that
+// say which.
+TEST(Services, AnnouncedByNameAndFoundAgain) {
+  char tmpl[] = "/tmp/loom-services-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/a/b";  // created with its parents
+  loom::serve::announce_service(dir, "svc", "127.0.0.1", 8000, 8001);
+  EXPECT_EQ(loom::serve::service_grpc_address(dir, "svc"), "127.0.0.1:8001");
+  loom::serve::Announcement a;
+  ASSERT_TRUE(loom::serve::read_announcement(dir + "/svc.json", &a));
+  EXPECT_EQ(a.http_port, 8000);
+  EXPECT_EQ(a.pid, static_cast<int>(::getpid()));
+  loom::serve::announce_service(dir, "v6", "::1", 1, 2);
+  EXPECT_EQ(loom::serve::service_grpc_address(dir, "v6"), "[::1]:2");
+  loom::serve::announce_service(dir, "nogrpc", "127.0.0.1", 8000, -1);
+  EXPECT_THROW(loom::serve::service_grpc_address(dir, "nogrpc"), std::runtime_error);
+  EXPECT_THROW(loom::serve::service_file(dir, "../etc"), std::runtime_error);
+  EXPECT_THROW(loom::serve::service_file(dir, ".hidden"), std::runtime_error);
+  try {
+    loom::serve::service_grpc_address(dir, "absent");
+    ADD_FAILURE() << "an absent service was found";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("service absent is not announced in " + dir), std::string::npos) << e.what();
+  }
+  std::ofstream(dir + "/torn.json") << "{\"host\": \"x\", \"http";  // not an announcement (yet)
+  EXPECT_FALSE(loom::serve::read_announcement(dir + "/torn.json", &a));
+  loom::serve::withdraw_service(dir, "svc");
+  EXPECT_THROW(loom::serve::service_grpc_address(dir, "svc"), std::runtime_error);
+  EXPECT_EQ(loom::serve::services_dir("/given"), "/given");
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST(Generate, StreamsWholeUtf8Characters) {

@@ -1,0 +1,83 @@
+// services.cpp — services.hpp: announcements, written whole and read leniently.
+#include "services.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "loom/rt/proc/process.hpp"
+#include "tensor_in.hpp"
+
+namespace loom::serve {
+
+std::string announced_host(const std::string& bind) {
+  if (bind != "0.0.0.0" && bind != "::") return bind;
+  char name[256] = {0};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+void write_announcement(const std::string& path, const std::string& bind, int http_port, int grpc_port) {
+  const nlohmann::json j = {{"host", announced_host(bind)}, {"http_port", http_port}, {"grpc_port", grpc_port},
+                            {"pid", static_cast<int>(::getpid())}};
+  rt::write_file_atomic(path, j.dump() + "\n");
+}
+
+bool read_announcement(const std::string& path, Announcement* a) {
+  std::ifstream f(path);
+  if (!f) return false;
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j["host"].is_string() || !j.contains("http_port") ||
+      !j["http_port"].is_number_integer())
+    return false;
+  a->host = j["host"].get<std::string>();
+  a->http_port = j["http_port"].get<int>();
+  a->grpc_port = j.contains("grpc_port") && j["grpc_port"].is_number_integer() ? j["grpc_port"].get<int>() : -1;
+  a->pid = j.contains("pid") && j["pid"].is_number_integer() ? j["pid"].get<int>() : 0;
+  return true;
+}
+
+std::string services_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  if (const char* d = std::getenv("LOOM_SERVICES_DIR"); d && *d) return d;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.loom/services";
+  return "";
+}
+
+std::string service_file(const std::string& dir, const std::string& name) {
+  if (!valid_name(name)) throw std::runtime_error("'" + name + "' is not a service name");
+  return dir + "/" + name + ".json";
+}
+
+void announce_service(const std::string& dir, const std::string& name, const std::string& bind, int http_port, int grpc_port) {
+  if (dir.empty()) throw std::runtime_error("no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)");
+  const std::string file = service_file(dir, name);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("the services folder " + dir + ": " + ec.message());
+  write_announcement(file, bind, http_port, grpc_port);
+}
+
+void withdraw_service(const std::string& dir, const std::string& name) {
+  const std::string file = service_file(dir, name);
+  Announcement a;
+  if (read_announcement(file, &a) && a.pid == static_cast<int>(::getpid())) ::unlink(file.c_str());
+}
+
+std::string service_grpc_address(const std::string& dir, const std::string& name) {
+  if (dir.empty()) throw std::runtime_error("service " + name + ": no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)");
+  const std::string file = service_file(dir, name);
+  Announcement a;
+  if (!read_announcement(file, &a))
+    throw std::runtime_error("service " + name + " is not announced in " + dir + " (no " + name +
+                             ".json: no controller of that name runs with this services folder; or give url: grpc://host:port)");
+  if (a.grpc_port < 0)
+    throw std::runtime_error("service " + name + " (" + file + ") serves no gRPC: start its controller with --grpc-port");
+  return (a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.grpc_port);
+}
+
+}  // namespace loom::serve
