@@ -3,6 +3,8 @@
 // "authorization" metadata, UNAVAILABLE when a queue is full, DEADLINE_EXCEEDED on timeouts.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <climits>
 #include <mutex>
@@ -157,7 +159,8 @@ class Service final
         for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
       int rows = 0;
       std::vector<TensorIn> in;
-      for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows)) in.push_back(*t);
+      for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows))
+        in.push_back(std::move(inputs[static_cast<size_t>(t - inputs.data())]));
       auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
       const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
       if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
@@ -167,13 +170,14 @@ class Service final
         res->set_model_name(name);
         res->set_model_version("1");
         res->set_id(id);
-        for (size_t k : wanted) {
-          const TensorIn& t = r.outputs[k];
+        for (size_t i = 0; i < wanted.size(); ++i) {
+          TensorIn& t = r.outputs[wanted[i]];
           auto* out = res->add_outputs();
           out->set_name(t.name);
           out->set_datatype(t.datatype);
           for (int64_t d : t.shape) out->add_shape(d);
-          res->add_raw_output_contents(t.data);
+          const bool again = std::find(wanted.begin() + static_cast<long>(i) + 1, wanted.end(), wanted[i]) != wanted.end();
+          res->add_raw_output_contents(again ? t.data : std::move(t.data));
         }
         finish(grpc::Status::OK);
       });
@@ -254,7 +258,10 @@ class Service final
   }
 
   // A request's input tensors: raw contents, or typed ones (bounded by the message size limit).
-  static std::vector<TensorIn> tensors_of(const inference::ModelInferRequest& req) {
+  // The raw contents are moved out, not copied: gRPC hands the handler a const request, but it
+  // is the call's own message, which gRPC does not read again (it frees it after Finish).
+  static std::vector<TensorIn> tensors_of(const inference::ModelInferRequest& request) {
+    auto& req = const_cast<inference::ModelInferRequest&>(request);
     std::vector<TensorIn> inputs;
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size())
       throw ServeError(Status::kBadRequest, "raw_input_contents must hold one entry per input");
@@ -264,7 +271,8 @@ class Service final
       t.name = in.name();
       t.datatype = in.datatype();
       t.shape.assign(in.shape().begin(), in.shape().end());
-      t.data = req.raw_input_contents_size() > 0 ? req.raw_input_contents(i) : contents_bytes(in);
+      if (req.raw_input_contents_size() > 0) t.data = std::move(*req.mutable_raw_input_contents(i));
+      else t.data = contents_bytes(in);
       inputs.push_back(std::move(t));
     }
     return inputs;

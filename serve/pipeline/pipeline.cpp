@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -45,6 +46,7 @@ struct Endpoint {
   mutable std::mutex mu;
   std::string address;
   std::shared_ptr<Stub> stub;
+  std::atomic<int64_t> hop_us{0};  // the step's recent hop time (a moving average), for the launch order
 };
 
 struct Call {
@@ -53,6 +55,7 @@ struct Call {
   inference::ModelInferResponse res;
   std::shared_ptr<Stub> stub;  // kept alive until the hop answers
   std::string address;
+  Clock::time_point sent;
   bool started = false, done = false, retried = false;
 };
 
@@ -64,8 +67,10 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
   void cancel() override;
 
  private:
+  void launch_all(std::vector<size_t> ready);
   void launch(size_t step);
   void send(size_t step, Call& c);
+  std::string take(const Source& s);
   bool retry_elsewhere(size_t step, const grpc::Status& st, std::unique_lock<std::mutex>& lock);
   void on_done(size_t step, const grpc::Status& st);
   void fail(Status s, const std::string& why, std::unique_lock<std::mutex>& lock);
@@ -78,6 +83,8 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
   std::vector<std::unique_ptr<Call>> retired_;  // hops sent again elsewhere: theirs ended, freed with the run
   std::vector<std::vector<TensorIn>> outs_;  // per step, its needed outputs
   std::vector<int> waiting_;                 // per step, producers not yet answered
+  std::vector<int> request_uses_;            // per request input, the hops that have yet to read it
+  std::vector<std::vector<int>> out_uses_;   // per step and needed output, the readers yet to come
   size_t left_;
   bool finished_ = false;
 };
@@ -116,6 +123,8 @@ class GrpcPipeline : public PipelineRunner {
   std::vector<std::vector<std::string>> needed_;  // per step, the outputs later steps or the answer read
   std::vector<std::vector<size_t>> consumers_;    // per step, the steps that read it
   std::vector<Source> answer_;                    // per pipeline output
+  std::vector<int> request_uses_;                 // per request input, the steps that read it
+  std::vector<std::vector<int>> out_uses_;        // per step and needed output, the steps and answers that read it
 };
 
 const inference::ModelMetadataResponse::TensorMetadata* find_tensor(
@@ -211,11 +220,18 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
     outputs_.push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
     answer_.push_back(s);
   }
+  request_uses_.assign(inputs_.size(), 0);
+  for (size_t i = 0; i < n; ++i) out_uses_.emplace_back(needed_[i].size(), 0);
+  auto count = [&](const Source& s) { ++(s.step < 0 ? request_uses_[s.index] : out_uses_[static_cast<size_t>(s.step)][s.index]); };
+  for (const auto& srcs : sources_)
+    for (const Source& s : srcs) count(s);
+  for (const Source& s : answer_) count(s);
 }
 
 Run::Run(const GrpcPipeline& p, std::vector<TensorIn> request, Clock::time_point deadline,
          std::function<void(PipelineRunner::Result)> done)
-    : p_(p), request_(std::move(request)), deadline_(deadline), done_(std::move(done)), left_(p.spec_.steps.size()) {
+    : p_(p), request_(std::move(request)), deadline_(deadline), done_(std::move(done)), request_uses_(p.request_uses_),
+      out_uses_(p.out_uses_), left_(p.spec_.steps.size()) {
   const size_t n = p_.spec_.steps.size();
   outs_.assign(n, {});
   waiting_.assign(n, 0);
@@ -235,7 +251,21 @@ void Run::start() {
     for (size_t i = 0; i < waiting_.size(); ++i)
       if (waiting_[i] == 0) ready.push_back(i);
   }
+  launch_all(std::move(ready));
+}
+
+// The slowest step first: the steps that start together end with the slowest of them, and each
+// send takes the sending thread a while.
+void Run::launch_all(std::vector<size_t> ready) {
+  std::stable_sort(ready.begin(), ready.end(), [this](size_t a, size_t b) { return p_.ends_[a]->hop_us > p_.ends_[b]->hop_us; });
   for (size_t i : ready) launch(i);
+}
+
+// With mu_ held: a tensor for a hop or the answer. Its last reader takes it; earlier ones copy.
+std::string Run::take(const Source& s) {
+  TensorIn& t = s.step < 0 ? request_[s.index] : outs_[static_cast<size_t>(s.step)][s.index];
+  int& left = s.step < 0 ? request_uses_[s.index] : out_uses_[static_cast<size_t>(s.step)][s.index];
+  return --left == 0 ? std::move(t.data) : t.data;
 }
 
 // Builds step i's request from the tensors it reads and sends it (the answer comes to on_done).
@@ -253,7 +283,7 @@ void Run::launch(size_t i) {
       in->set_name(st.inputs[k].first);
       in->set_datatype(t.datatype);
       for (int64_t d : t.shape) in->add_shape(d);
-      c.req.add_raw_input_contents(t.data);
+      c.req.add_raw_input_contents(take(s));
     }
     for (const auto& o : p_.needed_[i]) c.req.add_outputs()->set_name(o);
     c.started = true;
@@ -267,6 +297,7 @@ void Run::send(size_t i, Call& c) {
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline_ - Clock::now()));
   if (!p_.token_.empty()) c.ctx.AddMetadata("authorization", "Bearer " + p_.token_);
   c.stub = p_.stub(i, &c.address);
+  c.sent = Clock::now();
   auto self = shared_from_this();
   c.stub->async()->ModelInfer(&c.ctx, &c.req, &c.res, [self, i](grpc::Status st) { self->on_done(i, st); });
 }
@@ -318,22 +349,26 @@ void Run::on_done(size_t i, const grpc::Status& st) {
     if (k == c.res.outputs_size() || k >= c.res.raw_output_contents_size())
       return fail(Status::kInternal, p_.where(i, c.address) + " answered without output '" + want + "' as raw contents", lock);
     const auto& o = c.res.outputs(k);
-    got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, c.res.raw_output_contents(k)});
+    got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, std::move(*c.res.mutable_raw_output_contents(k))});
   }
   outs_[i] = std::move(got);
+  const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - c.sent).count();
+  const int64_t avg = p_.ends_[i]->hop_us;
+  p_.ends_[i]->hop_us = avg == 0 ? us : (7 * avg + us) / 8;
   std::vector<size_t> ready;
   for (size_t j : p_.consumers_[i])
     if (--waiting_[j] == 0) ready.push_back(j);
   if (--left_ > 0) {
     lock.unlock();
-    for (size_t j : ready) launch(j);
+    launch_all(std::move(ready));
     return;
   }
   PipelineRunner::Result r;
   for (size_t k = 0; k < p_.answer_.size(); ++k) {
-    TensorIn t = outs_[static_cast<size_t>(p_.answer_[k].step)][p_.answer_[k].index];
-    t.name = p_.outputs_[k].name;
-    r.outputs.push_back(std::move(t));
+    const Source& s = p_.answer_[k];
+    const TensorIn& t = outs_[static_cast<size_t>(s.step)][s.index];
+    r.outputs.push_back({p_.outputs_[k].name, t.datatype, t.shape, {}});
+    r.outputs.back().data = take(s);
   }
   finished_ = true;
   auto done = std::move(done_);
