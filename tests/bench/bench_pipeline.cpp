@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -72,17 +73,24 @@ Tensor make_input(const inference::ModelMetadataResponse::TensorMetadata& m, int
   return t;
 }
 
-template <typename F>
-double p50_ms(int n, F f) {
-  std::vector<double> ms;
-  f();  // warm-up
-  for (int i = 0; i < n; ++i) {
-    const auto t = Clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+// The p50 of each of `fs`, timed in turns (one call of each per round, after a warm-up round),
+// so that every figure sees the same machine: on a shared VM, phases timed one after another
+// drift apart by more than the differences measured.
+std::vector<double> p50_ms_interleaved(int n, const std::vector<std::function<void()>>& fs) {
+  std::vector<std::vector<double>> ms(fs.size());
+  for (const auto& f : fs) f();  // warm-up
+  for (int i = 0; i < n; ++i)
+    for (size_t k = 0; k < fs.size(); ++k) {
+      const auto t = Clock::now();
+      fs[k]();
+      ms[k].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    }
+  std::vector<double> p50;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    p50.push_back(m[m.size() / 2]);
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return p50;
 }
 
 }  // namespace
@@ -140,17 +148,27 @@ int bench_pipeline(int argc, char** argv) {
     }
   };
   sequential(nullptr);  // fills every step's inputs for the per-step timings
-  std::vector<double> per_step;
+  std::vector<std::function<void()>> timed;
+  std::vector<std::vector<std::pair<std::string, const Tensor*>>> step_in(spec.steps.size());
   for (size_t i = 0; i < spec.steps.size(); ++i) {
-    std::vector<std::pair<std::string, const Tensor*>> in;
-    for (const auto& [name, src] : spec.steps[i].inputs) in.emplace_back(name, &values.at(src));
-    per_step.push_back(p50_ms(requests, [&] { call(*stubs[i], spec.steps[i].model, in, nullptr); }));
+    for (const auto& [name, src] : spec.steps[i].inputs) step_in[i].emplace_back(name, &values.at(src));
+    timed.push_back([&, i] { call(*stubs[i], spec.steps[i].model, step_in[i], nullptr); });
   }
-  const double seq_ms = p50_ms(requests, [&] { sequential(nullptr); });
-  const double pipe_ms = p50_ms(requests, [&] {
+  std::map<std::string, Tensor> scratch = values;  // the sequential calls' answers, apart from the inputs above
+  timed.push_back([&] {
+    std::swap(values, scratch);
+    sequential(nullptr);
+    std::swap(values, scratch);
+  });
+  timed.push_back([&] {
     const grpc::Status st = call(*pipe, spec.name, pin, nullptr);
     if (!st.ok()) throw std::runtime_error("the pipeline: " + st.error_message());
   });
+  std::vector<double> per_step = p50_ms_interleaved(requests, timed);
+  const double pipe_ms = per_step.back();
+  per_step.pop_back();
+  const double seq_ms = per_step.back();
+  per_step.pop_back();
   // The critical path: a step starts when its slowest producer has answered.
   std::map<std::string, double> finish;
   double critical = 0;

@@ -3,15 +3,15 @@
 # multimodal pipeline (examples/multimodal/: three models exported by PyTorch, one loom-serve
 # each) served by a fourth loom-serve, its p50 against the same client calling the three
 # services one after another (target: not slower), and the latency each hop adds (target
-# <= 1 ms p50), by loom-bench pipeline.
-# Usage: LOOM_BUILDDIR=_build LOOM_SRCDIR=. tests/bench/pipeline_figures.sh   (about half a minute)
+# <= 1 ms p50), by loom-bench pipeline; for the example's small models and for wider ones
+# (make_models.py --size medium), whose steps cost more than a hop.
+# Usage: LOOM_BUILDDIR=_build LOOM_SRCDIR=. tests/bench/pipeline_figures.sh   (about a minute)
 set -euo pipefail
 B=${LOOM_BUILDDIR:-.}
 S=${LOOM_SRCDIR:-$(dirname "$0")/../..}
 work=$(mktemp -d "${TMPDIR:-/tmp}/loom-pipeline-figures.XXXXXX")
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-/usr/bin/python3 "$S/examples/multimodal/make_models.py" "$work/repo" 2>/dev/null
 start() {  # start NAME ARGS...: a loom-serve in the background; sets $addr to its gRPC address
   local name=$1 n=0
   shift
@@ -20,19 +20,27 @@ start() {  # start NAME ARGS...: a loom-serve in the background; sets $addr to i
   until grep -q "listening:" "$work/$name.log" 2>/dev/null || [ $n -gt 300 ]; do sleep 0.05; n=$((n + 1)); done
   addr=$(grep -oE "grpc [0-9.]+:[0-9]+" "$work/$name.log" | cut -d' ' -f2)
 }
-start text --model-repository "$work/repo"
-t=$addr
-start image --model-repository "$work/repo"
-i=$addr
-start fusion --model-repository "$work/repo"
-f=$addr
-sed -e "s/127.0.0.1:9101/$t/" -e "s/127.0.0.1:9201/$i/" -e "s/127.0.0.1:9301/$f/" \
-  "$S/examples/multimodal/pipeline.yaml" >"$work/pipeline.yaml"
-start pipeline --spec "$work/pipeline.yaml"
-p=$addr
-echo "== the multimodal pipeline, one row (target: not slower than the steps one after another; <= 1 ms per hop)"
-"$B/loom-bench" pipeline --spec "$work/pipeline.yaml" --addr "$p" --requests 500 --int-max 200 --seq 8
-for rows in 8 32; do
-  echo "== $rows rows"
-  "$B/loom-bench" pipeline --spec "$work/pipeline.yaml" --addr "$p" --requests 200 --batch $rows --int-max 200 --seq 8
-done
+figures() {  # SIZE: the three services and the pipeline on make_models.py --size SIZE, timed
+  local size=$1 t i f p rows
+  /usr/bin/python3 "$S/examples/multimodal/make_models.py" "$work/$size" --size "$size" 2>/dev/null
+  start text --model-repository "$work/$size"
+  t=$addr
+  start image --model-repository "$work/$size"
+  i=$addr
+  start fusion --model-repository "$work/$size"
+  f=$addr
+  sed -e "s/127.0.0.1:9101/$t/" -e "s/127.0.0.1:9201/$i/" -e "s/127.0.0.1:9301/$f/" \
+    "$S/examples/multimodal/pipeline.yaml" >"$work/pipeline.yaml"
+  start pipeline --spec "$work/pipeline.yaml"
+  p=$addr
+  for rows in 1 8 32; do
+    echo "== $size models, $rows rows (target: not slower than the steps one after another; <= 1 ms per hop)"
+    "$B/loom-bench" pipeline --spec "$work/pipeline.yaml" --addr "$p" --requests $((rows == 1 ? 500 : 200)) --batch $rows \
+      --int-max 200 --seq 8
+  done
+  kill "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  pids=()
+}
+figures small
+figures medium
