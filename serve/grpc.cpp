@@ -1,18 +1,19 @@
-// grpc.cpp — inference.GRPCInferenceService on gRPC's synchronous server: raw_input_contents
-// (and typed contents), outputs in raw_output_contents, the bearer token in the
-// "authorization" metadata, UNAVAILABLE when a queue is full, DEADLINE_EXCEEDED on timeouts.
+// grpc.cpp — inference.GRPCInferenceService on gRPC's server: raw_input_contents (and typed
+// contents), outputs in raw_output_contents, the bearer token in the "authorization" metadata,
+// UNAVAILABLE when a queue is full, DEADLINE_EXCEEDED on timeouts; ModelStreamInfer (Triton's
+// streaming extension) answers each request of a stream in order.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-
 #include <atomic>
 #include <climits>
-#include <mutex>
-
 #include <cstring>
+#include <functional>
+#include <mutex>
 
 #include "frontend.hpp"
 #include "grpc_service.grpc.pb.h"
+#include "grpc_stream.hpp"
 
 namespace loom::serve {
 
@@ -22,10 +23,12 @@ grpc::Status to_grpc(Status s, const std::string& msg) {
   return grpc::Status(static_cast<grpc::StatusCode>(grpc_code(s)), msg);
 }
 
-// ModelInfer uses the callback API: no thread waits while a request sits in the batcher's queue;
-// the batcher's answer finishes the call. The other methods are cheap and synchronous.
+// ModelInfer and ModelStreamInfer use the callback API: no thread waits while a request sits in
+// the batcher's queue; the batcher's answer finishes the call. The other methods are cheap and
+// synchronous.
 class Service final
-    : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<inference::GRPCInferenceService::Service> {
+    : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<inference::GRPCInferenceService::Service>> {
  public:
   explicit Service(Context& ctx) : ctx_(ctx) {}
 
@@ -76,50 +79,30 @@ class Service final
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
-    if (PipelineRunner* p = ctx_.pipeline(req->model_name())) return infer_pipeline(sc, *p, *req, res);
-    grpc::ServerUnaryReactor* reactor = sc->DefaultReactor();
-    const std::string model = ctx_.metrics_label(req->model_name());  // unknown names share one label
-    auto finish = [this, reactor, model](const grpc::Status& st) {
-      ctx_.metrics->request(model, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
+    auto* reactor = new UnaryReactor;
+    grpc::Status st = guarded(sc, [] {});
+    if (!st.ok()) {
+      ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc(st.error_code()));
       reactor->Finish(st);
-    };
-    grpc::Status st = guarded(sc, [&] {
-      int rows = 0;
-      std::shared_ptr<Batcher> batcher;
-      std::vector<size_t> wanted;
-      std::vector<rt::Tensor> x = decode(*req, &batcher, &rows, &wanted);
-      const ServedModel& m = batcher->model();
-      auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
-      const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
-      if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
-      std::string name = m.name(), version = m.version(), id = req->id();
-      std::vector<TensorDesc> descs;
-      for (size_t k : wanted) descs.push_back(m.outputs()[k]);
-      batcher->submit(std::move(x), rows, deadline, [res, finish, wanted, descs, name, version, id](Batcher::Outcome o) {
-        if (o.status != Status::kOk) return finish(to_grpc(o.status, o.error));
-        res->set_model_name(name);
-        res->set_model_version(version);
-        res->set_id(id);
-        for (size_t i = 0; i < wanted.size(); ++i) {
-          const rt::Tensor& t = o.outputs.at(wanted[i]);
-          auto* out = res->add_outputs();
-          out->set_name(descs[i].name);
-          out->set_datatype(descs[i].datatype);
-          for (int64_t d : t.shape()) out->add_shape(d);
-          res->add_raw_output_contents(std::string(t.data<char>(), t.bytes()));
-        }
-        finish(grpc::Status::OK);
-      });
-    });
-    if (!st.ok()) finish(st);  // refused before it reached a batcher
+    } else {
+      auto run = start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
+      std::lock_guard<std::mutex> lock(reactor->mu);
+      reactor->run = run;
+    }
+    reactor->release();
     return reactor;
   }
 
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* sc) override {
+    return new StreamReactor(*this, sc);
+  }
+
  private:
-  // A pipeline's call: its own reactor, so a client that cancels cancels the hops in flight.
-  // Two owners: gRPC (until OnDone) and infer_pipeline (until it has stored the run, which may
+  // A unary call's reactor, so that a client that cancels cancels a pipeline's hops in flight.
+  // Two owners: gRPC (until OnDone) and ModelInfer (until it has stored the run, which may
   // already have answered).
-  class PipelineReactor : public grpc::ServerUnaryReactor {
+  class UnaryReactor : public grpc::ServerUnaryReactor {
    public:
     void OnCancel() override {
       std::shared_ptr<PipelineRunner::Cancel> r;
@@ -138,57 +121,141 @@ class Service final
     std::atomic<int> refs{2};
   };
 
-  grpc::ServerUnaryReactor* infer_pipeline(grpc::CallbackServerContext* sc, PipelineRunner& p,
-                                           const inference::ModelInferRequest& req, inference::ModelInferResponse* res) {
-    auto* reactor = new PipelineReactor;
-    const std::string name = p.name();
-    auto finish = [this, reactor, name](const grpc::Status& st) {
-      ctx_.metrics->request(name, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
-      reactor->Finish(st);
-    };
-    grpc::Status st = guarded(sc, [&] {
-      std::vector<TensorIn> inputs = tensors_of(req);
-      std::vector<size_t> wanted;
-      for (const auto& o : req.outputs()) {
-        size_t k = 0;
-        while (k < p.outputs().size() && p.outputs()[k].name != o.name()) ++k;
-        if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "' of pipeline " + name);
-        wanted.push_back(k);
-      }
-      if (wanted.empty())
-        for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
-      int rows = 0;
-      std::vector<TensorIn> in;
-      for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows))
-        in.push_back(std::move(inputs[static_cast<size_t>(t - inputs.data())]));
-      auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
-      const auto left = sc->deadline() - std::chrono::system_clock::now();  // the client's own deadline
-      if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
-      const std::string id = req.id();
-      auto run = p.run(std::move(in), deadline, [res, finish, wanted, name, id](PipelineRunner::Result r) {
-        if (r.status != Status::kOk) return finish(to_grpc(r.status, r.error));
-        res->set_model_name(name);
-        res->set_model_version("1");
-        res->set_id(id);
-        for (size_t i = 0; i < wanted.size(); ++i) {
-          TensorIn& t = r.outputs[wanted[i]];
-          auto* out = res->add_outputs();
-          out->set_name(t.name);
-          out->set_datatype(t.datatype);
-          for (int64_t d : t.shape) out->add_shape(d);
-          const bool again = std::find(wanted.begin() + static_cast<long>(i) + 1, wanted.end(), wanted[i]) != wanted.end();
-          res->add_raw_output_contents(again ? t.data : std::move(t.data));
+  // ModelStreamInfer: each request as ModelInfer would run it, answered in order; a failed
+  // request is answered with its error_message and the stream goes on (Triton's semantics).
+  class StreamReactor : public OrderedStream<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+   public:
+    StreamReactor(Service& s, grpc::CallbackServerContext* sc) : OrderedStream(64), s_(s), sc_(sc) {
+      const grpc::Status st = s_.guarded(sc, [] {});
+      if (st.ok()) begin();
+      else refuse(st);
+    }
+
+   private:
+    void dispatch(std::unique_ptr<inference::ModelInferRequest> req, uint64_t seq) override {
+      auto* res = new inference::ModelStreamInferResponse;
+      std::shared_ptr<const inference::ModelInferRequest> keep(std::move(req));
+      auto run = s_.start_infer(sc_->deadline(), *keep, res->mutable_infer_response(), [this, seq, res, keep](const grpc::Status& st) {
+        std::unique_ptr<inference::ModelStreamInferResponse> r(res);
+        if (!st.ok()) {
+          r->clear_infer_response();
+          r->set_error_message(st.error_message());
         }
-        finish(grpc::Status::OK);
+        answer(seq, std::move(r));
       });
-      std::lock_guard<std::mutex> lock(reactor->mu);
-      reactor->run = run;
+      if (run) {
+        std::lock_guard<std::mutex> lock(mu_);
+        runs_.push_back(run);
+      }
+    }
+    void cancelled() override {
+      std::vector<std::weak_ptr<PipelineRunner::Cancel>> runs;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        runs.swap(runs_);
+      }
+      for (auto& w : runs)
+        if (auto r = w.lock()) r->cancel();
+    }
+    Service& s_;
+    grpc::CallbackServerContext* sc_;
+    std::mutex mu_;
+    std::vector<std::weak_ptr<PipelineRunner::Cancel>> runs_;  // pipelines' runs, to cancel with the stream
+  };
+
+  // Runs one inference request, a model's (through its batcher) or a pipeline's, and calls
+  // `done` once with its status, the answer in *res; a request refused before it starts is
+  // answered at once. Returns a pipeline run's cancel handle (null for a model). The deadline:
+  // the caller's, or --request-timeout-ms when that is sooner.
+  std::shared_ptr<PipelineRunner::Cancel> start_infer(std::chrono::system_clock::time_point client_deadline,
+                                                      const inference::ModelInferRequest& req,
+                                                      inference::ModelInferResponse* res,
+                                                      std::function<void(const grpc::Status&)> done) {
+    PipelineRunner* p = ctx_.pipeline(req.model_name());
+    const std::string label = p ? p->name() : ctx_.metrics_label(req.model_name());  // unknown names share one label
+    auto finish = [this, label, done](const grpc::Status& st) {
+      ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
+      done(st);
+    };
+    auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
+    const auto left = client_deadline - std::chrono::system_clock::now();
+    if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+    std::shared_ptr<PipelineRunner::Cancel> run;
+    const grpc::Status st = run_guarded([&] {
+      if (p) run = infer_pipeline(*p, req, res, deadline, finish);
+      else infer_model(req, res, deadline, finish);
     });
-    if (!st.ok()) finish(st);
-    reactor->release();
-    return reactor;
+    if (!st.ok()) finish(st);  // refused before it started
+    return run;
   }
 
+  template <class Finish>
+  void infer_model(const inference::ModelInferRequest& req, inference::ModelInferResponse* res, Clock::time_point deadline,
+                   Finish finish) {
+    int rows = 0;
+    std::shared_ptr<Batcher> batcher;
+    std::vector<size_t> wanted;
+    std::vector<rt::Tensor> x = decode(req, &batcher, &rows, &wanted);
+    const ServedModel& m = batcher->model();
+    std::string name = m.name(), version = m.version(), id = req.id();
+    std::vector<TensorDesc> descs;
+    for (size_t k : wanted) descs.push_back(m.outputs()[k]);
+    batcher->submit(std::move(x), rows, deadline, [res, finish, wanted, descs, name, version, id](Batcher::Outcome o) {
+      if (o.status != Status::kOk) return finish(to_grpc(o.status, o.error));
+      res->set_model_name(name);
+      res->set_model_version(version);
+      res->set_id(id);
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        const rt::Tensor& t = o.outputs.at(wanted[i]);
+        auto* out = res->add_outputs();
+        out->set_name(descs[i].name);
+        out->set_datatype(descs[i].datatype);
+        for (int64_t d : t.shape()) out->add_shape(d);
+        res->add_raw_output_contents(std::string(t.data<char>(), t.bytes()));
+      }
+      finish(grpc::Status::OK);
+    });
+  }
+
+  template <class Finish>
+  std::shared_ptr<PipelineRunner::Cancel> infer_pipeline(PipelineRunner& p, const inference::ModelInferRequest& req,
+                                                         inference::ModelInferResponse* res, Clock::time_point deadline,
+                                                         Finish finish) {
+    std::vector<TensorIn> inputs = tensors_of(req);
+    const std::string name = p.name();
+    std::vector<size_t> wanted;
+    for (const auto& o : req.outputs()) {
+      size_t k = 0;
+      while (k < p.outputs().size() && p.outputs()[k].name != o.name()) ++k;
+      if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "' of pipeline " + name);
+      wanted.push_back(k);
+    }
+    if (wanted.empty())
+      for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
+    int rows = 0;
+    std::vector<TensorIn> in;
+    for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows))
+      in.push_back(std::move(inputs[static_cast<size_t>(t - inputs.data())]));
+    const std::string id = req.id();
+    return p.run(std::move(in), deadline, [res, finish, wanted, name, id](PipelineRunner::Result r) {
+      if (r.status != Status::kOk) return finish(to_grpc(r.status, r.error));
+      res->set_model_name(name);
+      res->set_model_version("1");
+      res->set_id(id);
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        TensorIn& t = r.outputs[wanted[i]];
+        auto* out = res->add_outputs();
+        out->set_name(t.name);
+        out->set_datatype(t.datatype);
+        for (int64_t d : t.shape) out->add_shape(d);
+        const bool again = std::find(wanted.begin() + static_cast<long>(i) + 1, wanted.end(), wanted[i]) != wanted.end();
+        res->add_raw_output_contents(again ? t.data : std::move(t.data));
+      }
+      finish(grpc::Status::OK);
+    });
+  }
+
+  // The token check, then f() with its exceptions as statuses.
   template <class F>
   grpc::Status guarded(grpc::ServerContextBase* sc, F&& f) {
     if (!ctx_.token.empty()) {
@@ -197,6 +264,11 @@ class Service final
       const std::string v = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
       if (!ctx_.authorized(v)) return to_grpc(Status::kUnauthorized, "missing or wrong bearer token");
     }
+    return run_guarded(std::forward<F>(f));
+  }
+
+  template <class F>
+  static grpc::Status run_guarded(F&& f) {
     try {
       f();
       return grpc::Status::OK;

@@ -1,4 +1,5 @@
-// grpc_router.cpp — grpc_router.hpp on gRPC's callback generic service and generic stub.
+// grpc_router.cpp — grpc_router.hpp on gRPC's callback generic service and generic stub;
+// ModelStreamInfer's requests are routed one by one.
 #include "grpc_router.hpp"
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -9,6 +10,9 @@
 #include <map>
 #include <set>
 #include <mutex>
+#include <vector>
+
+#include "../grpc_stream.hpp"
 
 namespace loom::serve {
 
@@ -62,8 +66,6 @@ class Call : public grpc::ServerGenericBidiReactor {
       resp_ = bool_message(name == "ServerLive" || ctx_.is_ready());
       return StartWrite(&resp_);
     }
-    if (name == "ModelStreamInfer")
-      return Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "the router forwards unary calls only"));
     const auto auth = sc_->client_metadata().find("authorization");
     const std::string token = auth == sc_->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
     if (!ctx_.authorized(token)) return Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
@@ -97,10 +99,95 @@ class Call : public grpc::ServerGenericBidiReactor {
   std::shared_ptr<Replica> lease_;
 };
 
+// The bytes of a ModelStreamInferResponse around `infer_response` (field 2, the replica's
+// ModelInferResponse as it came), or with only `error_message` (field 1).
+grpc::ByteBuffer stream_answer(grpc::ByteBuffer* infer_response, const std::string& error) {
+  auto field = [](unsigned char tag, size_t n) {
+    std::string h(1, static_cast<char>(tag));
+    for (; n >= 0x80; n >>= 7) h.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    h.push_back(static_cast<char>(n));
+    return h;
+  };
+  std::vector<grpc::Slice> slices;
+  if (infer_response) {
+    std::vector<grpc::Slice> body;
+    infer_response->Dump(&body);
+    slices.emplace_back(field(0x12, infer_response->Length()));
+    slices.insert(slices.end(), body.begin(), body.end());
+  } else {
+    slices.emplace_back(field(0x0a, error.size()) + error);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// ModelStreamInfer through the router: each request of the stream is routed on its own, as a
+// unary ModelInfer to the least loaded ready replica (so the autoscaler sees it), and the
+// answers go back in order; a request no replica can take, or that fails, is answered with its
+// error_message and the stream goes on.
+class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamCall(Context& ctx, ReplicaPool& pool, Channels& ch, grpc::GenericCallbackServerContext* sc)
+      : OrderedStream(64), pool_(pool), ch_(ch), sc_(sc) {
+    const auto auth = sc->client_metadata().find("authorization");
+    token_ = auth == sc->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
+    if (ctx.authorized(token_)) begin();
+    else refuse(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+  }
+
+ private:
+  struct Hop {
+    grpc::ClientContext cc;
+    grpc::ByteBuffer req, resp;
+    std::shared_ptr<Replica> lease;
+    std::shared_ptr<grpc::GenericStub> stub;
+  };
+
+  void dispatch(std::unique_ptr<grpc::ByteBuffer> req, uint64_t seq) override {
+    auto hop = std::make_unique<Hop>();
+    hop->lease = pool_.acquire();
+    if (!hop->lease)
+      return answer(seq, std::make_unique<grpc::ByteBuffer>(
+                             stream_answer(nullptr, "no replica can take the request now (none ready, or every one is full)")));
+    hop->req = std::move(*req);
+    if (!token_.empty()) hop->cc.AddMetadata("authorization", token_);
+    hop->cc.set_deadline(sc_->deadline());
+    hop->stub = ch_.stub(hop->lease->host + ":" + std::to_string(hop->lease->grpc_port), pool_);
+    Hop* h = hop.get();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hops_.insert(hop.release());
+    }
+    h->stub->UnaryCall(&h->cc, std::string(kPrefix) + "ModelInfer", grpc::StubOptions(), &h->req, &h->resp,
+                       [this, h, seq](grpc::Status s) {
+                         pool_.release(*h->lease);
+                         auto a = std::make_unique<grpc::ByteBuffer>(s.ok() ? stream_answer(&h->resp, "")
+                                                                            : stream_answer(nullptr, s.error_message()));
+                         {
+                           std::lock_guard<std::mutex> lock(mu_);
+                           hops_.erase(h);
+                         }
+                         delete h;
+                         answer(seq, std::move(a));
+                       });
+  }
+  void cancelled() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Hop* h : hops_) h->cc.TryCancel();
+  }
+
+  ReplicaPool& pool_;
+  Channels& ch_;
+  grpc::GenericCallbackServerContext* sc_;
+  std::string token_;
+  std::mutex mu_;
+  std::set<Hop*> hops_;  // in flight, to cancel with the stream
+};
+
 class Service : public grpc::CallbackGenericService {
  public:
   Service(Context& ctx, ReplicaPool& pool) : ctx_(ctx), pool_(pool) {}
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* sc) override {
+    if (sc->method() == std::string(kPrefix) + "ModelStreamInfer") return new StreamCall(ctx_, pool_, ch_, sc);
     return new Call(ctx_, pool_, ch_, sc);
   }
 

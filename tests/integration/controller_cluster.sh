@@ -113,6 +113,11 @@ if [ -x "$G" ]; then
   expect_match "gRPC through the router" '"model_name":"ctl-tiny".*"shape":\[1,10\]' "$out"
   run_cmd "$G" "$grpc" infer ctl-tiny 1 FP32 1,784 x.bin
   expect_match "gRPC without the token is refused" '"code":16' "$out$err"
+  run_cmd env LOOM_TOKEN=ctl-token "$G" "$grpc" stream ctl-tiny 50 x.bin 5
+  expect_match "a ModelStreamInfer stream through the router: in order, request 5's error in turn" \
+    '^\{"answers":50,"ids_in_order":true,"one_row_answers":49,"errors":\["[^"]*no-such-model' "$out"
+  run_cmd "$G" "$grpc" stream ctl-tiny 2 x.bin
+  expect_match "a stream without the token is refused" '"code":16' "$out$err"
 fi
 
 # --- a pipeline finds the controller by its service name ---------------------------------------

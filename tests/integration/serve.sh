@@ -179,6 +179,20 @@ run_cmd "$G" "$grpc" infer fashion 1 FP32 1,392 x.bin
 expect_match "gRPC wrong shape: INVALID_ARGUMENT" '"code":3,.*each row must hold 784' "$out"
 run_cmd "$G" "$grpc" infer fashion 7 FP32 32,784 x.bin
 expect_match "gRPC unknown version: NOT_FOUND" '"code":5,' "$out"
+# ModelStreamInfer (Triton's streaming extension): 200 requests on one stream, answered in
+# order with the unary answer's numbers; a request naming no model is answered with its error
+# and the stream goes on; without the token the stream is refused.
+head -c 3136 x.bin >row.bin
+unary=$("$G" "$grpc" infer fashion - FP32 1,784 row.bin | sed 's/.*"logits":\[\([^]]*\)\].*/\1/')
+run_cmd "$G" "$grpc" stream fashion 200 row.bin 7
+expect_eq "stream: exit 0" 0 "$rc"
+expect_match "stream: 200 answers in order, 199 of one row, request 7's error" \
+  '^\{"answers":200,"ids_in_order":true,"one_row_answers":199,"errors":\["[^"]*no-such-model[^"]*"\]' "$out"
+first=$(echo "$out" | sed 's/.*"first":\[\([^]]*\)\].*/\1/')
+/usr/bin/python3 -c 'import sys; a, b = ([float(x) for x in s.split(",")] for s in sys.argv[1:3]); sys.exit(0 if len(a) == 10 and max(abs(x - y) for x, y in zip(a, b)) < 1e-4 else 1)' \
+  "$unary" "$first" && pass || fail "stream: the first answer differs from the unary one: $first / $unary"
+run_cmd env -u LOOM_TOKEN "$G" "$grpc" stream fashion 3 row.bin
+expect_match "stream without a token: UNAUTHENTICATED" '"code":16' "$out"
 # A slow client (headers never finished) gets 408 after --read-timeout-s; an idle keep-alive
 # connection is closed; the server stays ready meanwhile.
 $PY - "$http" <<'PY' && pass || fail "slow client"

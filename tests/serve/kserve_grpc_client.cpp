@@ -6,6 +6,8 @@
 //   kserve_grpc_client ADDR metadata MODEL [VERSION]
 //   kserve_grpc_client ADDR infer MODEL VERSION DATATYPE ROWS,COLS FILE [typed]
 //   kserve_grpc_client ADDR burst MODEL N FILE     (N concurrent one-row FP32 requests)
+//   kserve_grpc_client ADDR stream MODEL N FILE [K] (N one-row FP32 requests on one ModelStreamInfer
+//                                                    stream, ids r0..; request K names no model)
 // The bearer token, if any, comes from $LOOM_TOKEN.
 #include <grpcpp/grpcpp.h>
 
@@ -35,6 +37,19 @@ int report(const grpc::Status& s) {
   if (s.ok()) return 0;
   std::printf("{\"code\":%d,\"message\":\"%s\"}\n", static_cast<int>(s.error_code()), s.error_message().c_str());
   return 1;
+}
+
+// A request of one FP32 row, named "input", the row's bytes as raw contents.
+inference::ModelInferRequest one_row(const std::string& model, const std::string& row) {
+  inference::ModelInferRequest req;
+  req.set_model_name(model);
+  auto* in = req.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(static_cast<long long>(row.size() / 4));
+  req.add_raw_input_contents(row);
+  return req;
 }
 
 std::string slurp(const std::string& path) {
@@ -137,14 +152,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i)
       threads.emplace_back([&] {
-        inference::ModelInferRequest req;
-        req.set_model_name(argv[3]);
-        auto* in = req.add_inputs();
-        in->set_name("input");
-        in->set_datatype("FP32");
-        in->add_shape(1);
-        in->add_shape(static_cast<long long>(row.size() / 4));
-        req.add_raw_input_contents(row);
+        const inference::ModelInferRequest req = one_row(argv[3], row);
         inference::ModelInferResponse res;
         const auto t0 = std::chrono::steady_clock::now();
         grpc::Status s = stub->ModelInfer(context().get(), req, &res);
@@ -165,6 +173,43 @@ int main(int argc, char** argv) {
     std::printf("{\"ok\":%d,\"unavailable\":%d,\"other\":%d,\"slowest_unavailable_ms\":%.1f,\"deadline_exceeded\":%d}\n",
                 ok.load(), unavailable.load(), other.load(), worst_unavailable_us.load() / 1000.0, deadline.load());
     return 0;
+  }
+  if (cmd == "stream" && argc >= 6) {
+    const int n = std::atoi(argv[4]), bad = argc >= 7 ? std::atoi(argv[6]) : -1;
+    const std::string row = slurp(argv[5]);
+    auto ctx = context();
+    auto rw = stub->ModelStreamInfer(ctx.get());
+    std::thread writer([&] {
+      for (int i = 0; i < n; ++i) {
+        inference::ModelInferRequest req = one_row(i == bad ? "no-such-model" : argv[3], row);
+        req.set_id("r" + std::to_string(i));
+        if (!rw->Write(req)) break;
+      }
+      rw->WritesDone();
+    });
+    inference::ModelStreamInferResponse res;
+    int answers = 0, in_order = 1, shaped = 0;
+    std::string errors, first;
+    while (rw->Read(&res)) {
+      if (!res.error_message().empty()) {
+        errors += (errors.empty() ? "\"" : ",\"") + res.error_message() + "\"";
+      } else {
+        const auto& r = res.infer_response();
+        in_order &= r.id() == "r" + std::to_string(answers);
+        shaped += r.outputs_size() == 1 && r.outputs(0).shape_size() == 2 && r.outputs(0).shape(0) == 1;
+        if (first.empty() && r.raw_output_contents_size() == 1) {
+          std::vector<float> out(r.raw_output_contents(0).size() / 4);
+          std::memcpy(out.data(), r.raw_output_contents(0).data(), out.size() * 4);
+          for (size_t i = 0; i < out.size(); ++i) first += (i ? "," : "") + std::to_string(out[i]);
+        }
+      }
+      ++answers;
+    }
+    writer.join();
+    const grpc::Status s = rw->Finish();
+    std::printf("{\"answers\":%d,\"ids_in_order\":%s,\"one_row_answers\":%d,\"errors\":[%s],\"first\":[%s]}\n", answers,
+                in_order ? "true" : "false", shaped, errors.c_str(), first.c_str());
+    return report(s);
   }
   std::fprintf(stderr, "kserve_grpc_client: unknown command %s\n", cmd.c_str());
   return 2;

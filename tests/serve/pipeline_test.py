@@ -129,6 +129,29 @@ try:
         answers = list(pool.map(lambda x: grpc_call(infer, "multimodal", dict(zip(("input_ids", "attention_mask", "image"), x))), many))
     with torch.no_grad():
         check(all(np.abs(a - model(*x).numpy()).max() < 1e-4 for a, x in zip(answers, many)), "a concurrent caller got a wrong answer")
+    # The same requests on one ModelStreamInfer stream (Triton's streaming extension): answered
+    # in order, each as the unary call answers it (up to rounding: they may be batched with
+    # others); one naming no model gets its error, in turn.
+    stream = grpc.insecure_channel(gaddr).stream_stream(
+        "/inference.GRPCInferenceService/ModelStreamInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=pb.ModelStreamInferResponse.FromString)
+
+    def stream_requests():
+        for k, x in enumerate(many[:6]):
+            req = pb.ModelInferRequest(model_name="nope" if k == 3 else "multimodal", id=f"s{k}")
+            for name, v in zip(("input_ids", "attention_mask", "image"), x):
+                req.inputs.add(name=name, datatype="INT64" if v.dtype == torch.int64 else "FP32", shape=list(v.shape))
+                req.raw_input_contents.append(v.numpy().tobytes())
+            yield req
+
+    got = list(stream(stream_requests(), timeout=60))
+    check(len(got) == 6 and "nope" in got[3].error_message, f"stream: {len(got)} answers, the 4th: {got[3] if len(got) > 3 else None}")
+    for k, r in enumerate(got):
+        if k == 3 or r.error_message:
+            continue
+        o = r.infer_response
+        a = np.frombuffer(o.raw_output_contents[0], np.float32).reshape(list(o.outputs[0].shape))
+        check(o.id == f"s{k}" and np.abs(a - answers[k]).max() < 1e-5, f"stream answer {k}: id {o.id}, differs from the unary call")
     # Bad requests to the pipeline: named, 400.
     ids, mask, image = mm.example_inputs()
     st, r = post(f"{base}/multimodal/infer", {"inputs": [as_json("input_ids", ids), as_json("attention_mask", mask)]})
