@@ -92,7 +92,8 @@ void announce(const ControllerOptions& o, const std::string& name, const std::st
 
 Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
     : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)) {
-  write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args);
+  write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args,
+                       spec.requests_gpu > 0 ? spec.requests_gpu : spec.limits_gpu);
 }
 
 int Controller::count(ReplicaState s) const {

@@ -37,14 +37,19 @@ std::string ready_file(const std::string& state_dir, const std::string& job) {
 
 void write_replica_script(const std::string& state_dir, const std::string& loom_serve, const std::string& spec_file,
                           const std::string& bind, const std::string& token_file,
-                          const std::vector<std::string>& serve_args) {
+                          const std::vector<std::string>& serve_args, int gpus) {
   using rt::shell_quote;
   ::mkdir((state_dir + "/replicas").c_str(), 0755);
   std::ostringstream s;
   s << "#!/bin/bash\n"
     << "# replica.sh — written by loom-serve --controller: one replica of the service in " << spec_file << ".\n"
-    << "# It announces its address in replicas/$SLURM_JOB_ID.json once it listens; SIGTERM drains it.\n"
-    << "exec " << shell_quote(loom_serve) << " --spec " << shell_quote(spec_file) << " --bind " << shell_quote(bind)
+    << "# It announces its address in replicas/$SLURM_JOB_ID.json once it listens; SIGTERM drains it (srun\n"
+    << "# passes it on). It runs as a job step, so that Loom's SPANK plugin, where Slurm loads it, places\n"
+    << "# it: on its GPU and the cores and NIC nearest it (or on one NUMA node without a GPU).\n"
+    << "place=\n"
+    << "if srun --help 2>/dev/null | grep -q -- --loom-bind; then place=--loom-bind=" << (gpus > 0 ? "gpu" : "numa") << "; fi\n"
+    << "exec srun --ntasks=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-1}\" $place " << shell_quote(loom_serve)
+    << " --spec " << shell_quote(spec_file) << " --bind " << shell_quote(bind)
     << " --http-port 0 --grpc-port 0 --ready-file " << shell_quote(state_dir + "/replicas") << "/\"$SLURM_JOB_ID.json\""
     << " --log-format json --threads \"${SLURM_CPUS_PER_TASK:-1}\"";
   if (!token_file.empty()) s << " --auth-token-file " << shell_quote(token_file);

@@ -24,11 +24,12 @@ struct JobInfo {
 // A KServe quantity (8Gi, 512Mi, 2G, 1000M, 1T) as sbatch --mem's MiB ("8192M"); "" for "".
 std::string slurm_memory(const std::string& quantity);
 
-// Writes STATE/replica.sh: exec loom-serve (the running binary) on the spec, announcing its
-// address in STATE/replicas/$SLURM_JOB_ID.json once it listens.
+// Writes STATE/replica.sh: loom-serve (the running binary) on the spec as a job step (srun), with
+// the Loom plugin's --loom-bind=gpu (numa when `gpus` is 0) where Slurm has the plugin, announcing
+// its address in STATE/replicas/$SLURM_JOB_ID.json once it listens.
 void write_replica_script(const std::string& state_dir, const std::string& loom_serve, const std::string& spec_file,
                           const std::string& bind, const std::string& token_file,
-                          const std::vector<std::string>& serve_args);
+                          const std::vector<std::string>& serve_args, int gpus);
 
 // The path where replica `job` announces itself.
 std::string ready_file(const std::string& state_dir, const std::string& job);

@@ -103,6 +103,11 @@ info=$(scontrol show job "$jid")
 expect_match "the replica job is named loom-<service>" "JobName=loom-ctl-tiny" "$info"
 expect_match "with the spec's memory" "MinMemoryNode=1G" "$info"
 expect_match "and GPU" "TresPerJob=gres[:/]gpu[:=]1" "$info"
+if srun --help 2>&1 | grep -q -- --loom-bind; then  # the Loom plugin is loaded: it placed the replica
+  rpid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "state/replicas/$jid.json")
+  expect_match "the replica runs where the Loom plugin placed it (on its GPU, with its cores and NIC)" \
+    "LOOM_BIND=gpu LOOM_GPU=[0-9]" "$(tr '\0' '\n' <"/proc/$rpid/environ" 2>&1 | grep -E '^LOOM_(BIND|GPU)=' | sort | tr '\n' ' ')"
+fi
 expect_eq "the router needs the token" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "$http/v2/models/ctl-tiny/infer")"
 expect_eq "health needs none" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$http/v2/health/ready")"
 out=$($L "$http" ctl-tiny 784 2 1 --token ctl-token)

@@ -100,12 +100,16 @@ TEST(ReplicaScript, QuotesEveryPathAndAnnouncesTheJob) {
   char tmpl[] = "/tmp/loom-ctl-test.XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  write_replica_script(dir, "/opt/loom serve/bin/loom-serve", "/specs/it's.yaml", "0.0.0.0", "", {"--max-batch-size", "8"});
+  write_replica_script(dir, "/opt/loom serve/bin/loom-serve", "/specs/it's.yaml", "0.0.0.0", "", {"--max-batch-size", "8"}, 1);
   std::ifstream f(dir + "/replica.sh");
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string s = ss.str();
-  EXPECT_NE(s.find("exec '/opt/loom serve/bin/loom-serve' --spec '/specs/it'\\''s.yaml' --bind 0.0.0.0"), std::string::npos) << s;
+  EXPECT_NE(s.find("exec srun --ntasks=1 --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-1}\" $place '/opt/loom serve/bin/loom-serve' --spec "
+                   "'/specs/it'\\''s.yaml' --bind 0.0.0.0"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("place=--loom-bind=gpu"), std::string::npos) << s;
   EXPECT_NE(s.find("--ready-file " + dir + "/replicas/\"$SLURM_JOB_ID.json\""), std::string::npos) << s;
   EXPECT_NE(s.find("--max-batch-size 8"), std::string::npos);
   EXPECT_EQ(s.find("--auth-token-file"), std::string::npos);
