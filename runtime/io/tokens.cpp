@@ -1,10 +1,15 @@
-// tokens.cpp — reading llm.c's token files, every header and token checked.
+// tokens.cpp — llm.c's token files mapped in place, every header and token checked.
 #include "loom/rt/io/tokens.hpp"
 
+#include <fcntl.h>
 #include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "loom/rt/error.hpp"
 
@@ -24,38 +29,75 @@ std::vector<std::string> expand(const std::string& pattern) {
   return paths;
 }
 
-void append_file(const std::string& path, int vocab, std::vector<uint16_t>* out) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error(path + ": cannot read the token file");
-  const auto bytes = static_cast<int64_t>(in.tellg());
-  in.seekg(0);
+}  // namespace
+
+struct TokenFiles::Mapping {
+  const void* base = nullptr;
+  size_t bytes = 0;
+  const uint16_t* tokens = nullptr;
+  int64_t count = 0;
+  ~Mapping() {
+    if (base) ::munmap(const_cast<void*>(base), bytes);
+  }
+};
+
+namespace {
+
+// Maps one file and checks its header, its length and every token.
+std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int vocab) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot read the token file (" + std::strerror(errno) + ")");
+  struct stat st {};
+  const int64_t bytes = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
   int32_t header[256];
-  if (bytes < static_cast<int64_t>(sizeof header) || !in.read(reinterpret_cast<char*>(header), sizeof header))
+  if (bytes < static_cast<int64_t>(sizeof header) || ::pread(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
+    ::close(fd);
     throw Error(path + ": " + std::to_string(bytes) + " bytes is shorter than the 1024-byte header of a token file");
+  }
+  auto fail = [&](const std::string& why) {
+    ::close(fd);
+    throw Error(path + ": " + why);
+  };
   if (header[0] != kTokenFileMagic)
-    throw Error(path + ": not an llm.c token file (magic " + std::to_string(header[0]) + ", expected " +
-                std::to_string(kTokenFileMagic) + ")");
-  if (header[1] != 1) throw Error(path + ": token file version " + std::to_string(header[1]) + " (only version 1 is read)");
+    fail("not an llm.c token file (magic " + std::to_string(header[0]) + ", expected " + std::to_string(kTokenFileMagic) + ")");
+  if (header[1] != 1) fail("token file version " + std::to_string(header[1]) + " (only version 1 is read)");
   const int64_t count = header[2];
   const int64_t held = (bytes - static_cast<int64_t>(sizeof header)) / 2;
   if (count <= 0 || held != count || (bytes - static_cast<int64_t>(sizeof header)) % 2 != 0)
-    throw Error(path + ": the header says " + std::to_string(count) + " tokens, the file holds " + std::to_string(held) +
-                (held < count ? " (truncated)" : ""));
-  const size_t at = out->size();
-  out->resize(at + static_cast<size_t>(count));
-  if (!in.read(reinterpret_cast<char*>(out->data() + at), count * 2)) throw Error(path + ": read failed");
-  for (size_t i = at; i < out->size(); ++i)
-    if ((*out)[i] >= vocab)
-      throw Error(path + ": token " + std::to_string((*out)[i]) + " at position " + std::to_string(i - at) +
+    fail("the header says " + std::to_string(count) + " tokens, the file holds " + std::to_string(held) +
+         (held < count ? " (truncated)" : ""));
+  auto m = std::make_shared<TokenFiles::Mapping>();
+  void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw Error(path + ": cannot map the token file (" + std::strerror(errno) + ")");
+  m->base = base;
+  m->bytes = static_cast<size_t>(bytes);
+  m->tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(base) + sizeof header);
+  m->count = count;
+  ::madvise(base, m->bytes, MADV_SEQUENTIAL);  // the check below reads it once, in order
+  for (int64_t i = 0; i < count; ++i)
+    if (m->tokens[i] >= vocab)
+      throw Error(path + ": token " + std::to_string(m->tokens[i]) + " at position " + std::to_string(i) +
                   " is outside the vocabulary (--vocab " + std::to_string(vocab) + ")");
+  ::madvise(base, m->bytes, MADV_RANDOM);  // training reads windows in a shuffled order
+  return m;
 }
 
 }  // namespace
 
+uint16_t TokenFiles::operator[](int64_t i) const {
+  const size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
+  return files_[f]->tokens[i - starts_[f]];
+}
+
 TokenFiles load_token_files(const std::string& pattern, int vocab) {
   TokenFiles t;
   t.paths = expand(pattern);
-  for (const auto& p : t.paths) append_file(p, vocab, &t.tokens);
+  for (const auto& p : t.paths) {
+    t.files_.push_back(map_file(p, vocab));
+    t.starts_.push_back(t.total_);
+    t.total_ += t.files_.back()->count;
+  }
   return t;
 }
 

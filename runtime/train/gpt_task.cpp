@@ -30,15 +30,15 @@ class GptTask : public Task {
     g.dropout = c.dropout;
     model_ = std::make_unique<Gpt>(g, c.seed);
     model_->set_recompute(c.recompute);
-    split_ = static_cast<int64_t>(text_.ids.size()) * 9 / 10;
-    if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || static_cast<int64_t>(text_.ids.size()) - split_ < c.context + 2)
-      throw Error(text_.source + ": " + std::to_string(text_.ids.size()) + " tokens are too few for --context " +
+    split_ = text_.size() * 9 / 10;
+    if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
+      throw Error(text_.source + ": " + std::to_string(text_.size()) + " tokens are too few for --context " +
                   std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
   }
   std::string describe() const override {
     int64_t n = 0;
     for (const auto& p : model_->params()) n += p.value.numel();
-    return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.ids.size()) +
+    return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.size()) +
            (text_.files ? " tokens of " + std::to_string(text_.files) + " token files" : std::string(" characters")) +
            " (vocabulary " + std::to_string(model_->config().vocab) + ")";
   }
@@ -54,8 +54,8 @@ class GptTask : public Task {
     for (int b = 0; b < batch; ++b) {
       int64_t s = order_[static_cast<size_t>((first + b) % starts)] * stride_;
       for (int t = 0; t < T; ++t) {
-        tok_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t)];
-        tgt_[static_cast<size_t>(b * T + t)] = text_.ids[static_cast<size_t>(s + t + 1)];
+        tok_[static_cast<size_t>(b * T + t)] = text_.id(s + t);
+        tgt_[static_cast<size_t>(b * T + t)] = text_.id(s + t + 1);
       }
     }
     double loss = model_->forward(tok_, tgt_, batch, true);
@@ -64,12 +64,12 @@ class GptTask : public Task {
   }
   Eval evaluate() override {  // next-character accuracy and loss on the last 10% of the text
     const int T = model_->config().context, V = model_->config().vocab;
-    const int64_t windows = std::min<int64_t>(64, (static_cast<int64_t>(text_.ids.size()) - split_ - 1) / T);
+    const int64_t windows = std::min<int64_t>(64, (text_.size() - split_ - 1) / T);
     std::vector<int32_t> tok(static_cast<size_t>(windows) * T), tgt(tok.size()), pred(tok.size());
     for (int64_t w = 0; w < windows; ++w)
       for (int t = 0; t < T; ++t) {
-        tok[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t)];
-        tgt[static_cast<size_t>(w * T + t)] = text_.ids[static_cast<size_t>(split_ + w * T + t + 1)];
+        tok[static_cast<size_t>(w * T + t)] = text_.id(split_ + w * T + t);
+        tgt[static_cast<size_t>(w * T + t)] = text_.id(split_ + w * T + t + 1);
       }
     double loss = model_->forward(tok, tgt, static_cast<int>(windows), false);
     cpu::argmax_rows(model_->logits().f32(), static_cast<int>(tok.size()), V, pred.data());
@@ -99,15 +99,17 @@ class GptTask : public Task {
     std::string source;         // the file or the pattern, for messages
     size_t files = 0;           // token files read (0: a text file)
     std::string chars;          // text: the vocabulary, the distinct bytes of the text, sorted
-    std::vector<uint16_t> ids;  // the tokens (text: as vocabulary indices)
+    std::vector<uint16_t> ids;  // text: the tokens, as vocabulary indices
+    TokenFiles mapped;          // token files: read in place
+    int64_t size() const { return files ? mapped.size() : static_cast<int64_t>(ids.size()); }
+    int32_t id(int64_t i) const { return files ? mapped[i] : ids[static_cast<size_t>(i)]; }
   };
   static Text load(const TrainConfig& c) {
     if (c.token_files.empty()) return load_text(c.text_path);
-    TokenFiles f = load_token_files(c.token_files, c.vocab);
     Text t;
     t.source = c.token_files;
-    t.files = f.paths.size();
-    t.ids = std::move(f.tokens);
+    t.mapped = load_token_files(c.token_files, c.vocab);
+    t.files = t.mapped.paths.size();
     return t;
   }
   static Text load_text(const std::string& path) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,22 @@ namespace loom::rt {
 
 constexpr int32_t kTokenFileMagic = 20240520;
 
-struct TokenFiles {
+// Every matched file's tokens, one after another, read in place: each file is mapped (mmap,
+// read-only), so ranks on one node share the page cache's one copy and nothing is read twice.
+class TokenFiles {
+ public:
   std::vector<std::string> paths;  // what the pattern matched, in glob(3)'s sorted order
-  std::vector<uint16_t> tokens;    // every file's tokens, one after another
+
+  int64_t size() const { return total_; }
+  uint16_t operator[](int64_t i) const;  // 0 <= i < size()
+
+  struct Mapping;  // one file's pages (tokens.cpp)
+
+ private:
+  friend TokenFiles load_token_files(const std::string& pattern, int vocab);
+  std::vector<std::shared_ptr<const Mapping>> files_;
+  std::vector<int64_t> starts_;  // the first token of each file
+  int64_t total_ = 0;
 };
 
 // `pattern` names one file or a glob ("fineweb_train_*.bin"). Throws Error naming the file and

@@ -1,0 +1,56 @@
+// tokens_test.cpp — llm.c token files read in place: a glob's files as one sequence (the token
+// after a file's last is the next file's first), and a token outside the vocabulary refused with
+// its file and position.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "loom/rt/error.hpp"
+#include "loom/rt/io/tokens.hpp"
+
+namespace {
+
+void write_tokens(const std::string& path, const std::vector<uint16_t>& toks) {
+  int32_t header[256] = {0};
+  header[0] = loom::rt::kTokenFileMagic;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(toks.size());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header), sizeof header);
+  f.write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 2));
+}
+
+}  // namespace
+
+TEST(TokenFiles, ShardsReadInPlaceAsOneSequence) {
+  char tmpl[] = "/tmp/loom-tokens-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::vector<uint16_t> a(1000), b(7), c(333);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 50);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(60 + i);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<uint16_t>(99 - i % 30);
+  write_tokens(dir + "/t_000.bin", a);
+  write_tokens(dir + "/t_001.bin", b);
+  write_tokens(dir + "/t_002.bin", c);
+  const loom::rt::TokenFiles t = loom::rt::load_token_files(dir + "/t_*.bin", 100);
+  ASSERT_EQ(t.paths.size(), 3u);
+  ASSERT_EQ(t.size(), 1340);
+  std::vector<uint16_t> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  all.insert(all.end(), c.begin(), c.end());
+  for (int64_t i = 0; i < t.size(); ++i) ASSERT_EQ(t[i], all[static_cast<size_t>(i)]) << "token " << i;
+  try {
+    loom::rt::load_token_files(dir + "/t_*.bin", 99);  // t_002.bin's first token is 99
+    ADD_FAILURE() << "a token outside the vocabulary was accepted";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t_002.bin: token 99 at position 0 is outside the vocabulary"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
