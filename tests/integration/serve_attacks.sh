@@ -86,6 +86,48 @@ if [ -x "$G" ]; then
   done
 fi
 
+# ModelStreamInfer under abuse: streams cancelled after their first answer, streams whose
+# deadline passes mid-stream, requests of absurd shapes inside a stream (each answered with its
+# error, the stream going on), channels closed with streams open. The server answers a whole
+# stream afterwards, in order, and its peak memory stays bounded.
+if [ -x "$G" ] && $PY -c 'import grpc, google.protobuf' 2>/dev/null && command -v protoc >/dev/null; then
+  $PY - "$grpc" "$LOOM_SRCDIR" "$LOOM_TMP" <<'PY' && pass || fail "ModelStreamInfer under abuse"
+import sys
+sys.path.insert(0, sys.argv[2] + "/tests/serve")
+from kserve_py import kserve_messages
+pb = kserve_messages(sys.argv[2] + "/serve/proto", sys.argv[3])
+import grpc
+def stub(ch):
+    return ch.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer", request_serializer=pb.ModelInferRequest.SerializeToString,
+                            response_deserializer=pb.ModelStreamInferResponse.FromString)
+def reqs(n, shape=(1, 784)):
+    for k in range(n):
+        r = pb.ModelInferRequest(model_name="m", id=str(k))
+        r.inputs.add(name="input", datatype="FP32", shape=list(shape))
+        r.raw_input_contents.append(bytes(3136))
+        yield r
+ch = grpc.insecure_channel(sys.argv[1])
+st = stub(ch)
+for _ in range(100):
+    call = st(reqs(1000)); next(call); call.cancel()
+for _ in range(20):
+    try:
+        for _ in st(reqs(10 ** 6), timeout=0.05): pass
+        raise SystemExit("a 50 ms stream of a million requests ended in time")
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e
+bad = list(st(reqs(50, shape=(16777216, 784)), timeout=30))
+assert len(bad) == 50 and all("max-batch-size" in r.error_message for r in bad), bad[:2]
+for _ in range(20):
+    c = grpc.insecure_channel(sys.argv[1]); it = stub(c)(reqs(10 ** 6)); next(it); c.close()
+got = list(st(reqs(300), timeout=60))
+assert len(got) == 300 and all(g.infer_response.id == str(k) and not g.error_message for k, g in enumerate(got)), len(got)
+print("serve_attacks: ModelStreamInfer: 100 cancelled, 20 past their deadline, 50 absurd shapes, 20 dropped channels; then 300 answered in order")
+PY
+  [ $(($(hwm_kib) - base)) -lt $((100 * 1024)) ] && pass || fail "ModelStreamInfer abuse: peak memory grew"
+  expect_eq "ready after the stream abuse" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v2/health/ready")"
+fi
+
 # 4. Wrong types in optional fields: 400 naming the field, never 500.
 for body in '{"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[0],"parameters":5}]}' \
             '{"parameters":5,"inputs":[]}' \
