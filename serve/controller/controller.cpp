@@ -179,10 +179,16 @@ void Controller::check(Replica& r, double now) {
   const double age = now - r.since;
   switch (r.state.load()) {
     case ReplicaState::kPending:
-      if (age > o_.pending_warn_s && !r.warned) {
+      // Until the scheduler has looked at a job its reason is "None": the warning waits for a
+      // reason that tells the admin something, or reports that none came in another minute
+      // (Slurm's main scheduler runs at least once a minute: sched_interval).
+      if (!r.warned && age > o_.pending_warn_s) {
+        const bool known = !r.reason.empty() && r.reason != "None";
+        if (!known && age <= o_.pending_warn_s + 60) return;
         r.warned = true;
+        const std::string why = known ? r.reason : "None (the scheduler has not considered the job yet)";
         log_("warning", "replica job " + r.job + " has been pending for " + std::to_string(static_cast<int>(age)) +
-                            " s: Slurm's reason: " + r.reason,
+                            " s: Slurm's reason: " + why,
              {{"event", "pending"}, {"job", r.job}, {"reason", r.reason}});
       }
       return;

@@ -87,7 +87,7 @@ expect_eq "and it still stops cleanly" 0 "$?"
 # Two replicas of 3 GPUs each on a node of 4: the second pends (Resources), none is added.
 sed 's/gpu: 1/gpu: 3/; s/minReplicas: 1/minReplicas: 2/; s/maxReplicas: 3/maxReplicas: 2/' svc.yaml >gpus.yaml
 serve_start gpus --controller --spec gpus.yaml --state-dir state-gpus --grpc-port -1 --tick-s 0.2 --pending-warn-s 1
-for _ in $(seq 40); do grep -q "has been pending" gpus.log && break; sleep 0.25; done
+for _ in $(seq 120); do grep -q "has been pending" gpus.log && break; sleep 0.25; done
 expect_match "the pending replica is reported with Slurm's reason" "replica job [0-9]+ has been pending for [0-9]+ s: Slurm's reason: (Resources|Priority)" "$(cat gpus.log)"
 expect_eq "pending jobs count as coming: two jobs, not more" 2 "$(squeue -h -n loom-ctl-tiny -o %i | wc -l)"
 kill -TERM "$pid"
