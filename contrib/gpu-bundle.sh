@@ -25,13 +25,13 @@ data=${LOOM_BUNDLE_DATA:-/usr/share/datasets/fashion-mnist}
 # that test on the machine, never the rest).
 programs="loom-train loom-bench loom-serve loom-compress loom-topo"
 tests=""
-for t in cuda_smoke kernels_test mlp_cuda_test nccl_test; do
-  grep -q "tests/gpu/$t\$(EXEEXT)" Makefile && tests="$tests tests/gpu/$t"
+for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/nccl_test parity/parity_tool; do
+  grep -q "tests/$t\$(EXEEXT)" Makefile && tests="$tests tests/$t"
 done
 make -j"$(nproc)" $programs $tests >/dev/null
 
 rm -rf "$dir"
-mkdir -p "$dir/bin" "$dir/lib/fallback" "$dir/data/fashion-mnist"
+mkdir -p "$dir/bin" "$dir/lib/fallback" "$dir/data/fashion-mnist" "$dir/parity"
 for p in $programs $tests; do strip --strip-unneeded -o "$dir/bin/$(basename "$p")" "$p"; done
 
 # Libraries: what ldd resolves for every binary, less the ones the machine has.
@@ -51,6 +51,9 @@ for f in t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   [ -f "$data/$f" ] || { echo "gpu-bundle.sh: $data/$f missing (apt-get install dataset-fashion-mnist)" >&2; exit 1; }
   cp "$data/$f" "$dir/data/fashion-mnist/"
 done
+# The gpt's PyTorch parity script and a text to train it on (the GPU machine has no Debian files).
+cp "$srcdir/tests/parity/gpt_parity.py" "$dir/parity/"
+cp /usr/share/common-licenses/GPL-3 "$dir/data/text.txt"
 cp "$srcdir/tests/gpu/run.sh" "$dir/run.sh"
 chmod +x "$dir/run.sh"
 # What the bundle was built from, for the summary.

@@ -11,8 +11,10 @@
 #include <cstring>
 #include <sstream>
 
+#include "gpt_cuda.hpp"
 #include "gpt_kernels.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/ops.hpp"
 
 namespace loom::rt {
 
@@ -77,7 +79,7 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   Tensor o;
   linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
   dropout_fwd(o, a.drop1, c_.dropout, train, rng);
-  a.x_mid = Tensor::empty({N, C});
+  a.x_mid = Tensor::empty({N, C}, DType::kF32, device_);
   add(x, o, a.x_mid);
   layernorm_fwd(a.x_mid, p(layer_param(l, 6)), p(layer_param(l, 7)), a.ln2, a.ln2_mean, a.ln2_rstd);
   linear_fwd(a.ln2, p(layer_param(l, 8)), &p(layer_param(l, 9)), a.fc);
@@ -85,13 +87,13 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   Tensor o2;
   linear_fwd(a.gelu, p(layer_param(l, 10)), &p(layer_param(l, 11)), o2);
   dropout_fwd(o2, a.drop2, c_.dropout, train, rng);
-  Tensor out = Tensor::empty({N, C});
+  Tensor out = Tensor::empty({N, C}, DType::kF32, device_);
   add(a.x_mid, o2, out);
   return out;
 }
 
 double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train) {
-  const int T = c_.context, C = c_.embd, V = c_.vocab;
+  const int T = c_.context, V = c_.vocab;
   const int64_t N = int64_t{batch} * T;
   if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
     throw Error("gpt: expected " + std::to_string(N) + " tokens and targets");
@@ -99,14 +101,9 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   tokens_ = tokens;
   targets_ = targets;
   acts_.resize(static_cast<size_t>(c_.layers));
-  Tensor x = Tensor::empty({N, C});
-  for (int64_t r = 0; r < N; ++r) {
-    int32_t tok = tokens[static_cast<size_t>(r)];
+  for (int32_t tok : tokens)
     if (tok < 0 || tok >= V) throw Error("gpt: token " + std::to_string(tok) + " outside the vocabulary");
-    const float* e = p(0).f32() + int64_t{tok} * C;
-    const float* pe = p(1).f32() + (r % T) * C;
-    for (int k = 0; k < C; ++k) x.f32()[r * C + k] = e[k] + pe[k];
-  }
+  Tensor x = embed(N);
   for (int l = 0; l < c_.layers; ++l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
     if (recompute_) a = LayerActs{};  // what an earlier step kept goes
@@ -126,8 +123,68 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   const size_t f = 2 + static_cast<size_t>(c_.layers) * 12;
   layernorm_fwd(x, p(f), p(f + 1), lnf_, lnf_mean_, lnf_rstd_);
   linear_fwd(lnf_, p(f + 2), nullptr, logits_);
-  ensure(dlogits_, {N, V});
-  return cpu::softmax_xent(logits_.f32(), targets.data(), dlogits_.f32(), static_cast<int>(N), V);
+  ensure(dlogits_, {N, V}, device_);
+  const int32_t* labels = targets.data();
+  if (device_ != Device::kCpu) labels = (targets_dev_ = ids_tensor(targets).to(device_)).data<int32_t>();
+  return ops::softmax_xent(device_, logits_.f32(), labels, dlogits_.f32(), static_cast<int>(N), V);
+}
+
+Tensor Gpt::ids_tensor(const std::vector<int32_t>& ids) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(ids.size())}, DType::kI32);
+  std::copy(ids.begin(), ids.end(), t.data<int32_t>());
+  return t;
+}
+
+Tensor Gpt::embed(int64_t n) {
+  const int T = c_.context, C = c_.embd;
+  Tensor x = Tensor::empty({n, C}, DType::kF32, device_);
+#ifdef LOOM_HAVE_CUDA  // (without CUDA, to() keeps the model on the CPU)
+  if (device_ != Device::kCpu) {
+    tokens_dev_ = ids_tensor(tokens_).to(device_);
+    gpt_cuda::embed_fwd(tokens_dev_.data<int32_t>(), p(0).f32(), p(1).f32(), x.f32(), n, T, C);
+    return x;
+  }
+#endif
+  for (int64_t r = 0; r < n; ++r) {
+    const float* e = p(0).f32() + int64_t{tokens_[static_cast<size_t>(r)]} * C;
+    const float* pe = p(1).f32() + (r % T) * C;
+    for (int k = 0; k < C; ++k) x.f32()[r * C + k] = e[k] + pe[k];
+  }
+  return x;
+}
+
+void Gpt::embed_backward(const Tensor& dx) {
+  const int T = c_.context, C = c_.embd;
+  const int64_t n = dx.dim(0);
+#ifdef LOOM_HAVE_CUDA
+  if (device_ != Device::kCpu) {
+    gpt_cuda::embed_bwd(tokens_dev_.data<int32_t>(), dx.f32(), g(0).f32(), g(1).f32(), n, T, C, c_.vocab);
+    return;
+  }
+#endif
+  g(0).fill(0.0f);
+  g(1).fill(0.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    float* dwte = g(0).f32() + int64_t{tokens_[static_cast<size_t>(r)]} * C;
+    float* dwpe = g(1).f32() + (r % T) * C;
+    const float* d = dx.f32() + r * C;
+    for (int k = 0; k < C; ++k) {
+      dwte[k] += d[k];
+      dwpe[k] += d[k];
+    }
+  }
+}
+
+void Gpt::to(Device device) {
+  if (device == device_) return;
+  if (device != Device::kCpu && !ops::cuda_built()) throw Error("this build of Loom has no CUDA support");
+  for (auto& prm : params_) {
+    prm.value = prm.value.to(device);
+    prm.grad = prm.grad.to(device);
+  }
+  acts_.clear();
+  x_final_ = lnf_ = lnf_mean_ = lnf_rstd_ = logits_ = dlogits_ = tokens_dev_ = targets_dev_ = Tensor();
+  device_ = device;
 }
 
 void Gpt::backward() {
@@ -136,7 +193,7 @@ void Gpt::backward() {
   const size_t f = 2 + static_cast<size_t>(c_.layers) * 12;
   Tensor dlnf;
   linear_bwd(dlogits_, lnf_, p(f + 2), g(f + 2), nullptr, &dlnf);
-  Tensor dx = Tensor::zeros({N, C});
+  Tensor dx = Tensor::zeros({N, C}, DType::kF32, device_);
   layernorm_bwd(dlnf, x_final_, lnf_mean_, lnf_rstd_, p(f), dx, g(f), g(f + 1));
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
@@ -165,17 +222,7 @@ void Gpt::backward() {
                   g(layer_param(l, 1)));
     if (recompute_) a = LayerActs{};  // this block's activations are done with
   }
-  g(0).fill(0.0f);
-  g(1).fill(0.0f);
-  for (int64_t r = 0; r < N; ++r) {
-    float* dwte = g(0).f32() + int64_t{tokens_[static_cast<size_t>(r)]} * C;
-    float* dwpe = g(1).f32() + (r % T) * C;
-    const float* d = dx.f32() + r * C;
-    for (int k = 0; k < C; ++k) {
-      dwte[k] += d[k];
-      dwpe[k] += d[k];
-    }
-  }
+  embed_backward(dx);
 }
 
 std::string Gpt::rng_state() const {

@@ -8,8 +8,22 @@
 #include <cmath>
 #include <vector>
 
+#include "gpt_cuda.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/tensor/vec.hpp"
+#ifdef LOOM_HAVE_CUDA
+#include "loom/rt/tensor/kernels_cuda.hpp"
+// A layer whose tensors live on the GPU runs there (gpt_cuda.hpp, cuBLAS) and returns.
+#define GPU_PATH(t, ...)                   \
+  if ((t).device() == Device::kCuda) {     \
+    __VA_ARGS__;                           \
+    return;                                \
+  }
+#else
+#define GPU_PATH(t, ...) \
+  if ((t).device() == Device::kCuda) throw Error("this build of Loom has no CUDA support");
+#endif
 
 namespace loom::rt::gptk {
 
@@ -118,38 +132,82 @@ LOOM_VEC void add_range(const float* a, const float* b, float* out, int64_t lo, 
   for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
 }
 
+#ifdef LOOM_HAVE_CUDA
+// Attention on the GPU: per sequence, one batched GEMM over the heads for each product (head h
+// of sequence b starts hs columns after head h-1; its t x t scores after the previous head's).
+void attention_fwd_gpu(const float* in, float* ap, float* yp, int b, int t, int h, int c) {
+  const int hs = c / h;
+  const int64_t tt = int64_t{t} * t;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t bi = 0; bi < b; ++bi) {  // S = Q K^T / sqrt(hs)
+    const float* q = in + bi * t * 3 * c;
+    cuda::gemm_batched(false, true, t, t, hs, scale, q, 3 * c, hs, q + c, 3 * c, hs, 0.0f, ap + bi * h * tt, t, tt, h);
+  }
+  gpt_cuda::causal_softmax(ap, int64_t{b} * h * t, t);
+  for (int64_t bi = 0; bi < b; ++bi)  // Y = P V
+    cuda::gemm_batched(false, false, t, hs, t, 1.0f, ap + bi * h * tt, t, tt, in + bi * t * 3 * c + 2 * c, 3 * c, hs,
+                       0.0f, yp + bi * t * c, c, hs, h);
+}
+
+void attention_bwd_gpu(const float* dyp, const float* in, const float* ap, float* out, int b, int t, int h, int c) {
+  const int hs = c / h;
+  const int64_t tt = int64_t{t} * t;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  Tensor ds = Tensor::empty({b, h, t, t}, DType::kF32, Device::kCuda);
+  float* dsp = ds.f32();
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const float *q = in + bi * t * 3 * c, *p = ap + bi * h * tt, *dyo = dyp + bi * t * c;
+    float* dq = out + bi * t * 3 * c;
+    cuda::gemm_batched(false, true, t, t, hs, 1.0f, dyo, c, hs, q + 2 * c, 3 * c, hs, 0.0f, dsp + bi * h * tt, t, tt, h);
+    cuda::gemm_batched(true, false, t, hs, t, 1.0f, p, t, tt, dyo, c, hs, 0.0f, dq + 2 * c, 3 * c, hs, h);  // dV
+  }
+  gpt_cuda::softmax_bwd(ap, dsp, int64_t{b} * h * t, t, scale);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const float* q = in + bi * t * 3 * c;
+    const float* d = dsp + bi * h * tt;
+    float* dq = out + bi * t * 3 * c;
+    cuda::gemm_batched(false, false, t, hs, t, 1.0f, d, t, tt, q + c, 3 * c, hs, 0.0f, dq, 3 * c, hs, h);     // dQ = dS K
+    cuda::gemm_batched(true, false, t, hs, t, 1.0f, d, t, tt, q, 3 * c, hs, 0.0f, dq + c, 3 * c, hs, h);     // dK = dS^T Q
+  }
+}
+#endif
+
 }  // namespace
 
-Tensor& ensure(Tensor& t, std::vector<int64_t> shape) {
-  if (!t.defined() || t.shape() != shape) t = Tensor::empty(std::move(shape));
+Tensor& ensure(Tensor& t, std::vector<int64_t> shape, Device device) {
+  if (!t.defined() || t.shape() != shape || t.device() != device) t = Tensor::empty(std::move(shape), DType::kF32, device);
   return t;
 }
 
 void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
   const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
-  ensure(y, {n, out});
-  cpu::gemm(false, true, n, out, in, 1.0f, x.f32(), in, w.f32(), in, 0.0f, y.f32(), out);
-  if (b) cpu::bias_act(y.f32(), b->f32(), n, out, cpu::Act::kNone);
+  const Device d = x.device();
+  ensure(y, {n, out}, d);
+  ops::gemm(d, false, true, n, out, in, 1.0f, x.f32(), in, w.f32(), in, 0.0f, y.f32(), out);
+  if (b) ops::bias_act(d, y.f32(), b->f32(), n, out, cpu::Act::kNone);
 }
 
 void linear_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor* db, Tensor* dx) {
   const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
-  cpu::gemm(true, false, out, in, n, 1.0f, dy.f32(), out, x.f32(), in, 0.0f, dw.f32(), in);
+  const Device d = x.device();
+  ops::gemm(d, true, false, out, in, n, 1.0f, dy.f32(), out, x.f32(), in, 0.0f, dw.f32(), in);
   if (db) {
     db->fill(0.0f);
-    cpu::bias_grad(dy.f32(), db->f32(), n, out);
+    ops::bias_grad(d, dy.f32(), db->f32(), n, out);
   }
   if (dx) {
-    ensure(*dx, {n, in});
-    cpu::gemm(false, false, n, in, out, 1.0f, dy.f32(), out, w.f32(), in, 0.0f, dx->f32(), in);
+    ensure(*dx, {n, in}, d);
+    ops::gemm(d, false, false, n, in, out, 1.0f, dy.f32(), out, w.f32(), in, 0.0f, dx->f32(), in);
   }
 }
 
 void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd) {
   const int64_t n = x.dim(0), c = x.dim(1);
-  ensure(y, {n, c});
-  ensure(mean, {n});
-  ensure(rstd, {n});
+  ensure(y, {n, c}, x.device());
+  ensure(mean, {n}, x.device());
+  ensure(rstd, {n}, x.device());
+  GPU_PATH(x, gpt_cuda::layernorm_fwd(x.f32(), gamma.f32(), beta.f32(), y.f32(), mean.f32(), rstd.f32(), n,
+                                      static_cast<int>(c)))
   const float *xp = x.f32(), *g = gamma.f32(), *b = beta.f32();
   float *yp = y.f32(), *mp = mean.f32(), *sp = rstd.f32();
   for_range(n, 64, [&](int64_t lo, int64_t hi) { ln_rows(xp, g, b, yp, mp, sp, c, lo, hi); });
@@ -158,6 +216,8 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Ten
 void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,
                    Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const int64_t n = x.dim(0), c = x.dim(1), blocks = (n + kRowBlock - 1) / kRowBlock;
+  GPU_PATH(x, gpt_cuda::layernorm_bwd(dy.f32(), x.f32(), mean.f32(), rstd.f32(), gamma.f32(), dx.f32(), dgamma.f32(),
+                                      dbeta.f32(), n, static_cast<int>(c)))
   std::vector<float> partial(static_cast<size_t>(blocks * 2 * c));
   const float *dyp = dy.f32(), *xp = x.f32(), *mp = mean.f32(), *sp = rstd.f32(), *g = gamma.f32();
   float* dxp = dx.f32();
@@ -178,8 +238,9 @@ void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const 
 void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, Tensor& y) {
   const int hs = c / h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  ensure(att, {b, h, t, t});
-  ensure(y, {int64_t{b} * t, c});
+  ensure(att, {b, h, t, t}, qkv.device());
+  ensure(y, {int64_t{b} * t, c}, qkv.device());
+  GPU_PATH(qkv, attention_fwd_gpu(qkv.f32(), att.f32(), y.f32(), b, t, h, c))
   const float* in = qkv.f32();
   float *ap = att.f32(), *yp = y.f32();
   for_range(int64_t{b} * h, 2, [&](int64_t lo, int64_t hi) {
@@ -197,7 +258,8 @@ void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, T
 void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b, int t, int h, int c, Tensor& dqkv) {
   const int hs = c / h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  ensure(dqkv, {int64_t{b} * t, 3 * c});
+  ensure(dqkv, {int64_t{b} * t, 3 * c}, qkv.device());
+  GPU_PATH(qkv, attention_bwd_gpu(dy.f32(), qkv.f32(), att.f32(), dqkv.f32(), b, t, h, c))
   const float *dyp = dy.f32(), *in = qkv.f32(), *ap = att.f32();
   float* out = dqkv.f32();
   for_range(int64_t{b} * h, 2, [&](int64_t lo, int64_t hi) {
@@ -218,20 +280,23 @@ void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b
 }
 
 void gelu_fwd(const Tensor& x, Tensor& y, Tensor& cdf) {
-  ensure(y, x.shape());
-  ensure(cdf, x.shape());
+  ensure(y, x.shape(), x.device());
+  ensure(cdf, x.shape(), x.device());
+  GPU_PATH(x, gpt_cuda::gelu_fwd(x.f32(), y.f32(), cdf.f32(), x.numel()))
   const float* in = x.f32();
   float *o = y.f32(), *phi = cdf.f32();
   for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_range(in, o, phi, lo, hi); });
 }
 
 void gelu_bwd(const Tensor& x, const Tensor& cdf, Tensor& dy) {
+  GPU_PATH(x, gpt_cuda::gelu_bwd(x.f32(), cdf.f32(), dy.f32(), x.numel()))
   const float *in = x.f32(), *phi = cdf.f32();
   float* d = dy.f32();
   for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_bwd_range(in, phi, d, lo, hi); });
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  GPU_PATH(a, gpt_cuda::add(a.f32(), b.f32(), out.f32(), a.numel()))
   const float *ap = a.f32(), *bp = b.f32();
   float* o = out.f32();
   for_range(a.numel(), 1 << 15, [&](int64_t lo, int64_t hi) { add_range(ap, bp, o, lo, hi); });
@@ -242,20 +307,23 @@ void dropout_fwd(Tensor& x, Tensor& mask, float p, bool train, std::mt19937_64& 
     mask = Tensor();
     return;
   }
-  ensure(mask, x.shape());
+  // The mask is drawn on the host from the model's one generator, whatever the device: the same
+  // seed drops the same units on the CPU and on the GPU.
+  Tensor host;
+  Tensor& drawn = x.device() == Device::kCpu ? mask : host;
+  ensure(drawn, x.shape());
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   const float keep = 1.0f / (1.0f - p);
-  float* m = mask.f32();
-  float* v = x.f32();
+  float* m = drawn.f32();
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = u(rng) < p ? 0.0f : keep;
-    v[i] *= m[i];
-  }
+  for (int64_t i = 0; i < n; ++i) m[i] = u(rng) < p ? 0.0f : keep;
+  if (x.device() != Device::kCpu) mask = host.to(x.device());
+  dropout_bwd(x, mask);
 }
 
 void dropout_bwd(Tensor& dy, const Tensor& mask) {
   if (!mask.defined()) return;
+  GPU_PATH(dy, gpt_cuda::mul(dy.f32(), mask.f32(), dy.numel()))
   float* d = dy.f32();
   const float* m = mask.f32();
   const int64_t n = dy.numel();

@@ -1,4 +1,5 @@
-// gpt_kernels.hpp — the gpt's layers on the CPU, forward and backward (gpt.cpp composes them).
+// gpt_kernels.hpp — the gpt's layers, forward and backward (gpt.cpp composes them), on the CPU
+// or on the GPU.
 // Attention runs as GEMMs per (sequence, head) — S = Q K^T, causal softmax, Y = P V and their
 // gradients — and the element-wise layers run over rows with the AVX2 exp and erf of vec.hpp;
 // with OpenMP loops on (cpu::openmp_loops) each spreads over the threads. Sums across rows
@@ -12,7 +13,9 @@
 
 namespace loom::rt::gptk {
 
-Tensor& ensure(Tensor& t, std::vector<int64_t> shape);
+// Every layer runs where its tensors live: on the CPU here, on the GPU through gpt_cuda.hpp and
+// cuBLAS (outputs are allocated on the input's device).
+Tensor& ensure(Tensor& t, std::vector<int64_t> shape, Device device = Device::kCpu);
 // y[N,out] = x[N,in] W[out,in]^T (+ b)
 void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
 // dW = dy^T x, db = sum dy, dx = dy W (overwrites; db and dx optional)

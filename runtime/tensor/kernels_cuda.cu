@@ -9,20 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/error.hpp"
+#include "cuda_check.cuh"
 #include "loom/rt/tensor/kernels_cuda.hpp"
-
-#define CUDA_OK(call)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) ::loom::rt::check_failed(__FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-  } while (0)
-#define CUBLAS_OK(call)                                                                                      \
-  do {                                                                                                       \
-    cublasStatus_t s_ = (call);                                                                              \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                         \
-      ::loom::rt::check_failed(__FILE__, __LINE__, #call, "cuBLAS status " + std::to_string(static_cast<int>(s_))); \
-  } while (0)
 
 namespace loom::rt::cuda {
 
@@ -39,8 +27,6 @@ cublasHandle_t handle() {
   }();
   return h;
 }
-
-unsigned blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 __global__ void k_bias_act(float* y, const float* b, int rows, int cols, int act) {
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -194,6 +180,17 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   CUBLAS_OK(cublasSgemm(handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
                         ldb, a, lda, &beta, c, ldc));
+}
+
+void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, int64_t stride_a,
+                  const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c, int count) {
+  if (count == 0) return;
+  CUBLAS_OK(cublasSgemmStridedBatched(handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                      &alpha, b, ldb, stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, count));
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act) {

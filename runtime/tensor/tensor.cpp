@@ -268,7 +268,15 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::clone() const {
-  if (device() != Device::kCpu) return to(Device::kCpu).to(device());
+  if (device() != Device::kCpu) {
+#ifdef LOOM_HAVE_CUDA
+    Tensor t = empty(shape_, dtype_, device());
+    cuda::copy_on_device(t.data<char>(), data<char>(), bytes());
+    return t;
+#else
+    throw Error("this build of Loom has no CUDA support");
+#endif
+  }
   Tensor t = empty(shape_, dtype_);
   std::memcpy(t.data<char>(), data<char>(), static_cast<size_t>(numel()) * dtype_size(dtype_));
   return t;

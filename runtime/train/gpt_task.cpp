@@ -1,6 +1,6 @@
 // gpt_task.cpp — the `gpt` task: a GPT on a text file (byte-level tokens) or on llm.c's token
 // files; the first 90% of the tokens trains, the last 10% measures next-token accuracy; on the
-// CPU.
+// CPU or on CUDA.
 #include <algorithm>
 #include <fstream>
 #include <iterator>
@@ -17,7 +17,7 @@ namespace {
 
 class GptTask : public Task {
  public:
-  GptTask(const TrainConfig& c) : text_(load(c)), seed_(c.seed) {
+  GptTask(const TrainConfig& c, Device device) : text_(load(c)), seed_(c.seed) {
     GptConfig g;
     g.vocab = text_.files ? c.vocab : static_cast<int>(text_.chars.size());
     // Text samples a window at every position; token files (large) at multiples of the context,
@@ -30,6 +30,7 @@ class GptTask : public Task {
     g.dropout = c.dropout;
     model_ = std::make_unique<Gpt>(g, c.seed);
     model_->set_recompute(c.recompute);
+    model_->to(device);
     split_ = text_.size() * 9 / 10;
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
       throw Error(text_.source + ": " + std::to_string(text_.size()) + " tokens are too few for --context " +
@@ -40,7 +41,8 @@ class GptTask : public Task {
     for (const auto& p : model_->params()) n += p.value.numel();
     return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.size()) +
            (text_.files ? " tokens of " + std::to_string(text_.files) + " token files" : std::string(" characters")) +
-           " (vocabulary " + std::to_string(model_->config().vocab) + ")";
+           " (vocabulary " + std::to_string(model_->config().vocab) + "), on " +
+           (model_->device() == Device::kCuda ? "cuda" : "cpu");
   }
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
@@ -72,7 +74,8 @@ class GptTask : public Task {
         tgt[static_cast<size_t>(w * T + t)] = text_.id(split_ + w * T + t + 1);
       }
     double loss = model_->forward(tok, tgt, static_cast<int>(windows), false);
-    cpu::argmax_rows(model_->logits().f32(), static_cast<int>(tok.size()), V, pred.data());
+    const Tensor logits = model_->logits().to(Device::kCpu);
+    cpu::argmax_rows(logits.f32(), static_cast<int>(tok.size()), V, pred.data());
     int64_t correct = 0;
     for (size_t i = 0; i < tok.size(); ++i) correct += pred[i] == tgt[i];
     return {static_cast<double>(correct) / static_cast<double>(tok.size()), loss};
@@ -138,6 +141,8 @@ class GptTask : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_gpt_task(const TrainConfig& c) { return std::make_unique<GptTask>(c); }
+std::unique_ptr<Task> make_gpt_task(const TrainConfig& c, Device device) {
+  return std::make_unique<GptTask>(c, device);
+}
 
 }  // namespace loom::rt

@@ -1,7 +1,8 @@
-// bench_gpt.cpp — loom-bench train --model gpt: loom-train's GPT on the CPU against the same
-// model in PyTorch (tests/parity/gpt_parity.py's module, same shape, AdamW, batch and threads,
-// windows of the same text), and the GFLOP/s reached against cblas_sgemm on the model's GEMM
-// shapes. Defaults: context 64, 4 layers, 4 heads, width 128, batch 32, 2 threads.
+// bench_gpt.cpp — loom-bench train --model gpt: loom-train's GPT against the same model in
+// PyTorch (tests/parity/gpt_parity.py's module, same shape, AdamW, batch and threads, windows of
+// the same text), on the CPU or (--device cuda) both on the GPU, and the GFLOP/s reached against
+// the GEMM library's own on the model's GEMM shapes (cblas_sgemm; cuBLAS's SGEMM on the GPU).
+// Defaults: context 64, 4 layers, 4 heads, width 128, batch 32, 2 threads.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -9,6 +10,9 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#ifdef LOOM_HAVE_CUDA
+#include "loom/rt/tensor/kernels_cuda.hpp"
+#endif
 #include "loom/rt/train/trainer.hpp"
 #include "progress.hpp"
 #include "python_peer.hpp"
@@ -20,10 +24,11 @@ import math, sys, time
 import torch
 from torch import nn
 path, T, L, H, C, B, threads, steps = sys.argv[1], *[int(v) for v in sys.argv[2:9]]
-torch.set_num_threads(threads); torch.manual_seed(1)
+dev = sys.argv[9]
+torch.set_num_threads(threads); torch.manual_seed(1); torch.backends.cuda.matmul.allow_tf32 = False
 data = open(path, "rb").read()
 vocab = sorted(set(data)); index = {b: i for i, b in enumerate(vocab)}
-ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long)
+ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long, device=dev)
 class Attn(nn.Module):
     def __init__(s):
         super().__init__(); s.c_attn = nn.Linear(C, 3 * C); s.c_proj = nn.Linear(C, C)
@@ -31,7 +36,7 @@ class Attn(nn.Module):
         b, t, c = x.shape
         q, k, v = [z.view(b, t, H, c // H).transpose(1, 2) for z in s.c_attn(x).split(c, dim=2)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(c // H)
-        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool, device=dev), 1), float("-inf")).softmax(-1)
         return s.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
 class Block(nn.Module):
     def __init__(s):
@@ -48,57 +53,83 @@ class Gpt(nn.Module):
         s.h = nn.ModuleList([Block() for _ in range(L)]); s.ln_f = nn.LayerNorm(C)
         s.lm_head = nn.Linear(C, len(vocab), bias=False)
     def forward(s, idx):
-        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
+        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=dev))
         for blk in s.h: x = blk(x)
         return s.lm_head(s.ln_f(x))
-m = Gpt(); opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.0)
+m = Gpt().to(dev); opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.0)
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 def run(n):
     t0 = time.perf_counter()
     for _ in range(n):
-        s = torch.randint(0, len(ids) - T - 1, (B,))
+        s = torch.randint(0, len(ids) - T - 1, (B,)).tolist()
         x = torch.stack([ids[i:i + T] for i in s]); y = torch.stack([ids[i + 1:i + T + 1] for i in s])
         opt.zero_grad()
         nn.functional.cross_entropy(m(x).view(-1, len(vocab)), y.view(-1)).backward()
         opt.step()
+    sync()
     return time.perf_counter() - t0
-run(5)
+run(5); sync()
 print(steps * B / run(steps))
 )PY";
 
-// cblas_sgemm (OpenBLAS, the CPU's ceiling whatever loom-train uses) over one training step's
-// GEMMs: forward, weight gradient and input gradient of every linear layer.
-double sgemm_gflops(int n, int c, int vocab, int layers, int threads) {
-  using namespace loom::rt;
-  cpu::set_threads(threads);
-  cpu::set_gemm_backend("openblas");
-  struct Shape { int out, in; };
-  std::vector<Shape> shapes{{3 * c, c}, {c, c}, {4 * c, c}, {c, 4 * c}};
+// One training step's GEMMs (forward, weight gradient and input gradient of every linear layer)
+// through `gemm`, on buffers a, w, y of buffer_floats(...) floats each; GFLOP/s over 20 steps.
+size_t buffer_floats(int n, int c, int vocab) {
   const int widest = std::max(4 * c, vocab);
-  std::vector<float> a(static_cast<size_t>(n) * widest, 0.01f), w(static_cast<size_t>(widest) * widest, 0.02f),
-      y(static_cast<size_t>(std::max(n, widest)) * widest);
+  return static_cast<size_t>(std::max(n, widest)) * widest;
+}
+
+template <class Gemm, class Sync>
+double step_gemm_gflops(int n, int c, int vocab, int layers, const float* a, const float* w, float* y, Gemm gemm,
+                        Sync sync) {
+  struct Shape { int out, in; };
+  const std::vector<Shape> shapes{{3 * c, c}, {c, c}, {4 * c, c}, {c, 4 * c}};
   double flops = 0;
   auto step = [&] {
     flops = 0;
     for (int l = 0; l <= layers; ++l)
       for (const Shape& s : l < layers ? shapes : std::vector<Shape>{{vocab, c}}) {
-        cpu::gemm(false, true, n, s.out, s.in, 1, a.data(), s.in, w.data(), s.in, 0, y.data(), s.out);
-        cpu::gemm(true, false, s.out, s.in, n, 1, a.data(), s.out, a.data(), s.in, 0, y.data(), s.in);
-        cpu::gemm(false, false, n, s.in, s.out, 1, a.data(), s.out, w.data(), s.in, 0, y.data(), s.in);
+        gemm(false, true, n, s.out, s.in, 1, a, s.in, w, s.in, 0, y, s.out);
+        gemm(true, false, s.out, s.in, n, 1, a, s.out, a, s.in, 0, y, s.in);
+        gemm(false, false, n, s.in, s.out, 1, a, s.out, w, s.in, 0, y, s.in);
         flops += 6.0 * n * s.out * s.in;
       }
   };
   for (int i = 0; i < 3; ++i) step();
+  sync();
   const int reps = 20;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) step();
+  sync();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return flops * reps / s / 1e9;
+}
+
+// cblas_sgemm (OpenBLAS, the CPU's ceiling whatever loom-train uses), or cuBLAS's SGEMM.
+double sgemm_gflops(int n, int c, int vocab, int layers, int threads, bool gpu) {
+  using namespace loom::rt;
+  const size_t floats = buffer_floats(n, c, vocab);
+  if (gpu) {
+#ifdef LOOM_HAVE_CUDA
+    float* buf = static_cast<float*>(cuda::device_alloc(3 * floats * sizeof(float)));
+    cuda::fill(buf, 0.01f, static_cast<int64_t>(3 * floats));
+    const double r = step_gemm_gflops(n, c, vocab, layers, buf, buf + floats, buf + 2 * floats, cuda::gemm, cuda::synchronize);
+    cuda::device_free(buf, 3 * floats * sizeof(float));
+    return r;
+#else
+    throw Error("this build of Loom has no CUDA support");
+#endif
+  }
+  cpu::set_threads(threads);
+  cpu::set_gemm_backend("openblas");
+  std::vector<float> a(floats, 0.01f), w(floats, 0.02f), y(floats);
+  return step_gemm_gflops(n, c, vocab, layers, a.data(), w.data(), y.data(), cpu::gemm, [] {});
 }
 
 int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T]\n"
-               "                        [--n-layer L] [--n-head H] [--n-embd C] [--format text|json]\n");
+               "                        [--n-layer L] [--n-head H] [--n-embd C] [--device cpu|cuda] [--format text|json]\n");
   return 2;
 }
 
@@ -136,6 +167,7 @@ int bench_train_gpt(int argc, char** argv) {
       else if (a == "--n-head") c.heads = std::stoi(v);
       else if (a == "--n-embd") c.embd = std::stoi(v);
       else if (a == "--format") format = v;
+      else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
       else return usage();
     } catch (...) {
       return usage();
@@ -144,39 +176,43 @@ int bench_train_gpt(int argc, char** argv) {
   try {
     bench_progress("loom-train gpt, " + std::to_string(c.steps) + " steps");
     const loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
-    bench_progress("cblas_sgemm at the model's GEMM shapes");
+    const bool gpu = c.device == "cuda";
+    const char* gemm_name = gpu ? "cuBLAS SGEMM" : "cblas_sgemm";
+    bench_progress(std::string(gemm_name) + " at the model's GEMM shapes");
     // The vocabulary: the text's distinct bytes (as loom-train and the peer both build it).
     std::FILE* f = std::fopen(c.text_path.c_str(), "rb");
     bool seen[256] = {false};
     int vocab = 0;
     for (int ch; f && (ch = std::fgetc(f)) != EOF;) vocab += !seen[ch], seen[ch] = true;
     if (f) std::fclose(f);
-    const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads);
+    const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads, gpu);
     bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
     std::string setup;
     const double torch = python_best_figure(
         kTorchGpt,
         {c.text_path, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
-         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps)},
+         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device},
         &setup);
     const double ratio = torch > 0 ? r.samples_per_s / torch : 0;
     const double tokens = r.samples_per_s * c.context;
     if (format == "json") {
-      std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
+      std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"device\":\"%s\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
                   "\"threads\":%d,\"steps\":%lld,\"loom_tokens_per_s\":%.1f,\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,"
                   "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"torch_setup\":\"%s\"}\n",
-                  c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps), tokens,
+                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
+                  static_cast<long long>(c.steps), tokens,
                   torch * c.context, ratio, r.gflops, peak, setup.c_str());
     } else {
-      std::printf("loom-bench train: gpt, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, %lld steps\n",
-                  c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps));
+      std::printf("loom-bench train: gpt on %s, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, "
+                  "%lld steps\n",
+                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps));
       std::printf("  loom-train        %10.0f tokens/s  (%.1f GFLOP/s)\n", tokens, r.gflops);
       if (torch > 0)
-        std::printf("  PyTorch peer      %10.0f tokens/s  (%s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= 1.5x)\n",
-                    torch * c.context, setup.c_str(), c.threads, ratio);
+        std::printf("  PyTorch peer      %10.0f tokens/s  (%s, torch.set_num_threads(%d), on %s) -> ratio %.2fx (target >= %s)\n",
+                    torch * c.context, setup.c_str(), c.threads, c.device.c_str(), ratio, gpu ? "1.0x" : "1.5x");
       else
         std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
-      std::printf("  cblas_sgemm at the model's GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
+      std::printf("  %s at the model's GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", gemm_name, peak,
                   100 * r.gflops / peak);
     }
     return 0;

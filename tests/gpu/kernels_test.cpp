@@ -72,6 +72,17 @@ int main() {
       std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
       report(name.c_str(), max_diff(c, dc.host<float>()), 1e-3);
     }
+  {  // batched, strided as attention's heads: 3 products of 40x24 by 24x40 inside wider rows
+    const int count = 3, rows = 40, inner = 24, ld = count * inner;
+    auto a = rand_vec(size_t{rows} * ld), c = rand_vec(size_t{count} * rows * rows);
+    Dev da(a), dc(c);
+    for (int i = 0; i < count; ++i)
+      cpu::gemm(false, true, rows, rows, inner, 0.5f, a.data() + i * inner, ld, a.data() + i * inner, ld, 0.25f,
+                c.data() + static_cast<size_t>(i) * rows * rows, rows);
+    cuda::gemm_batched(false, true, rows, rows, inner, 0.5f, da.as<float>(), ld, inner, da.as<float>(), ld, inner, 0.25f,
+                       dc.as<float>(), rows, int64_t{rows} * rows, count);
+    report("gemm batched", max_diff(c, dc.host<float>()), 1e-3);
+  }
   for (auto act : {cpu::Act::kNone, cpu::Act::kRelu, cpu::Act::kGelu}) {
     auto y = rand_vec(size_t{m} * n), bias = rand_vec(n);
     Dev dy(y), dbias(bias);

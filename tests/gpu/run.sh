@@ -7,7 +7,7 @@
 # The first pass (kernels, the MLP step, NCCL, training and serving on CUDA) runs with
 # CUDA_LAUNCH_BLOCKING=1 so that an error names the launch that made it; benchmarks come last.
 # $OUT (default: gpu-results beside the bundle) receives summary.txt (one line per test), run.log
-# and four JSON files: at most 8 files.
+# and five JSON files: at most 8 files.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$B/../gpu-results}
@@ -53,7 +53,7 @@ for k in images-idx3 labels-idx1; do
   cp "$B/data/fashion-mnist/t10k-$k-ubyte.gz" "$data/"
   ln -s "t10k-$k-ubyte.gz" "$data/train-$k-ubyte.gz"
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 work data out
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 B work data out
 
 echo "== $(date -u) on $(hostname); $(tr '\n' ' ' <"$B/BUILD_INFO")"
 nvidia-smi -L || echo "nvidia-smi: no GPU listed"
@@ -86,6 +86,32 @@ export CUDA_LAUNCH_BLOCKING=1
 t "cuda_smoke (a kernel runs)" 60 cuda_smoke
 t "kernels_test (every CUDA kernel against the CPU one)" 120 kernels_test
 t "mlp_cuda_test (a CUDA training step against the CPU one)" 120 mlp_cuda_test
+t "gpt_cuda_test (the gpt's CUDA layers and AdamW against the CPU ones)" 180 gpt_cuda_test
+gpt_parity_cuda() {  # logits, loss and every gradient against PyTorch, both on this GPU
+  command -v parity_tool >/dev/null || { echo "SKIP: parity_tool is not in this bundle"; return 77; }
+  "$LOOM_PYTHON" "$B/parity/gpt_parity.py" "$(command -v loom-train)" "$(command -v parity_tool)" "$B/data/text.txt" \
+    "$work/gpt-parity" cuda
+}
+export -f gpt_parity_cuda
+t "gpt parity against PyTorch, both on the GPU" 300 gpt_parity_cuda
+gpt_cuda_vs_cpu() {  # 40 steps on each device from the same seed: the same losses within 1e-3
+  local dev
+  for dev in cuda cpu; do
+    loom-train --model gpt --device $dev --data "text:$B/data/text.txt" --steps 40 --global-batch 16 --context 64 \
+      --n-layer 2 --n-head 4 --n-embd 64 --optimizer adamw --lr 0.003 --log-every 10 --metrics-file "$work/gpt-$dev.jsonl" \
+      2>&1 | tee "$work/gpt-$dev.log" | tail -3 || return 1
+  done
+  grep -q "on cuda" "$work/gpt-cuda.log" || { echo "FAIL: --device cuda did not train the gpt on cuda"; return 1; }
+  "$LOOM_PYTHON" - "$work/gpt-cuda.jsonl" "$work/gpt-cpu.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l and '"step"' in l] for p in sys.argv[1:3])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"gpt cuda vs cpu, losses every 10 steps: {a} against {b}; largest relative difference {worst:.3g}")
+sys.exit(0 if len(a) == len(b) == 4 and worst < 1e-3 and a[-1] < a[0] else 1)
+PY
+}
+export -f gpt_cuda_vs_cpu
+t "loom-train --model gpt --device cuda against --device cpu (40 steps)" 300 gpt_cuda_vs_cpu
 t "nccl_test (the NCCL communicator, one rank: one GPU)" 120 nccl_test
 cuda_vs_cpu() {  # 60 SGD steps on each device from the same seed: the same weights within 1e-4
   loom-train --device cuda --data "fashion-mnist:$data" --steps 60 --global-batch 128 --lr 0.05 --log-every 20 \
@@ -157,6 +183,8 @@ unset CUDA_LAUNCH_BLOCKING
 # Benchmarks, each printing its peer and the ratio.
 t "bench: loom-bench train --device cuda against PyTorch on the GPU" 300 \
   loom-bench train --device cuda --steps 400 --data "$data"
+t "bench: loom-bench train --model gpt --device cuda against PyTorch on the GPU" 300 \
+  sh -c "loom-bench train --model gpt --device cuda --data 'text:$B/data/text.txt' --steps 200 --format json | tee '$out/gpt-cuda.json'"
 t "bench: loom-bench train (this machine's CPU) against PyTorch" 300 loom-bench train --threads "$(nproc)" --data "$data"
 t "bench: loom-bench serve (HTTP and gRPC)" 120 loom-bench serve --seconds 3
 t "bench: loom-bench gemm (INT8 on this CPU)" 120 sh -c "loom-bench gemm --threads 1 --format json | tee '$out/gemm.json'"

@@ -5,7 +5,9 @@ loom-train trains a few steps on a text and exports model.h5; PyTorch builds the
 loads the weights with load_state_dict(strict=True) (the names and layouts are PyTorch's), and
 for one batch the C++ side (parity_tool gpt) and PyTorch compute logits, loss and every
 gradient. The largest differences are printed and must be within fp32 tolerance.
-Usage: gpt_parity.py LOOM_TRAIN PARITY_TOOL TEXT WORKDIR
+With DEVICE cuda (tests/gpu/run.sh, on the GPU machine) loom-train trains on the GPU, and
+parity_tool and PyTorch both compute on the GPU (TF32 off: fp32 GEMMs on both sides).
+Usage: gpt_parity.py LOOM_TRAIN PARITY_TOOL TEXT WORKDIR [cpu|cuda]
 """
 import json
 import math
@@ -19,12 +21,14 @@ import torch
 from torch import nn
 
 loom_train, tool, text_path, work = sys.argv[1:5]
+device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
 torch.set_num_threads(1)
+torch.backends.cuda.matmul.allow_tf32 = False
 os.makedirs(work, exist_ok=True)
 model_path = os.path.join(work, "gpt.h5")
 subprocess.run([loom_train, "--model", "gpt", "--data", "text:" + text_path, "--context", "32", "--n-layer", "2",
                 "--n-head", "4", "--n-embd", "32", "--global-batch", "8", "--steps", "20", "--optimizer", "adamw",
-                "--lr", "0.003", "--seed", "4", "--export", model_path, "--log-every", "1000"], check=True)
+                "--lr", "0.003", "--seed", "4", "--export", model_path, "--log-every", "1000", "--device", device], check=True)
 
 
 class Attn(nn.Module):
@@ -39,7 +43,7 @@ class Attn(nn.Module):
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = [z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.h)
-        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), 1), float("-inf")).softmax(-1)
         return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
 
 
@@ -73,7 +77,7 @@ class Gpt(nn.Module):
         self.lm_head = nn.Linear(c, v, bias=False)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x))
@@ -84,6 +88,7 @@ with h5py.File(model_path, "r") as f:
     state = {k: torch.from_numpy(np.array(v)) for k, v in f["params"].items()}
 model = Gpt(cfg)
 model.load_state_dict(state, strict=True)
+model.to(device)
 
 index = {b: i for i, b in enumerate(cfg["vocab_bytes"])}  # byte-level tokens
 text = open(text_path, "rb").read()
@@ -94,21 +99,23 @@ tokens = np.stack([ids[s:s + t] for s in starts])
 targets = np.stack([ids[s + 1:s + t + 1] for s in starts])
 tokens.astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
 targets.astype(np.int32).tofile(os.path.join(work, "targets.bin"))
-subprocess.run([tool, "gpt", model_path, str(b), work, work], check=True)
+subprocess.run([tool, "gpt", model_path, str(b), work, work, device], check=True)
 
-logits = model(torch.from_numpy(tokens).long())
-loss = nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]), torch.from_numpy(targets).long().reshape(-1))
+logits = model(torch.from_numpy(tokens).long().to(device))
+loss = nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]),
+                                   torch.from_numpy(targets).long().reshape(-1).to(device))
 loss.backward()
 worst = {}
 c_logits = np.fromfile(os.path.join(work, "logits.bin"), dtype=np.float32).reshape(b * t, -1)
-worst["logits"] = float(np.abs(c_logits - logits.detach().numpy().reshape(b * t, -1)).max())
+worst["logits"] = float(np.abs(c_logits - logits.detach().cpu().numpy().reshape(b * t, -1)).max())
 worst["loss"] = abs(float(open(os.path.join(work, "loss.txt")).read()) - loss.item())
 for name, p in model.named_parameters():
     g = np.fromfile(os.path.join(work, f"grad_{name}.bin"), dtype=np.float32).reshape(p.shape)
-    worst[f"grad {name}"] = float(np.abs(g - p.grad.numpy()).max() / (np.abs(p.grad.numpy()).max() + 1e-12))
+    ref = p.grad.cpu().numpy()
+    worst[f"grad {name}"] = float(np.abs(g - ref).max() / (np.abs(ref).max() + 1e-12))
 grads = {k: v for k, v in worst.items() if k.startswith("grad")}
 for k in ("logits", "loss"):
-    print(f"gpt_parity: largest difference {k}: {worst[k]:.3g}")
+    print(f"gpt_parity ({device}): largest difference {k}: {worst[k]:.3g}")
 top = max(grads, key=grads.get)
 print(f"gpt_parity: largest relative gradient difference over {len(grads)} tensors: {grads[top]:.3g} ({top})")
 ok = worst["logits"] < 1e-4 and worst["loss"] < 1e-5 and grads[top] < 1e-3

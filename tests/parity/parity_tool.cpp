@@ -2,7 +2,7 @@
 // of raw little-endian inputs, runs forward, cross-entropy and backward, and writes the logits,
 // the loss and every parameter's gradient as raw float32 files.
 //   mlp: IN_DIR/x.bin float32 [B,in], IN_DIR/y.bin int32 [B]
-//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]
+//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]; DEVICE cuda runs it on the GPU
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -27,19 +27,25 @@ void write_raw(const std::string& path, const float* data, int64_t n) {
 }
 
 void write_grads(const std::string& dir, const std::vector<loom::rt::Param>& params) {
-  for (const auto& p : params) write_raw(dir + "/grad_" + p.name + ".bin", p.grad.f32(), p.grad.numel());
+  for (const auto& p : params) {
+    const loom::rt::Tensor g = p.grad.to(loom::rt::Device::kCpu);
+    write_raw(dir + "/grad_" + p.name + ".bin", g.f32(), g.numel());
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: parity_tool mlp|gpt MODEL.h5 BATCH IN_DIR OUT_DIR\n");
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: parity_tool mlp|gpt MODEL.h5 BATCH IN_DIR OUT_DIR [cpu|cuda]\n");
     return 2;
   }
   try {
     const std::string kind = argv[1], model = argv[2], dir = argv[4], out = argv[5];
     const int b = std::stoi(argv[3]);
+    const std::string device = argc == 7 ? argv[6] : "cpu";
+    if (device != "cpu" && (device != "cuda" || kind != "gpt"))
+      throw loom::rt::Error("device '" + device + "': cpu, or cuda for the gpt");
     double loss = 0;
     if (kind == "mlp") {
       loom::rt::Mlp m = loom::rt::load_mlp(model);
@@ -56,10 +62,12 @@ int main(int argc, char** argv) {
       write_grads(out, m.params());
     } else if (kind == "gpt") {
       loom::rt::Gpt m = loom::rt::load_gpt(model);
+      if (device == "cuda") m.to(loom::rt::Device::kCuda);
       const size_t n = static_cast<size_t>(b) * static_cast<size_t>(m.config().context);
       auto tok = read_raw<int32_t>(dir + "/tokens.bin", n), tgt = read_raw<int32_t>(dir + "/targets.bin", n);
       loss = m.forward(tok, tgt, b, false);
-      write_raw(out + "/logits.bin", m.logits().f32(), m.logits().numel());
+      const loom::rt::Tensor logits = m.logits().to(loom::rt::Device::kCpu);
+      write_raw(out + "/logits.bin", logits.f32(), logits.numel());
       m.backward();
       write_grads(out, m.params());
     } else {

@@ -28,7 +28,11 @@ class Gpt {
   double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train);
   // Gradients of the last forward's loss, overwriting every parameter's grad.
   void backward();
-  const Tensor& logits() const { return logits_; }  // [B*T, vocab]
+  const Tensor& logits() const { return logits_; }  // [B*T, vocab], on the model's device
+  // Moves the parameters (and their gradients) to a device; every layer then runs there
+  // (gpt_kernels.hpp). Throws Error in a build without CUDA.
+  void to(Device device);
+  Device device() const { return device_; }
   std::vector<Param>& params() { return params_; }
   double train_flops(int batch) const;
   // Activation recomputation: forward keeps only each block's input (and its dropout generator's
@@ -46,6 +50,9 @@ class Gpt {
   Tensor block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng);
   Tensor& p(size_t i) { return params_[i].value; }
   Tensor& g(size_t i) { return params_[i].grad; }
+  static Tensor ids_tensor(const std::vector<int32_t>& ids);  // a host int32 tensor
+  Tensor embed(int64_t n);                  // x = wte[tokens_] + wpe[position]
+  void embed_backward(const Tensor& dx);    // dwte, dwpe from dx
   size_t layer_param(int layer, int k) const { return 2 + static_cast<size_t>(layer) * 12 + static_cast<size_t>(k); }
 
   GptConfig c_;
@@ -62,7 +69,9 @@ class Gpt {
   bool recompute_ = false;
   std::vector<int32_t> tokens_, targets_;
   std::vector<LayerActs> acts_;
+  Device device_ = Device::kCpu;
   Tensor x_final_, lnf_, lnf_mean_, lnf_rstd_, logits_, dlogits_;
+  Tensor tokens_dev_, targets_dev_;  // on the GPU: this step's tokens and targets
 };
 
 }  // namespace loom::rt

@@ -22,6 +22,12 @@ void synchronize();
 
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
           int ldb, float beta, float* c, int ldc);
+// `count` GEMMs as gemm's, the i-th on a + i*stride_a, b + i*stride_b, c + i*stride_c
+// (cublasSgemmStridedBatched): attention's per-head products.
+void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                  int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                  int64_t stride_c, int count);
+void copy_on_device(void* dst, const void* src, size_t bytes);
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act);
 void relu_backward(float* dy, const float* y, int64_t n);
 void bias_grad(const float* dy, float* db, int rows, int cols);

@@ -46,6 +46,6 @@ class Task {
 // The two tasks (mlp_task.cpp: on `device`; gpt_task.cpp: on the CPU). Throw Error for bad
 // data or options that do not fit the data.
 std::unique_ptr<Task> make_mlp_task(const TrainConfig& c, Device device);
-std::unique_ptr<Task> make_gpt_task(const TrainConfig& c);
+std::unique_ptr<Task> make_gpt_task(const TrainConfig& c, Device device);
 
 }  // namespace loom::rt
