@@ -25,7 +25,7 @@ data=${LOOM_BUNDLE_DATA:-/usr/share/datasets/fashion-mnist}
 # that test on the machine, never the rest).
 programs="loom-train loom-bench loom-serve loom-compress loom-topo"
 tests=""
-for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/nccl_test parity/parity_tool; do
+for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/multirank_cuda_test gpu/nccl_test parity/parity_tool; do
   grep -q "tests/$t\$(EXEEXT)" Makefile && tests="$tests tests/$t"
 done
 make -j"$(nproc)" $programs $tests >/dev/null

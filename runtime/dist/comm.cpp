@@ -30,6 +30,8 @@ void Communicator::set_nodes(const std::vector<int>& node_of_rank) {
   std::map<int, std::vector<int>> by_node;  // node -> its ranks, ascending
   for (int r = 0; r < size(); ++r) by_node[node_of_rank[static_cast<size_t>(r)]].push_back(r);
   nodes_ = static_cast<int>(by_node.size());
+  const auto& here = by_node[node_of_rank[static_cast<size_t>(rank())]];
+  local_rank_ = static_cast<int>(std::find(here.begin(), here.end(), rank()) - here.begin());
   local_ = cross_ = Group{};
   const size_t per_node = by_node.begin()->second.size();
   bool even = true;

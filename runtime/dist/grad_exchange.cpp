@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/ops.hpp"
 
 namespace loom::rt {
 
@@ -115,6 +116,8 @@ void GradExchange::restore(std::vector<std::pair<std::string, Tensor>> state) {
 }
 
 void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {
+  if (!params.empty() && params[0].grad.device() != Device::kCpu && (sharded_ || c_.kind != "none"))
+    throw Error("gradients on a GPU are exchanged in fp32, unsharded, in this build (no --zero 1, no --grad-compress)");
   comm_ = &comm;
   params_ = &params;
   weight_ = weight;
@@ -124,7 +127,10 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float w
   done_ = 0;
   error_ = nullptr;
   last_bytes_ = 0;
-  if (overlaps() && !thread_.joinable()) thread_ = std::thread(&GradExchange::comm_loop, this);
+  if (overlaps() && !thread_.joinable()) {
+    gpu_ = !params.empty() && params[0].grad.device() == Device::kCuda ? ops::current_gpu() : -1;
+    thread_ = std::thread(&GradExchange::comm_loop, this);
+  }
 }
 
 void GradExchange::set_sharded() {
@@ -146,6 +152,7 @@ void GradExchange::ready(size_t param) {
 }
 
 void GradExchange::comm_loop() {
+  ops::use_gpu(gpu_);  // the rank's GPU, for the copies of its gradients (none: -1)
   for (;;) {
     size_t b;
     bool failed;
@@ -174,13 +181,21 @@ void GradExchange::comm_loop() {
   }
 }
 
+// Gradients on a GPU are staged through the bucket's host buffer: copied down (a copy on the
+// default stream, so after the kernels that wrote them), reduced by the host transport, copied
+// back. The fallback where the trainer does not drive NCCL.
 void GradExchange::reduce_bucket(Bucket& b) {
   b.buf.resize(b.floats);
   float* at = b.buf.data();
   const float w = weight_;
   for (size_t i : b.params) {
-    const float* g = (*params_)[i].grad.f32();
-    const int64_t n = (*params_)[i].grad.numel();
+    const Tensor& grad = (*params_)[i].grad;
+    const int64_t n = grad.numel();
+    const float* g = grad.f32();
+    if (grad.device() != Device::kCpu) {
+      ops::download(grad.device(), at, g, static_cast<size_t>(n) * sizeof(float));
+      g = at;
+    }
     for (int64_t k = 0; k < n; ++k) at[k] = g[k] * w;
     at += n;
   }
@@ -198,9 +213,9 @@ void GradExchange::reduce_bucket(Bucket& b) {
   }
   at = b.buf.data();
   for (size_t i : b.params) {
-    float* g = (*params_)[i].grad.f32();
-    const int64_t n = (*params_)[i].grad.numel();
-    std::copy(at, at + n, g);
+    const Tensor& grad = (*params_)[i].grad;
+    const int64_t n = grad.numel();
+    ops::upload(grad.device(), grad.f32(), at, static_cast<size_t>(n) * sizeof(float));
     at += n;
   }
 }

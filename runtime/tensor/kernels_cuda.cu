@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -149,6 +150,26 @@ bool available(std::string* why) {
   }
   return true;
 }
+
+int select_device(int local_rank) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return -1;
+  }
+  const char* own = std::getenv("LOOM_GPU");  // the plugin put this task's own GPU first
+  const int dev = own && *own ? 0 : local_rank % n;
+  CUDA_OK(cudaSetDevice(dev));
+  return dev;
+}
+
+int current_device() {
+  int dev = -1;
+  CUDA_OK(cudaGetDevice(&dev));
+  return dev;
+}
+
+void set_device(int dev) { CUDA_OK(cudaSetDevice(dev)); }
 
 void* device_alloc(size_t bytes) {
   bytes = (bytes + 255) & ~size_t{255};

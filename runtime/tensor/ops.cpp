@@ -1,6 +1,8 @@
 // ops.cpp — device dispatch for the kernels.
 #include "loom/rt/tensor/ops.hpp"
 
+#include <cstring>
+
 #ifdef LOOM_HAVE_CUDA
 #include "loom/rt/tensor/kernels_cuda.hpp"
 #define ON_CUDA(call) \
@@ -38,6 +40,41 @@ bool cuda_usable(std::string* why) {
   if (why) *why = "this build of Loom has no CUDA support (configure found no nvcc)";
   return false;
 #endif
+}
+
+void download(Device d, void* host, const void* src, size_t bytes) {
+  if (d == Device::kCuda) ON_CUDA(to_host(host, src, bytes));
+  std::memcpy(host, src, bytes);
+}
+
+void upload(Device d, void* dst, const void* host, size_t bytes) {
+  if (d == Device::kCuda) ON_CUDA(to_device(dst, host, bytes));
+  std::memcpy(dst, host, bytes);
+}
+
+void synchronize(Device d) {
+  if (d == Device::kCuda) ON_CUDA(synchronize());
+}
+
+int select_gpu(int local_rank) {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::select_device(local_rank);
+#else
+  (void)local_rank;
+  return -1;
+#endif
+}
+
+int current_gpu() {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::current_device();
+#else
+  return -1;
+#endif
+}
+
+void use_gpu(int dev) {
+  if (dev >= 0) ON_CUDA(set_device(dev));
 }
 
 void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,

@@ -38,9 +38,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Why this run cannot go on CUDA in this build (empty: it can).
 std::string cuda_blocker(const TrainConfig& c) {
-  if (c.comm && c.comm->size() > 1)
-    return "multi-rank training on CUDA: the trainer does not drive the NCCL communicator yet (it is built and tested "
-           "on its own: tests/gpu/nccl_test); use --device cpu";
+  if (c.comm && c.comm->size() > 1 && (c.zero == 1 || c.grad_compress != "none"))
+    return std::string(c.zero == 1 ? "--zero 1" : "--grad-compress " + c.grad_compress) +
+           " with several ranks runs on the CPU in this build (on CUDA, gradients are exchanged in fp32, unsharded)";
   if (c.precision != "fp32") return "--precision " + c.precision + " runs on the CPU (emulated) in this build";
   if (c.qat) return "--qat runs on the CPU in this build";
   if (!c.teacher_path.empty()) return "distillation runs on the CPU in this build";
@@ -52,6 +52,8 @@ std::string cuda_blocker(const TrainConfig& c) {
 // with the default works on every node, GPU or not, multi-rank or not.
 Device choose_device(const TrainConfig& c, std::string* note) {
   if (c.device == "cpu") return Device::kCpu;
+  // Each rank's own GPU, before the first CUDA call makes a context on device 0.
+  if (c.comm && c.comm->size() > 1) ops::select_gpu(c.comm->local_rank());
   std::string why;
   const std::string blocker = cuda_blocker(c);
   if (c.device == "cuda") {
@@ -229,6 +231,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
       if (send) send(i);
     };
   mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), ready);
+  ops::synchronize(device_);  // kernels run asynchronously: the balancer needs the GPU's own time
   mine.finite = precision_.leave(params, pos_.step);
   double compute = seconds_since(t0);
   if (c_.emulate_speed < 1) {

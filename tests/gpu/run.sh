@@ -113,6 +113,8 @@ PY
 export -f gpt_cuda_vs_cpu
 t "loom-train --model gpt --device cuda against --device cpu (40 steps)" 300 gpt_cuda_vs_cpu
 t "nccl_test (the NCCL communicator, one rank: one GPU)" 120 nccl_test
+t "multirank_cuda_test (2 CUDA ranks as threads, gradients through host memory, against 1)" 300 \
+  multirank_cuda_test "$data" "$B/data/text.txt" cuda
 cuda_vs_cpu() {  # 60 SGD steps on each device from the same seed: the same weights within 1e-4
   loom-train --device cuda --data "fashion-mnist:$data" --steps 60 --global-batch 128 --lr 0.05 --log-every 20 \
     --export "$work/cuda.h5" 2>&1 | tee "$work/cuda.log" || return 1

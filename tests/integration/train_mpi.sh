@@ -46,8 +46,15 @@ for mb in 0.1 0; do
   expect_match "4 ranks: hierarchical" "allreduce hierarchical: 2 nodes x 2 ranks \(mpi\), $([ $mb = 0 ] && echo 'after backward' || echo 'buckets of 0.1 MiB')" "$err"
   h5diff -d 2e-6 one.h5 "h$mb.h5" /params /params >/dev/null && pass || fail "hierarchical, --bucket-mb $mb: weights differ from 1 rank"
 done
-run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --device cuda
-expect_match "multi-rank --device cuda is refused by name" "--device cuda: multi-rank training on CUDA" "$err"
+# Several CUDA ranks exchange fp32 gradients through host memory; what that path lacks is refused
+# by name, and without a GPU each rank says why it cannot start.
+run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --device cuda --zero 1
+expect_match "multi-rank --device cuda --zero 1 is refused by name" "--device cuda: --zero 1 with several ranks runs on the CPU" "$err"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --device cuda
+  expect_match "multi-rank --device cuda without a GPU says why" "--device cuda: " "$err"
+  expect_eq "and fails" 1 "$([ "$rc" = 0 ] && echo 0 || echo 1)"
+fi
 # The gpt, data-parallel: 2 ranks with uneven shares give the 1-rank weights.
 g="--model gpt --data text:/usr/share/common-licenses/GPL-3 --context 32 --n-layer 2 --n-embd 32 --n-head 4 --global-batch 12 --steps 20 --lr 0.1 --seed 5 --log-every 1000"
 run_cmd "$T" $g --export g1.h5

@@ -46,6 +46,8 @@ class Communicator {
   // index, allgather inside the node (so only 1/local of the data crosses the network per rank).
   void set_nodes(const std::vector<int>& node_of_rank);
   bool hierarchical() const { return !cross_.ranks.empty(); }
+  // This rank's index among the ranks of its node (set_nodes); its world rank before set_nodes.
+  int local_rank() const { return local_rank_ < 0 ? rank() : local_rank_; }
   std::string describe() const;  // "ring over 4 ranks", "hierarchical: 2 nodes x 2 ranks"
 
   void allreduce_sum(float* data, size_t n);                           // in place
@@ -74,7 +76,7 @@ class Communicator {
   double timeout_s_;
   size_t bytes_sent_ = 0;
   Group world_, local_, cross_;  // cross_ empty: flat ring over world_
-  int nodes_ = 1;
+  int nodes_ = 1, local_rank_ = -1;
   std::vector<char> scratch_;
 };
 

@@ -105,6 +105,7 @@ class GradExchange {
 
   // The communication thread and what it shares with the training thread.
   std::thread thread_;
+  int gpu_ = -1;  // the rank's CUDA device when its gradients live there: the thread uses it too
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<size_t> queue_;

@@ -14,6 +14,15 @@ namespace loom::rt::cuda {
 // True when a CUDA device can be used; otherwise false with the driver's reason.
 bool available(std::string* why);
 
+// The GPU of a rank, before its first CUDA call: device 0 under the Loom plugin (LOOM_GPU set:
+// the task's own GPU comes first in CUDA_VISIBLE_DEVICES), else the node-local rank's, modulo the
+// GPUs visible. Returns the device, or -1 where no GPU is visible (nothing is set).
+int select_device(int local_rank);
+// The calling thread's device, and setting it (a thread that copies a rank's buffers, such as the
+// gradient exchange's, must use the rank's device: the current device is per thread).
+int current_device();
+void set_device(int dev);
+
 void* device_alloc(size_t bytes);              // cached by size, like the CPU allocator
 void device_free(void* p, size_t bytes);
 void to_device(void* dst, const void* src, size_t bytes);

@@ -14,6 +14,15 @@ bool cuda_built();
 // True when a CUDA device is usable; otherwise false and *why says why.
 bool cuda_usable(std::string* why);
 
+// Copies between a device's memory and the host (a plain memcpy for the CPU); synchronize waits
+// for the device's queued work; select_gpu is cuda::select_device (-1 without CUDA).
+void download(Device d, void* host, const void* src, size_t bytes);
+void upload(Device d, void* dst, const void* host, size_t bytes);
+void synchronize(Device d);
+int select_gpu(int local_rank);
+int current_gpu();     // cuda::current_device
+void use_gpu(int dev);  // cuda::set_device
+
 void gemm(Device d, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
           int ldb, float beta, float* c, int ldc);
 void bias_act(Device d, float* y, const float* bias, int rows, int cols, cpu::Act act);
