@@ -72,12 +72,19 @@ bool Balancer::observe(const std::vector<double>& seconds) {
   ++observed_;
   if (mode_ != "dynamic" || observed_ % replan_every_ != 0) return false;
   std::vector<int> next = split(global_, speed_);
-  // Hysteresis: step times are noisy, and moving a sample or two back and forth gains nothing.
-  int moved = 0;
-  for (size_t i = 0; i < next.size(); ++i) moved = std::max(moved, std::abs(next[i] - shares_[i]));
-  if (moved == 0 || moved < global_ / 50) return false;
+  // Hysteresis: step times are noisy, and moving a sample back and forth gains nothing. A new
+  // plan is taken when it shortens the predicted step (the slowest rank's share over its speed)
+  // by 2%: a few samples off the slowest rank can be worth that, where a count of samples moved
+  // (it was global / 50) left such an imbalance standing.
+  if (next == shares_ || predicted_step(next) > 0.98 * predicted_step(shares_)) return false;
   shares_ = next;
   return true;
+}
+
+double Balancer::predicted_step(const std::vector<int>& shares) const {
+  double slowest = 0;
+  for (size_t i = 0; i < shares.size(); ++i) slowest = std::max(slowest, shares[i] / std::max(speed_[i], 1e-9));
+  return slowest;
 }
 
 std::vector<int> Balancer::stragglers(const std::vector<double>& seconds) {

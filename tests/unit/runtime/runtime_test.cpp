@@ -455,6 +455,16 @@ TEST(Balancer, DynamicFollowsMeasuredSpeed) {
   EXPECT_EQ(b.stragglers(fine), std::vector<int>{});
   for (int k = 0; k < 2; ++k) EXPECT_EQ(b.stragglers(slow), std::vector<int>{});
   EXPECT_EQ(b.stragglers(slow), std::vector<int>{1});  // slow again after keeping up: reported again
+  // A few samples off the slowest rank, under 2% of the batch, but 5% of the step: moved.
+  Balancer few("dynamic", 256, 2, 1);
+  few.start({185, 71});
+  ASSERT_EQ(few.shares(), (std::vector<int>{185, 71}));
+  for (int step = 0; step < 20; ++step) few.observe({few.shares()[0] / 50100.0, few.shares()[1] / 17600.0});
+  EXPECT_EQ(few.shares(), (std::vector<int>{189, 67}));
+  // Noise of 1% in the times moves nothing.
+  for (int step = 0; step < 20; ++step)
+    few.observe({few.shares()[0] / 50100.0 * (step % 2 ? 1.01 : 0.99), few.shares()[1] / 17600.0});
+  EXPECT_EQ(few.shares(), (std::vector<int>{189, 67}));
   std::vector<double> tiny{1e-5, 3e-5};  // 3x, but 20 us: below what a step's noise is
   Balancer t("static", 2, 2);
   t.start({1, 1});

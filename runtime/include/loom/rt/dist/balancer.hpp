@@ -33,6 +33,7 @@ class Balancer {
   static std::vector<int> split(int total, const std::vector<double>& weights);
 
  private:
+  double predicted_step(const std::vector<int>& shares) const;  // seconds of the slowest rank
   std::string mode_;
   int global_, replan_every_, observed_ = 0;
   std::vector<int> shares_;
