@@ -32,6 +32,7 @@ class Forwarder {
                                 const std::vector<std::pair<std::string, std::string>>& headers,
                                 const std::string& body) = 0;
   virtual bool any_ready() const = 0;           // a replica would take a request now
+  virtual bool serves(const std::string& model) const = 0;  // the model its replicas serve
   virtual std::string metrics_text() const = 0;  // appended to /metrics
 };
 

@@ -82,7 +82,7 @@ class Service final
     auto* reactor = new UnaryReactor;
     grpc::Status st = guarded(sc, [] {});
     if (!st.ok()) {
-      ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc(st.error_code()));
+      ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc_code(st.error_code()));
       reactor->Finish(st);
     } else {
       auto run = start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
@@ -174,7 +174,7 @@ class Service final
     PipelineRunner* p = ctx_.pipeline(req.model_name());
     const std::string label = p ? p->name() : ctx_.metrics_label(req.model_name());  // unknown names share one label
     auto finish = [this, label, done](const grpc::Status& st) {
-      ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc(st.error_code()));
+      ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
       done(st);
     };
     auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
@@ -278,17 +278,6 @@ class Service final
       return to_grpc(Status::kInternal, e.what());
     } catch (...) {
       return to_grpc(Status::kInternal, "unexpected error");
-    }
-  }
-
-  static Status from_grpc(grpc::StatusCode c) {
-    switch (c) {
-      case grpc::INVALID_ARGUMENT: return Status::kBadRequest;
-      case grpc::UNAUTHENTICATED: return Status::kUnauthorized;
-      case grpc::NOT_FOUND: return Status::kNotFound;
-      case grpc::UNAVAILABLE: return Status::kUnavailable;
-      case grpc::DEADLINE_EXCEEDED: return Status::kTimeout;
-      default: return Status::kInternal;
     }
   }
 

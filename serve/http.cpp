@@ -40,7 +40,7 @@ bool Context::is_ready() const {
 }
 
 std::string Context::metrics_label(const std::string& name) const {
-  return (repo && repo->loaded(name)) || pipeline(name) ? name : kUnknownModelLabel;
+  return (repo && repo->loaded(name)) || pipeline(name) || (forward && forward->serves(name)) ? name : kUnknownModelLabel;
 }
 
 PipelineRunner* Context::pipeline(const std::string& name) const {
@@ -341,7 +341,10 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     r.content_type = "text/plain; version=0.0.4";
     return r;
   }
-  if (ctx.forward) return forwarded(ctx, req);
+  if (ctx.forward) {
+    if (p.size() >= 3 && p[0] == "v2" && p[1] == "models") *model_for_metrics = ctx.metrics_label(p[2]);
+    return forwarded(ctx, req);
+  }
   if (p.size() == 1 && p[0] == "v2") {
     if (!get) return method_not_allowed("GET");
     Reply r;

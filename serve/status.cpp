@@ -31,6 +31,13 @@ int grpc_code(Status s) {
   return 13;
 }
 
+Status from_grpc_code(int code) {
+  for (Status s : {Status::kOk, Status::kBadRequest, Status::kUnauthorized, Status::kNotFound, Status::kTooLarge,
+                   Status::kUnavailable, Status::kTimeout})
+    if (grpc_code(s) == code) return s;
+  return Status::kInternal;
+}
+
 const char* status_reason(Status s) {
   switch (s) {
     case Status::kOk: return "ok";

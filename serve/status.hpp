@@ -14,6 +14,7 @@ using Clock = std::chrono::steady_clock;
 enum class Status { kOk, kBadRequest, kUnauthorized, kNotFound, kTooLarge, kUnavailable, kTimeout, kInternal };
 int http_status(Status s);
 int grpc_code(Status s);  // grpc::StatusCode values
+Status from_grpc_code(int code);  // the kind of a gRPC code (what a replica answered the router)
 const char* status_reason(Status s);  // metrics label: "bad_request", "not_found", ...
 
 class ServeError : public std::runtime_error {

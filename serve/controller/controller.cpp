@@ -337,6 +337,7 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   o.spec_file = real;
   const InferenceServiceSpec spec = load_spec(o.spec_file);
   ReplicaPool pool(o.replica_cap, static_cast<int>(ctx.options.request_timeout_ms) + 1000);
+  pool.set_model(spec.name);
   Controller c(o, spec, pool, log);
   pool.set_metrics_text([&c] { return c.metrics_text(); });
   ctx.forward = &pool;

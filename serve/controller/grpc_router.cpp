@@ -51,6 +51,31 @@ grpc::ByteBuffer bool_message(bool v) {  // {bool field 1 = v}: ServerLive/Serve
   return grpc::ByteBuffer(&s, 1);
 }
 
+// The model_name of a ModelInferRequest as it came (field 1, which protobuf writes first), for
+// the router's request counters; "" when the message does not start with it.
+std::string model_name_of(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  if (!b.Dump(&slices).ok()) return "";
+  std::string head;
+  for (const auto& sl : slices) {
+    head.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    if (head.size() >= 512) break;
+  }
+  if (head.size() < 2 || head[0] != 0x0a) return "";
+  size_t n = 0, at = 1;
+  for (int shift = 0; at < head.size() && shift < 28; shift += 7) {
+    const auto c = static_cast<unsigned char>(head[at++]);
+    n |= static_cast<size_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) return n <= head.size() - at ? head.substr(at, n) : "";
+  }
+  return "";
+}
+
+// One routed inference request in the router's /metrics, under its model's label.
+void count(Context& ctx, const grpc::ByteBuffer& req, grpc::StatusCode code) {
+  ctx.metrics->request(ctx.metrics_label(model_name_of(req)), "grpc", from_grpc_code(code));
+}
+
 class Call : public grpc::ServerGenericBidiReactor {
  public:
   Call(Context& ctx, ReplicaPool& pool, Channels& ch, grpc::GenericCallbackServerContext* sc)
@@ -68,19 +93,25 @@ class Call : public grpc::ServerGenericBidiReactor {
     }
     const auto auth = sc_->client_metadata().find("authorization");
     const std::string token = auth == sc_->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
-    if (!ctx_.authorized(token)) return Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+    infer_ = name == "ModelInfer";
+    if (!ctx_.authorized(token)) return end(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
     lease_ = pool_.acquire();
     if (!lease_)
-      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no replica can take the request now (none ready, or every one is full)"));
+      return end(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no replica can take the request now (none ready, or every one is full)"));
     if (!token.empty()) cc_.AddMetadata("authorization", token);
     cc_.set_deadline(sc_->deadline());
     stub_ = ch_.stub(lease_->host + ":" + std::to_string(lease_->grpc_port), pool_);  // held until the call ends
     stub_->UnaryCall(&cc_, m, grpc::StubOptions(), &req_, &resp_, [this](grpc::Status s) {
       pool_.release(*lease_);
       lease_.reset();
-      if (!s.ok()) return Finish(s);
+      if (!s.ok()) return end(s);
+      if (infer_) count(ctx_, req_, grpc::StatusCode::OK);
       StartWrite(&resp_);
     });
+  }
+  void end(const grpc::Status& s) {
+    if (infer_) count(ctx_, req_, s.error_code());
+    Finish(s);
   }
   void OnWriteDone(bool ok) override {
     Finish(ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
@@ -97,6 +128,7 @@ class Call : public grpc::ServerGenericBidiReactor {
   std::shared_ptr<grpc::GenericStub> stub_;
   grpc::ByteBuffer req_, resp_;
   std::shared_ptr<Replica> lease_;
+  bool infer_ = false;  // ModelInfer: counted in /metrics
 };
 
 // The bytes of a ModelStreamInferResponse around `infer_response` (field 2, the replica's
@@ -127,7 +159,7 @@ grpc::ByteBuffer stream_answer(grpc::ByteBuffer* infer_response, const std::stri
 class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamCall(Context& ctx, ReplicaPool& pool, Channels& ch, grpc::GenericCallbackServerContext* sc)
-      : OrderedStream(64), pool_(pool), ch_(ch), sc_(sc) {
+      : OrderedStream(64), ctx_(ctx), pool_(pool), ch_(ch), sc_(sc) {
     const auto auth = sc->client_metadata().find("authorization");
     token_ = auth == sc->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
     if (ctx.authorized(token_)) begin();
@@ -145,9 +177,11 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
   void dispatch(std::unique_ptr<grpc::ByteBuffer> req, uint64_t seq) override {
     auto hop = std::make_unique<Hop>();
     hop->lease = pool_.acquire();
-    if (!hop->lease)
+    if (!hop->lease) {
+      count(ctx_, *req, grpc::StatusCode::UNAVAILABLE);
       return answer(seq, std::make_unique<grpc::ByteBuffer>(
                              stream_answer(nullptr, "no replica can take the request now (none ready, or every one is full)")));
+    }
     hop->req = std::move(*req);
     if (!token_.empty()) hop->cc.AddMetadata("authorization", token_);
     hop->cc.set_deadline(sc_->deadline());
@@ -160,6 +194,7 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
     h->stub->UnaryCall(&h->cc, std::string(kPrefix) + "ModelInfer", grpc::StubOptions(), &h->req, &h->resp,
                        [this, h, seq](grpc::Status s) {
                          pool_.release(*h->lease);
+                         count(ctx_, h->req, s.error_code());
                          auto a = std::make_unique<grpc::ByteBuffer>(s.ok() ? stream_answer(&h->resp, "")
                                                                             : stream_answer(nullptr, s.error_message()));
                          {
@@ -175,6 +210,7 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
     for (Hop* h : hops_) h->cc.TryCancel();
   }
 
+  Context& ctx_;
   ReplicaPool& pool_;
   Channels& ch_;
   grpc::GenericCallbackServerContext* sc_;

@@ -72,6 +72,8 @@ class ReplicaPool : public Forwarder {
   Response forward_http(const std::string& method, const std::string& target,
                         const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body) override;
   bool any_ready() const override;
+  bool serves(const std::string& model) const override { return model == model_; }
+  void set_model(std::string name) { model_ = std::move(name); }
   std::string metrics_text() const override;
   void set_metrics_text(std::function<std::string()> f) { metrics_ = std::move(f); }
 
@@ -93,6 +95,7 @@ class ReplicaPool : public Forwarder {
   double integral_ = 0, last_change_ = -1, window_start_ = -1;
   std::atomic<uint64_t> refused_in_window_{0}, rejected_{0};
   std::function<std::string()> metrics_;
+  std::string model_;  // what the replicas serve (the spec's name): its own metrics label
 };
 
 // A lease on a replica: released when it goes out of scope.

@@ -123,6 +123,12 @@ if [ -x "$G" ]; then
     '^\{"answers":50,"ids_in_order":true,"one_row_answers":49,"errors":\["[^"]*no-such-model' "$out"
   run_cmd "$G" "$grpc" stream ctl-tiny 2 x.bin
   expect_match "a stream without the token is refused" '"code":16' "$out$err"
+  m=$(curl -s -H 'Authorization: Bearer ctl-token' "$http/metrics")
+  expect_match "the router counts gRPC requests under their model: 1 + 49 answered" \
+    'loom_serve_requests_total\{model="ctl-tiny",protocol="grpc",code="0"\} 50' "$m"
+  expect_match "the refused one" 'loom_serve_requests_total\{model="ctl-tiny",protocol="grpc",code="16"\} 1' "$m"
+  expect_match "and the unknown model's under the shared label" \
+    'loom_serve_requests_total\{model="_unknown",protocol="grpc",code="5"\} 1' "$m"
 fi
 
 # --- a pipeline finds the controller by its service name ---------------------------------------
@@ -160,6 +166,9 @@ rm -f stop
 expect_match "during the burst: only 200s and 503s" '^\{"counts": \{("(200|503)": [0-9]+(, )?)+\}' "$(cat burst.json)"
 expect_match "the scale-up was a panic decision" '"event":"scale".*"panic":true' "$(cat ctl.log)"
 echo "controller_cluster: burst through the router: $(cat burst.json)"
+expect_match "the router counts the burst under the service's model" \
+  'loom_serve_requests_total\{model="ctl-tiny",protocol="http",code="200"\} [1-9]' \
+  "$(curl -s -H 'Authorization: Bearer ctl-token' "$http/metrics")"
 [ -n "${t3:-}" ] && echo "controller_cluster: 1 -> 3 replicas ready $(echo "$t3 - $t0" | bc) s after the burst began"
 
 # --- idle scales back to min ----------------------------------------------------------------------
