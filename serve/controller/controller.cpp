@@ -142,6 +142,7 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
     if (!active_state(j.state)) {
       if (!r) continue;  // an old replica's record, kept by squeue for MinJobAge
       pool_.remove(j.id);
+      pruned_ = false;
       const auto ours = ended_by_us_.find(j.id);
       if (ours != ended_by_us_.end()) {
         log_("info", "replica job " + j.id + " ended (" + j.state + "): " + ours->second, {{"event", "replica_end"}, {"job", j.id}});
@@ -168,11 +169,17 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
   for (const auto& r : pool_.all()) {
     if (seen.count(r->job)) continue;
     pool_.remove(r->job);  // gone from squeue altogether
+    pruned_ = false;
     if (!ended_by_us_.erase(r->job)) {
       replaced_.fetch_add(1);
       log_("warning", "replica job " + r->job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r->job}});
     }
   }
+  if (pruned_) return;  // after a start (an old state dir) and whenever a replica left the pool
+  std::set<std::string> live;
+  for (const auto& r : pool_.all()) live.insert(r->job);
+  prune_replica_files(o_.state_dir, live, kKeptReplicaLogs);
+  pruned_ = true;
 }
 
 void Controller::check(Replica& r, double now) {

@@ -51,6 +51,8 @@ class Controller {
   Autoscaler scaler_;
   ScaleDecision last_{};
   std::map<std::string, std::string> ended_by_us_;  // job -> why (not replaced)
+  bool pruned_ = false;  // replicas/ holds no file of an ended job beyond the logs kept
+  static constexpr size_t kKeptReplicaLogs = 50;  // of ended replicas: why they failed
   std::atomic<uint64_t> up_{0}, down_{0}, replaced_{0}, submit_failures_{0};
   bool squeue_ok_ = true;
   std::pair<int, int> last_logged_{-1, -1};  // the last scale decision logged (from, to)

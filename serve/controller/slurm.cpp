@@ -1,9 +1,11 @@
 // slurm.cpp — slurm.hpp: sbatch, squeue and scancel, run without a shell.
 #include "slurm.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -33,6 +35,30 @@ std::string slurm_memory(const std::string& q) {
 
 std::string ready_file(const std::string& state_dir, const std::string& job) {
   return state_dir + "/replicas/" + job + ".json";
+}
+
+int prune_replica_files(const std::string& state_dir, const std::set<std::string>& live, size_t keep_logs) {
+  const std::string dir = state_dir + "/replicas";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  std::vector<std::pair<time_t, std::string>> logs;  // of ended jobs: (mtime, path)
+  std::vector<std::string> gone;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos || dot == 0) continue;
+    const std::string job = name.substr(0, dot), ext = name.substr(dot);
+    if (job.find_first_not_of("0123456789_") != std::string::npos || live.count(job)) continue;  // job ids only
+    struct stat st {};
+    if (ext == ".json") gone.push_back(dir + "/" + name);
+    else if (ext == ".log" && ::stat((dir + "/" + name).c_str(), &st) == 0) logs.emplace_back(st.st_mtime, dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(logs.begin(), logs.end());
+  for (size_t i = 0; i + keep_logs < logs.size(); ++i) gone.push_back(logs[i].second);
+  int removed = 0;
+  for (const auto& p : gone) removed += ::unlink(p.c_str()) == 0;
+  return removed;
 }
 
 void write_replica_script(const std::string& state_dir, const std::string& loom_serve, const std::string& spec_file,

@@ -4,6 +4,7 @@
 // no one else's, and never submits one twice.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@ void write_replica_script(const std::string& state_dir, const std::string& loom_
 
 // The path where replica `job` announces itself.
 std::string ready_file(const std::string& state_dir, const std::string& job);
+// What ended replicas left in STATE_DIR/replicas: the ready file of a job not in `live` (a
+// replica that was killed cannot remove its own) goes, and of the logs of such jobs only the
+// newest `keep_logs` stay (they say why a replica failed; a long-lived service would otherwise
+// pile up one per replica ever started). Returns how many files were removed.
+int prune_replica_files(const std::string& state_dir, const std::set<std::string>& live, size_t keep_logs);
 
 class SlurmJobs {
  public:

@@ -187,6 +187,7 @@ sys.exit(0 if down and not any(e["panic"] for e in down) else 1)' ctl.log && pas
 $L "$http" ctl-tiny 784 1 60 --token ctl-token --stop stop >cancel.json &
 load=$!
 old=$(jobs_now | tr -d ' ')
+echo '{"host":"127.0.0.1","http_port":1,"grpc_port":-1,"pid":1}' >state/replicas/99999.json  # a killed replica's
 scancel "$old"
 sleep 1
 wait_ready 1 60 || fail "the cancelled replica was not replaced"
@@ -195,6 +196,8 @@ wait $load
 rm -f stop
 new=$(jobs_now | tr -d ' ')
 echo "controller_cluster: while job $old was cancelled and replaced by $new: $(cat cancel.json)"
+expect_eq "the ready files of ended replicas are cleared, the live one's kept" "$new.json" \
+  "$(cd state/replicas && ls -- *.json | tr '\n' ' ' | sed 's/ $//')"
 expect_ne "a new job replaced the cancelled one" "$old" "$new"
 expect_match "the log says why" "replica job $old ended on its own" "$(cat ctl.log)"
 expect_match "while it was replaced: only 200s and 503s" '^\{"counts": \{("(200|503)": [0-9]+(, )?)+\}' "$(cat cancel.json)"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -116,6 +117,32 @@ TEST(ReplicaScript, QuotesEveryPathAndAnnouncesTheJob) {
   EXPECT_EQ(ready_file(dir, "42"), dir + "/replicas/42.json");
   ::unlink((dir + "/replica.sh").c_str());
   ::rmdir((dir + "/replicas").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(ReplicaFiles, EndedJobsLoseTheirReadyFileAndAllButTheNewestLogs) {
+  char tmpl[] = "/tmp/loom-ctl-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, rep = dir + "/replicas";
+  ASSERT_EQ(::mkdir(rep.c_str(), 0755), 0);
+  auto touch = [&](const std::string& name, time_t mtime) {
+    std::ofstream(rep + "/" + name) << "x";
+    const struct timeval tv[2] = {{mtime, 0}, {mtime, 0}};
+    ::utimes((rep + "/" + name).c_str(), tv);
+  };
+  for (int j = 1; j <= 5; ++j) touch(std::to_string(j) + ".log", 1000 + j);  // 5 the newest
+  touch("3.json", 1000);  // job 3 was killed: its ready file stayed
+  touch("6.json", 1000);  // job 6 is live
+  touch("6.log", 1000);
+  touch("notes.txt", 1000);  // not a replica's: never touched
+  EXPECT_EQ(prune_replica_files(dir, {"6"}, 2), 4);  // 3.json, 1.log, 2.log, 3.log
+  auto exists = [&](const std::string& name) { return ::access((rep + "/" + name).c_str(), F_OK) == 0; };
+  for (const char* kept : {"4.log", "5.log", "6.json", "6.log", "notes.txt"}) EXPECT_TRUE(exists(kept)) << kept;
+  for (const char* gone : {"1.log", "2.log", "3.log", "3.json"}) EXPECT_FALSE(exists(gone)) << gone;
+  EXPECT_EQ(prune_replica_files(dir, {"6"}, 2), 0);
+  EXPECT_EQ(prune_replica_files(dir + "/nowhere", {}, 2), 0);
+  for (const char* f : {"4.log", "5.log", "6.json", "6.log", "notes.txt"}) ::unlink((rep + "/" + f).c_str());
+  ::rmdir(rep.c_str());
   ::rmdir(dir.c_str());
 }
 
