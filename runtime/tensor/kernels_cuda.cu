@@ -121,8 +121,9 @@ __global__ void k_adamw(float* w, const float* g, float* m, float* v, int64_t n,
 
 }  // namespace
 
-bool available(std::string* why) {
+bool available(std::string* why, bool* no_code) {
   int n = 0, dev = 0;
+  if (no_code) *no_code = false;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     if (why) *why = cudaGetErrorString(e);
@@ -143,6 +144,7 @@ bool available(std::string* why) {
   e = cudaFuncGetAttributes(&a, k_adamw);
   if (e != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it
+    if (no_code) *no_code = true;
     if (why)
       *why = "GPU " + std::to_string(dev) + " (" + p.name + ", compute capability " + std::to_string(p.major) + "." +
              std::to_string(p.minor) + "): " + cudaGetErrorString(e);

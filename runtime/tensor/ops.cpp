@@ -24,13 +24,16 @@ bool cuda_built() {
 #endif
 }
 
-bool cuda_usable(std::string* why) {
+bool cuda_usable(std::string* why, bool* no_code) {
+  if (no_code) *no_code = false;
 #ifdef LOOM_HAVE_CUDA
-  if (cuda::available(why)) return true;
+  bool gpu_without_code = false;
+  if (cuda::available(why, &gpu_without_code)) return true;
+  if (no_code) *no_code = gpu_without_code;
 #ifdef LOOM_CUDA_ARCHS
   std::string archs = "sm_" LOOM_CUDA_ARCHS;
   for (size_t at = archs.find(','); at != std::string::npos; at = archs.find(',', at)) archs.replace(at, 1, " sm_");
-  if (why && why->find("compute capability") != std::string::npos)
+  if (why && gpu_without_code)
     *why += " (this build has code for " + archs + " and PTX " + std::to_string(LOOM_CUDA_PTX) +
             ", from CUDA " LOOM_CUDA_TOOLKIT "; CUDA 13 dropped Volta: for a V100 build with a CUDA 12 toolkit and "
             "--with-cuda-arch=\"70 80 90\", see the README)";

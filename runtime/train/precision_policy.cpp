@@ -26,9 +26,8 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
 PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep)
     : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep)) {}
 
-void PrecisionPolicy::announce(bool cuda) const {
+void PrecisionPolicy::announce() const {  // on the CPU only: choose_device keeps it off CUDA
   if (!enabled()) return;
-  if (cuda) throw Error("--precision " + asked_ + " runs on the CPU (emulated) in this build");
   rep_.say("mixed precision " + precision() + " (emulated by rounding on the CPU), fp32 master weights" +
                (precision() == "fp16" ? ", loss scale " + num(amp_.scale()) : std::string()),
            "\"level\":\"info\",\"event\":\"precision\"");

@@ -61,8 +61,9 @@ Device choose_device(const TrainConfig& c, std::string* note) {
     if (!ops::cuda_usable(&why)) throw Error("--device cuda: " + why);
     return Device::kCuda;
   }
-  if (!ops::cuda_usable(&why)) {
-    if (why.find("compute capability") != std::string::npos) *note = "--device auto: " + why + "; training on the CPU";
+  bool no_code = false;
+  if (!ops::cuda_usable(&why, &no_code)) {
+    if (no_code) *note = "--device auto: " + why + "; training on the CPU";
     return Device::kCpu;
   }
   if (!blocker.empty()) {
@@ -151,7 +152,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
       ckpt_(c, ranks_.many() ? c.comm : nullptr,
             [this](const std::string& h, const std::string& f) { rep_.say_mine(h, f); }),
       stop_(c.stop_signal) {
-  precision_.announce(device_ == Device::kCuda);
+  precision_.announce();
   rep_.say("training " + task_->describe() + ", " + std::to_string(total_) + " steps of " + std::to_string(c.global_batch) +
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
            "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total_));

@@ -12,7 +12,9 @@
 namespace loom::rt::cuda {
 
 // True when a CUDA device can be used; otherwise false with the driver's reason.
-bool available(std::string* why);
+// *no_code (when given) tells a GPU this build has no code for (its compute capability) from
+// the rest (no driver, no device).
+bool available(std::string* why, bool* no_code = nullptr);
 
 // The GPU of a rank, before its first CUDA call: device 0 under the Loom plugin (LOOM_GPU set:
 // the task's own GPU comes first in CUDA_VISIBLE_DEVICES), else the node-local rank's, modulo the

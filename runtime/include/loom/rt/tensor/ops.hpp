@@ -11,8 +11,9 @@
 namespace loom::rt::ops {
 
 bool cuda_built();
-// True when a CUDA device is usable; otherwise false and *why says why.
-bool cuda_usable(std::string* why);
+// True when a CUDA device is usable; otherwise false and *why says why (*no_code, when given:
+// because this build has no code for the GPU that is here).
+bool cuda_usable(std::string* why, bool* no_code = nullptr);
 
 // Copies between a device's memory and the host (a plain memcpy for the CPU); synchronize waits
 // for the device's queued work; select_gpu is cuda::select_device (-1 without CUDA).

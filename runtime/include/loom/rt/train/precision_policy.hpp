@@ -21,8 +21,8 @@ class PrecisionPolicy {
   PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep);
   const std::string& precision() const { return amp_.precision(); }
   bool enabled() const { return amp_.enabled(); }
-  // Says what runs; throws Error where this build cannot run it (low precision on CUDA).
-  void announce(bool cuda) const;
+  // Says what runs (on the CPU: choose_device keeps low precision off CUDA).
+  void announce() const;
   void enter(std::vector<Param>& params);
   // Whether gradients need a pass as backward finishes each (grad_ready), before they are sent.
   bool passes_gradients() const { return amp_.enabled() || inject_step_ >= 0; }
