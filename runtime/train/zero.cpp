@@ -21,15 +21,10 @@ void for_pieces(const GradExchange::Chunk& c, const std::vector<Param>& params, 
   }
 }
 
-// The whole bucket: flat[offset of parameter i ...] <-> parameter i.
+// The whole bucket: flat[offset of parameter i ...] <-> parameter i (for_pieces over it all).
 template <class Fn>
 void for_params(const GradExchange::Chunk& c, const std::vector<Param>& params, Fn fn) {
-  size_t at = 0;
-  for (size_t i : c.params) {
-    const size_t n = static_cast<size_t>(params[i].value.numel());
-    fn(i, at, n);
-    at += n;
-  }
+  for_pieces({c.params, c.flat, 0, c.flat.size()}, params, [&](size_t i, size_t, size_t at, size_t n) { fn(i, at, n); });
 }
 
 }  // namespace
