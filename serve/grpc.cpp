@@ -80,7 +80,7 @@ class Service final
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
     auto* reactor = new UnaryReactor;
-    grpc::Status st = guarded(sc, [] {});
+    grpc::Status st = check_token(sc);
     if (!st.ok()) {
       ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc_code(st.error_code()));
       reactor->Finish(st);
@@ -126,7 +126,7 @@ class Service final
   class StreamReactor : public OrderedStream<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
    public:
     StreamReactor(Service& s, grpc::CallbackServerContext* sc) : OrderedStream(64), s_(s), sc_(sc) {
-      const grpc::Status st = s_.guarded(sc, [] {});
+      const grpc::Status st = s_.check_token(sc);
       if (st.ok()) begin();
       else refuse(st);
     }
@@ -255,16 +255,20 @@ class Service final
     });
   }
 
+  // The token check: OK, or UNAUTHENTICATED when a token is set and the call lacks it.
+  grpc::Status check_token(grpc::ServerContextBase* sc) const {
+    if (ctx_.token.empty()) return grpc::Status::OK;
+    const auto& md = sc->client_metadata();
+    auto it = md.find("authorization");
+    const std::string v = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    return ctx_.authorized(v) ? grpc::Status::OK : to_grpc(Status::kUnauthorized, "missing or wrong bearer token");
+  }
+
   // The token check, then f() with its exceptions as statuses.
   template <class F>
   grpc::Status guarded(grpc::ServerContextBase* sc, F&& f) {
-    if (!ctx_.token.empty()) {
-      const auto& md = sc->client_metadata();
-      auto it = md.find("authorization");
-      const std::string v = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-      if (!ctx_.authorized(v)) return to_grpc(Status::kUnauthorized, "missing or wrong bearer token");
-    }
-    return run_guarded(std::forward<F>(f));
+    grpc::Status st = check_token(sc);
+    return st.ok() ? run_guarded(std::forward<F>(f)) : st;
   }
 
   template <class F>
