@@ -116,8 +116,8 @@ void GradExchange::restore(std::vector<std::pair<std::string, Tensor>> state) {
 }
 
 void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {
-  if (!params.empty() && params[0].grad.device() != Device::kCpu && (sharded_ || c_.kind != "none"))
-    throw Error("gradients on a GPU are exchanged in fp32, unsharded, in this build (no --zero 1, no --grad-compress)");
+  if (!params.empty() && params[0].grad.device() != Device::kCpu && sharded_)
+    throw Error("--zero 1 shards gradients on the CPU only in this build");
   comm_ = &comm;
   params_ = &params;
   weight_ = weight;
@@ -228,12 +228,25 @@ void GradExchange::finish(std::vector<float>& extras, int64_t step) {
     cv_.wait(lock, [&] { return done_ == buckets_.size(); });
     if (error_) std::rethrow_exception(error_);
   } else if (c_.kind == "powersgd") {
+    // Gradients on a GPU: PowerSGD runs on host copies of them, which then go back.
+    std::vector<Param>* const mine = params_;
+    std::vector<Param> host;
+    if (!mine->empty() && (*mine)[0].grad.device() != Device::kCpu)
+      for (const auto& p : *mine) host.push_back({p.name, Tensor(), p.grad.to(Device::kCpu)});
+    struct Back {  // params_ points at the model's parameters again, whatever happens
+      std::vector<Param>*& to;
+      std::vector<Param>* was;
+      ~Back() { to = was; }
+    } back{params_, mine};
+    if (!host.empty()) params_ = &host;
     for (auto& p : *params_) {
       float* g = p.grad.f32();
       const int64_t n = p.grad.numel();
       for (int64_t k = 0; k < n; ++k) g[k] *= weight_;
     }
     powersgd(extras, step);
+    for (size_t i = 0; i < host.size(); ++i)
+      ops::upload((*mine)[i].grad.device(), (*mine)[i].grad.f32(), host[i].grad.f32(), host[i].grad.bytes());
     return;
   } else {
     for (auto& b : buckets_) reduce_bucket(b);

@@ -2,7 +2,9 @@
 // (threads over the in-process transport, as OpenMPI cannot be carried to the GPU machine; both
 // ranks on the one GPU, whose gradients go through host memory) must end with the weights of
 // 1 rank training the whole batch, for the mlp and the gpt, as tests/integration/train_mpi.sh
-// shows on the CPU. NCCL refuses two ranks on one GPU, so this is the MPI-style fallback path.
+// shows on the CPU; with fp16 or PowerSGD gradients (lossy, so not equal to 1 rank) the 2 CUDA
+// ranks must end where 2 CPU ranks do. NCCL refuses two ranks on one GPU, so this is the
+// MPI-style fallback path.
 // usage: multirank_cuda_test [FASHION_MNIST_DIR [TEXT_FILE [cuda|cpu]]]  (cpu: the harness itself;
 // defaults: Debian's dataset-fashion-mnist and GPL-3 text)
 // Exits 77 (skip) without a usable GPU.
@@ -114,6 +116,20 @@ int main(int argc, char** argv) {
       std::printf("multirank_cuda_test: %s on %s, 12 steps: 2 ranks against 1, largest weight difference %.3g %s\n",
                   model.c_str(), device.c_str(), d, ok ? "ok" : "FAIL");
       failures += !ok;
+      if (model != "mlp") continue;
+      for (const char* compress : {"fp16", "powersgd:rank=4,start=2"}) {
+        TrainConfig z = c;
+        z.grad_compress = compress;
+        const std::string here = std::string(dir) + "/z-" + device + ".h5", cpu = std::string(dir) + "/z-cpu.h5";
+        train_as(z, 2, here);
+        z.device = "cpu";
+        train_as(z, 2, cpu);
+        const double dz = largest_difference(here, cpu);
+        const bool okz = dz < 1e-4;
+        std::printf("multirank_cuda_test: mlp, --grad-compress %s, 2 ranks on %s against 2 on the CPU: largest weight "
+                    "difference %.3g %s\n", compress, device.c_str(), dz, okz ? "ok" : "FAIL");
+        failures += !okz;
+      }
     }
   } catch (const std::exception& e) {
     std::printf("multirank_cuda_test: FAIL: %s\n", e.what());
