@@ -196,6 +196,32 @@ void device_free(void* p, size_t bytes) {
 
 void to_device(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
 void to_host(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+
+void* mark_queued() {
+  cudaEvent_t e;
+  CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_OK(cudaEventRecord(e, cudaStreamLegacy));
+  return e;
+}
+
+void to_host_after(void* mark, void* dst, const void* src, size_t bytes) {
+  static std::mutex mu;
+  static std::map<int, cudaStream_t> side;  // one non-blocking stream per device
+  int dev = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  cudaStream_t s;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = side[dev];
+    if (!slot) CUDA_OK(cudaStreamCreateWithFlags(&slot, cudaStreamNonBlocking));
+    s = slot;
+  }
+  CUDA_OK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(mark), 0));
+  CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+}
+
+void release_mark(void* mark) { CUDA_OK(cudaEventDestroy(static_cast<cudaEvent_t>(mark))); }
 void synchronize() { CUDA_OK(cudaDeviceSynchronize()); }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,

@@ -55,6 +55,23 @@ void upload(Device d, void* dst, const void* host, size_t bytes) {
   std::memcpy(dst, host, bytes);
 }
 
+void* mark_queued(Device d) {
+#ifdef LOOM_HAVE_CUDA
+  if (d == Device::kCuda) return cuda::mark_queued();
+#endif
+  if (d == Device::kCuda) throw Error("this build of Loom has no CUDA support");
+  return nullptr;
+}
+
+void download_after(Device d, void* mark, void* host, const void* src, size_t bytes) {
+  if (d == Device::kCuda) ON_CUDA(to_host_after(mark, host, src, bytes));
+  std::memcpy(host, src, bytes);
+}
+
+void release_mark(Device d, void* mark) {
+  if (d == Device::kCuda && mark) ON_CUDA(release_mark(mark));
+}
+
 void synchronize(Device d) {
   if (d == Device::kCuda) ON_CUDA(synchronize());
 }

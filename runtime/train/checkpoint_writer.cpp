@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/rt/dist/comm.hpp"
-#include "loom/rt/tensor/kernels_cuda.hpp"
+#include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/train/train_config.hpp"
 
 namespace loom::rt {
@@ -175,8 +175,9 @@ struct CopyJob {
 
 // Runs the copies on up to 4 threads, cut into equal pieces: one thread does not saturate the
 // memory bus (1 GiB: 0.13-0.24 s on one thread, 0.08 s on two on the 2-core test machine).
-// Copies from CUDA tensors go one after the other (device-to-host over one link).
-void run_copies(const std::vector<CopyJob>& jobs) {
+// Copies from CUDA tensors go one after the other (device-to-host over one link); with a mark
+// (ops::mark_queued), on the device's side stream, beside the work queued after the mark.
+void run_copies(const std::vector<CopyJob>& jobs, void* mark) {
   int64_t total = 0;
   for (const auto& j : jobs) total += j.n;
   const unsigned hw = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
@@ -189,8 +190,9 @@ void run_copies(const std::vector<CopyJob>& jobs) {
         const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
         float* dst = j.dst + (a - at);
         const float* src = j.src->f32() + j.at + (a - at);
-        if (j.src->device() == Device::kCuda) cuda::to_host(dst, src, bytes);
-        else std::memcpy(dst, src, bytes);
+        if (j.src->device() == Device::kCpu) std::memcpy(dst, src, bytes);
+        else if (mark) ops::download_after(j.src->device(), mark, dst, src, bytes);
+        else ops::download(j.src->device(), dst, src, bytes);
       }
       at += j.n;
     }
@@ -218,7 +220,7 @@ double file_mib(const std::string& path) {
 
 }  // namespace
 
-double CheckpointWriter::stage(const CheckpointState& s) {
+double CheckpointWriter::stage(const CheckpointState& s, void* mark) {
   auto t0 = std::chrono::steady_clock::now();
   if (world_ == 1) {
     stage_.model_config = s.model_config;
@@ -241,7 +243,7 @@ double CheckpointWriter::stage(const CheckpointState& s) {
       }
       dst.resize(i);
     }
-    run_copies(jobs);
+    run_copies(jobs, mark);
     return seconds_since(t0);
   }
   // This rank's slice of the flat state, and the layout rank 0's index describes.
@@ -262,7 +264,7 @@ double CheckpointWriter::stage(const CheckpointState& s) {
     if (lo < hi) jobs.push_back({shard_.data.f32() + (lo - mine.first), &e.tensor, lo - at, hi - lo});
     at += n;
   }
-  run_copies(jobs);
+  run_copies(jobs, mark);
   shard_.offset = mine.first;
   shard_.total = total;
   shard_.rank = rank_;
@@ -420,8 +422,16 @@ double CheckpointWriter::save(CheckpointState s, int64_t step, bool sync) {
   // state; wait_copied() holds the first change (the optimizer's step, or rounding for AMP).
   copied_ = false;
   const auto t0 = std::chrono::steady_clock::now();
-  thread_ = std::thread([this, s = std::move(s), step]() mutable {
-    const double c = stage(s);
+  // State on a GPU: the copy starts once the work queued so far (the optimizer's step) is done,
+  // on a side stream of the same device, while the next step's kernels run.
+  bool on_gpu = false;
+  for (const auto& e : s.tensors) on_gpu = on_gpu || e.tensor.device() == Device::kCuda;
+  const int gpu = on_gpu ? ops::current_gpu() : -1;
+  void* mark = on_gpu ? ops::mark_queued(Device::kCuda) : nullptr;
+  thread_ = std::thread([this, s = std::move(s), step, gpu, mark]() mutable {
+    ops::use_gpu(gpu);  // the current device is per thread
+    const double c = stage(s, mark);
+    ops::release_mark(Device::kCuda, mark);
     s = CheckpointState();  // drops the references to the live tensors
     {
       std::lock_guard<std::mutex> lock(mu_);

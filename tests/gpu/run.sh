@@ -131,6 +131,37 @@ PY
 }
 export -f cuda_vs_cpu
 t "loom-train --device cuda against --device cpu (60 steps)" 300 cuda_vs_cpu
+cuda_checkpoint_resume() {  # stopped by SIGUSR1, checkpointed from device memory, resumed: the same weights
+  local mode extra n pid stop rc
+  local common="--device cuda --data fashion-mnist:$data --steps 1000 --global-batch 128 --lr 0.05 --log-every 10 --seed 7"
+  loom-train $common --export "$work/ck-full.h5" >/dev/null 2>&1 || return 1
+  for mode in sync async; do
+    extra="--ckpt-dir $work/ck-$mode --ckpt-every 30"
+    [ $mode = async ] && extra="$extra --ckpt-async"
+    loom-train $common $extra 2>"$work/ck-$mode.err" &
+    pid=$! n=0
+    until grep -q 'step 70/' "$work/ck-$mode.err" 2>/dev/null || [ $n -gt 3000 ]; do sleep 0.01; n=$((n + 1)); done
+    kill -USR1 $pid
+    wait $pid
+    rc=$?
+    stop=$(grep -oE "stopping at step [0-9]+" "$work/ck-$mode.err" | grep -oE "[0-9]+$")
+    echo "checkpoint ($mode): exit $rc after SIGUSR1, stopped at step ${stop:-?}"
+    [ "$rc" = 75 ] && [ -n "$stop" ] || { tail -5 "$work/ck-$mode.err"; return 1; }
+    # From the checkpoint of step 60, written while training went on (in the background with
+    # --ckpt-async): what the copy from device memory caught is the state of step 60.
+    loom-train $common $extra --resume "$work/ck-$mode/ckpt-0000000060.h5" --export "$work/ck-$mode.h5" 2>&1 |
+      grep -E "resumed from" || return 1
+    "$LOOM_PYTHON" - "$work/ck-full.h5" "$work/ck-$mode.h5" "$mode" <<'PY' || return 1
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+worst = max(float(np.max(np.abs(a["params"][k][()] - b["params"][k][()]))) for k in a["params"])
+print(f"checkpoint ({sys.argv[3]}): resumed weights against the uninterrupted run's: largest difference {worst:.3g}")
+sys.exit(0 if worst == 0 else 1)
+PY
+  done
+}
+export -f cuda_checkpoint_resume
+t "loom-train --device cuda: SIGUSR1, checkpoint from device memory (sync, async), resume" 300 cuda_checkpoint_resume
 auto_picks_cuda() {
   loom-train --data "fashion-mnist:$data" --steps 5 --log-every 5 2>&1 | tee "$work/auto.log"
   grep -q "on cuda" "$work/auto.log"

@@ -28,6 +28,13 @@ void set_device(int dev);
 void* device_alloc(size_t bytes);              // cached by size, like the CPU allocator
 void device_free(void* p, size_t bytes);
 void to_device(void* dst, const void* src, size_t bytes);
+// Copies to the host beside the compute: mark_queued() records an event after the work queued so
+// far on the default stream; to_host_after(mark, ...) copies on the device's side stream once
+// that work is done, without waiting for work queued later (the next step's kernels run on);
+// it returns when the copy is done. release_mark() when every copy after it has returned.
+void* mark_queued();
+void to_host_after(void* mark, void* dst, const void* src, size_t bytes);
+void release_mark(void* mark);
 void to_host(void* dst, const void* src, size_t bytes);
 void synchronize();
 

@@ -20,6 +20,10 @@ bool cuda_usable(std::string* why, bool* no_code = nullptr);
 void download(Device d, void* host, const void* src, size_t bytes);
 void upload(Device d, void* dst, const void* host, size_t bytes);
 void synchronize(Device d);
+// cuda::mark_queued, to_host_after and release_mark (null and a plain memcpy on the CPU).
+void* mark_queued(Device d);
+void download_after(Device d, void* mark, void* host, const void* src, size_t bytes);
+void release_mark(Device d, void* mark);
 int select_gpu(int local_rank);
 int current_gpu();     // cuda::current_device
 void use_gpu(int dev);  // cuda::set_device
