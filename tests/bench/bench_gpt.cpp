@@ -16,6 +16,7 @@
 #include "loom/rt/train/trainer.hpp"
 #include "progress.hpp"
 #include "python_peer.hpp"
+#include "sgemm_peer.hpp"
 
 namespace {
 
@@ -122,20 +123,9 @@ double sgemm_gflops(int n, int c, int vocab, int layers, int threads, bool gpu, 
     throw Error("this build of Loom has no CUDA support");
 #endif
   }
-  *which = "cuBLAS SGEMM";
-  cpu::set_threads(threads);
   std::vector<float> a(floats, 0.01f), w(floats, 0.02f), y(floats);
-  double best = 0;
-  for (const char* lib : {"openblas", "onednn"}) {
-    try {
-      cpu::set_gemm_backend(lib);
-    } catch (const Error&) {
-      continue;  // not in this build
-    }
-    const double r = step_gemm_gflops(n, c, vocab, layers, a.data(), w.data(), y.data(), cpu::gemm, [] {});
-    if (r > best) best = r, *which = std::string(lib == std::string("openblas") ? "cblas_sgemm (OpenBLAS)" : "dnnl_sgemm (oneDNN)");
-  }
-  return best;
+  return best_cpu_sgemm(
+      threads, [&] { return step_gemm_gflops(n, c, vocab, layers, a.data(), w.data(), y.data(), cpu::gemm, [] {}); }, which);
 }
 
 int usage() {

@@ -31,6 +31,7 @@
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "python_peer.hpp"
+#include "sgemm_peer.hpp"
 
 namespace {
 
@@ -112,11 +113,9 @@ double torch_samples_per_s(const std::string& layers, int batch, int threads, in
                             setup);
 }
 
-// cblas_sgemm on the GEMMs of one training step (forward, weight gradient, input gradient).
-double sgemm_gflops(const std::vector<int>& w, int batch, int threads) {
+// The GEMMs of one training step (forward, weight gradient, input gradient) through cpu::gemm.
+double sgemm_gflops(const std::vector<int>& w, int batch) {
   using namespace loom::rt;
-  cpu::set_threads(threads);
-  cpu::set_gemm_backend("openblas");  // the ceiling is cblas_sgemm's, whatever loom-train used
   int mx = *std::max_element(w.begin(), w.end());
   std::vector<float> a(static_cast<size_t>(batch) * mx, 0.01f), b(static_cast<size_t>(mx) * mx, 0.02f),
       c(static_cast<size_t>(std::max(batch, mx)) * mx);
@@ -571,9 +570,10 @@ int run_bench(int argc, char** argv) {
     c.layers = loom::rt::parse_widths(layers);
     bench_progress("loom-train, " + std::to_string(c.steps) + " steps");
     loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
-    bench_progress("cblas_sgemm at the same shapes");
+    bench_progress("cblas_sgemm and dnnl_sgemm at the same shapes");
     const bool gpu = r.device == "cuda";
-    double peak = gpu ? 0 : sgemm_gflops(c.layers, c.global_batch, c.threads);
+    std::string sgemm;
+    const double peak = gpu ? 0 : best_cpu_sgemm(c.threads, [&] { return sgemm_gflops(c.layers, c.global_batch); }, &sgemm);
     std::string setup;
     bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
     double torch = torch_samples_per_s(layers, c.global_batch, c.threads, static_cast<int>(c.steps), c.data_dir, r.device, &setup);
@@ -581,9 +581,9 @@ int run_bench(int argc, char** argv) {
     if (format == "json") {
       std::printf("{\"bench\":\"train\",\"device\":\"%s\",\"model\":\"mlp %s\",\"batch\":%d,\"threads\":%d,\"steps\":%lld,"
                   "\"loom_samples_per_s\":%.1f,\"torch_samples_per_s\":%.1f,\"ratio\":%.3f,"
-                  "\"loom_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"gemm_efficiency\":%.3f,\"torch_setup\":\"%s\"}\n",
+                  "\"loom_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"sgemm_library\":\"%s\",\"gemm_efficiency\":%.3f,\"torch_setup\":\"%s\"}\n",
                   r.device.c_str(), layers.c_str(), c.global_batch, c.threads, static_cast<long long>(c.steps), r.samples_per_s, torch,
-                  ratio, r.gflops, peak, peak > 0 ? r.gflops / peak : 0.0, setup.c_str());
+                  ratio, r.gflops, peak, sgemm.c_str(), peak > 0 ? r.gflops / peak : 0.0, setup.c_str());
     } else {
       std::printf("loom-bench train: MLP %s, batch %d, %d threads, %lld steps, Fashion-MNIST, on %s\n", layers.c_str(),
                   c.global_batch, c.threads, static_cast<long long>(c.steps), r.device.c_str());
@@ -594,7 +594,7 @@ int run_bench(int argc, char** argv) {
                     torch, r.device.c_str(), setup.c_str(), c.threads, ratio, gpu ? "1.0x" : "1.5x");
       else std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
       if (!gpu)
-        std::printf("  cblas_sgemm at the same GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", peak,
+        std::printf("  %s at the same GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", sgemm.c_str(), peak,
                     100 * r.gflops / peak);
     }
     return 0;
