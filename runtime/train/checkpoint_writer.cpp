@@ -321,12 +321,15 @@ void CheckpointWriter::write_shard(int64_t step) {
     shard_seconds_ = seconds_since(t0);
     shard_status_.store(1);
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    messages_.push_back({"checkpoint step " + std::to_string(step) + ": rank " + std::to_string(rank_) +
-                             " could not write its shard: " + e.what(),
-                         "\"level\":\"error\",\"event\":\"checkpoint_shard_failed\",\"step\":" + std::to_string(step)});
-    shard_status_.store(2);
+    fail_shard(step, std::string("could not write its shard: ") + e.what());
   }
+}
+
+void CheckpointWriter::fail_shard(int64_t step, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  messages_.push_back({"checkpoint step " + std::to_string(step) + ": rank " + std::to_string(rank_) + " " + why,
+                       "\"level\":\"error\",\"event\":\"checkpoint_shard_failed\",\"step\":" + std::to_string(step)});
+  shard_status_.store(2);
 }
 
 std::pair<float, float> CheckpointWriter::shard_flags() const {
@@ -429,16 +432,27 @@ double CheckpointWriter::save(CheckpointState s, int64_t step, bool sync) {
   const int gpu = on_gpu ? ops::current_gpu() : -1;
   void* mark = on_gpu ? ops::mark_queued(Device::kCuda) : nullptr;
   thread_ = std::thread([this, s = std::move(s), step, gpu, mark]() mutable {
-    ops::use_gpu(gpu);  // the current device is per thread
-    const double c = stage(s, mark);
-    ops::release_mark(Device::kCuda, mark);
+    double c = 0;
+    std::string failed;  // a copy that fails (a CUDA error, no memory) fails this checkpoint, not the run
+    try {
+      ops::use_gpu(gpu);  // the current device is per thread
+      c = stage(s, mark);
+      ops::release_mark(Device::kCuda, mark);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
     s = CheckpointState();  // drops the references to the live tensors
     {
       std::lock_guard<std::mutex> lock(mu_);
       copy_s_ = c;
       copied_ = true;
+      if (!failed.empty() && world_ == 1) result_ = {step, true, "copying the state: " + failed, 0};
     }
     copied_cv_.notify_all();
+    if (!failed.empty()) {
+      if (world_ > 1) fail_shard(step, "could not copy its state: " + failed);
+      return;
+    }
     if (world_ == 1) write_single(step);
     else write_shard(step);
   });

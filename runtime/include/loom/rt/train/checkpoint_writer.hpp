@@ -81,6 +81,7 @@ class CheckpointWriter {
   static std::vector<std::pair<int64_t, std::string>> list(const std::string& dir);
 
  private:
+  void fail_shard(int64_t step, const std::string& why);  // this rank's shard of `step` is lost: said, flagged
   double stage(const CheckpointState& s, void* mark = nullptr);  // copies into stage_ / shard_ (mark: ops::mark_queued)
   void write_single(int64_t step);
   std::string async_text() const;
