@@ -69,11 +69,11 @@ Device choose_device(const TrainConfig& c, std::string* note) {
     *note = "--device auto: a GPU is here, but " + blocker + "; training on the CPU";
     return Device::kCpu;
   }
-  // auto picks what is known to work: these CUDA paths have not yet passed tests/gpu/run.sh on a GPU.
+  // auto leaves the new CUDA paths to the CPU until tests/gpu/run.sh has run them on a GPU.
   const char* untried = c.model == "gpt" ? "the gpt's CUDA path" : c.comm && c.comm->size() > 1 ? "multi-rank CUDA training" : nullptr;
   if (untried) {
-    *note = std::string("--device auto: ") + untried + " has not yet passed tests/gpu/run.sh on a GPU; training on the "
-            "CPU (--device cuda runs it on the GPU)";
+    *note = std::string("--device auto: ") + untried + " is new and has not yet run on a GPU (tests/gpu/run.sh); "
+            "training on the CPU (--device cuda runs it on the GPU)";
     return Device::kCpu;
   }
   return Device::kCuda;
