@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "config.h"
+#ifdef LOOM_HAVE_MPI
+#include <mpi.h>
+#endif
 #include "progress.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/dist/comm.hpp"
@@ -138,7 +141,6 @@ double sgemm_gflops(const std::vector<int>& w, int batch) {
 }
 
 #ifdef LOOM_HAVE_MPI
-#include <mpi.h>
 
 // loom-bench allreduce: Loom's ring allreduce (over MPI point-to-point) against MPI_Allreduce on
 // the same ranks and data; busbw as nccl-tests define it (algbw * 2(p-1)/p). Results are
