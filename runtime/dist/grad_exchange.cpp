@@ -229,24 +229,19 @@ void GradExchange::finish(std::vector<float>& extras, int64_t step) {
     if (error_) std::rethrow_exception(error_);
   } else if (c_.kind == "powersgd") {
     // Gradients on a GPU: PowerSGD runs on host copies of them, which then go back.
-    std::vector<Param>* const mine = params_;
+    std::vector<Param>& mine = *params_;
     std::vector<Param> host;
-    if (!mine->empty() && (*mine)[0].grad.device() != Device::kCpu)
-      for (const auto& p : *mine) host.push_back({p.name, Tensor(), p.grad.to(Device::kCpu)});
-    struct Back {  // params_ points at the model's parameters again, whatever happens
-      std::vector<Param>*& to;
-      std::vector<Param>* was;
-      ~Back() { to = was; }
-    } back{params_, mine};
-    if (!host.empty()) params_ = &host;
-    for (auto& p : *params_) {
+    if (!mine.empty() && mine[0].grad.device() != Device::kCpu)
+      for (const auto& p : mine) host.push_back({p.name, Tensor(), p.grad.to(Device::kCpu)});
+    std::vector<Param>& on_host = host.empty() ? mine : host;
+    for (auto& p : on_host) {
       float* g = p.grad.f32();
       const int64_t n = p.grad.numel();
       for (int64_t k = 0; k < n; ++k) g[k] *= weight_;
     }
-    powersgd(extras, step);
+    powersgd(on_host, extras, step);
     for (size_t i = 0; i < host.size(); ++i)
-      ops::upload((*mine)[i].grad.device(), (*mine)[i].grad.f32(), host[i].grad.f32(), host[i].grad.bytes());
+      ops::upload(mine[i].grad.device(), mine[i].grad.f32(), host[i].grad.f32(), host[i].grad.bytes());
     return;
   } else {
     for (auto& b : buckets_) reduce_bucket(b);
@@ -282,9 +277,8 @@ void orthogonalise(float* p, int rows, int r) {
 
 }  // namespace
 
-void GradExchange::powersgd(std::vector<float>& extras, int64_t step) {
+void GradExchange::powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step) {
   Communicator& comm = *comm_;
-  std::vector<Param>& params = *params_;
   const bool compress = step >= c_.start && !matrices_.empty();
   const int r = c_.rank;
   // Round 1: uncompressed tensors, the extras, and P = (G + E) Q for every compressed matrix.

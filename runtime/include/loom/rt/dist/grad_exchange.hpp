@@ -85,7 +85,7 @@ class GradExchange {
   };
   void plan(const std::vector<Param>& params);
   void reduce_bucket(Bucket& b);  // pack (weighted), sum over ranks, unpack
-  void powersgd(std::vector<float>& extras, int64_t step);
+  void powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step);  // host gradients
   void comm_loop();
 
   CompressConfig c_;
