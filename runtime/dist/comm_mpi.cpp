@@ -48,26 +48,33 @@ class MpiTransport : public Transport {
     sends_.push_back(req);
     send_peers_.push_back(dst);
   }
-  void recv(int src, void* data, size_t bytes, std::chrono::steady_clock::time_point deadline) override {
+  void post_recv(int src, void* data, size_t bytes) override {
     MPI_Request req;
     mpi_check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, kTag, MPI_COMM_WORLD, &req), "MPI_Irecv");
-    wait(&req, 1, deadline, src);
+    recvs_.push_back(req);
+    recv_peers_.push_back(src);
   }
-  void wait_sends(std::chrono::steady_clock::time_point deadline) override {
-    if (sends_.empty()) return;
-    wait(sends_.data(), static_cast<int>(sends_.size()), deadline, send_peers_.front());
-    sends_.clear();
-    send_peers_.clear();
-  }
+  void wait_recvs(std::chrono::steady_clock::time_point deadline) override { wait(&recvs_, &recv_peers_, deadline); }
+  void wait_sends(std::chrono::steady_clock::time_point deadline) override { wait(&sends_, &send_peers_, deadline); }
 
  private:
-  void wait(MPI_Request* reqs, int n, std::chrono::steady_clock::time_point deadline, int peer) {
-    for (int spins = 0;; ++spins) {
+  // Waits for every request of a list and empties it; a timeout names the first peer not done.
+  void wait(std::vector<MPI_Request>* reqs, std::vector<int>* peers, std::chrono::steady_clock::time_point deadline) {
+    for (int spins = 0; !reqs->empty(); ++spins) {
       int done = 0;
-      mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (done) return;
+      mpi_check(MPI_Testall(static_cast<int>(reqs->size()), reqs->data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (done) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        for (int i = 0; i < n; ++i) MPI_Cancel(&reqs[i]);
+        int peer = peers->front();  // the first one not done
+        for (size_t i = reqs->size(); i-- > 0;) {
+          int one = 0;
+          MPI_Test(&(*reqs)[i], &one, MPI_STATUS_IGNORE);
+          if (!one) peer = (*peers)[i];
+        }
+        for (auto& r : *reqs)
+          if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+        reqs->clear();
+        peers->clear();
         throw Error("rank " + std::to_string(rank_) + ": timed out waiting for rank " + std::to_string(peer) +
                     " (hung or dead peer)");
       }
@@ -76,11 +83,13 @@ class MpiTransport : public Transport {
       if (spins > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
       else if (spins > 1000) std::this_thread::yield();
     }
+    reqs->clear();
+    peers->clear();
   }
   int rank_ = 0, size_ = 1;
   bool serialized_ = false;
-  std::vector<MPI_Request> sends_;
-  std::vector<int> send_peers_;
+  std::vector<MPI_Request> sends_, recvs_;
+  std::vector<int> send_peers_, recv_peers_;
 };
 
 }  // namespace

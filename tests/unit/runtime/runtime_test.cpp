@@ -362,6 +362,34 @@ TEST(Comm, HierarchicalSendsLessAcrossNodes) {
   });
 }
 
+TEST(Comm, LargeBuffersArePipelinedInSegmentsWithTheSameSum) {
+  // Buffers of several MiB run as up to 16 segments whose ring steps overlap (flat, and
+  // hierarchical with its steps inside and across nodes); the sums and the bytes sent are those
+  // of one plain ring, up to each segment's rounding of its chunks.
+  struct Case {
+    std::vector<int> nodes;
+    size_t n;
+    size_t bytes;  // what each rank sends
+  };
+  for (const Case& k : {Case{{0, 0, 0}, 1000003, 2 * 1000003 * 2 / 3 * 4},
+                        Case{{0, 0, 1, 1}, 1500001, (1500001 + 1500001 / 2) * 4},
+                        Case{{5, 9, 5, 9, 5, 9}, 2000003, (2000003 * 2 * 2 / 3 + 2000003 / 3) * 4}}) {
+    const int p = static_cast<int>(k.nodes.size());
+    run_ranks(p, [&](Communicator& c) {
+      c.set_nodes(k.nodes);
+      std::vector<float> v(k.n);
+      for (size_t i = 0; i < k.n; ++i) v[i] = static_cast<float>(c.rank() + 1) * static_cast<float>(i % 13);
+      c.allreduce_sum(v.data(), k.n);
+      const float ranks = static_cast<float>(p * (p + 1) / 2);
+      for (size_t i = 0; i < k.n; ++i) ASSERT_FLOAT_EQ(v[i], ranks * static_cast<float>(i % 13)) << p << " " << i;
+      EXPECT_NEAR(static_cast<double>(c.bytes_sent()), static_cast<double>(k.bytes), 16.0 * p * 4 * 2) << p;
+      std::vector<float> w(k.n, 0.5f);
+      c.allreduce_sum_half(w.data(), k.n);
+      for (size_t i = 0; i < k.n; i += 997) ASSERT_EQ(w[i], 0.5f * static_cast<float>(p)) << i;
+    });
+  }
+}
+
 TEST(Comm, HalfAllreduceSendsHalfTheBytes) {
   run_ranks(3, [&](Communicator& c) {
     const size_t n = 999;

@@ -22,9 +22,16 @@ class Transport {
   virtual const char* name() const = 0;
   // Starts sending `bytes` to `dst`; the buffer must stay valid until wait_sends() returns.
   virtual void send(int dst, const void* data, size_t bytes) = 0;
-  // Receives exactly `bytes` from `src`; throws Error naming `src` when `deadline` passes.
-  virtual void recv(int src, void* data, size_t bytes, std::chrono::steady_clock::time_point deadline) = 0;
+  // Starts receiving exactly `bytes` from `src` into `data`. Receives from one source complete in
+  // the order they were posted, matched with that source's sends in the order it made them.
+  virtual void post_recv(int src, void* data, size_t bytes) = 0;
+  // Waits for every posted receive; throws Error naming a source when `deadline` passes.
+  virtual void wait_recvs(std::chrono::steady_clock::time_point deadline) = 0;
   virtual void wait_sends(std::chrono::steady_clock::time_point deadline) = 0;
+  void recv(int src, void* data, size_t bytes, std::chrono::steady_clock::time_point deadline) {
+    post_recv(src, data, bytes);
+    wait_recvs(deadline);
+  }
   // Whether one thread may drive the transport while another made the previous calls (never
   // two at once): MPI_THREAD_SERIALIZED or better. Needed to overlap collectives with backward.
   virtual bool thread_serialized() const { return true; }
@@ -65,10 +72,18 @@ class Communicator {
     std::vector<int> ranks;
     int me = 0;
   };
+  struct Step {  // one ring step: what a rank sends and receives, in elements of the whole buffer
+    int to, from;
+    size_t send_at, send_n, recv_at, recv_n;
+    bool reduce;  // add what arrives (reduce-scatter), else copy it in (allgather)
+  };
+  // The p-1 steps of a ring reduce-scatter (after it, member i owns the sum of chunk (i+1) % p)
+  // or allgather (its inverse) over [at, at + n).
+  static void ring_steps(const Group& g, size_t at, size_t n, bool reduce, std::vector<Step>* out);
+  std::vector<Step> allreduce_steps(size_t at, size_t n) const;
+  // Runs segments' steps as a pipeline: segment k takes its step j at tick k + j.
   template <class T>
-  void ring_reduce_scatter(const Group& g, T* data, size_t n, size_t* begin, size_t* count);
-  template <class T>
-  void ring_allgather(const Group& g, T* data, size_t n);
+  void run_steps(T* data, const std::vector<std::vector<Step>>& segments);
   template <class T>
   void allreduce(T* data, size_t n);
   std::chrono::steady_clock::time_point deadline() const;
