@@ -14,6 +14,7 @@
 #include "loom/rt/tensor/kernels_cuda.hpp"
 #endif
 #include "loom/rt/train/trainer.hpp"
+#include "bench_args.hpp"
 #include "progress.hpp"
 #include "python_peer.hpp"
 #include "sgemm_peer.hpp"
@@ -158,22 +159,18 @@ int bench_train_gpt(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return usage();
     const std::string v = argv[++i];
-    try {
-      if (a == "--model") { if (v != "gpt") return usage(); }
-      else if (a == "--data" && v.rfind("text:", 0) == 0) c.text_path = v.substr(5);
-      else if (a == "--steps") c.steps = std::stoll(v);
-      else if (a == "--batch") c.global_batch = std::stoi(v);
-      else if (a == "--threads") c.threads = std::stoi(v);
-      else if (a == "--context") c.context = std::stoi(v);
-      else if (a == "--n-layer") c.gpt_layers = std::stoi(v);
-      else if (a == "--n-head") c.heads = std::stoi(v);
-      else if (a == "--n-embd") c.embd = std::stoi(v);
-      else if (a == "--format") format = v;
-      else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
-      else return usage();
-    } catch (...) {
-      return usage();
-    }
+    if (a == "--model") { if (v != "gpt") return usage(); }
+    else if (a == "--data" && v.rfind("text:", 0) == 0) c.text_path = v.substr(5);
+    else if (a == "--steps") c.steps = bench_whole(a, v, 1);
+    else if (a == "--batch") c.global_batch = bench_int(a, v);
+    else if (a == "--threads") c.threads = bench_int(a, v);
+    else if (a == "--context") c.context = bench_int(a, v);
+    else if (a == "--n-layer") c.gpt_layers = bench_int(a, v);
+    else if (a == "--n-head") c.heads = bench_int(a, v);
+    else if (a == "--n-embd") c.embd = bench_int(a, v);
+    else if (a == "--format") format = v;
+    else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
+    else return usage();
   }
   try {
     bench_progress("loom-train gpt, " + std::to_string(c.steps) + " steps");

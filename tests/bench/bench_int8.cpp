@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "best_of.hpp"
+#include "bench_args.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/kernels.hpp"
@@ -39,11 +40,11 @@ int bench_gemm(int argc, char** argv) {
   Args a(argc, argv);
   if (!a.ok) return bad("gemm", "options come as --name value pairs");
   for (const auto& [key, v] : a.kv) {
-    if (key == "m") m = std::stoi(v);
-    else if (key == "n") n = std::stoi(v);
-    else if (key == "k") k = std::stoi(v);
-    else if (key == "threads") threads = std::stoi(v);
-    else if (key == "reps") reps = std::stoi(v);
+    if (key == "m") m = bench_int("--m", v);
+    else if (key == "n") n = bench_int("--n", v);
+    else if (key == "k") k = bench_int("--k", v);
+    else if (key == "threads") threads = bench_int("--threads", v);
+    else if (key == "reps") reps = bench_int("--reps", v);
     else if (key == "format") format = v;
     else return bad("gemm", "unknown option --" + key + " (--m --n --k --threads --reps --format)");
   }
@@ -85,13 +86,13 @@ int bench_infer(int argc, char** argv) {
   for (const auto& [key, v] : a.kv) {
     if (key == "model") fp32 = v;
     else if (key == "compare") int8 = v;
-    else if (key == "batch") batch = std::stoi(v);
-    else if (key == "threads") threads = std::stoi(v);
-    else if (key == "reps") reps = std::stoi(v);
+    else if (key == "batch") batch = bench_int("--batch", v);
+    else if (key == "threads") threads = bench_int("--threads", v);
+    else if (key == "reps") reps = bench_int("--reps", v);
     else if (key == "format") format = v;
     else if (key == "onnx") onnx = v;
-    else if (key == "seq") seq = std::stoi(v);
-    else if (key == "int-max") int_max = std::stoi(v);
+    else if (key == "seq") seq = bench_int("--seq", v);
+    else if (key == "int-max") int_max = bench_int("--int-max", v);
     else return bad("infer", "unknown option --" + key + " (--model --compare --onnx --batch --seq --int-max --threads --reps --format)");
   }
   if (batch <= 0 || threads <= 0 || reps <= 0 || seq <= 0 || int_max <= 0 || (format != "text" && format != "json"))

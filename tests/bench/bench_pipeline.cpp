@@ -18,6 +18,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "pipeline/pipeline.hpp"
 #include "services.hpp"
+#include "bench_args.hpp"
 
 namespace {
 
@@ -102,10 +103,10 @@ int bench_pipeline(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--spec") spec_file = v;
     else if (k == "--addr") addr = v;
-    else if (k == "--requests") requests = std::stoi(v);
-    else if (k == "--batch") batch = std::stoi(v);
-    else if (k == "--seq") seq = std::stoi(v);
-    else if (k == "--int-max") int_max = std::stoi(v);
+    else if (k == "--requests") requests = bench_int(k, v);
+    else if (k == "--batch") batch = bench_int(k, v);
+    else if (k == "--seq") seq = bench_int(k, v);
+    else if (k == "--int-max") int_max = bench_int(k, v);
     else if (k == "--format") format = v;
     else {
       std::fprintf(stderr, "loom-bench pipeline: unknown option %s (--spec --addr --requests --batch --seq --int-max --format)\n", k.c_str());

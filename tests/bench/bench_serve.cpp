@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "grpc_service.grpc.pb.h"
+#include "bench_args.hpp"
 #include "progress.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/io/model_io.hpp"
@@ -281,13 +282,13 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--server") server = v;
-    else if (a == "--seconds") seconds = std::max(0.5, std::stod(v));
-    else if (a == "--threads") threads = std::max(1, std::stoi(v));
-    else if (a == "--delay-us") delay_us = std::max<int64_t>(0, std::stoll(v));
+    else if (a == "--seconds") seconds = std::max(0.5, bench_real(a, v, 0));
+    else if (a == "--threads") threads = bench_int(a, v);
+    else if (a == "--delay-us") delay_us = bench_whole(a, v, 0);
     else if (a == "--format") format = v;
     else if (a == "--compare" && i + 2 < argc) compare_a = v, compare_b = argv[i + 2], ++i;
     else if (a == "--model") compare_model = v;
-    else if (a == "--features") compare_features = std::max(1, std::stoi(v));
+    else if (a == "--features") compare_features = bench_int(a, v);
     else {
       std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                            "       loom-bench serve --compare GRPC_ADDR PEER_GRPC_ADDR --model M [--features N] [--seconds S]\n");

@@ -21,6 +21,7 @@
 #ifdef LOOM_HAVE_MPI
 #include <mpi.h>
 #endif
+#include "bench_args.hpp"
 #include "progress.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/dist/comm.hpp"
@@ -378,7 +379,7 @@ int usage(std::FILE* to = stderr) {
                "                        [--data FASHION-MNIST-DIR]\n"
                "       loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T] ...\n"
                "                        [--format text|json]\n"
-               "       mpirun -np N loom-bench allreduce [--bytes N] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
+               "       mpirun -np N loom-bench allreduce [--bytes N[,N...]] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
@@ -407,6 +408,16 @@ int run_bench(int argc, char** argv);
 
 // --mllog FILE (anywhere after the subcommand) is taken out here: the subcommand runs with
 // --format json and its figures go to FILE as :::MLLOG events (bench_mllog.cpp).
+// A bad option value (bench_args.hpp) is answered with its message and exit 2.
+int run_checked(int argc, char** argv) {
+  try {
+    return run_bench(argc, argv);
+  } catch (const BenchUsage& e) {
+    std::fprintf(stderr, "loom-bench: %s\n", e.what());
+    return 2;
+  }
+}
+
 int main_with_mllog(int argc, char** argv) {
   std::vector<char*> args;
   std::string path;
@@ -420,7 +431,7 @@ int main_with_mllog(int argc, char** argv) {
     if (i >= 2 && a == "--format" && i + 1 < argc && std::string(argv[i + 1]) == "text") text = true;
     args.push_back(argv[i]);
   }
-  if (path.empty()) return run_bench(argc, argv);
+  if (path.empty()) return run_checked(argc, argv);
   if (text) {
     std::fprintf(stderr, "loom-bench: --mllog records the JSON figures: leave out --format text\n");
     return 2;
@@ -430,7 +441,7 @@ int main_with_mllog(int argc, char** argv) {
   args.push_back(json);
   args.push_back(nullptr);
   try {
-    return bench_with_mllog(path, argv[1], [&] { return run_bench(static_cast<int>(args.size() - 1), args.data()); });
+    return bench_with_mllog(path, argv[1], [&] { return run_checked(static_cast<int>(args.size() - 1), args.data()); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom-bench: %s\n", e.what());
     return 1;
@@ -463,6 +474,8 @@ int run_bench(int argc, char** argv) {
 #ifdef LOOM_BENCH_SERVE
     try {
       return bench_pipeline(argc, argv);
+    } catch (const BenchUsage&) {
+      throw;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom-bench pipeline: %s\n", e.what());
       return 1;
@@ -478,6 +491,8 @@ int run_bench(int argc, char** argv) {
       char self[4096];
       const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
       return bench_serve(argc, argv, n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
+    } catch (const BenchUsage&) {
+      throw;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "loom-bench serve: %s\n", e.what());
       return 1;
@@ -493,9 +508,9 @@ int run_bench(int argc, char** argv) {
     int reps = 2;
     for (int i = 2; i + 1 < argc; i += 2) {
       std::string a = argv[i], v = argv[i + 1];
-      if (a == "--bytes") bytes = static_cast<size_t>(std::stoull(v));
+      if (a == "--bytes") bytes = static_cast<size_t>(bench_whole(a, v, 1));
       else if (a == "--dir") dir = v;
-      else if (a == "--reps") reps = std::max(1, std::stoi(v));
+      else if (a == "--reps") reps = bench_int(a, v);
       else if (a == "--format") format = v;
       else return usage();
     }
@@ -525,8 +540,8 @@ int run_bench(int argc, char** argv) {
       }
       if (i + 1 >= argc) return usage();
       std::string v = argv[i + 1];
-      if (a == "--bytes") sizes = {static_cast<size_t>(std::stoull(v))};
-      else if (a == "--iters") iters = std::max(1, std::stoi(v));
+      if (a == "--bytes") sizes = bench_sizes(a, v);
+      else if (a == "--iters") iters = bench_int(a, v);
       else if (a == "--format") format = v;
       else if (a == "--backend") backend = v;
       else return usage();
@@ -554,19 +569,15 @@ int run_bench(int argc, char** argv) {
     std::string a = argv[i];
     if (i + 1 >= argc) return usage();
     std::string v = argv[++i];
-    try {
-      if (a == "--steps") c.steps = std::stoll(v);
-      else if (a == "--batch") c.global_batch = std::stoi(v);
-      else if (a == "--threads") c.threads = std::stoi(v);
-      else if (a == "--layers") layers = v;
-      else if (a == "--format") format = v;
-      else if (a == "--gemm") c.gemm = v;
-      else if (a == "--device") c.device = v;
-      else if (a == "--data") c.data_dir = v;  // a Fashion-MNIST folder (the bundle's on the GPU machine)
-      else return usage();
-    } catch (...) {
-      return usage();
-    }
+    if (a == "--steps") c.steps = bench_whole(a, v, 1);
+    else if (a == "--batch") c.global_batch = bench_int(a, v);
+    else if (a == "--threads") c.threads = bench_int(a, v);
+    else if (a == "--layers") layers = v;
+    else if (a == "--format") format = v;
+    else if (a == "--gemm") c.gemm = v;
+    else if (a == "--device") c.device = v;
+    else if (a == "--data") c.data_dir = v;  // a Fashion-MNIST folder (the bundle's on the GPU machine)
+    else return usage();
   }
   try {
     c.layers = loom::rt::parse_widths(layers);

@@ -89,6 +89,22 @@ if [ -x "$LOOM_BUILDDIR/loom-bench" ] && command -v mpirun >/dev/null; then
   expect_eq "loom-bench allreduce on one rank: refused" 2 "$rc"
   expect_match "loom-bench allreduce on one rank: says why" "needs at least 2 ranks" "$err"
 fi
+# loom-bench reads its numbers whole: trailing letters or none at all are refused by name.
+run_cmd "$LOOM_BUILDDIR/loom-bench" checkpoint --bytes 12x --dir "$LOOM_TMP"
+expect_eq "loom-bench --bytes 12x: refused" 2 "$rc"
+expect_match "loom-bench --bytes 12x: says why" "--bytes must be a whole number of at least 1, not '12x'" "$err"
+run_cmd "$LOOM_BUILDDIR/loom-bench" gemm --m abc
+expect_eq "loom-bench gemm --m abc: refused, not aborted" 2 "$rc"
+expect_match "loom-bench gemm --m abc: says why" "--m must be a whole number of at least 1, not 'abc'" "$err"
+run_cmd "$LOOM_BUILDDIR/loom-bench" train --model gpt --batch 0
+expect_eq "loom-bench train --batch 0: refused" 2 "$rc"
+expect_match "loom-bench train --batch 0: says why" "--batch must be a whole number of at least 1, not '0'" "$err"
+if [ -x "$LOOM_BUILDDIR/loom-bench" ] && command -v mpirun >/dev/null; then
+  run_cmd "$LOOM_BUILDDIR/loom-bench" allreduce --bytes 1048576,16777216
+  expect_match "loom-bench allreduce --bytes takes a list" "needs at least 2 ranks" "$err"
+  run_cmd "$LOOM_BUILDDIR/loom-bench" allreduce --bytes 1048576,
+  expect_match "loom-bench allreduce --bytes: an empty size is refused" "--bytes must be a whole number" "$err"
+fi
 run_cmd "$LOOM_BUILDDIR/loom-bench" --help
 expect_eq "loom-bench --help exit" 0 "$rc"
 expect_match "loom-bench --help on stdout" "usage: loom-bench" "$out"
