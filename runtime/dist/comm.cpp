@@ -90,6 +90,10 @@ void Communicator::ring_steps(const Group& g, size_t at, size_t n, bool reduce, 
 // Flat: reduce-scatter and allgather around the world's ring. Hierarchical: reduce-scatter inside
 // the node (this rank then owns [b, b+c) of its node's sum), the same chunk reduce-scattered and
 // allgathered across nodes, allgather inside the node.
+void Communicator::owned_chunk(const Group& g, size_t n, size_t* begin, size_t* count) {
+  chunk(n, g.ranks.size(), (static_cast<size_t>(g.me) + 1) % g.ranks.size(), begin, count);
+}
+
 std::vector<Communicator::Step> Communicator::allreduce_steps(size_t at, size_t n) const {
   std::vector<Step> out;
   if (!hierarchical()) {
@@ -98,7 +102,7 @@ std::vector<Communicator::Step> Communicator::allreduce_steps(size_t at, size_t 
     return out;
   }
   size_t b, c;
-  chunk(n, local_.ranks.size(), (static_cast<size_t>(local_.me) + 1) % local_.ranks.size(), &b, &c);
+  owned_chunk(local_, n, &b, &c);
   ring_steps(local_, at, n, true, &out);
   ring_steps(cross_, at + b, c, true, &out);
   ring_steps(cross_, at + b, c, false, &out);
@@ -171,7 +175,7 @@ void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* begin, size
   std::vector<std::vector<Step>> one(1);
   ring_steps(world_, 0, n, true, &one[0]);
   run_steps(data, one);
-  chunk(n, world_.ranks.size(), (static_cast<size_t>(world_.me) + 1) % world_.ranks.size(), begin, count);
+  owned_chunk(world_, n, begin, count);
 }
 
 void Communicator::allgather_chunks(float* data, size_t n) {
@@ -249,24 +253,20 @@ class InprocTransport : public Transport {
   }
   void post_recv(int src, void* data, size_t bytes) override { pending_.push_back({src, data, bytes}); }
   void wait_recvs(std::chrono::steady_clock::time_point deadline) override {
+    std::vector<Pending> todo;
+    todo.swap(pending_);  // posted receives end here, received or not
     std::unique_lock<std::mutex> lock(hub_->mu);
-    for (const auto& r : pending_) {
+    for (const auto& r : todo) {
       auto& q = hub_->queues[{r.src, rank_}];
-      if (!hub_->cv.wait_until(lock, deadline, [&] { return !q.empty(); })) {
-        pending_.clear();
+      if (!hub_->cv.wait_until(lock, deadline, [&] { return !q.empty(); }))
         throw Error("rank " + std::to_string(rank_) + ": timed out waiting for rank " + std::to_string(r.src) +
                     " (hung or dead peer)");
-      }
-      if (q.front().size() != r.bytes) {
-        const size_t got = q.front().size();
-        pending_.clear();
+      if (q.front().size() != r.bytes)
         throw Error("rank " + std::to_string(rank_) + ": message from rank " + std::to_string(r.src) + " has " +
-                    std::to_string(got) + " bytes, expected " + std::to_string(r.bytes));
-      }
+                    std::to_string(q.front().size()) + " bytes, expected " + std::to_string(r.bytes));
       std::memcpy(r.data, q.front().data(), r.bytes);
       q.pop_front();
     }
-    pending_.clear();
   }
   void wait_sends(std::chrono::steady_clock::time_point) override {}  // sends copy eagerly
 

@@ -59,22 +59,24 @@ class MpiTransport : public Transport {
 
  private:
   // Waits for every request of a list and empties it; a timeout names the first peer not done.
-  void wait(std::vector<MPI_Request>* reqs, std::vector<int>* peers, std::chrono::steady_clock::time_point deadline) {
-    for (int spins = 0; !reqs->empty(); ++spins) {
+  void wait(std::vector<MPI_Request>* list, std::vector<int>* list_peers, std::chrono::steady_clock::time_point deadline) {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    reqs.swap(*list);  // the list ends here, completed or not
+    peers.swap(*list_peers);
+    for (int spins = 0; !reqs.empty(); ++spins) {
       int done = 0;
-      mpi_check(MPI_Testall(static_cast<int>(reqs->size()), reqs->data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (done) break;
+      mpi_check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
-        int peer = peers->front();  // the first one not done
-        for (size_t i = reqs->size(); i-- > 0;) {
+        int peer = peers.front();  // the first one not done
+        for (size_t i = reqs.size(); i-- > 0;) {
           int one = 0;
-          MPI_Test(&(*reqs)[i], &one, MPI_STATUS_IGNORE);
-          if (!one) peer = (*peers)[i];
+          MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE);
+          if (!one) peer = peers[i];
         }
-        for (auto& r : *reqs)
+        for (auto& r : reqs)
           if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-        reqs->clear();
-        peers->clear();
         throw Error("rank " + std::to_string(rank_) + ": timed out waiting for rank " + std::to_string(peer) +
                     " (hung or dead peer)");
       }
@@ -83,8 +85,6 @@ class MpiTransport : public Transport {
       if (spins > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
       else if (spins > 1000) std::this_thread::yield();
     }
-    reqs->clear();
-    peers->clear();
   }
   int rank_ = 0, size_ = 1;
   bool serialized_ = false;

@@ -17,16 +17,13 @@ struct BenchUsage : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// A whole number from lo to hi.
+// A whole number of at least lo (and at most hi, the type's limit).
 inline long long bench_whole(const std::string& flag, const std::string& v, long long lo, long long hi = LLONG_MAX) {
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
-    throw BenchUsage(flag + " must be a whole number " +
-                     (hi == LLONG_MAX || hi == INT_MAX ? "of at least " + std::to_string(lo)
-                                                       : "from " + std::to_string(lo) + " to " + std::to_string(hi)) +
-                     ", not '" + v + "'");
+    throw BenchUsage(flag + " must be a whole number of at least " + std::to_string(lo) + ", not '" + v + "'");
   return x;
 }
 

@@ -80,6 +80,7 @@ class Communicator {
   // The p-1 steps of a ring reduce-scatter (after it, member i owns the sum of chunk (i+1) % p)
   // or allgather (its inverse) over [at, at + n).
   static void ring_steps(const Group& g, size_t at, size_t n, bool reduce, std::vector<Step>* out);
+  static void owned_chunk(const Group& g, size_t n, size_t* begin, size_t* count);  // after reduce-scatter
   std::vector<Step> allreduce_steps(size_t at, size_t n) const;
   // Runs segments' steps as a pipeline: segment k takes its step j at tick k + j.
   template <class T>
