@@ -25,8 +25,9 @@ struct NcclCommunicator::Impl {
   cudaEvent_t queued = nullptr;  // recorded on the default stream before each collective
   bool ring_from_plugin = false;
   // The NCCL stream is non-blocking: without this it would not wait for the kernels (on the
-  // default stream) that wrote the buffer it is about to reduce.
-  void after_default_stream();
+  // default stream) that wrote the buffer it is about to reduce. `after`: a mark recorded on the
+  // default stream right after those kernels (work queued later need not finish first).
+  void after_default_stream(void* after = nullptr);
 };
 
 namespace {
@@ -55,9 +56,10 @@ int ring_position() {
 
 }  // namespace
 
-void NcclCommunicator::Impl::after_default_stream() {
-  cuda_check(cudaEventRecord(queued, cudaStreamLegacy), "cudaEventRecord");
-  cuda_check(cudaStreamWaitEvent(stream, queued, 0), "cudaStreamWaitEvent");
+void NcclCommunicator::Impl::after_default_stream(void* after) {
+  cudaEvent_t e = after ? static_cast<cudaEvent_t>(after) : queued;
+  if (!after) cuda_check(cudaEventRecord(queued, cudaStreamLegacy), "cudaEventRecord");
+  cuda_check(cudaStreamWaitEvent(stream, e, 0), "cudaStreamWaitEvent");
 }
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
@@ -135,6 +137,29 @@ int NcclCommunicator::select_device() {
   return dev;
 }
 
+std::string NcclCommunicator::shared_gpu() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) return {};
+  int dev = 0, me = 0, size = 1;
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  char bus[32] = {0};  // "0000:3b:00.0": the GPU itself, whatever CUDA_VISIBLE_DEVICES numbers it
+  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, dev), "cudaDeviceGetPCIBusId");
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char> all(sizeof bus * static_cast<size_t>(size));
+  MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, MPI_COMM_WORLD);
+  const std::vector<int> nodes = mpi_node_ids();
+  for (int a = 0; a < size; ++a)
+    for (int b = a + 1; b < size; ++b) {
+      const char* x = all.data() + sizeof bus * static_cast<size_t>(a);
+      if (nodes[static_cast<size_t>(a)] == nodes[static_cast<size_t>(b)] &&
+          std::strncmp(x, all.data() + sizeof bus * static_cast<size_t>(b), sizeof bus) == 0)
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " both drive GPU " + x + " on one node";
+    }
+  return {};
+}
+
 void NcclCommunicator::wait(const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                               std::chrono::duration<double>(timeout_s_));
@@ -159,16 +184,16 @@ void NcclCommunicator::wait(const char* what) {
   }
 }
 
-void NcclCommunicator::allreduce_sum(float* d, size_t n) {
+void NcclCommunicator::allreduce_sum(float* d, size_t n, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
-  impl_->after_default_stream();
+  impl_->after_default_stream(after);
   nccl_check(ncclAllReduce(d, d, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   wait("allreduce");
 }
 
-void NcclCommunicator::allreduce_sum_half(void* d, size_t n) {
+void NcclCommunicator::allreduce_sum_half(void* d, size_t n, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
-  impl_->after_default_stream();
+  impl_->after_default_stream(after);
   nccl_check(ncclAllReduce(d, d, n, ncclFloat16, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   wait("allreduce (fp16)");
 }

@@ -40,13 +40,35 @@ GradExchange::GradExchange(CompressConfig c, double bucket_mb) : c_(std::move(c)
 }
 
 GradExchange::~GradExchange() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
   }
-  cv_.notify_all();
-  thread_.join();
+  try {
+    drop_marks();
+    for (auto& b : buckets_)
+      if (b.pinned) ops::unpin(dev_, b.buf.data());
+  } catch (const std::exception&) {  // the device is already gone: nothing left to give back
+  }
+}
+
+void GradExchange::set_device_comm(DeviceCollectives* dc) {
+  if (planned_) throw Error("GradExchange::set_device_comm after the first step");
+  if (dc && (sharded_ || c_.kind == "powersgd"))
+    throw Error("gradients summed on the device: plain or fp16 only, not sharded and not PowerSGD");
+  dev_comm_ = dc;
+}
+
+void GradExchange::drop_marks() {
+  for (auto& b : buckets_) {
+    ops::release_mark(dev_, b.ready_mark);
+    ops::release_mark(dev_, b.landed_mark);
+    b.ready_mark = b.landed_mark = nullptr;
+  }
 }
 
 void GradExchange::plan(const std::vector<Param>& params) {
@@ -121,7 +143,11 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float w
   comm_ = &comm;
   params_ = &params;
   weight_ = weight;
-  if (!planned_) plan(params);
+  if (!planned_) {
+    dev_ = params.empty() ? Device::kCpu : params[0].grad.device();
+    plan(params);
+  }
+  drop_marks();  // a step that failed midway leaves some
   is_ready_.assign(params.size(), 0);
   for (auto& b : buckets_) b.pending = static_cast<int>(b.params.size());
   done_ = 0;
@@ -136,6 +162,7 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float w
 void GradExchange::set_sharded() {
   if (c_.kind != "none") throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c_.kind);
   if (planned_) throw Error("GradExchange::set_sharded after the first step");
+  if (dev_comm_) throw Error("--zero 1 shards gradients on the host: not with gradients summed on the device");
   sharded_ = true;
 }
 
@@ -144,6 +171,7 @@ void GradExchange::ready(size_t param) {
   is_ready_[param] = 1;
   const size_t b = bucket_of_[param];
   if (--buckets_[b].pending > 0 || !overlaps()) return;
+  mark_ready(buckets_[b]);
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(b);
@@ -181,19 +209,43 @@ void GradExchange::comm_loop() {
   }
 }
 
-// Gradients on a GPU are staged through the bucket's host buffer: copied down (a copy on the
-// default stream, so after the kernels that wrote them), reduced by the host transport, copied
-// back. The fallback where the trainer does not drive NCCL.
+void GradExchange::mark_ready(Bucket& b) {
+  if (dev_comm_) {
+    const bool half = c_.kind == "fp16";
+    if (!b.dev.defined()) b.dev = Tensor::empty({static_cast<int64_t>(b.floats)}, half ? DType::kF16 : DType::kF32, dev_);
+    size_t at = 0;
+    for (size_t i : b.params) {
+      const Tensor& grad = (*params_)[i].grad;
+      if (half) ops::to_half(dev_, b.dev.data<uint16_t>() + at, grad.f32(), weight_, grad.numel());
+      else ops::scale_copy(dev_, b.dev.f32() + at, grad.f32(), weight_, grad.numel());
+      at += static_cast<size_t>(grad.numel());
+    }
+  }
+  b.ready_mark = ops::mark_queued(dev_);  // null on the CPU
+}
+
+// Staged gradients on a GPU are copied down on the side stream once the work that wrote them is
+// done (not waiting for the kernels backward queued since), summed by the host transport, and
+// copied back on that stream; the default stream waits for those copies only before the
+// optimizer (land_buckets). The fallback where there is no device communicator.
 void GradExchange::reduce_bucket(Bucket& b) {
+  if (dev_comm_) {
+    const bool half = c_.kind == "fp16";
+    if (half) dev_comm_->allreduce_sum_half(b.dev.data<uint16_t>(), b.floats, b.ready_mark);
+    else dev_comm_->allreduce_sum(b.dev.f32(), b.floats, b.ready_mark);
+    last_bytes_ += b.floats * (half ? sizeof(uint16_t) : sizeof(float));
+    return;  // land_buckets unpacks it
+  }
   b.buf.resize(b.floats);
+  if (dev_ != Device::kCpu && !b.pinned) b.pinned = ops::pin(dev_, b.buf.data(), b.buf.size() * sizeof(float));
   float* at = b.buf.data();
   const float w = weight_;
   for (size_t i : b.params) {
     const Tensor& grad = (*params_)[i].grad;
     const int64_t n = grad.numel();
     const float* g = grad.f32();
-    if (grad.device() != Device::kCpu) {
-      ops::download(grad.device(), at, g, static_cast<size_t>(n) * sizeof(float));
+    if (dev_ != Device::kCpu) {
+      ops::download_after(dev_, b.ready_mark, at, g, static_cast<size_t>(n) * sizeof(float));
       g = at;
     }
     for (int64_t k = 0; k < n; ++k) at[k] = g[k] * w;
@@ -215,9 +267,26 @@ void GradExchange::reduce_bucket(Bucket& b) {
   for (size_t i : b.params) {
     const Tensor& grad = (*params_)[i].grad;
     const int64_t n = grad.numel();
-    ops::upload(grad.device(), grad.f32(), at, static_cast<size_t>(n) * sizeof(float));
+    ops::upload_beside(dev_, grad.f32(), at, static_cast<size_t>(n) * sizeof(float));
     at += n;
   }
+  b.landed_mark = ops::mark_beside(dev_);
+}
+
+void GradExchange::land_buckets() {
+  for (auto& b : buckets_) {
+    if (dev_comm_) {
+      size_t at = 0;
+      for (size_t i : b.params) {
+        const Tensor& grad = (*params_)[i].grad;
+        if (c_.kind == "fp16") ops::from_half(dev_, grad.f32(), b.dev.data<uint16_t>() + at, grad.numel());
+        else ops::scale_copy(dev_, grad.f32(), b.dev.f32() + at, 1.0f, grad.numel());
+        at += static_cast<size_t>(grad.numel());
+      }
+    }
+    ops::queue_after(dev_, b.landed_mark);
+  }
+  drop_marks();
 }
 
 void GradExchange::finish(std::vector<float>& extras, int64_t step) {
@@ -244,8 +313,12 @@ void GradExchange::finish(std::vector<float>& extras, int64_t step) {
       ops::upload(mine[i].grad.device(), mine[i].grad.f32(), host[i].grad.f32(), host[i].grad.bytes());
     return;
   } else {
-    for (auto& b : buckets_) reduce_bucket(b);
+    for (auto& b : buckets_) {
+      mark_ready(b);
+      reduce_bucket(b);
+    }
   }
+  land_buckets();
   comm_->allreduce_sum(extras.data(), extras.size());
   last_bytes_ += extras.size() * sizeof(float);
 }

@@ -2,6 +2,7 @@
 // call is checked and reports file:line with the library's own message.
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -119,6 +120,35 @@ __global__ void k_adamw(float* w, const float* g, float* m, float* v, int64_t n,
   w[k] -= (lr / bc1) * m[k] / (sqrtf(v[k]) / root_bc2 + eps);
 }
 
+// The gradient exchange's packing: dst = a * src, in fp32 or rounded to fp16 (nearest even).
+__global__ void k_scale_copy(float* dst, const float* src, float a, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) dst[i] = a * src[i];
+}
+
+__global__ void k_to_half(__half* dst, const float* src, float a, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) dst[i] = __float2half_rn(a * src[i]);
+}
+
+__global__ void k_from_half(float* dst, const __half* src, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) dst[i] = __half2float(src[i]);
+}
+
+// One non-blocking stream per device beside the default stream: copies that must not wait for
+// work queued after them there (checkpoints, staged gradients).
+cudaStream_t side_stream() {
+  static std::mutex mu;
+  static std::map<int, cudaStream_t> side;
+  int dev = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = side[dev];
+  if (!slot) CUDA_OK(cudaStreamCreateWithFlags(&slot, cudaStreamNonBlocking));
+  return slot;
+}
+
 }  // namespace
 
 bool available(std::string* why, bool* no_code) {
@@ -205,20 +235,33 @@ void* mark_queued() {
 }
 
 void to_host_after(void* mark, void* dst, const void* src, size_t bytes) {
-  static std::mutex mu;
-  static std::map<int, cudaStream_t> side;  // one non-blocking stream per device
-  int dev = 0;
-  CUDA_OK(cudaGetDevice(&dev));
-  cudaStream_t s;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto& slot = side[dev];
-    if (!slot) CUDA_OK(cudaStreamCreateWithFlags(&slot, cudaStreamNonBlocking));
-    s = slot;
-  }
+  cudaStream_t s = side_stream();
   CUDA_OK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(mark), 0));
   CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
   CUDA_OK(cudaStreamSynchronize(s));
+}
+
+void to_device_beside(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side_stream()));
+}
+
+void* mark_beside() {
+  cudaEvent_t e;
+  CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_OK(cudaEventRecord(e, side_stream()));
+  return e;
+}
+
+void queue_after(void* mark) { CUDA_OK(cudaStreamWaitEvent(cudaStreamLegacy, static_cast<cudaEvent_t>(mark), 0)); }
+
+bool pin_host(void* p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  cudaGetLastError();  // not sticky: pageable memory still works, only slower
+  return false;
+}
+
+void unpin_host(void* p) {
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 void release_mark(void* mark) { CUDA_OK(cudaEventDestroy(static_cast<cudaEvent_t>(mark))); }
@@ -287,6 +330,24 @@ void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
 void fill(float* x, float v, int64_t n) {
   if (n == 0) return;
   k_fill<<<blocks(n, 256), 256>>>(x, v, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void scale_copy(float* dst, const float* src, float a, int64_t n) {
+  if (n == 0) return;
+  k_scale_copy<<<blocks(n, 256), 256>>>(dst, src, a, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void to_half(uint16_t* dst, const float* src, float a, int64_t n) {
+  if (n == 0) return;
+  k_to_half<<<blocks(n, 256), 256>>>(reinterpret_cast<__half*>(dst), src, a, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void from_half(float* dst, const uint16_t* src, int64_t n) {
+  if (n == 0) return;
+  k_from_half<<<blocks(n, 256), 256>>>(dst, reinterpret_cast<const __half*>(src), n);
   CUDA_OK(cudaGetLastError());
 }
 

@@ -76,6 +76,50 @@ void synchronize(Device d) {
   if (d == Device::kCuda) ON_CUDA(synchronize());
 }
 
+void upload_beside(Device d, void* dst, const void* host, size_t bytes) {
+  if (d == Device::kCuda) ON_CUDA(to_device_beside(dst, host, bytes));
+  std::memcpy(dst, host, bytes);
+}
+
+void* mark_beside(Device d) {
+#ifdef LOOM_HAVE_CUDA
+  if (d == Device::kCuda) return cuda::mark_beside();
+#endif
+  if (d == Device::kCuda) throw Error("this build of Loom has no CUDA support");
+  return nullptr;
+}
+
+void queue_after(Device d, void* mark) {
+  if (d == Device::kCuda && mark) ON_CUDA(queue_after(mark));
+}
+
+bool pin(Device d, void* host, size_t bytes) {
+#ifdef LOOM_HAVE_CUDA
+  if (d == Device::kCuda) return cuda::pin_host(host, bytes);
+#endif
+  (void)d, (void)host, (void)bytes;
+  return false;
+}
+
+void unpin(Device d, void* host) {
+  if (d == Device::kCuda) ON_CUDA(unpin_host(host));
+}
+
+void scale_copy(Device d, float* dst, const float* src, float a, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(scale_copy(dst, src, a, n));
+  for (int64_t k = 0; k < n; ++k) dst[k] = a * src[k];
+}
+
+void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(to_half(dst, src, a, n));
+  for (int64_t k = 0; k < n; ++k) dst[k] = float_to_half(a * src[k]);
+}
+
+void from_half(Device d, float* dst, const uint16_t* src, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(from_half(dst, src, n));
+  halves_to_floats(src, dst, static_cast<size_t>(n));
+}
+
 int select_gpu(int local_rank) {
 #ifdef LOOM_HAVE_CUDA
   return cuda::select_device(local_rank);

@@ -1,11 +1,44 @@
 // gradient_sync.cpp — the gradient allreduce of each step and the votes that ride with it.
 #include "loom/rt/train/gradient_sync.hpp"
 
+#include <cstring>
+
 #include "loom/rt/train/train_config.hpp"
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
+#include "loom/rt/dist/comm_nccl.hpp"
+#endif
 
 namespace loom::rt {
 
-GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep)
+std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainConfig& c, Device device, std::string* why) {
+  if (device != Device::kCuda) {
+    *why = "the gradients are not on a GPU (--device " + c.device + " chose the CPU; --device cuda puts them there)";
+    return nullptr;
+  }
+  // Every test below comes out alike on every rank (the same build, options and launcher), so
+  // every rank calls the collective shared_gpu() or none does.
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
+  if (std::strcmp(c.comm->backend(), "mpi") != 0) {
+    *why = std::string("the ranks are not MPI processes (") + c.comm->backend() + "): NCCL's id travels through MPI";
+    return nullptr;
+  }
+  if (powersgd_) {
+    *why = "PowerSGD runs on host copies of the gradients in this build";
+    return nullptr;
+  }
+  *why = NcclCommunicator::shared_gpu();
+  if (!why->empty()) {
+    *why += ", and NCCL refuses two ranks on one GPU";
+    return nullptr;
+  }
+  return NcclCommunicator::create(c.comm_timeout);
+#else
+  *why = "this build of Loom has no NCCL (configure found no nccl.h, or no MPI to pass its id)";
+  return nullptr;
+#endif
+}
+
+GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device)
     : ranks_(ranks), rep_(rep), compress_(c.grad_compress), powersgd_(parse_grad_compress(c.grad_compress).kind == "powersgd"),
       exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
   if (c.zero == 1 && !ranks_.many())
@@ -16,17 +49,30 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     exchange_.set_sharded();
     zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
   }
+  std::string staged;  // why CUDA gradients go through host memory
+  if (c.gpu_backend != "host" && (device == Device::kCuda || c.gpu_backend == "nccl")) {
+    device_comm_ = device_collectives(c, device, &staged);
+    if (!device_comm_ && c.gpu_backend == "nccl") throw Error("--gpu-backend nccl: " + staged);
+    exchange_.set_device_comm(device_comm_.get());
+  } else if (device == Device::kCuda) {
+    staged = "--gpu-backend host";
+  }
   // Gradients go out while backward runs (each after its precision pass, PrecisionPolicy::
   // grad_ready), unless the transport cannot be driven from a second thread.
   const bool overlap = exchange_.overlaps() && c.comm->thread_serialized();
   if (overlap) ready_ = [this](size_t i) { exchange_.ready(i); };
+  const std::string over = device_comm_ ? device_comm_->describe() + " on the GPUs (gradients), " + c.comm->describe() +
+                                               " (" + c.comm->backend() + ") for the rest"
+                                         : c.comm->describe() + " (" + c.comm->backend() + ")" +
+                                               (staged.empty() ? "" : ", GPU gradients staged through host memory: " + staged);
   rep_.say(std::string(zero_ ? "ZeRO-1: optimizer state sharded over " + std::to_string(ranks_.size) +
                                    " ranks, gradients reduce-scattered, parameters allgathered; " : "") +
-               "allreduce " + c.comm->describe() + " (" + c.comm->backend() + "), " +
+               "allreduce " + over + ", " +
                (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward" : std::string("after backward")) +
                (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),
            "\"level\":\"info\",\"event\":\"comm\",\"hierarchical\":" + std::string(c.comm->hierarchical() ? "true" : "false") +
-               ",\"overlap\":" + (overlap ? "true" : "false"));
+               ",\"overlap\":" + (overlap ? "true" : "false") + ",\"gpu_backend\":\"" +
+               (device_comm_ ? "nccl" : device == Device::kCuda ? "host" : "none") + "\"");
 }
 
 void GradientSync::apply(Optimizer& opt, std::vector<Param>& params, float lr, float clip) {

@@ -117,6 +117,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
       ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | fp16 | powersgd[:rank=R,start=S]")
       ("zero", po::value(&c.zero)->default_value(0), "0 | 1: ZeRO-1 shards the optimizer state over the ranks")
+      ("gpu-backend", po::value(&c.gpu_backend)->default_value("auto"),
+       "several CUDA ranks: nccl (gradients summed on the GPUs) | host (staged over MPI) | auto")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0), "gradient bucket size, overlapped with backward (0: after it)")
       ("comm-timeout", po::value(&c.comm_timeout)->default_value(120.0), "seconds a collective waits for a peer before failing")
       ("ckpt-dir", po::value(&c.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5 (and resume from there)")

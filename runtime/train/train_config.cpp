@@ -75,6 +75,7 @@ void validate(const TrainConfig& c) {
   if (c.zero != 0 && c.zero != 1) throw Error("--zero must be 0 or 1 (ZeRO stage 1), not " + std::to_string(c.zero));
   if (c.zero == 1 && c.grad_compress != "none")
     throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c.grad_compress);
+  one_of("--gpu-backend", c.gpu_backend, {"auto", "nccl", "host"});
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))
     throw Error("--comm-timeout must be between 0 and 86400 seconds, not " + num(c.comm_timeout));

@@ -143,7 +143,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
       preflight_(preflight()),
       plan_(c, ranks_, rep_),
       precision_(c, ranks_, rep_),
-      sync_(c, ranks_, rep_),
+      sync_(c, ranks_, rep_, device_),
       opt_(c.optim),
       per_epoch_(task_->steps_per_epoch(c.global_batch)),
       total_(c.steps > 0 ? c.steps : per_epoch_ * c.epochs),

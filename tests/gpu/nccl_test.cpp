@@ -1,7 +1,9 @@
 // nccl_test.cpp — the NCCL communicator on real GPUs: allreduce (fp32 and fp16), reduce-scatter,
 // allgather, broadcast and barrier against the values every rank can compute; under
 // `mpirun -np N` (one GPU per rank), or alone without MPI as one NCCL rank (NCCL refuses two
-// ranks on one GPU; the bare GPU machine has no MPI). Exits 77 (skip) without a usable GPU.
+// ranks on one GPU; the bare GPU machine has no MPI). Then the trainer's gradient exchange on
+// CUDA gradients, summed by NCCL in device memory and staged through host memory, overlapped
+// with a backward that reports its gradients last first. Exits 77 (skip) without a usable GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "loom/rt/dist/comm_nccl.hpp"
+#include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
 namespace {
@@ -37,6 +40,52 @@ std::vector<T> to_host(const T* d, size_t n) {
   std::vector<T> h(n);
   cudaMemcpy(h.data(), d, sizeof(T) * n, cudaMemcpyDeviceToHost);
   return h;
+}
+
+// Gradients of six sizes on the GPU (rank r's differ from the others'), exchanged in 4 KiB
+// buckets as backward would report them, on the device (NCCL) and staged; against the weighted
+// sum computed here. One rank: exact (fp16 on the device: rounded once, as NCCL sends it).
+void exchange_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
+  using namespace loom::rt;
+  auto host = p == 1 ? std::move(make_inproc_group(1)[0]) : make_mpi_transport();
+  Communicator comm(std::move(host), 60);
+  const std::vector<int64_t> sizes{300, 20, 5000, 40, 1, 2048};
+  auto grad_of = [](int r, int64_t k) { return static_cast<float>((k % 9) * (r + 1)) * 0.37f + 0.013f; };
+  const float w = 1.0f / static_cast<float>(p);
+  for (const char* kind : {"none", "fp16"})
+    for (bool device : {true, false}) {
+      CompressConfig cfg;
+      cfg.kind = kind;
+      GradExchange ex(cfg, 0.004);
+      if (device) ex.set_device_comm(&nccl);
+      for (int step = 0; step < 2; ++step) {
+        std::vector<Param> ps;
+        for (int64_t n : sizes) {
+          std::vector<float> g(static_cast<size_t>(n));
+          for (int64_t k = 0; k < n; ++k) g[static_cast<size_t>(k)] = grad_of(me, k);
+          Tensor t = Tensor::empty({n}, DType::kF32, Device::kCuda);
+          cudaMemcpy(t.f32(), g.data(), g.size() * sizeof(float), cudaMemcpyHostToDevice);
+          ps.push_back({"p" + std::to_string(ps.size()), Tensor(), t});
+        }
+        ex.begin(comm, ps, w);
+        for (size_t i = ps.size(); i-- > 0;) ex.ready(i);
+        std::vector<float> extras{w};
+        ex.finish(extras, step);
+        double worst = 0;
+        for (size_t i = 0; i < ps.size(); ++i) {
+          auto got = to_host(ps[i].grad.f32(), static_cast<size_t>(sizes[i]));
+          for (int64_t k = 0; k < sizes[i]; ++k) {
+            double want = 0;
+            for (int r = 0; r < p; ++r) want += static_cast<double>(w * grad_of(r, k));
+            if (p == 1 && device && std::string(kind) == "fp16") want = half_to_float(float_to_half(static_cast<float>(want)));
+            worst = std::max(worst, std::fabs(got[static_cast<size_t>(k)] - want) / std::max(1.0, std::fabs(want)));
+          }
+        }
+        const double tol = p == 1 ? 0 : std::string(kind) == "fp16" ? 2e-3 : 1e-6;
+        const std::string what = std::string("gradient exchange ") + kind + (device ? " on the device (NCCL)" : " staged through the host");
+        expect(worst <= tol && extras[0] == 1.0f, what.c_str(), worst, tol);
+      }
+    }
 }
 
 }  // namespace
@@ -100,6 +149,7 @@ int main(int argc, char** argv) {
     auto bb = to_host(db, b.size());
     expect(bb[0] == 42 && bb[999] == 42, "broadcast", bb[999], 42);
     comm->barrier();
+    exchange_checks(*comm, me, p);
     cudaFree(d);
     cudaFree(dh);
     cudaFree(rs);

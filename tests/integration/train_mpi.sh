@@ -55,6 +55,14 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   expect_match "multi-rank --device cuda without a GPU says why" "--device cuda: " "$err"
   expect_eq "and fails" 1 "$([ "$rc" = 0 ] && echo 0 || echo 1)"
 fi
+# --gpu-backend nccl (CUDA gradients summed by NCCL on the GPUs) asked for gradients that are on
+# the CPU is refused with the reason on every rank; an unknown backend is a usage error.
+run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" --steps 2 --device cpu --gpu-backend nccl
+expect_match "--gpu-backend nccl on CPU gradients says why" "--gpu-backend nccl: the gradients are not on a GPU \(--device cpu chose the CPU" "$err"
+expect_eq "and fails" 1 "$([ "$rc" = 0 ] && echo 0 || echo 1)"
+run_cmd "$T" --steps 2 --gpu-backend gloo
+expect_eq "--gpu-backend gloo: usage" 2 "$rc"
+expect_match "--gpu-backend gloo: the choices" "--gpu-backend must be auto, nccl or host, not .gloo." "$err"
 # The gpt, data-parallel: 2 ranks with uneven shares give the 1-rank weights.
 g="--model gpt --data text:/usr/share/common-licenses/GPL-3 --context 32 --n-layer 2 --n-embd 32 --n-head 4 --global-batch 12 --steps 20 --lr 0.1 --seed 5 --log-every 1000"
 run_cmd "$T" $g --export g1.h5

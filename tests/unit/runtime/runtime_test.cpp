@@ -284,27 +284,10 @@ TEST(ModelIo, RoundTripAndCorruptFiles) {
 #include <thread>
 
 #include "loom/rt/dist/comm.hpp"
+#include "ranks_harness.hpp"
 
 namespace loom::rt {
 namespace {
-
-template <typename F>
-void run_ranks(int n, F body) {
-  auto transports = make_inproc_group(n);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Communicator c(std::move(transports[static_cast<size_t>(r)]), 10.0);
-        body(c);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-}
 
 TEST(Comm, RingAllreduceSumsOnEveryRank) {
   for (int p : {1, 2, 3, 4, 7})
@@ -498,137 +481,6 @@ TEST(Balancer, DynamicFollowsMeasuredSpeed) {
   t.start({1, 1});
   for (int k = 0; k < 6; ++k) t.observe({1e-5, 1e-5});
   for (int k = 0; k < 4; ++k) EXPECT_EQ(t.stragglers(tiny), std::vector<int>{});
-}
-
-}  // namespace
-}  // namespace loom::rt
-
-#include "loom/rt/dist/grad_exchange.hpp"
-
-namespace loom::rt {
-namespace {
-
-TEST(GradExchange, ParsesCompressionOptions) {
-  EXPECT_EQ(parse_grad_compress("none").kind, "none");
-  auto c = parse_grad_compress("powersgd:rank=2,start=50");
-  EXPECT_EQ(c.kind, "powersgd");
-  EXPECT_EQ(c.rank, 2);
-  EXPECT_EQ(c.start, 50);
-    EXPECT_EQ(parse_grad_compress("fp16").kind, "fp16");
-  for (const char* bad : {"zip", "powersgd:rank=0", "powersgd:rank=x", "powersgd:depth=1", "none:rank=2", "fp16:rank=2"})
-    EXPECT_THROW(parse_grad_compress(bad), Error) << bad;
-}
-
-// Params of several sizes, gradients that differ per rank; the weighted sum is exact in fp32.
-std::vector<Param> bucket_params(int rank) {
-  std::vector<Param> ps;
-  for (int64_t n : {300, 20, 5000, 40, 1, 2048}) {
-    Param p{"p" + std::to_string(ps.size()), Tensor::empty({n}), Tensor::empty({n})};
-    for (int64_t k = 0; k < n; ++k) p.grad.f32()[k] = static_cast<float>((k % 9) * (rank + 1));
-    ps.push_back(std::move(p));
-  }
-  return ps;
-}
-
-TEST(GradExchange, BucketsOverlapAndSumTheWeightedGradients) {
-  for (const char* kind : {"none", "fp16"})
-    for (double mb : {0.0, 0.004, 0.02, 25.0})  // one exchange after backward; 1-4 KiB buckets; one bucket
-      run_ranks(2, [&](Communicator& c) {
-        CompressConfig cfg;
-        cfg.kind = kind;
-        GradExchange ex(cfg, mb);
-        EXPECT_EQ(ex.overlaps(), mb > 0);
-        for (int step = 0; step < 3; ++step) {
-          auto ps = bucket_params(c.rank());
-          const float w = c.rank() == 0 ? 0.75f : 0.25f;  // shares 3:1
-          ex.begin(c, ps, w);
-          for (size_t i = ps.size(); i-- > 1;) ex.ready(i);  // as backward would, last first; 0 left to finish()
-          ex.ready(3);  // a repeated report is ignored
-          std::vector<float> extras{w, 1.0f};
-          ex.finish(extras, step);
-          EXPECT_FLOAT_EQ(extras[0], 1.0f);
-          EXPECT_FLOAT_EQ(extras[1], 2.0f);
-          for (const auto& p : ps)
-            for (int64_t k = 0; k < p.grad.numel(); ++k)
-              ASSERT_EQ(p.grad.f32()[k], static_cast<float>(k % 9) * (0.75f + 0.5f)) << p.name << " " << kind << " " << mb;
-          const size_t grads = (300 + 20 + 5000 + 40 + 1 + 2048) * 4;
-          EXPECT_EQ(ex.plain_bytes(), grads + 8);
-          EXPECT_EQ(ex.last_bytes(), (std::string(kind) == "fp16" ? grads / 2 : grads) + 8);
-        }
-        if (mb == 0.004) {
-          EXPECT_GE(ex.buckets(), 4u);
-        }
-        if (mb == 25.0) {
-          EXPECT_EQ(ex.buckets(), 1u);
-        }
-      });
-}
-
-TEST(GradExchange, AFailedBucketIsReportedNotHung) {
-  auto transports = make_inproc_group(2);
-  std::string error;
-  std::thread t([&] {
-    Communicator c(std::move(transports[0]), 0.5);  // rank 1 never takes part
-    GradExchange ex(CompressConfig{}, 0.004);
-    auto ps = bucket_params(0);
-    try {
-      ex.begin(c, ps, 1.0f);
-      for (size_t i = ps.size(); i-- > 0;) ex.ready(i);
-      std::vector<float> extras{0.0f};
-      ex.finish(extras, 0);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  });
-  t.join();
-  EXPECT_NE(error.find("timed out waiting for rank 1"), std::string::npos) << error;
-}
-
-TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
-  // With rank >= the matrix's smaller side, P Q^T reproduces the summed gradient exactly.
-  run_ranks(2, [&](Communicator& c) {
-    std::vector<Param> ps(2);
-    ps[0] = {"w", Tensor::empty({12, 10}), Tensor::empty({12, 10})};
-    ps[1] = {"b", Tensor::empty({12}), Tensor::empty({12})};
-    std::vector<float> expect(120);
-    for (int k = 0; k < 120; ++k) {
-      ps[0].grad.f32()[k] = static_cast<float>((k * 7 + c.rank() * 3) % 11) - 5.0f;
-      expect[static_cast<size_t>(k)] = static_cast<float>((k * 7) % 11) - 5.0f + static_cast<float>((k * 7 + 3) % 11) - 5.0f;
-    }
-    for (int k = 0; k < 12; ++k) ps[1].grad.f32()[k] = 1.0f;
-    CompressConfig cfg;
-    cfg.kind = "powersgd";
-    cfg.rank = 10;  // 12x10 at rank 10 would not shrink 2x: sent as it is ...
-    GradExchange plain_path(cfg, 0);
-    std::vector<float> extras{1.0f};
-    plain_path.begin(c, ps, 1.0f);
-    plain_path.finish(extras, 0);
-    EXPECT_EQ(plain_path.last_bytes(), plain_path.plain_bytes());
-    EXPECT_EQ(plain_path.plain_bytes(), size_t{(120 + 12 + 1) * 4});
-    EXPECT_FLOAT_EQ(extras[0], 2.0f);
-    for (int k = 0; k < 120; ++k) ASSERT_NEAR(ps[0].grad.f32()[k], expect[static_cast<size_t>(k)], 1e-5);
-  });
-  run_ranks(2, [&](Communicator& c) {  // ... and a 40x30 matrix at rank 2 is compressed
-    std::vector<Param> ps(1);
-    ps[0] = {"w", Tensor::empty({40, 30}), Tensor::empty({40, 30})};
-    // A rank-1 gradient: PowerSGD at rank 2 recovers the sum exactly.
-    for (int i = 0; i < 40; ++i)
-      for (int j = 0; j < 30; ++j) ps[0].grad.f32()[i * 30 + j] = static_cast<float>((i + 1) * (j % 7 + 1)) * (c.rank() + 1);
-    CompressConfig cfg;
-    cfg.kind = "powersgd";
-    cfg.rank = 2;
-    GradExchange ex(cfg, 1.0);
-    EXPECT_FALSE(ex.overlaps());
-    std::vector<float> extras;
-    ex.begin(c, ps, 1.0f);
-    ex.finish(extras, 0);
-    EXPECT_EQ(ex.last_bytes(), size_t{(40 + 30) * 2 * 4});
-    double worst = 0;
-    for (int i = 0; i < 40; ++i)
-      for (int j = 0; j < 30; ++j)
-        worst = std::max(worst, std::fabs(ps[0].grad.f32()[i * 30 + j] - 3.0 * (i + 1) * (j % 7 + 1)));
-    EXPECT_LT(worst, 1e-2);
-  });
 }
 
 }  // namespace

@@ -96,6 +96,18 @@ class Communicator {
   std::vector<char> scratch_;
 };
 
+// Collectives on a device's own memory (NCCL on GPUs), for gradients that live there; the host
+// Communicator still carries everything else. Each sums in place over the ranks once the work
+// before `after` is done (a mark from ops::mark_queued on the data's device; null: everything
+// queued on the default stream so far), and returns when the sum is complete.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual void allreduce_sum(float* data, size_t n, void* after = nullptr) = 0;
+  virtual void allreduce_sum_half(void* half_data, size_t n, void* after = nullptr) = 0;  // fp16 payload
+  virtual std::string describe() const = 0;
+};
+
 // The order of ranks in a GPU ring: by node (first seen first), then by the position of the
 // rank's GPU in its node's ring (LOOM_RING from the plugin; -1 when unknown: after the known
 // ones, by rank). place[r] = {node id, ring position}; returns the ring position of each rank.

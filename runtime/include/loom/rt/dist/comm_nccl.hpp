@@ -9,11 +9,12 @@
 #include <memory>
 #include <string>
 
+#include "loom/rt/dist/comm.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::rt {
 
-class NcclCommunicator {
+class NcclCommunicator : public DeviceCollectives {
  public:
   // Collective over MPI_COMM_WORLD when MPI is initialised; without MPI, one rank. Uses the
   // current CUDA device.
@@ -23,6 +24,10 @@ class NcclCommunicator {
   // node-local rank (MPI_COMM_TYPE_SHARED) modulo the visible GPUs (collective), or device 0
   // without MPI.
   static int select_device();
+  // Empty when every rank of MPI_COMM_WORLD drives a GPU of its own; otherwise which ranks share
+  // one ("ranks 0 and 1 both drive GPU 0000:3b:00.0 on one node"): NCCL refuses such a
+  // communicator ("Duplicate GPU detected"). Collective; uses the current device.
+  static std::string shared_gpu();
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -30,14 +35,15 @@ class NcclCommunicator {
   int rank() const { return rank_; }  // NCCL rank (ring order), not always the MPI rank
   int size() const { return size_; }
   // In place on device memory, then waits for completion (with the deadline). Each collective
-  // first waits (an event, not a device-wide sync) for the work queued on the default stream.
-  void allreduce_sum(float* device_data, size_t n);
-  void allreduce_sum_half(void* device_half_data, size_t n);  // fp16 payload
+  // first waits (an event, not a device-wide sync) for the work queued on the default stream,
+  // or for the work before `after` (a mark from cuda::mark_queued).
+  void allreduce_sum(float* device_data, size_t n, void* after = nullptr) override;
+  void allreduce_sum_half(void* device_half_data, size_t n, void* after = nullptr) override;  // fp16 payload
   void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count);
   void allgather(const float* device_send, float* device_recv, size_t send_count);
   void broadcast(void* device_data, size_t bytes, int root);
   void barrier();
-  std::string describe() const;
+  std::string describe() const override;
 
  private:
   NcclCommunicator() = default;

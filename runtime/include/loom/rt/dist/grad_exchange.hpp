@@ -56,6 +56,13 @@ class GradExchange {
   };
   Chunk chunk(size_t bucket) { return {buckets_[bucket].params, buckets_[bucket].buf, buckets_[bucket].begin, buckets_[bucket].count}; }
 
+  // Gradients on a GPU summed in device memory by `dc` (NCCL; before the first step; plain or
+  // fp16, not sharded): each bucket is packed on the device as it becomes ready, reduced there
+  // and unpacked at finish(); the host Communicator carries only the extras. Without it, GPU
+  // gradients are staged through the buckets' page-locked host buffers.
+  void set_device_comm(DeviceCollectives* dc);
+  bool on_device() const { return dev_comm_ != nullptr; }
+
   void begin(Communicator& comm, std::vector<Param>& params, float weight);
   void ready(size_t param);
   void finish(std::vector<float>& extras, int64_t step);
@@ -81,16 +88,27 @@ class GradExchange {
     size_t floats = 0;
     int pending = 0;
     std::vector<float> buf;
+    bool pinned = false;          // buf page-locked for the GPU's copies
     size_t begin = 0, count = 0;  // sharded: this rank's reduced chunk of buf
+    Tensor dev;                   // with a device communicator: the packed bucket on the GPU
+    void* ready_mark = nullptr;   // the default stream's work that wrote the gradients
+    void* landed_mark = nullptr;  // staged: the side stream's copies back to the device
   };
   void plan(const std::vector<Param>& params);
-  void reduce_bucket(Bucket& b);  // pack (weighted), sum over ranks, unpack
+  // Training thread, as a bucket's last gradient is final: packs it on the device (with a device
+  // communicator) and marks the work queued so far, which the exchange waits for and no more.
+  void mark_ready(Bucket& b);
+  void reduce_bucket(Bucket& b);  // sum over ranks: on the device, or staged (weighted) through buf
+  void land_buckets();            // training thread, after every bucket's sum: back into the gradients
+  void drop_marks();
   void powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step);  // host gradients
   void comm_loop();
 
   CompressConfig c_;
   size_t bucket_bytes_;
   Communicator* comm_ = nullptr;
+  DeviceCollectives* dev_comm_ = nullptr;
+  Device dev_ = Device::kCpu;  // where the gradients live
   std::vector<Param>* params_ = nullptr;
   float weight_ = 1.0f;
   bool planned_ = false, sharded_ = false;

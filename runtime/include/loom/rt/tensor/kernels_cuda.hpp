@@ -36,6 +36,16 @@ void* mark_queued();
 void to_host_after(void* mark, void* dst, const void* src, size_t bytes);
 void release_mark(void* mark);
 void to_host(void* dst, const void* src, size_t bytes);
+// Host-to-device on that side stream, not waiting for the default stream (the caller knows
+// nothing there touches dst); mark_beside() records an event after what the side stream holds,
+// and queue_after(mark) makes the default stream's later work wait for it (no host wait).
+void to_device_beside(void* dst, const void* src, size_t bytes);
+void* mark_beside();
+void queue_after(void* mark);
+// Page-locks host memory for true asynchronous copies (cudaHostRegister); false when the system
+// refuses (the memory stays pageable and still works).
+bool pin_host(void* p, size_t bytes);
+void unpin_host(void* p);
 void synchronize();
 
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
@@ -52,6 +62,11 @@ void bias_grad(const float* dy, float* db, int rows, int cols);
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
 void fill(float* x, float v, int64_t n);
+// The gradient exchange's packing on the GPU: dst = a * src; dst = fp16(a * src) (nearest
+// even, as float_to_half); dst = float(src).
+void scale_copy(float* dst, const float* src, float a, int64_t n);
+void to_half(uint16_t* dst, const float* src, float a, int64_t n);
+void from_half(float* dst, const uint16_t* src, int64_t n);
 // The optimizer updates of optim.cpp on device arrays (same formulas, same order of operations).
 void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov);
 void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,

@@ -24,6 +24,19 @@ void synchronize(Device d);
 void* mark_queued(Device d);
 void download_after(Device d, void* mark, void* host, const void* src, size_t bytes);
 void release_mark(Device d, void* mark);
+// Gradients staged through host memory: upload_beside copies host -> device without waiting for
+// the default stream (a memcpy on the CPU); mark_beside / queue_after make the default stream's
+// later work wait for those copies (null and nothing on the CPU); pin / unpin page-lock a host
+// buffer for CUDA's copies (nothing on the CPU; false where the system refuses).
+void upload_beside(Device d, void* dst, const void* host, size_t bytes);
+void* mark_beside(Device d);
+void queue_after(Device d, void* mark);
+bool pin(Device d, void* host, size_t bytes);
+void unpin(Device d, void* host);
+// Packing gradients on their device: dst = a * src; dst = fp16(a * src); dst = float(src).
+void scale_copy(Device d, float* dst, const float* src, float a, int64_t n);
+void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n);
+void from_half(Device d, float* dst, const uint16_t* src, int64_t n);
 int select_gpu(int local_rank);
 int current_gpu();     // cuda::current_device
 void use_gpu(int dev);  // cuda::set_device

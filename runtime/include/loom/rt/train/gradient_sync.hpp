@@ -32,7 +32,9 @@ struct StepVotes {
 
 class GradientSync {
  public:
-  GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep);
+  // `device`: where the gradients live; several CUDA ranks sum them with NCCL where they can
+  // (TrainConfig::gpu_backend).
+  GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device);
   // Told by backward as each gradient is final (empty when buckets do not overlap backward).
   const std::function<void(size_t)>& ready() const { return ready_; }
   void begin(std::vector<Param>& params, float weight);
@@ -49,10 +51,13 @@ class GradientSync {
 
  private:
   void report_compression(int64_t step);
+  // The NCCL communicator for several CUDA ranks, or null with *why (collective).
+  std::unique_ptr<DeviceCollectives> device_collectives(const TrainConfig& c, Device device, std::string* why);
   Ranks ranks_;
   const Reporter& rep_;
   std::string compress_;
   bool powersgd_;
+  std::unique_ptr<DeviceCollectives> device_comm_;  // NCCL; outlives the exchange's thread
   GradExchange exchange_;
   std::function<void(size_t)> ready_;
   std::unique_ptr<ZeroOptimizer> zero_;  // --zero 1 on several ranks

@@ -71,6 +71,9 @@ struct TrainConfig {
   double emulate_speed = 1.0;
   std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
   int zero = 0;  // --zero 1: ZeRO-1, the optimizer state sharded over the ranks (train/zero.hpp)
+  // Several CUDA ranks: gradients summed by NCCL in device memory (nccl), or staged through host
+  // memory over the ranks' transport (host); auto: NCCL where every rank drives a GPU of its own.
+  std::string gpu_backend = "auto";  // auto | nccl | host
   double bucket_mb = 1.0;  // gradient buckets overlapped with backward (0: one exchange after it)
   double comm_timeout = 120.0;  // seconds a collective waits for a peer
   std::string precision = "fp32";  // fp32 | fp16 | bf16 (emulated by rounding on the CPU)
