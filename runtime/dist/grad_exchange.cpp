@@ -138,8 +138,6 @@ void GradExchange::restore(std::vector<std::pair<std::string, Tensor>> state) {
 }
 
 void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {
-  if (!params.empty() && params[0].grad.device() != Device::kCpu && sharded_)
-    throw Error("--zero 1 shards gradients on the CPU only in this build");
   comm_ = &comm;
   params_ = &params;
   weight_ = weight;

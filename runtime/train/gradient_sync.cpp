@@ -22,8 +22,9 @@ std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainC
     *why = std::string("the ranks are not MPI processes (") + c.comm->backend() + "): NCCL's id travels through MPI";
     return nullptr;
   }
-  if (powersgd_) {
-    *why = "PowerSGD runs on host copies of the gradients in this build";
+  if (powersgd_ || c.zero == 1) {
+    *why = powersgd_ ? "PowerSGD runs on host copies of the gradients in this build"
+                     : "--zero 1 keeps the optimizer's shards in host memory in this build";
     return nullptr;
   }
   *why = NcclCommunicator::shared_gpu();

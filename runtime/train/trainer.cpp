@@ -38,8 +38,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Why this run cannot go on CUDA in this build (empty: it can).
 std::string cuda_blocker(const TrainConfig& c) {
-  if (c.comm && c.comm->size() > 1 && c.zero == 1)
-    return "--zero 1 with several ranks runs on the CPU in this build (on CUDA the optimizer state is not sharded)";
   if (c.precision != "fp32") return "--precision " + c.precision + " runs on the CPU (emulated) in this build";
   if (c.qat) return "--qat runs on the CPU in this build";
   if (!c.teacher_path.empty()) return "distillation runs on the CPU in this build";

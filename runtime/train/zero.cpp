@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/rt/tensor/ops.hpp"
+
 namespace loom::rt {
 
 namespace {
@@ -43,9 +45,9 @@ void ZeroOptimizer::shard(Optimizer& opt, const std::vector<Param>& params) {
     if (adam) s.v.assign(c.count, 0.0f);
     s.w.resize(c.count);
     if (!restored) continue;
-    for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
-      std::copy_n(rm[i].f32() + p_off, len, s.m.data() + c_off);
-      if (adam) std::copy_n(rv[i].f32() + p_off, len, s.v.data() + c_off);
+    for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {  // on the parameters' device
+      ops::download(rm[i].device(), s.m.data() + c_off, rm[i].f32() + p_off, len * sizeof(float));
+      if (adam) ops::download(rv[i].device(), s.v.data() + c_off, rv[i].f32() + p_off, len * sizeof(float));
     });
   }
   opt.restore({}, {}, opt.steps());  // the whole moments are not kept twice
@@ -74,7 +76,8 @@ size_t ZeroOptimizer::step(Optimizer& opt, std::vector<Param>& params, float lr,
     Shard& s = shards_[b];
     if (s.m.size() != c.count) throw Error("ZeRO-1: bucket " + std::to_string(b) + " changed its chunk between steps");
     for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
-      std::copy_n(params[i].value.f32() + p_off, len, s.w.data() + c_off);
+      const Tensor& w = params[i].value;
+      ops::download(w.device(), s.w.data() + c_off, w.f32() + p_off, len * sizeof(float));
     });
     spans.push_back({s.w.data(), c.flat.data() + c.begin, s.m.data(), s.v.empty() ? nullptr : s.v.data(),
                      static_cast<int64_t>(c.count)});
@@ -86,7 +89,10 @@ size_t ZeroOptimizer::step(Optimizer& opt, std::vector<Param>& params, float lr,
     std::copy(shards_[b].w.begin(), shards_[b].w.end(), c.flat.begin() + static_cast<long>(c.begin));
     comm_.allgather_chunks(c.flat.data(), c.flat.size());
     sent += c.flat.size() * sizeof(float);
-    for_params(c, params, [&](size_t i, size_t at, size_t n) { std::copy_n(c.flat.data() + at, n, params[i].value.f32()); });
+    for_params(c, params, [&](size_t i, size_t at, size_t n) {
+      const Tensor& w = params[i].value;
+      ops::upload(w.device(), w.f32(), c.flat.data() + at, n * sizeof(float));
+    });
   }
   return sent;
 }

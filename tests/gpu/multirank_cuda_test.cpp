@@ -3,8 +3,8 @@
 // ranks on the one GPU, whose gradients go through host memory) must end with the weights of
 // 1 rank training the whole batch, for the mlp and the gpt, as tests/integration/train_mpi.sh
 // shows on the CPU; with fp16 or PowerSGD gradients (lossy, so not equal to 1 rank) the 2 CUDA
-// ranks must end where 2 CPU ranks do. NCCL refuses two ranks on one GPU, so this is the
-// MPI-style fallback path.
+// ranks must end where 2 CPU ranks do, and with --zero 1 (AdamW) where 2 unsharded ranks do.
+// NCCL refuses two ranks on one GPU, so this is the MPI-style fallback path.
 // usage: multirank_cuda_test [FASHION_MNIST_DIR [TEXT_FILE [cuda|cpu]]]  (cpu: the harness itself;
 // defaults: Debian's dataset-fashion-mnist and GPL-3 text)
 // Exits 77 (skip) without a usable GPU.
@@ -117,6 +117,20 @@ int main(int argc, char** argv) {
                   model.c_str(), device.c_str(), d, ok ? "ok" : "FAIL");
       failures += !ok;
       if (model != "mlp") continue;
+      {  // ZeRO-1: AdamW's moments sharded (held and updated in host memory) against unsharded
+        TrainConfig z = c;
+        z.optim.kind = "adamw";
+        z.lr = 0.002f;
+        const std::string whole = std::string(dir) + "/adam-2.h5", sharded = std::string(dir) + "/adam-zero.h5";
+        train_as(z, 2, whole);
+        z.zero = 1;
+        train_as(z, 2, sharded);
+        const double dz = largest_difference(whole, sharded);
+        const bool okz = dz < 1e-5;
+        std::printf("multirank_cuda_test: mlp, adamw, --zero 1, 2 ranks on %s against 2 unsharded: largest weight "
+                    "difference %.3g %s\n", device.c_str(), dz, okz ? "ok" : "FAIL");
+        failures += !okz;
+      }
       for (const char* compress : {"fp16", "powersgd:rank=4,start=2"}) {
         TrainConfig z = c;
         z.grad_compress = compress;

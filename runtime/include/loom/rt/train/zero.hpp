@@ -3,6 +3,9 @@
 // the parameters of its chunk of every bucket with the moments of that chunk alone, and an
 // allgather of each bucket gives every rank the new parameters. Checkpoints hold the whole
 // moments per parameter (gathered), so they resume on any number of ranks, sharded or not.
+// Parameters on a GPU: the shards stay in host memory and are updated there (as ZeRO-Offload
+// does), with the reduced gradients staged there by the exchange; each rank reads its chunks of
+// the parameters from the GPU and writes the gathered ones back.
 #pragma once
 
 #include <cstddef>
