@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "loom/rt/tensor/ops.hpp"
+
 namespace loom::rt {
 
 namespace {
@@ -20,27 +22,40 @@ void MixedPrecision::enter(std::vector<Param>& params) {
   if (!enabled()) return;
   masters_.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    float* w = params[i].value.f32();
-    const int64_t n = params[i].value.numel();
-    masters_[i].assign(w, w + n);
-    if (precision_ == "fp16")
-      round_to_half(w, static_cast<size_t>(n));
-    else
-      for (int64_t k = 0; k < n; ++k) w[k] = bf16_to_float(float_to_bf16(w[k]));
+    const Tensor& w = params[i].value;
+    Tensor& m = masters_[i];
+    if (!m.defined() || m.numel() != w.numel() || m.device() != w.device()) m = Tensor::empty(w.shape(), DType::kF32, w.device());
+    ops::scale_copy(w.device(), m.f32(), w.f32(), 1.0f, w.numel());
+    ops::round_low(w.device(), w.f32(), w.numel(), precision_ == "bf16");
+  }
+  if (!params.empty() && params[0].value.device() == Device::kCuda) {
+    if (!nonfinite_.defined()) nonfinite_ = Tensor::empty({1}, DType::kF32, Device::kCuda);
+    nonfinite_.fill(0.0f);
   }
 }
 
 void MixedPrecision::restore_masters(std::vector<Param>& params) {
   if (!enabled()) return;
   for (size_t i = 0; i < params.size() && i < masters_.size(); ++i)
-    std::copy(masters_[i].begin(), masters_[i].end(), params[i].value.f32());
+    ops::scale_copy(params[i].value.device(), params[i].value.f32(), masters_[i].f32(), 1.0f, params[i].value.numel());
+}
+
+bool MixedPrecision::finite() const {
+  if (!enabled() || !nonfinite_.defined()) return true;
+  float flag = 0;
+  ops::download(Device::kCuda, &flag, nonfinite_.f32(), sizeof flag);
+  return flag == 0.0f;
 }
 
 bool MixedPrecision::pass_grad(Param& p) {
   if (!enabled()) return true;
-  bool finite = true;
   float* g = p.grad.f32();
   const int64_t n = p.grad.numel();
+  if (p.grad.device() == Device::kCuda) {
+    ops::amp_grad_cuda(g, n, precision_ == "fp16" ? scale_ : 1.0f, precision_ == "bf16", nonfinite_.f32());
+    return true;  // finite() reads the flag once, after backward
+  }
+  bool finite = true;
   if (precision_ == "fp16") {  // what an fp16 gradient holds: scaled, rounded, unscaled
     const float inv = 1.0f / scale_;
     for (int64_t k = 0; k < n; ++k) g[k] *= scale_;
@@ -60,9 +75,9 @@ bool MixedPrecision::pass_grad(Param& p) {
 
 bool MixedPrecision::leave(std::vector<Param>& params) {
   restore_masters(params);
-  bool finite = true;
-  for (auto& p : params) finite = pass_grad(p) && finite;
-  return finite;
+  bool ok = true;
+  for (auto& p : params) ok = pass_grad(p) && ok;
+  return ok && finite();
 }
 
 void MixedPrecision::update(bool overflow_anywhere) {

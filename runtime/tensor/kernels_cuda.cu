@@ -2,6 +2,7 @@
 // call is checked and reports file:line with the library's own message.
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -135,6 +136,32 @@ __global__ void k_from_half(float* dst, const __half* src, int64_t n) {
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i < n) dst[i] = __half2float(src[i]);
 }
+
+// Mixed precision as on the CPU (amp.cpp): x rounded to fp16 or bf16 (nearest even) and back.
+__device__ float round_low(float x, int bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
+}
+
+__global__ void k_round_low(float* x, int64_t n, int bf16) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) x[i] = round_low(x[i], bf16);
+}
+
+// A gradient's pass: fp16 scaled, rounded and unscaled (times 1/scale, as the CPU does); bf16
+// rounded. *nonfinite becomes 1 when any value is inf or NaN afterwards.
+__global__ void k_amp_grad(float* g, int64_t n, float scale, float inv, int bf16, float* nonfinite) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const float v = bf16 ? round_low(g[i], 1) : round_low(g[i] * scale, 0) * inv;
+  g[i] = v;
+  if (!isfinite(v)) *nonfinite = 1.0f;
+}
+
+// GEMMs: plain fp32 (cublasSgemm), or on tensor cores with the operands rounded to fp16/bf16
+// inside cuBLAS and fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16F / _16BF) for mixed precision.
+int g_gemm_low = -1;  // -1 fp32, 0 fp16, 1 bf16
+
+cublasComputeType_t gemm_compute() { return g_gemm_low == 1 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F; }
 
 // One non-blocking stream per device beside the default stream: copies that must not wait for
 // work queued after them there (checkpoints, staged gradients).
@@ -270,15 +297,42 @@ void synchronize() { CUDA_OK(cudaDeviceSynchronize()); }
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  CUBLAS_OK(cublasSgemm(handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                        ldb, a, lda, &beta, c, ldc));
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g_gemm_low < 0) {
+    CUBLAS_OK(cublasSgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    return;
+  }
+  CUBLAS_OK(cublasGemmEx(handle(), op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
+                         CUDA_R_32F, ldc, gemm_compute(), CUBLAS_GEMM_DEFAULT));
+}
+
+void set_gemm_precision(int low) { g_gemm_low = low; }
+int gemm_precision() { return g_gemm_low; }
+
+void round_low(float* x, int64_t n, bool bf16) {
+  if (n == 0) return;
+  k_round_low<<<blocks(n, 256), 256>>>(x, n, bf16 ? 1 : 0);
+  CUDA_OK(cudaGetLastError());
+}
+
+void amp_grad(float* g, int64_t n, float scale, bool bf16, float* nonfinite) {
+  if (n == 0) return;
+  k_amp_grad<<<blocks(n, 256), 256>>>(g, n, scale, 1.0f / scale, bf16 ? 1 : 0, nonfinite);
+  CUDA_OK(cudaGetLastError());
 }
 
 void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, int64_t stride_a,
                   const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c, int count) {
   if (count == 0) return;
-  CUBLAS_OK(cublasSgemmStridedBatched(handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                                      &alpha, b, ldb, stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, count));
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g_gemm_low < 0) {
+    CUBLAS_OK(cublasSgemmStridedBatched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
+                                        c, ldc, stride_c, count));
+    return;
+  }
+  CUBLAS_OK(cublasGemmStridedBatchedEx(handle(), op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F,
+                                       lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, count, gemm_compute(),
+                                       CUBLAS_GEMM_DEFAULT));
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes) {

@@ -120,6 +120,25 @@ void from_half(Device d, float* dst, const uint16_t* src, int64_t n) {
   halves_to_floats(src, dst, static_cast<size_t>(n));
 }
 
+void round_low(Device d, float* x, int64_t n, bool bf16) {
+  if (d == Device::kCuda) ON_CUDA(round_low(x, n, bf16));
+  if (!bf16) return round_to_half(x, static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) x[k] = bf16_to_float(float_to_bf16(x[k]));
+}
+
+void set_cuda_gemm_precision(const std::string& precision) {
+  const int low = precision == "fp16" ? 0 : precision == "bf16" ? 1 : -1;
+#ifdef LOOM_HAVE_CUDA
+  cuda::set_gemm_precision(low);
+#else
+  if (low >= 0) throw Error("this build of Loom has no CUDA support");
+#endif
+}
+
+void amp_grad_cuda(float* g, int64_t n, float scale, bool bf16, float* nonfinite) {
+  ON_CUDA(amp_grad(g, n, scale, bf16, nonfinite));
+}
+
 int select_gpu(int local_rank) {
 #ifdef LOOM_HAVE_CUDA
   return cuda::select_device(local_rank);

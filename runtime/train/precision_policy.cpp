@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "loom/rt/error.hpp"
+#include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/train/train_config.hpp"
 #include "loom/topo/topology.hpp"
 
@@ -26,9 +27,13 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
 PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep)
     : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep)) {}
 
-void PrecisionPolicy::announce() const {  // on the CPU only: choose_device keeps it off CUDA
+void PrecisionPolicy::announce(Device device) const {
   if (!enabled()) return;
-  rep_.say("mixed precision " + precision() + " (emulated by rounding on the CPU), fp32 master weights" +
+  const std::string how = device == Device::kCuda
+                              ? " on CUDA (GEMMs on tensor cores: cuBLAS CUBLAS_COMPUTE_32F_FAST_" +
+                                    std::string(precision() == "bf16" ? "16BF" : "16F") + "; weights and gradients rounded as on the CPU)"
+                              : " (emulated by rounding on the CPU)";
+  rep_.say("mixed precision " + precision() + how + ", fp32 master weights" +
                (precision() == "fp16" ? ", loss scale " + num(amp_.scale()) : std::string()),
            "\"level\":\"info\",\"event\":\"precision\"");
 }
@@ -44,7 +49,8 @@ void PrecisionPolicy::grad_ready(std::vector<Param>& params, size_t i, int64_t s
   passed_[i] = 1;
   finite_ = amp_.pass_grad(params[i]) && finite_;
   if (step == inject_step_ && i == 0) {
-    params[0].grad.f32()[0] = INFINITY;  // as an fp16 overflow would leave it
+    const float inf = INFINITY;  // as an fp16 overflow would leave it
+    ops::upload(params[0].grad.device(), params[0].grad.f32(), &inf, sizeof inf);
     finite_ = false;
   }
 }
@@ -52,7 +58,7 @@ void PrecisionPolicy::grad_ready(std::vector<Param>& params, size_t i, int64_t s
 bool PrecisionPolicy::leave(std::vector<Param>& params, int64_t step) {
   for (size_t i = 0; i < params.size(); ++i) grad_ready(params, i, step);
   amp_.restore_masters(params);
-  return finite_;
+  return finite_ && amp_.finite();
 }
 
 bool PrecisionPolicy::skip(bool finite, int64_t step) {

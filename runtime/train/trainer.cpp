@@ -38,7 +38,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Why this run cannot go on CUDA in this build (empty: it can).
 std::string cuda_blocker(const TrainConfig& c) {
-  if (c.precision != "fp32") return "--precision " + c.precision + " runs on the CPU (emulated) in this build";
   if (c.qat) return "--qat runs on the CPU in this build";
   if (!c.teacher_path.empty()) return "distillation runs on the CPU in this build";
   return {};
@@ -68,7 +67,10 @@ Device choose_device(const TrainConfig& c, std::string* note) {
     return Device::kCpu;
   }
   // auto leaves the new CUDA paths to the CPU until tests/gpu/run.sh has run them on a GPU.
-  const char* untried = c.model == "gpt" ? "the gpt's CUDA path" : c.comm && c.comm->size() > 1 ? "multi-rank CUDA training" : nullptr;
+  const char* untried = c.model == "gpt"                 ? "the gpt's CUDA path"
+                        : c.comm && c.comm->size() > 1   ? "multi-rank CUDA training"
+                        : c.precision != "fp32"          ? "mixed precision on CUDA"
+                                                         : nullptr;
   if (untried) {
     *note = std::string("--device auto: ") + untried + " is new and has not yet run on a GPU (tests/gpu/run.sh); "
             "training on the CPU (--device cuda runs it on the GPU)";
@@ -149,7 +151,8 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
       ckpt_(c, ranks_.many() ? c.comm : nullptr,
             [this](const std::string& h, const std::string& f) { rep_.say_mine(h, f); }),
       stop_(c.stop_signal) {
-  precision_.announce();
+  if (device_ == Device::kCuda) ops::set_cuda_gemm_precision(precision_.precision());  // tensor cores for fp16/bf16
+  precision_.announce(device_);
   rep_.say("training " + task_->describe() + ", " + std::to_string(total_) + " steps of " + std::to_string(c.global_batch) +
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
            "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total_));

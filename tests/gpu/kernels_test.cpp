@@ -10,6 +10,7 @@
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/kernels_cuda.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace {
 
@@ -123,6 +124,50 @@ int main() {
     int wrong = 0;
     for (int i = 0; i < m; ++i) wrong += got[i] != p[i];
     report("argmax", wrong, 0);
+  }
+  // Mixed precision: GEMMs on tensor cores (operands rounded by cuBLAS) against the CPU's GEMM of
+  // the rounded operands (exact products, fp32 sums in another order), then back to plain fp32.
+  for (int low : {0, 1}) {
+    auto a = rand_vec(size_t{m} * k), b = rand_vec(size_t{k} * n), c = rand_vec(size_t{m} * n);
+    Dev da(a), db(b), dc(c);
+    for (auto* v : {&a, &b})
+      for (auto& x : *v) x = low ? bf16_to_float(float_to_bf16(x)) : half_to_float(float_to_half(x));
+    cpu::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    cuda::set_gemm_precision(low);
+    cuda::gemm(false, true, m, n, k, 1.0f, da.as<float>(), k, db.as<float>(), k, 0.0f, dc.as<float>(), n);
+    cuda::set_gemm_precision(-1);
+    report(low ? "gemm bf16 TC" : "gemm fp16 TC", max_diff(c, dc.host<float>()), 1e-3);
+  }
+  {  // the rounding, a gradient's pass (with an overflow) and the gradient exchange's packing: exact
+    auto x = rand_vec(4099);
+    x[17] = 3e4f;  // times the loss scale 2^16: beyond fp16, so inf
+    for (int bf16 : {0, 1}) {
+      std::vector<float> want = x, flag{0};
+      Dev dx(x), dflag(flag);
+      cuda::round_low(dx.as<float>(), static_cast<int64_t>(x.size()), bf16);
+      for (auto& v : want) v = bf16 ? bf16_to_float(float_to_bf16(v)) : half_to_float(float_to_half(v));
+      report(bf16 ? "round bf16" : "round fp16", max_diff(want, dx.host<float>()), 0);
+      Dev dg(x);
+      const float scale = bf16 ? 1.0f : 65536.0f;
+      cuda::amp_grad(dg.as<float>(), static_cast<int64_t>(x.size()), scale, bf16, dflag.as<float>());
+      std::vector<float> g = dg.host<float>(), grad_want = x;
+      for (auto& v : grad_want) v = bf16 ? bf16_to_float(float_to_bf16(v)) : half_to_float(float_to_half(v * scale)) * (1.0f / scale);
+      int mismatched = 0;
+      for (size_t i = 0; i < g.size(); ++i) mismatched += !(g[i] == grad_want[i] || (std::isinf(g[i]) && std::isinf(grad_want[i])));
+      report(bf16 ? "amp grad bf16" : "amp grad fp16", mismatched, 0);
+      report(bf16 ? "amp flag bf16" : "amp flag fp16", std::fabs(dflag.host<float>()[0] - (bf16 ? 0.0f : 1.0f)), 0);
+    }
+    std::vector<float> scaled(x.size()), back(x.size());
+    std::vector<uint16_t> halves(x.size()), want_h(x.size());
+    Dev dx(x), ds(scaled), dh(halves), db(back);
+    cuda::scale_copy(ds.as<float>(), dx.as<float>(), 0.3f, static_cast<int64_t>(x.size()));
+    cuda::to_half(dh.as<uint16_t>(), dx.as<float>(), 0.3f, static_cast<int64_t>(x.size()));
+    cuda::from_half(db.as<float>(), dh.as<uint16_t>(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) scaled[i] = 0.3f * x[i], want_h[i] = float_to_half(0.3f * x[i]);
+    halves_to_floats(want_h.data(), back.data(), back.size());
+    report("pack scale", max_diff(scaled, ds.host<float>()), 0);
+    report("pack fp16", static_cast<double>(dh.host<uint16_t>() != want_h), 0);
+    report("unpack fp16", max_diff(back, db.host<float>()), 0);
   }
   // The int8 linear layer (cuBLASLt) against the CPU's exact reference, for the three outputs.
   for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{37, 53, 128}, {256, 512, 784}, {8, 10, 512}, {3, 5, 7}}) {

@@ -136,6 +136,27 @@ PY
 }
 export -f cuda_vs_cpu
 t "loom-train --device cuda against --device cpu (60 steps)" 300 cuda_vs_cpu
+amp_cuda_vs_cpu() {  # fp16 and bf16 on tensor cores against the CPU's emulation; an overflow skips the step
+  local p
+  for p in fp16 bf16; do
+    LOOM_INJECT_OVERFLOW_STEP=5 loom-train --device cuda --precision $p --data "fashion-mnist:$data" --steps 100 \
+      --global-batch 128 --lr 0.05 --log-every 20 --log-format json 2>"$work/amp-$p-cuda.jsonl" || return 1
+    LOOM_INJECT_OVERFLOW_STEP=5 loom-train --device cpu --precision $p --data "fashion-mnist:$data" --steps 100 \
+      --global-batch 128 --lr 0.05 --log-every 20 --log-format json 2>"$work/amp-$p-cpu.jsonl" || return 1
+    grep -q "tensor cores" "$work/amp-$p-cuda.jsonl" || { echo "FAIL: $p on cuda did not announce tensor cores"; return 1; }
+    "$LOOM_PYTHON" - "$work/amp-$p-cuda.jsonl" "$work/amp-$p-cpu.jsonl" $p <<'PY' || return 1
+import json, sys
+rows = [[json.loads(l) for l in open(f) if l.startswith("{")] for f in sys.argv[1:3]]
+loss = [[r["loss"] for r in rs if "loss" in r and "step" in r] for rs in rows]
+skips = [sum(1 for r in rs if r.get("event") == "overflow") for rs in rows]
+worst = max(abs(x - y) / abs(y) for x, y in zip(*loss))
+print(f"{sys.argv[3]}: cuda losses {loss[0]} against cpu {loss[1]}: largest relative difference {worst:.3g}; overflow skips {skips}")
+sys.exit(0 if len(loss[0]) == len(loss[1]) == 5 and worst < 0.05 and skips == [1, 1] and loss[0][-1] < loss[0][0] else 1)
+PY
+  done
+}
+export -f amp_cuda_vs_cpu
+t "loom-train --device cuda --precision fp16|bf16 (tensor cores) against the CPU's emulation" 200 amp_cuda_vs_cpu
 cuda_checkpoint_resume() {  # stopped by SIGUSR1, checkpointed from device memory, resumed: the same weights
   local mode extra n pid stop rc
   local common="--device cuda --data fashion-mnist:$data --steps 1000 --global-batch 128 --lr 0.05 --log-every 10 --seed 7"

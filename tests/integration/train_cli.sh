@@ -112,12 +112,12 @@ check_err "missing data" 1 "apt-get install dataset-fashion-mnist" --data fashio
 check_err "bad precision" 2 "--precision must be fp32, fp16 or bf16" --precision fp8
 check_err "bad data spec" 2 "--data must be" --data mnist
 check_err "bad device" 2 "--device must be auto, cpu or cuda" --device tpu
-check_err "gpt in fp16 on cuda" 1 "--device cuda: --precision fp16 runs on the CPU" --model gpt \
-  --data text:/usr/share/common-licenses/GPL-3 --device cuda --precision fp16 --steps 1
 # What cannot run on CUDA is refused by name under --device cuda (and sends auto to the CPU).
-check_err "mixed precision on cuda" 1 "--device cuda: --precision fp16 runs on the CPU \(emulated\)" --device cuda --precision fp16 --steps 1
 check_err "qat on cuda" 1 "--device cuda: --qat runs on the CPU" --device cuda --qat --steps 1
 if ! nvidia-smi -L >/dev/null 2>&1; then
+  check_err "mixed precision on cuda without a GPU" 1 "--device cuda: " --device cuda --precision fp16 --steps 1
+  check_err "gpt in bf16 on cuda without a GPU" 1 "--device cuda: " --model gpt \
+    --data text:/usr/share/common-licenses/GPL-3 --device cuda --precision bf16 --steps 1
   check_err "cuda without a GPU" 1 "--device cuda: " --device cuda --steps 1
   check_err "gpt on cuda without a GPU" 1 "--device cuda: " --model gpt --data text:/usr/share/common-licenses/GPL-3 \
     --device cuda --steps 1

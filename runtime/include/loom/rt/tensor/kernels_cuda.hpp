@@ -55,6 +55,16 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                   int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc,
                   int64_t stride_c, int count);
+// Mixed precision: gemm and gemm_batched on tensor cores, their fp32 operands rounded to fp16
+// (0) or bf16 (1) by cuBLAS and accumulated in fp32 (CUBLAS_COMPUTE_32F_FAST_16F/16BF); -1: plain
+// fp32 (cublasSgemm), the default. Process-wide.
+void set_gemm_precision(int low);
+int gemm_precision();
+// The CPU's emulation of the low precision (amp.cpp) on device arrays: x rounded to fp16/bf16
+// and back; a gradient's pass (fp16: times scale, rounded, times 1/scale; bf16: rounded), setting
+// *nonfinite (a device float) to 1 when a value ends inf or NaN.
+void round_low(float* x, int64_t n, bool bf16);
+void amp_grad(float* g, int64_t n, float scale, bool bf16, float* nonfinite);
 void copy_on_device(void* dst, const void* src, size_t bytes);
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act);
 void relu_backward(float* dy, const float* y, int64_t n);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/tensor.hpp"
@@ -37,6 +38,12 @@ void unpin(Device d, void* host);
 void scale_copy(Device d, float* dst, const float* src, float a, int64_t n);
 void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n);
 void from_half(Device d, float* dst, const uint16_t* src, int64_t n);
+// Mixed precision: the low precision's rounding (fp16, or bf16) of x in place; and the GEMM
+// precision on CUDA ("fp32", or "fp16"/"bf16" on tensor cores: cuda::set_gemm_precision).
+void round_low(Device d, float* x, int64_t n, bool bf16);
+void set_cuda_gemm_precision(const std::string& precision);
+// A gradient's mixed-precision pass on CUDA (cuda::amp_grad); an Error in a build without CUDA.
+void amp_grad_cuda(float* g, int64_t n, float scale, bool bf16, float* nonfinite);
 int select_gpu(int local_rank);
 int current_gpu();     // cuda::current_device
 void use_gpu(int dev);  // cuda::set_device

@@ -21,8 +21,8 @@ class PrecisionPolicy {
   PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep);
   const std::string& precision() const { return amp_.precision(); }
   bool enabled() const { return amp_.enabled(); }
-  // Says what runs (on the CPU: choose_device keeps low precision off CUDA).
-  void announce() const;
+  // Says what runs where: emulated by rounding on the CPU, tensor-core GEMMs on CUDA.
+  void announce(Device device) const;
   void enter(std::vector<Param>& params);
   // Whether gradients need a pass as backward finishes each (grad_ready), before they are sent.
   bool passes_gradients() const { return amp_.enabled() || inject_step_ >= 0; }
