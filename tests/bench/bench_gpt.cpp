@@ -2,6 +2,8 @@
 // PyTorch (tests/parity/gpt_parity.py's module, same shape, AdamW, batch and threads, windows of
 // the same text), on the CPU or (--device cuda) both on the GPU, and the GFLOP/s reached against
 // the GEMM library's own on the model's GEMM shapes (cblas_sgemm; cuBLAS's SGEMM on the GPU).
+// --precision fp16|bf16 (GPU): loom-train's tensor-core GEMMs against torch.autocast, and the
+// model FLOP rate as a fraction of cuBLAS's own tensor-core rate on 4096^3 GEMMs (MFU).
 // Defaults: context 64, 4 layers, 4 heads, width 128, batch 32, 2 threads.
 #include <chrono>
 #include <cstdio>
@@ -26,8 +28,10 @@ import math, sys, time
 import torch
 from torch import nn
 path, T, L, H, C, B, threads, steps = sys.argv[1], *[int(v) for v in sys.argv[2:9]]
-dev = sys.argv[9]
+dev, prec = sys.argv[9], sys.argv[10]
 torch.set_num_threads(threads); torch.manual_seed(1); torch.backends.cuda.matmul.allow_tf32 = False
+low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(prec)  # torch.autocast, as AMP users run it
+scaler = torch.cuda.amp.GradScaler(enabled=prec == "fp16")
 data = open(path, "rb").read()
 vocab = sorted(set(data)); index = {b: i for i, b in enumerate(vocab)}
 ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long, device=dev)
@@ -66,8 +70,10 @@ def run(n):
         s = torch.randint(0, len(ids) - T - 1, (B,)).tolist()
         x = torch.stack([ids[i:i + T] for i in s]); y = torch.stack([ids[i + 1:i + T + 1] for i in s])
         opt.zero_grad()
-        nn.functional.cross_entropy(m(x).view(-1, len(vocab)), y.view(-1)).backward()
-        opt.step()
+        with torch.autocast(dev, dtype=low, enabled=low is not None):
+            loss = nn.functional.cross_entropy(m(x).view(-1, len(vocab)), y.view(-1))
+        scaler.scale(loss).backward()
+        scaler.step(opt); scaler.update()
     sync()
     return time.perf_counter() - t0
 run(5); sync()
@@ -110,14 +116,18 @@ double step_gemm_gflops(int n, int c, int vocab, int layers, const float* a, con
 // The GEMM library's own rate: on the CPU the faster of OpenBLAS's cblas_sgemm and oneDNN's
 // dnnl_sgemm (where built; it is faster on AVX-512, and loom-train's default there), named in
 // *which; on the GPU cuBLAS's SGEMM.
-double sgemm_gflops(int n, int c, int vocab, int layers, int threads, bool gpu, std::string* which) {
+// With mixed precision (`low` 0: fp16, 1: bf16) on the GPU: cuBLAS on tensor cores, as loom-train
+// runs it (cuda::set_gemm_precision).
+double sgemm_gflops(int n, int c, int vocab, int layers, int threads, bool gpu, int low, std::string* which) {
   using namespace loom::rt;
   const size_t floats = buffer_floats(n, c, vocab);
   if (gpu) {
 #ifdef LOOM_HAVE_CUDA
     float* buf = static_cast<float*>(cuda::device_alloc(3 * floats * sizeof(float)));
     cuda::fill(buf, 0.01f, static_cast<int64_t>(3 * floats));
+    cuda::set_gemm_precision(low);
     const double r = step_gemm_gflops(n, c, vocab, layers, buf, buf + floats, buf + 2 * floats, cuda::gemm, cuda::synchronize);
+    cuda::set_gemm_precision(-1);
     cuda::device_free(buf, 3 * floats * sizeof(float));
     return r;
 #else
@@ -129,10 +139,38 @@ double sgemm_gflops(int n, int c, int vocab, int layers, int threads, bool gpu, 
       threads, [&] { return step_gemm_gflops(n, c, vocab, layers, a.data(), w.data(), y.data(), cpu::gemm, [] {}); }, which);
 }
 
+// The tensor cores' rate as cuBLAS reaches it: 4096^3 GEMMs (fp32 tensors, FAST_16F/16BF), the
+// measured peak that the model's FLOP rate is a fraction of (MFU).
+double tensor_core_gflops(int low) {
+#ifdef LOOM_HAVE_CUDA
+  using namespace loom::rt;
+  const int d = 4096;
+  const size_t floats = size_t{d} * d;
+  float* buf = static_cast<float*>(cuda::device_alloc(3 * floats * sizeof(float)));
+  cuda::fill(buf, 0.01f, static_cast<int64_t>(3 * floats));
+  cuda::set_gemm_precision(low);
+  auto run = [&](int reps) {
+    for (int i = 0; i < reps; ++i) cuda::gemm(false, false, d, d, d, 1, buf, d, buf + floats, d, 0, buf + 2 * floats, d);
+    cuda::synchronize();
+  };
+  run(3);
+  const auto t0 = std::chrono::steady_clock::now();
+  run(20);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cuda::set_gemm_precision(-1);
+  cuda::device_free(buf, 3 * floats * sizeof(float));
+  return 2.0 * d * d * d * 20 / s / 1e9;
+#else
+  (void)low;
+  throw loom::rt::Error("this build of Loom has no CUDA support");
+#endif
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T]\n"
-               "                        [--n-layer L] [--n-head H] [--n-embd C] [--device cpu|cuda] [--format text|json]\n");
+               "                        [--n-layer L] [--n-head H] [--n-embd C] [--device cpu|cuda] [--precision fp32|fp16|bf16]\n"
+               "                        [--format text|json]\n");
   return 2;
 }
 
@@ -170,13 +208,21 @@ int bench_train_gpt(int argc, char** argv) {
     else if (a == "--n-embd") c.embd = bench_int(a, v);
     else if (a == "--format") format = v;
     else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
+    else if (a == "--precision" && (v == "fp32" || v == "fp16" || v == "bf16")) c.precision = v;
     else return usage();
   }
+  if (c.precision != "fp32" && c.device != "cuda") {
+    std::fprintf(stderr, "loom-bench train: --precision %s is for --device cuda (the CPU emulates it by rounding: there "
+                         "is no speed to measure)\n", c.precision.c_str());
+    return 2;
+  }
+  const int low = c.precision == "fp16" ? 0 : c.precision == "bf16" ? 1 : -1;
   try {
     bench_progress("loom-train gpt, " + std::to_string(c.steps) + " steps");
     const loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
     const bool gpu = c.device == "cuda";
-    std::string gemm_name = gpu ? "cuBLAS SGEMM" : "cblas_sgemm and dnnl_sgemm";
+    std::string gemm_name = !gpu ? "cblas_sgemm and dnnl_sgemm" : low < 0 ? "cuBLAS SGEMM"
+                            : std::string("cuBLAS GemmEx on tensor cores (FAST_") + (low ? "16BF)" : "16F)");
     bench_progress(gemm_name + " at the model's GEMM shapes");
     // The vocabulary: the text's distinct bytes (as loom-train and the peer both build it).
     std::FILE* f = std::fopen(c.text_path.c_str(), "rb");
@@ -184,23 +230,26 @@ int bench_train_gpt(int argc, char** argv) {
     int vocab = 0;
     for (int ch; f && (ch = std::fgetc(f)) != EOF;) vocab += !seen[ch], seen[ch] = true;
     if (f) std::fclose(f);
-    const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads, gpu, &gemm_name);
+    const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads, gpu, low, &gemm_name);
+    const double tc_peak = low >= 0 ? tensor_core_gflops(low) : 0;
     bench_progress("the PyTorch peer, " + std::to_string(c.steps) + " steps");
     std::string setup;
     const double torch = python_best_figure(
         kTorchGpt,
         {c.text_path, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
-         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device},
+         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device, c.precision},
         &setup);
     const double ratio = torch > 0 ? r.samples_per_s / torch : 0;
     const double tokens = r.samples_per_s * c.context;
     if (format == "json") {
       std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"device\":\"%s\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
                   "\"threads\":%d,\"steps\":%lld,\"loom_tokens_per_s\":%.1f,\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,"
-                  "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_library\":\"%s\",\"torch_setup\":\"%s\"}\n",
+                  "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_library\":\"%s\",\"torch_setup\":\"%s\","
+                  "\"precision\":\"%s\",\"tensor_core_gflops\":%.1f,\"mfu\":%.4f}\n",
                   r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
                   static_cast<long long>(c.steps), tokens,
-                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str());
+                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), c.precision.c_str(), tc_peak,
+                  tc_peak > 0 ? r.gflops / tc_peak : 0.0);
     } else {
       std::printf("loom-bench train: gpt on %s, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, "
                   "%lld steps\n",
@@ -213,6 +262,9 @@ int bench_train_gpt(int argc, char** argv) {
         std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
       std::printf("  %s at the model's GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", gemm_name.c_str(), peak,
                   100 * r.gflops / peak);
+      if (tc_peak > 0)
+        std::printf("  tensor cores (cuBLAS, 4096^3, %s) %.1f GFLOP/s -> MFU %.1f%%\n", c.precision.c_str(), tc_peak,
+                    100 * r.gflops / tc_peak);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -244,6 +244,8 @@ t "bench: loom-bench train --device cuda against PyTorch on the GPU" 300 \
   loom-bench train --device cuda --steps 400 --data "$data"
 t "bench: loom-bench train --model gpt --device cuda against PyTorch on the GPU" 200 \
   bash -o pipefail -c "loom-bench train --model gpt --device cuda --data 'text:$B/data/text.txt' --steps 200 --format json | tee '$out/gpt-cuda.json'"
+t "bench: loom-bench train --model gpt --device cuda --precision bf16 (tensor cores, MFU) against PyTorch autocast" 200 \
+  bash -o pipefail -c "loom-bench train --model gpt --device cuda --precision bf16 --data 'text:$B/data/text.txt' --steps 200 --format json | tee '$out/gpt-cuda-bf16.json'"
 t "bench: loom-bench train (this machine's CPU) against PyTorch" 300 loom-bench train --threads "$(nproc)" --data "$data"
 t "bench: loom-bench serve (HTTP and gRPC)" 120 loom-bench serve --seconds 3
 t "bench: loom-bench gemm (INT8 on this CPU)" 120 bash -o pipefail -c "loom-bench gemm --threads 1 --format json | tee '$out/gemm.json'"

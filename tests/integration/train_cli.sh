@@ -105,6 +105,9 @@ if [ -x "$LOOM_BUILDDIR/loom-bench" ] && command -v mpirun >/dev/null; then
   run_cmd "$LOOM_BUILDDIR/loom-bench" allreduce --bytes 1048576,
   expect_match "loom-bench allreduce --bytes: an empty size is refused" "--bytes must be a whole number" "$err"
 fi
+run_cmd "$LOOM_BUILDDIR/loom-bench" train --model gpt --precision bf16
+expect_eq "loom-bench train --precision on the CPU: usage" 2 "$rc"
+expect_match "loom-bench train --precision on the CPU: why" "--precision bf16 is for --device cuda" "$err"
 run_cmd "$LOOM_BUILDDIR/loom-bench" --help
 expect_eq "loom-bench --help exit" 0 "$rc"
 expect_match "loom-bench --help on stdout" "usage: loom-bench" "$out"
