@@ -55,20 +55,16 @@ bool MixedPrecision::pass_grad(Param& p) {
     ops::amp_grad_cuda(g, n, precision_ == "fp16" ? scale_ : 1.0f, precision_ == "bf16", nonfinite_.f32());
     return true;  // finite() reads the flag once, after backward
   }
-  bool finite = true;
-  if (precision_ == "fp16") {  // what an fp16 gradient holds: scaled, rounded, unscaled
-    const float inv = 1.0f / scale_;
+  // What a 16-bit gradient holds: fp16 scaled, rounded, unscaled (times 1/scale); bf16 rounded.
+  const bool fp16 = precision_ == "fp16";
+  if (fp16)
     for (int64_t k = 0; k < n; ++k) g[k] *= scale_;
-    round_to_half(g, static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k) {
-      g[k] *= inv;
-      finite = finite && std::isfinite(g[k]);
-    }
-  } else {
-    for (int64_t k = 0; k < n; ++k) {
-      g[k] = bf16_to_float(float_to_bf16(g[k]));
-      finite = finite && std::isfinite(g[k]);
-    }
+  ops::round_low(Device::kCpu, g, n, !fp16);
+  const float inv = fp16 ? 1.0f / scale_ : 1.0f;
+  bool finite = true;
+  for (int64_t k = 0; k < n; ++k) {
+    g[k] *= inv;
+    finite = finite && std::isfinite(g[k]);
   }
   return finite;
 }
