@@ -1,7 +1,7 @@
 // gpt.cpp — forward and backward of the character-level GPT. Shapes (N = B*T rows):
 //   x = wte[tok] + wpe[t]                                     [N, C]
 //   per block: a = LN1(x); qkv = a Wqkv^T + b                 [N, 3C]
-//              att = softmax(q k^T / sqrt(hs), causal)         [B, H, T, T]
+//              att = softmax(q k^T / sqrt(hs), causal)         [B, H, T, T] (flash: [B, H, T], gpt.hpp)
 //              x += (att v) Wo^T + b
 //              x += GELU(LN2(x) Wfc^T + b) Wp^T + b            (hidden 4C)
 //   logits = LN_f(x) Wlm^T                                     [N, V]
@@ -25,6 +25,22 @@ std::string GptConfig::json() const {
   os << "{\"type\":\"gpt\",\"vocab\":" << vocab << ",\"context\":" << context << ",\"layers\":" << layers
      << ",\"heads\":" << heads << ",\"embd\":" << embd << ",\"dropout\":" << dropout << "}";
   return os.str();
+}
+
+Attention parse_attention(const std::string& name) {
+  if (name == "auto") return Attention::kAuto;
+  if (name == "full") return Attention::kFull;
+  if (name == "flash") return Attention::kFlash;
+  throw Error("attention '" + name + "': auto, full or flash");
+}
+
+const char* attention_name(Attention a) {
+  return a == Attention::kFlash ? "flash" : a == Attention::kFull ? "full" : "auto";
+}
+
+bool Gpt::flash() const {
+  if (attention_ != Attention::kAuto) return attention_ == Attention::kFlash;
+  return c_.context >= kFlashContext && (device_ == Device::kCpu || c_.embd / c_.heads <= gpt_cuda::kFlashMaxHeadSize);
 }
 
 Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull) {
@@ -75,7 +91,7 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   const Tensor& x = a.x_in;
   layernorm_fwd(x, p(layer_param(l, 0)), p(layer_param(l, 1)), a.ln1, a.ln1_mean, a.ln1_rstd);
   linear_fwd(a.ln1, p(layer_param(l, 2)), &p(layer_param(l, 3)), a.qkv);
-  attention_fwd(a.qkv, static_cast<int>(N / T), T, c_.heads, C, a.att, a.y);
+  attention_fwd(a.qkv, static_cast<int>(N / T), T, c_.heads, C, flash(), a.att, a.y);
   Tensor o;
   linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
   dropout_fwd(o, a.drop1, c_.dropout, train, rng);
@@ -216,7 +232,7 @@ void Gpt::backward() {
     dropout_bwd(d1, a.drop1);
     Tensor dy, dqkv, dln1;
     linear_bwd(d1, a.y, p(layer_param(l, 4)), g(layer_param(l, 4)), &g(layer_param(l, 5)), &dy);
-    attention_bwd(dy, a.qkv, a.att, batch_, T, c_.heads, C, dqkv);
+    attention_bwd(dy, a.qkv, a.att, a.y, batch_, T, c_.heads, C, flash(), dqkv);
     linear_bwd(dqkv, a.ln1, p(layer_param(l, 2)), g(layer_param(l, 2)), &g(layer_param(l, 3)), &dln1);
     layernorm_bwd(dln1, a.x_in, a.ln1_mean, a.ln1_rstd, p(layer_param(l, 0)), dx, g(layer_param(l, 0)),
                   g(layer_param(l, 1)));

@@ -22,6 +22,14 @@ void layernorm_bwd(const float* dy, const float* x, const float* mean, const flo
 // diagonal; and its backward in place over dp: p * (dp - rowsum(p * dp)) * scale.
 void causal_softmax(float* a, int64_t rows, int t);
 void softmax_bwd(const float* p, float* dp, int64_t rows, int t, float scale);
+// Causal self-attention without the T x T matrix (flash_attention.cu; the CPU's algorithm in
+// flash_attention.cpp): qkv [b*t, 3c] -> y [b*t, c] and each row's log-sum-exp lse [b*h*t]; the
+// backward overwrites dqkv, using rowsum [b*h*t] as scratch. Heads of up to kFlashMaxHeadSize
+// values (Error otherwise).
+constexpr int kFlashMaxHeadSize = 128;
+void flash_attention_fwd(const float* qkv, float* y, float* lse, int b, int t, int h, int c);
+void flash_attention_bwd(const float* dy, const float* qkv, const float* y, const float* lse, float* rowsum,
+                         float* dqkv, int b, int t, int h, int c);
 void gelu_fwd(const float* x, float* y, float* cdf, int64_t n);
 void gelu_bwd(const float* x, const float* cdf, float* d, int64_t n);  // d *= GELU'(x)
 void add(const float* a, const float* b, float* out, int64_t n);

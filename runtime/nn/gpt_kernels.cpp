@@ -32,18 +32,6 @@ namespace {
 constexpr float kLnEps = 1e-5f;
 constexpr int64_t kRowBlock = 64;  // LayerNorm's dgamma/dbeta: partial sums per block of rows
 
-// fn(lo, hi) over [0, n) in one piece per thread (one piece without OpenMP loops or when small).
-template <class Fn>
-void for_range(int64_t n, int64_t min_parallel, Fn fn) {
-  if (!cpu::openmp_loops() || n < min_parallel) return fn(int64_t{0}, n);
-#pragma omp parallel
-  {
-    const int64_t p = omp_get_num_threads(), me = omp_get_thread_num();
-    const int64_t lo = n * me / p, hi = n * (me + 1) / p;
-    if (lo < hi) fn(lo, hi);
-  }
-}
-
 LOOM_VEC void ln_rows(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, int64_t c,
                       int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; ++r) {
@@ -235,11 +223,16 @@ void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const 
     }
 }
 
-void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, Tensor& y) {
+void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, bool flash, Tensor& att, Tensor& y) {
   const int hs = c / h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  ensure(att, {b, h, t, t}, qkv.device());
   ensure(y, {int64_t{b} * t, c}, qkv.device());
+  if (flash) {
+    ensure(att, {b, h, t}, qkv.device());
+    GPU_PATH(qkv, gpt_cuda::flash_attention_fwd(qkv.f32(), y.f32(), att.f32(), b, t, h, c))
+    return flash_attention_fwd_cpu(qkv.f32(), y.f32(), att.f32(), b, t, h, c);
+  }
+  ensure(att, {b, h, t, t}, qkv.device());
   GPU_PATH(qkv, attention_fwd_gpu(qkv.f32(), att.f32(), y.f32(), b, t, h, c))
   const float* in = qkv.f32();
   float *ap = att.f32(), *yp = y.f32();
@@ -255,10 +248,16 @@ void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, T
   });
 }
 
-void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b, int t, int h, int c, Tensor& dqkv) {
+void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, const Tensor& y, int b, int t, int h, int c,
+                   bool flash, Tensor& dqkv) {
   const int hs = c / h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   ensure(dqkv, {int64_t{b} * t, 3 * c}, qkv.device());
+  if (flash) {
+    GPU_PATH(qkv, Tensor rowsum = Tensor::empty({b, h, t}, DType::kF32, Device::kCuda);
+             gpt_cuda::flash_attention_bwd(dy.f32(), qkv.f32(), y.f32(), att.f32(), rowsum.f32(), dqkv.f32(), b, t, h, c))
+    return flash_attention_bwd_cpu(dy.f32(), qkv.f32(), y.f32(), att.f32(), dqkv.f32(), b, t, h, c);
+  }
   GPU_PATH(qkv, attention_bwd_gpu(dy.f32(), qkv.f32(), att.f32(), dqkv.f32(), b, t, h, c))
   const float *dyp = dy.f32(), *in = qkv.f32(), *ap = att.f32();
   float* out = dqkv.f32();

@@ -1,17 +1,33 @@
 // gpt_kernels.hpp — the gpt's layers, forward and backward (gpt.cpp composes them), on the CPU
 // or on the GPU.
 // Attention runs as GEMMs per (sequence, head) — S = Q K^T, causal softmax, Y = P V and their
-// gradients — and the element-wise layers run over rows with the AVX2 exp and erf of vec.hpp;
+// gradients —, either keeping P [B, H, T, T] for the backward (full) or, flash, keeping only each
+// row's log-sum-exp and recomputing P tile by tile (flash_attention.cpp); the element-wise layers run over rows with the AVX2 exp and erf of vec.hpp;
 // with OpenMP loops on (cpu::openmp_loops) each spreads over the threads. Sums across rows
 // (LayerNorm's dgamma and dbeta) add fixed blocks of rows in a fixed order: the result does not
 // depend on the number of threads.
 #pragma once
 
+#include <omp.h>
+
 #include <random>
 
+#include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt::gptk {
+
+// fn(lo, hi) over [0, n) in one piece per thread (one piece without OpenMP loops or when small).
+template <class Fn>
+void for_range(int64_t n, int64_t min_parallel, Fn fn) {
+  if (!cpu::openmp_loops() || n < min_parallel) return fn(int64_t{0}, n);
+#pragma omp parallel
+  {
+    const int64_t p = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t lo = n * me / p, hi = n * (me + 1) / p;
+    if (lo < hi) fn(lo, hi);
+  }
+}
 
 // Every layer runs where its tensors live: on the CPU here, on the GPU through gpt_cuda.hpp and
 // cuBLAS (outputs are allocated on the input's device).
@@ -24,9 +40,16 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Ten
 // dx += LayerNorm's input gradient (the residual stream adds); dgamma, dbeta overwritten.
 void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,
                    Tensor& dx, Tensor& dgamma, Tensor& dbeta);
-// qkv [B*T, 3C] -> att [B, H, T, T] (causal softmax, zeros above the diagonal), y [B*T, C].
-void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, Tensor& att, Tensor& y);
-void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, int b, int t, int h, int c, Tensor& dqkv);
+// qkv [B*T, 3C] -> y [B*T, C]; att keeps what the backward needs: full, the causal softmax
+// [B, H, T, T] (zeros above the diagonal); flash, each row's log-sum-exp of its scaled scores
+// [B, H, T]. The backward takes the forward's y and att, and overwrites dqkv.
+void attention_fwd(const Tensor& qkv, int b, int t, int h, int c, bool flash, Tensor& att, Tensor& y);
+void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, const Tensor& y, int b, int t, int h, int c,
+                   bool flash, Tensor& dqkv);
+// The flash path on host arrays (flash_attention.cpp); lse [B*H*T].
+void flash_attention_fwd_cpu(const float* qkv, float* y, float* lse, int b, int t, int h, int c);
+void flash_attention_bwd_cpu(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv, int b,
+                             int t, int h, int c);
 // y = x Phi(x) (erf GELU, as torch's default); Phi(x) is kept in cdf for the backward.
 void gelu_fwd(const Tensor& x, Tensor& y, Tensor& cdf);
 void gelu_bwd(const Tensor& x, const Tensor& cdf, Tensor& dy);  // in place: dy becomes dx

@@ -30,6 +30,7 @@ class GptTask : public Task {
     g.dropout = c.dropout;
     model_ = std::make_unique<Gpt>(g, c.seed);
     model_->set_recompute(c.recompute);
+    model_->set_attention(parse_attention(c.attention));
     model_->to(device);
     split_ = text_.size() * 9 / 10;
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
@@ -42,7 +43,7 @@ class GptTask : public Task {
     return "gpt with " + std::to_string(n) + " parameters on " + std::to_string(text_.size()) +
            (text_.files ? " tokens of " + std::to_string(text_.files) + " token files" : std::string(" characters")) +
            " (vocabulary " + std::to_string(model_->config().vocab) + "), on " +
-           (model_->device() == Device::kCuda ? "cuda" : "cpu");
+           (model_->device() == Device::kCuda ? "cuda" : "cpu") + (model_->flash() ? ", flash attention" : "");
   }
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));

@@ -85,6 +85,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("n-embd", po::value(&c.embd)->default_value(64), "gpt: embedding width")
       ("dropout", po::value(&c.dropout)->default_value(0.0f), "gpt: dropout probability")
       ("recompute", po::bool_switch(&c.recompute), "gpt: keep only each block's input, recompute the rest in backward (less memory)")
+      ("attention", po::value(&c.attention)->default_value("auto"),
+       "gpt: auto | full (keep each head's T x T softmax) | flash (no T x T matrix; auto from context 256)")
       ("epochs", po::value(&c.epochs)->default_value(1), "epochs over the training set")
       ("steps", po::value(&c.steps), "stop after this many steps (default: --epochs over the data)")
       ("global-batch", po::value(&c.global_batch)->default_value(128), "samples per step")

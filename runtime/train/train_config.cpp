@@ -71,6 +71,8 @@ void validate(const TrainConfig& c) {
   if (c.vocab < 2 || c.vocab > 65536)  // llm.c's tokens are uint16
     throw Error("--vocab must be from 2 to 65536 (token files hold uint16), not " + std::to_string(c.vocab));
   if (!(c.dropout >= 0 && c.dropout < 1)) throw Error("--dropout must be in [0, 1), not " + num(c.dropout));
+  one_of("--attention", c.attention, {"auto", "full", "flash"});
+  if (c.attention != "auto" && c.model != "gpt") throw Error("--attention is for --model gpt");
   if (c.recompute && c.model != "gpt") throw Error("--recompute is for --model gpt (the mlp keeps no activations worth recomputing)");
   if (c.zero != 0 && c.zero != 1) throw Error("--zero must be 0 or 1 (ZeRO stage 1), not " + std::to_string(c.zero));
   if (c.zero == 1 && c.grad_compress != "none")

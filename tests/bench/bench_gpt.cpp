@@ -170,7 +170,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T]\n"
                "                        [--n-layer L] [--n-head H] [--n-embd C] [--device cpu|cuda] [--precision fp32|fp16|bf16]\n"
-               "                        [--format text|json]\n");
+               "                        [--attention auto|full|flash] [--format text|json]\n");
   return 2;
 }
 
@@ -209,6 +209,7 @@ int bench_train_gpt(int argc, char** argv) {
     else if (a == "--format") format = v;
     else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
     else if (a == "--precision" && (v == "fp32" || v == "fp16" || v == "bf16")) c.precision = v;
+    else if (a == "--attention" && (v == "auto" || v == "full" || v == "flash")) c.attention = v;
     else return usage();
   }
   if (c.precision != "fp32" && c.device != "cuda") {
@@ -245,15 +246,17 @@ int bench_train_gpt(int argc, char** argv) {
       std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"device\":\"%s\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
                   "\"threads\":%d,\"steps\":%lld,\"loom_tokens_per_s\":%.1f,\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,"
                   "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_library\":\"%s\",\"torch_setup\":\"%s\","
-                  "\"precision\":\"%s\",\"tensor_core_gflops\":%.1f,\"mfu\":%.4f}\n",
+                  "\"precision\":\"%s\",\"attention\":\"%s\",\"tensor_core_gflops\":%.1f,\"mfu\":%.4f}\n",
                   r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
                   static_cast<long long>(c.steps), tokens,
-                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), c.precision.c_str(), tc_peak,
+                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), c.precision.c_str(),
+                  c.attention.c_str(), tc_peak,
                   tc_peak > 0 ? r.gflops / tc_peak : 0.0);
     } else {
       std::printf("loom-bench train: gpt on %s, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, "
-                  "%lld steps\n",
-                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps));
+                  "%lld steps, attention %s\n",
+                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps),
+                  c.attention.c_str());
       std::printf("  loom-train        %10.0f tokens/s  (%.1f GFLOP/s)\n", tokens, r.gflops);
       if (torch > 0)
         std::printf("  PyTorch peer      %10.0f tokens/s  (%s, torch.set_num_threads(%d), on %s) -> ratio %.2fx (target >= %s)\n",

@@ -1,9 +1,12 @@
 // gpt_cuda_test.cpp — the gpt on CUDA against the same gpt on the CPU (itself held to PyTorch by
 // tests/parity/gpt_parity.py): the same seed and tokens, then the loss, the logits, every
 // parameter's gradient and the weights after a few AdamW steps must agree within fp32
-// tolerance. Two shapes: one with dropout (the masks are drawn on the host from the model's one
+// tolerance. Shapes: one with dropout (the masks are drawn on the host from the model's one
 // generator, so both devices drop the same units), one whose context and width are not
-// multiples of a warp, with activation recomputation. Exits 77 (skip) without a usable GPU.
+// multiples of a warp, with activation recomputation, and flash attention (flash_attention.cu
+// against flash_attention.cpp) at each of its kernel instances (heads of 16, 48 and 100 values:
+// 32, 64 and 128 registers) and contexts across its 64-row tiles. Exits 77 (skip) without a
+// usable GPU.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -23,6 +26,7 @@ struct Case {
   GptConfig cfg;
   int batch;
   bool recompute;
+  Attention attention = Attention::kAuto;
 };
 
 // The largest |a - b| over the largest |b| (0 when b is all zeros and a equals it).
@@ -47,7 +51,10 @@ bool run(const Case& c) {
   Gpt cpu_m(c.cfg, 11), gpu_m(c.cfg, 11);
   cpu_m.set_recompute(c.recompute);
   gpu_m.set_recompute(c.recompute);
+  cpu_m.set_attention(c.attention);
+  gpu_m.set_attention(c.attention);
   gpu_m.to(Device::kCuda);
+  if (cpu_m.flash() != gpu_m.flash()) throw Error("the CPU and the GPU chose different attention paths");
   OptimConfig oc;
   oc.kind = "adamw";
   oc.weight_decay = 0.01f;
@@ -120,13 +127,39 @@ int main() {
   b.layers = 1;
   b.heads = 2;
   b.embd = 96;
+  auto shape = [](int context, int heads, int embd) {
+    GptConfig g;
+    g.vocab = 97;
+    g.context = context;
+    g.layers = 1;
+    g.heads = heads;
+    g.embd = embd;
+    return g;
+  };
   int failures = 0;
   try {
     failures += !run({"context 64, 2 layers, 4 heads, width 64, dropout 0.1", a, 4, false});
     failures += !run({"context 160, 1 layer, 2 heads, width 96, --recompute", b, 3, true});
+    failures += !run({"flash: context 64, 4 heads of 16, dropout 0.1", a, 4, false, Attention::kFlash});
+    failures += !run({"flash: context 130, 2 heads of 48, --recompute", shape(130, 2, 96), 3, true, Attention::kFlash});
+    failures += !run({"flash (auto): context 300, 2 heads of 100", shape(300, 2, 200), 2, false});
   } catch (const std::exception& e) {
     std::printf("gpt_cuda_test: FAIL: %s\n", e.what());
     return 1;
+  }
+  // Heads wider than the kernels' registers: refused by name, not run wrong.
+  try {
+    Gpt wide(shape(8, 1, 160), 1);
+    wide.set_attention(Attention::kFlash);
+    wide.to(Device::kCuda);
+    std::vector<int32_t> tok(8, 1);
+    wide.forward(tok, tok, 1, false);
+    std::printf("gpt_cuda_test: flash with heads of 160 values ran: FAIL\n");
+    ++failures;
+  } catch (const Error& e) {
+    const bool named = std::string(e.what()).find("heads of up to 128 values") != std::string::npos;
+    std::printf("gpt_cuda_test: flash with heads of 160 values refused: %s %s\n", e.what(), named ? "ok" : "FAIL");
+    failures += !named;
   }
   return failures ? 1 : 0;
 }

@@ -217,6 +217,29 @@ echo "train_cli: peak memory of the gpt, 4 steps: ${plain_peak} MiB, with --reco
 /usr/bin/python3 -c "import sys; sys.exit(0 if $recompute_peak < 0.85 * $plain_peak else 1)" && pass || fail "--recompute: peak $recompute_peak MiB, without $plain_peak MiB"
 check_err "--recompute for the mlp" 2 "--recompute is for --model gpt" --recompute
 
+# --attention flash: no T x T matrix per head. The same losses as the full softmax within fp32
+# rounding (its sums run in another order), in less memory at a long context; auto (the
+# default) takes it from context 256 on.
+fa="--model gpt --data text:/usr/share/common-licenses/GPL-3 --context 512 --n-layer 2 --n-embd 64 --n-head 8 --global-batch 4 --steps 3 --optimizer adamw --lr 0.001 --log-every 1 --log-format json"
+run_cmd "$T" $fa --attention full --metrics-file fa_full.jsonl
+expect_eq "--attention full: exit" 0 "$rc"
+full_peak=$(peak "$err")
+run_cmd "$T" $fa --metrics-file fa_auto.jsonl
+expect_eq "--attention auto at context 512: exit" 0 "$rc"
+expect_match "--attention auto at context 512: flash" "on cpu, flash attention" "$err"
+flash_peak=$(peak "$err")
+/usr/bin/python3 - fa_full.jsonl fa_auto.jsonl <<'PY' && pass || fail "--attention flash: losses differ from the full softmax's"
+import json, sys
+def losses(p): return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l and "event" not in json.loads(l)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("train_cli: losses, full", a, "flash", b)
+sys.exit(0 if len(a) == 3 and len(a) == len(b) and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+echo "train_cli: peak memory of the gpt at context 512: full attention ${full_peak} MiB, flash ${flash_peak} MiB"
+/usr/bin/python3 -c "import sys; sys.exit(0 if $flash_peak < 0.8 * $full_peak else 1)" && pass || fail "--attention flash: peak $flash_peak MiB, full $full_peak MiB"
+check_err "--attention bad" 2 "--attention must be auto, full or flash, not .fast." --model gpt --data text:/usr/share/common-licenses/GPL-3 --attention fast
+check_err "--attention for the mlp" 2 "--attention is for --model gpt" --attention flash
+
 # A config file takes the same keys; the command line wins.
 printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini
 run_cmd "$T" --config cfg.ini --log-format json --metrics-file m.jsonl --export a.h5

@@ -4,7 +4,8 @@
 loom-train trains a few steps on a text and exports model.h5; PyTorch builds the module below,
 loads the weights with load_state_dict(strict=True) (the names and layouts are PyTorch's), and
 for one batch the C++ side (parity_tool gpt) and PyTorch compute logits, loss and every
-gradient. The largest differences are printed and must be within fp32 tolerance.
+gradient. The largest differences are printed and must be within fp32 tolerance, for each of
+attention's two paths (full: the T x T softmax kept; flash: recomputed tile by tile).
 With DEVICE cuda (tests/gpu/run.sh, on the GPU machine) loom-train trains on the GPU, and
 parity_tool and PyTorch both compute on the GPU (TF32 off: fp32 GEMMs on both sides).
 Usage: gpt_parity.py LOOM_TRAIN PARITY_TOOL TEXT WORKDIR [cpu|cuda]
@@ -99,25 +100,33 @@ tokens = np.stack([ids[s:s + t] for s in starts])
 targets = np.stack([ids[s + 1:s + t + 1] for s in starts])
 tokens.astype(np.int32).tofile(os.path.join(work, "tokens.bin"))
 targets.astype(np.int32).tofile(os.path.join(work, "targets.bin"))
-subprocess.run([tool, "gpt", model_path, str(b), work, work, device], check=True)
-
 logits = model(torch.from_numpy(tokens).long().to(device))
 loss = nn.functional.cross_entropy(logits.reshape(-1, cfg["vocab"]),
                                    torch.from_numpy(targets).long().reshape(-1).to(device))
 loss.backward()
-worst = {}
-c_logits = np.fromfile(os.path.join(work, "logits.bin"), dtype=np.float32).reshape(b * t, -1)
-worst["logits"] = float(np.abs(c_logits - logits.detach().cpu().numpy().reshape(b * t, -1)).max())
-worst["loss"] = abs(float(open(os.path.join(work, "loss.txt")).read()) - loss.item())
-for name, p in model.named_parameters():
-    g = np.fromfile(os.path.join(work, f"grad_{name}.bin"), dtype=np.float32).reshape(p.shape)
-    ref = p.grad.cpu().numpy()
-    worst[f"grad {name}"] = float(np.abs(g - ref).max() / (np.abs(ref).max() + 1e-12))
-grads = {k: v for k, v in worst.items() if k.startswith("grad")}
-for k in ("logits", "loss"):
-    print(f"gpt_parity ({device}): largest difference {k}: {worst[k]:.3g}")
-top = max(grads, key=grads.get)
-print(f"gpt_parity: largest relative gradient difference over {len(grads)} tensors: {grads[top]:.3g} ({top})")
-ok = worst["logits"] < 1e-4 and worst["loss"] < 1e-5 and grads[top] < 1e-3
+
+
+def compare(attention):
+    out = os.path.join(work, attention)
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([tool, "gpt", model_path, str(b), work, out, device, attention], check=True)
+    worst = {}
+    c_logits = np.fromfile(os.path.join(out, "logits.bin"), dtype=np.float32).reshape(b * t, -1)
+    worst["logits"] = float(np.abs(c_logits - logits.detach().cpu().numpy().reshape(b * t, -1)).max())
+    worst["loss"] = abs(float(open(os.path.join(out, "loss.txt")).read()) - loss.item())
+    for name, p in model.named_parameters():
+        g = np.fromfile(os.path.join(out, f"grad_{name}.bin"), dtype=np.float32).reshape(p.shape)
+        ref = p.grad.cpu().numpy()
+        worst[f"grad {name}"] = float(np.abs(g - ref).max() / (np.abs(ref).max() + 1e-12))
+    grads = {k: v for k, v in worst.items() if k.startswith("grad")}
+    for k in ("logits", "loss"):
+        print(f"gpt_parity ({device}, {attention} attention): largest difference {k}: {worst[k]:.3g}")
+    top = max(grads, key=grads.get)
+    print(f"gpt_parity ({attention}): largest relative gradient difference over {len(grads)} tensors: {grads[top]:.3g} ({top})")
+    return worst["logits"] < 1e-4 and worst["loss"] < 1e-5 and grads[top] < 1e-3
+
+
+results = [compare(a) for a in ("full", "flash")]
+ok = all(results)
 print("gpt_parity: " + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)

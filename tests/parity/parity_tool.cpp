@@ -2,7 +2,8 @@
 // of raw little-endian inputs, runs forward, cross-entropy and backward, and writes the logits,
 // the loss and every parameter's gradient as raw float32 files.
 //   mlp: IN_DIR/x.bin float32 [B,in], IN_DIR/y.bin int32 [B]
-//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]; DEVICE cuda runs it on the GPU
+//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]; DEVICE cuda runs it on the GPU,
+//        ATTENTION (auto, full or flash) picks attention's path
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -36,14 +37,15 @@ void write_grads(const std::string& dir, const std::vector<loom::rt::Param>& par
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6 && argc != 7) {
-    std::fprintf(stderr, "usage: parity_tool mlp|gpt MODEL.h5 BATCH IN_DIR OUT_DIR [cpu|cuda]\n");
+  if (argc < 6 || argc > 8) {
+    std::fprintf(stderr, "usage: parity_tool mlp|gpt MODEL.h5 BATCH IN_DIR OUT_DIR [cpu|cuda [auto|full|flash]]\n");
     return 2;
   }
   try {
     const std::string kind = argv[1], model = argv[2], dir = argv[4], out = argv[5];
     const int b = std::stoi(argv[3]);
-    const std::string device = argc == 7 ? argv[6] : "cpu";
+    const std::string device = argc >= 7 ? argv[6] : "cpu";
+    const loom::rt::Attention attention = loom::rt::parse_attention(argc == 8 ? argv[7] : "auto");
     if (device != "cpu" && (device != "cuda" || kind != "gpt"))
       throw loom::rt::Error("device '" + device + "': cpu, or cuda for the gpt");
     double loss = 0;
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
       write_grads(out, m.params());
     } else if (kind == "gpt") {
       loom::rt::Gpt m = loom::rt::load_gpt(model);
+      m.set_attention(attention);
       if (device == "cuda") m.to(loom::rt::Device::kCuda);
       const size_t n = static_cast<size_t>(b) * static_cast<size_t>(m.config().context);
       auto tok = read_raw<int32_t>(dir + "/tokens.bin", n), tgt = read_raw<int32_t>(dir + "/targets.bin", n);

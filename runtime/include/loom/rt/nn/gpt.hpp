@@ -13,6 +13,15 @@
 
 namespace loom::rt {
 
+// Attention's algorithm (gpt_kernels.hpp): full keeps each head's T x T softmax for the
+// backward; flash keeps one log-sum-exp per row and recomputes the softmax tile by tile in the
+// backward, so activation memory grows with T, not T^2. auto: flash from kFlashContext tokens on
+// (and, on CUDA, for heads of at most gpt_cuda's 128 values).
+enum class Attention { kAuto, kFull, kFlash };
+Attention parse_attention(const std::string& name);  // auto | full | flash; Error otherwise
+const char* attention_name(Attention a);
+constexpr int kFlashContext = 256;
+
 struct GptConfig {
   int vocab = 0, context = 64, layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
@@ -39,6 +48,8 @@ class Gpt {
   // state); backward runs the block's forward again before its backward. The same operations in
   // the same order: gradients equal bit for bit, for about one more forward per step.
   void set_recompute(bool on) { recompute_ = on; }
+  void set_attention(Attention a) { attention_ = a; }
+  bool flash() const;  // whether attention runs the flash path (set_attention, the context, the device)
 
  private:
   struct LayerActs {
@@ -67,6 +78,7 @@ class Gpt {
  private:
   int batch_ = 0;
   bool recompute_ = false;
+  Attention attention_ = Attention::kAuto;
   std::vector<int32_t> tokens_, targets_;
   std::vector<LayerActs> acts_;
   Device device_ = Device::kCpu;

@@ -21,6 +21,7 @@ struct TrainConfig {
   int context = 64, gpt_layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
   bool recompute = false;            // gpt: recompute each block's activations in backward
+  std::string attention = "auto";    // gpt: auto | full | flash (nn/gpt.hpp)
   std::vector<int> layers{784, 512, 512, 10};
   std::string data_dir = kFashionMnistDir;
   // mlp: image augmentation (shift:N,flip,noise:S), a seeded subset of the training images
