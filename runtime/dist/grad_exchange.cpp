@@ -84,6 +84,7 @@ void GradExchange::plan(const std::vector<Param>& params) {
     bucket_of_[k] = buckets_.size() - 1;
     grad_bytes_ += n * sizeof(float);
   }
+  int64_t scratch_floats = 0;  // PowerSGD: P and Q of the largest matrix, beside the gradients
   for (size_t i = 0; i < params.size() && c_.kind == "powersgd"; ++i) {
     const Tensor& g = params[i].grad;
     const int64_t r = c_.rank;
@@ -94,22 +95,26 @@ void GradExchange::plan(const std::vector<Param>& params) {
       std::normal_distribution<float> nd;
       m.q.resize(static_cast<size_t>(m.cols) * static_cast<size_t>(r));
       for (auto& v : m.q) v = nd(rng);
-      m.error.assign(static_cast<size_t>(g.numel()), 0.0f);
+      m.error = Tensor::zeros({g.numel()}, DType::kF32, g.device());
+      scratch_floats = std::max(scratch_floats, (g.dim(0) + g.dim(1)) * r);
       matrices_.push_back(std::move(m));
     } else {
       plain_.push_back(i);
     }
   }
+  if (scratch_floats > 0) psgd_scratch_ = Tensor::empty({scratch_floats}, DType::kF32, dev_);
   for (const auto& t : restore_) {
     bool used = false;
     for (auto& m : matrices_) {
       const std::string stem = "powersgd." + std::to_string(m.param) + ".";
-      std::vector<float>* dst = t.first == stem + "error" ? &m.error : t.first == stem + "q" ? &m.q : nullptr;
-      if (!dst) continue;
-      if (static_cast<size_t>(t.second.numel()) != dst->size())
+      const bool is_error = t.first == stem + "error";
+      if (!is_error && t.first != stem + "q") continue;
+      const size_t want = is_error ? static_cast<size_t>(m.error.numel()) : m.q.size();
+      if (static_cast<size_t>(t.second.numel()) != want)
         throw Error("PowerSGD state " + t.first + " has " + std::to_string(t.second.numel()) + " values, the model needs " +
-                    std::to_string(dst->size()));
-      std::copy(t.second.f32(), t.second.f32() + t.second.numel(), dst->begin());
+                    std::to_string(want));
+      if (is_error) ops::upload(dev_, m.error.f32(), t.second.f32(), want * sizeof(float));
+      else std::copy(t.second.f32(), t.second.f32() + t.second.numel(), m.q.begin());
       used = true;
     }
     if (!used) throw Error("PowerSGD state " + t.first + " does not belong to this model or rank");
@@ -126,7 +131,7 @@ std::vector<std::pair<std::string, Tensor>> GradExchange::state() const {
     out.emplace_back(name, t);
   };
   for (const auto& m : matrices_) {
-    put("powersgd." + std::to_string(m.param) + ".error", m.error);
+    out.emplace_back("powersgd." + std::to_string(m.param) + ".error", m.error.to(Device::kCpu));
     put("powersgd." + std::to_string(m.param) + ".q", m.q);
   }
   return out;
@@ -295,20 +300,8 @@ void GradExchange::finish(std::vector<float>& extras, int64_t step) {
     cv_.wait(lock, [&] { return done_ == buckets_.size(); });
     if (error_) std::rethrow_exception(error_);
   } else if (c_.kind == "powersgd") {
-    // Gradients on a GPU: PowerSGD runs on host copies of them, which then go back.
-    std::vector<Param>& mine = *params_;
-    std::vector<Param> host;
-    if (!mine.empty() && mine[0].grad.device() != Device::kCpu)
-      for (const auto& p : mine) host.push_back({p.name, Tensor(), p.grad.to(Device::kCpu)});
-    std::vector<Param>& on_host = host.empty() ? mine : host;
-    for (auto& p : on_host) {
-      float* g = p.grad.f32();
-      const int64_t n = p.grad.numel();
-      for (int64_t k = 0; k < n; ++k) g[k] *= weight_;
-    }
-    powersgd(on_host, extras, step);
-    for (size_t i = 0; i < host.size(); ++i)
-      ops::upload(mine[i].grad.device(), mine[i].grad.f32(), host[i].grad.f32(), host[i].grad.bytes());
+    for (auto& p : *params_) ops::scale_copy(dev_, p.grad.f32(), p.grad.f32(), weight_, p.grad.numel());
+    powersgd(*params_, extras, step);
     return;
   } else {
     for (auto& b : buckets_) {
@@ -348,38 +341,44 @@ void orthogonalise(float* p, int rows, int r) {
 
 }  // namespace
 
+// PowerSGD where the gradients live: the GEMMs and the error feedback on their device; only P
+// and Q (and the tensors sent as they are) cross to the host, where they are summed over the
+// ranks and P is orthogonalised ([rows, r]: small).
 void GradExchange::powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step) {
   Communicator& comm = *comm_;
+  const Device d = dev_;
   const bool compress = step >= c_.start && !matrices_.empty();
   const int r = c_.rank;
-  // Round 1: uncompressed tensors, the extras, and P = (G + E) Q for every compressed matrix.
+  auto plain = [&](size_t i) { return !compress || std::find(plain_.begin(), plain_.end(), i) != plain_.end(); };
+  auto to_buf = [&](const float* src, size_t n) {  // appends n floats of the device's to buf_
+    const size_t at = buf_.size();
+    buf_.resize(at + n);
+    ops::download(d, buf_.data() + at, src, n * sizeof(float));
+  };
+  float *pdev = compress ? psgd_scratch_.f32() : nullptr, *qdev = nullptr;
+  // Round 1: the plain tensors, the extras, and P = (G + E) Q for every compressed matrix.
   buf_.clear();
-  for (size_t i = 0; i < params.size(); ++i) {
-    bool is_plain = !compress || std::find(plain_.begin(), plain_.end(), i) != plain_.end();
-    if (!is_plain) continue;
-    const float* g = params[i].grad.f32();
-    buf_.insert(buf_.end(), g, g + params[i].grad.numel());
-  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (plain(i)) to_buf(params[i].grad.f32(), static_cast<size_t>(params[i].grad.numel()));
   buf_.insert(buf_.end(), extras.begin(), extras.end());
   const size_t p_begin = buf_.size();
   if (compress) {
     for (auto& m : matrices_) {
       float* g = params[m.param].grad.f32();
-      for (size_t k = 0; k < m.error.size(); ++k) g[k] += m.error[k];  // error feedback: M = G + E
-      size_t at = buf_.size();
-      buf_.resize(at + static_cast<size_t>(m.rows) * r);
-      cpu::gemm(false, false, m.rows, r, m.cols, 1.0f, g, m.cols, m.q.data(), r, 0.0f, buf_.data() + at, r);
+      ops::axpy(d, g, m.error.f32(), 1.0f, m.error.numel());  // error feedback: M = G + E
+      qdev = pdev + static_cast<size_t>(m.rows) * r;
+      ops::upload(d, qdev, m.q.data(), m.q.size() * sizeof(float));
+      ops::gemm(d, false, false, m.rows, r, m.cols, 1.0f, g, m.cols, qdev, r, 0.0f, pdev, r);
+      to_buf(pdev, static_cast<size_t>(m.rows) * r);
     }
   }
   comm.allreduce_sum(buf_.data(), buf_.size());
   last_bytes_ = buf_.size() * sizeof(float);
   size_t at = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    bool is_plain = !compress || std::find(plain_.begin(), plain_.end(), i) != plain_.end();
-    if (!is_plain) continue;
-    float* g = params[i].grad.f32();
+    if (!plain(i)) continue;
     const size_t n = static_cast<size_t>(params[i].grad.numel());
-    std::copy(buf_.begin() + static_cast<long>(at), buf_.begin() + static_cast<long>(at + n), g);
+    ops::upload(d, params[i].grad.f32(), buf_.data() + at, n * sizeof(float));
     at += n;
   }
   for (float& e : extras) e = buf_[at++];
@@ -389,13 +388,16 @@ void GradExchange::powersgd(std::vector<Param>& params, std::vector<float>& extr
   std::vector<std::vector<float>> ps;
   at = p_begin;
   for (auto& m : matrices_) {
-    std::vector<float> p(buf_.begin() + static_cast<long>(at), buf_.begin() + static_cast<long>(at + static_cast<size_t>(m.rows) * r));
-    at += static_cast<size_t>(m.rows) * r;
+    const size_t pn = static_cast<size_t>(m.rows) * r;
+    std::vector<float> p(buf_.begin() + static_cast<long>(at), buf_.begin() + static_cast<long>(at + pn));
+    at += pn;
     orthogonalise(p.data(), m.rows, r);
-    size_t q_at = qbuf.size();
-    qbuf.resize(q_at + static_cast<size_t>(m.cols) * r);
-    cpu::gemm(true, false, m.cols, r, m.rows, 1.0f, params[m.param].grad.f32(), m.cols, p.data(), r, 0.0f,
-              qbuf.data() + q_at, r);
+    qdev = pdev + pn;
+    ops::upload(d, pdev, p.data(), pn * sizeof(float));
+    ops::gemm(d, true, false, m.cols, r, m.rows, 1.0f, params[m.param].grad.f32(), m.cols, pdev, r, 0.0f, qdev, r);
+    const size_t q_at = qbuf.size();
+    qbuf.resize(q_at + m.q.size());
+    ops::download(d, qbuf.data() + q_at, qdev, m.q.size() * sizeof(float));
     ps.push_back(std::move(p));
   }
   comm.allreduce_sum(qbuf.data(), qbuf.size());
@@ -407,13 +409,15 @@ void GradExchange::powersgd(std::vector<Param>& params, std::vector<float>& extr
     std::copy(qbuf.begin() + static_cast<long>(q_at), qbuf.begin() + static_cast<long>(q_at + m.q.size()), m.q.begin());
     q_at += m.q.size();
     float* g = params[m.param].grad.f32();  // holds this rank's M = G + E
-    std::vector<float> approx(static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols));
-    cpu::gemm(false, true, m.rows, m.cols, r, 1.0f, ps[j].data(), r, m.q.data(), r, 0.0f, approx.data(), m.cols);
-    // This rank's error is its M minus its part of the summed estimate.
-    for (size_t k = 0; k < approx.size(); ++k) {
-      m.error[k] = g[k] - approx[k] * inv_ranks;
-      g[k] = approx[k];
-    }
+    const int64_t n = m.error.numel();
+    qdev = pdev + ps[j].size();
+    ops::upload(d, pdev, ps[j].data(), ps[j].size() * sizeof(float));
+    ops::upload(d, qdev, m.q.data(), m.q.size() * sizeof(float));
+    // This rank's error is its M minus its part of the summed estimate; the gradient becomes
+    // the estimate.
+    ops::scale_copy(d, m.error.f32(), g, 1.0f, n);
+    ops::gemm(d, false, true, m.rows, m.cols, r, 1.0f, pdev, r, qdev, r, 0.0f, g, m.cols);
+    ops::axpy(d, m.error.f32(), g, -inv_ranks, n);
   }
 }
 

@@ -127,6 +127,11 @@ __global__ void k_scale_copy(float* dst, const float* src, float a, int64_t n) {
   if (i < n) dst[i] = a * src[i];
 }
 
+__global__ void k_axpy(float* y, const float* x, float a, int64_t n) {
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+
 __global__ void k_to_half(__half* dst, const float* src, float a, int64_t n) {
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i < n) dst[i] = __float2half_rn(a * src[i]);
@@ -390,6 +395,12 @@ void fill(float* x, float v, int64_t n) {
 void scale_copy(float* dst, const float* src, float a, int64_t n) {
   if (n == 0) return;
   k_scale_copy<<<blocks(n, 256), 256>>>(dst, src, a, n);
+  CUDA_OK(cudaGetLastError());
+}
+
+void axpy(float* y, const float* x, float a, int64_t n) {
+  if (n == 0) return;
+  k_axpy<<<blocks(n, 256), 256>>>(y, x, a, n);
   CUDA_OK(cudaGetLastError());
 }
 

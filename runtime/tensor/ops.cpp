@@ -110,6 +110,11 @@ void scale_copy(Device d, float* dst, const float* src, float a, int64_t n) {
   for (int64_t k = 0; k < n; ++k) dst[k] = a * src[k];
 }
 
+void axpy(Device d, float* y, const float* x, float a, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(axpy(y, x, a, n));
+  for (int64_t k = 0; k < n; ++k) y[k] += a * x[k];
+}
+
 void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n) {
   if (d == Device::kCuda) ON_CUDA(to_half(dst, src, a, n));
   for (int64_t k = 0; k < n; ++k) dst[k] = float_to_half(a * src[k]);

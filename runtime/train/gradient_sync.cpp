@@ -23,7 +23,7 @@ std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainC
     return nullptr;
   }
   if (powersgd_ || c.zero == 1) {
-    *why = powersgd_ ? "PowerSGD runs on host copies of the gradients in this build"
+    *why = powersgd_ ? "PowerSGD sums its small P and Q factors over the host transport in this build"
                      : "--zero 1 keeps the optimizer's shards in host memory in this build";
     return nullptr;
   }

@@ -130,7 +130,7 @@ TEST(GradExchange, SummedOnTheDeviceEqualsTheStagedPathBitForBit) {
   GradExchange ex(psgd, 1.0);
   run_ranks(1, [&](Communicator& c) {
     HostStandIn dc(c);
-    EXPECT_THROW(ex.set_device_comm(&dc), Error);  // PowerSGD works on host copies
+    EXPECT_THROW(ex.set_device_comm(&dc), Error);  // PowerSGD sums its factors over the host transport
   });
 }
 
@@ -199,6 +199,60 @@ TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
         worst = std::max(worst, std::fabs(ps[0].grad.f32()[i * 30 + j] - 3.0 * (i + 1) * (j % 7 + 1)));
     EXPECT_LT(worst, 1e-2);
   });
+}
+
+TEST(GradExchange, PowerSgdErrorFeedbackLosesNothing) {
+  // A full-rank gradient at rank 1: the estimate misses most of it, and what it misses is each
+  // rank's error, carried into the next step. The estimate plus every rank's error is the sum of
+  // the ranks' (weighted) gradients, and on the next step the sum of the errors goes out too.
+  const int rows = 24, cols = 20, n = rows * cols;
+  std::vector<std::vector<float>> sent(2), error(2), error2(2);
+  std::vector<float> estimate(n), estimate2(n);
+  run_ranks(2, [&](Communicator& c) {
+    const int me = c.rank();
+    std::vector<Param> ps(1);
+    ps[0] = {"w", Tensor::empty({rows, cols}), Tensor::empty({rows, cols})};
+    CompressConfig cfg;
+    cfg.kind = "powersgd";
+    cfg.rank = 1;
+    GradExchange ex(cfg, 1.0);
+    std::vector<float> extras;
+    auto& g = sent[static_cast<size_t>(me)];
+    for (int k = 0; k < n; ++k) g.push_back(std::sin(0.37f * k * (me + 1)) + 0.1f * static_cast<float>(me));
+    std::copy(g.begin(), g.end(), ps[0].grad.f32());
+    ex.begin(c, ps, 0.5f);
+    ex.finish(extras, 0);
+    if (me == 0) std::copy(ps[0].grad.f32(), ps[0].grad.f32() + n, estimate.begin());
+    auto keep_error = [&](std::vector<std::vector<float>>& into) {
+      for (const auto& t : ex.state())
+        if (t.first == "powersgd.0.error") into[static_cast<size_t>(me)].assign(t.second.f32(), t.second.f32() + n);
+    };
+    keep_error(error);
+    ps[0].grad.fill(0.0f);  // step 2: nothing new, so what goes out is the carried error
+    ex.begin(c, ps, 0.5f);
+    ex.finish(extras, 1);
+    if (me == 0) std::copy(ps[0].grad.f32(), ps[0].grad.f32() + n, estimate2.begin());
+    keep_error(error2);
+  });
+  ASSERT_EQ(error[0].size(), static_cast<size_t>(n));
+  ASSERT_EQ(error[1].size(), static_cast<size_t>(n));
+  double worst = 0, missed = 0;
+  for (int k = 0; k < n; ++k) {
+    const double whole = 0.5 * sent[0][static_cast<size_t>(k)] + 0.5 * sent[1][static_cast<size_t>(k)];
+    worst = std::max(worst, std::fabs(estimate[static_cast<size_t>(k)] + error[0][static_cast<size_t>(k)] +
+                                      error[1][static_cast<size_t>(k)] - whole));
+    missed = std::max(missed, std::fabs(whole - estimate[static_cast<size_t>(k)]));
+  }
+  EXPECT_GT(missed, 0.1);   // rank 1 cannot hold this gradient ...
+  EXPECT_LT(worst, 1e-5);   // ... and the errors keep exactly what it left out
+  double worst2 = 0, sent2 = 0;
+  for (int k = 0; k < n; ++k) {
+    const size_t i = static_cast<size_t>(k);
+    worst2 = std::max(worst2, std::fabs(double{estimate2[i]} + error2[0][i] + error2[1][i] - (error[0][i] + error[1][i])));
+    sent2 = std::max(sent2, static_cast<double>(std::fabs(estimate2[i])));
+  }
+  EXPECT_GT(sent2, 0.01);  // step 2 sends part of the carried error
+  EXPECT_LT(worst2, 1e-5);
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ class GradExchange {
   struct Matrix {
     size_t param;
     int rows, cols;
-    std::vector<float> q, error;  // warm-started Q [cols, r]; error feedback [rows, cols]
+    std::vector<float> q;  // warm-started Q [cols, r] (on the host, where it is summed)
+    Tensor error;          // error feedback [rows * cols], beside the gradient
   };
   struct Bucket {
     std::vector<size_t> params;
@@ -101,7 +102,7 @@ class GradExchange {
   void reduce_bucket(Bucket& b);  // sum over ranks: on the device, or staged (weighted) through buf
   void land_buckets();            // training thread, after every bucket's sum: back into the gradients
   void drop_marks();
-  void powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step);  // host gradients
+  void powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step);  // where the gradients live
   void comm_loop();
 
   CompressConfig c_;
@@ -119,6 +120,7 @@ class GradExchange {
   std::vector<std::pair<std::string, Tensor>> restore_;  // applied by plan()
   std::vector<size_t> plain_;  // PowerSGD: parameters sent as they are
   std::vector<float> buf_;
+  Tensor psgd_scratch_;  // PowerSGD's P and Q on the gradients' device
   size_t last_bytes_ = 0, plain_bytes_ = 0, grad_bytes_ = 0;
 
   // The communication thread and what it shares with the training thread.

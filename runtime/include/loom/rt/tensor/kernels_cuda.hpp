@@ -75,6 +75,7 @@ void fill(float* x, float v, int64_t n);
 // The gradient exchange's packing on the GPU: dst = a * src; dst = fp16(a * src) (nearest
 // even, as float_to_half); dst = float(src).
 void scale_copy(float* dst, const float* src, float a, int64_t n);
+void axpy(float* y, const float* x, float a, int64_t n);  // y += a * x
 void to_half(uint16_t* dst, const float* src, float a, int64_t n);
 void from_half(float* dst, const uint16_t* src, int64_t n);
 // The optimizer updates of optim.cpp on device arrays (same formulas, same order of operations).

@@ -38,6 +38,8 @@ void unpin(Device d, void* host);
 void scale_copy(Device d, float* dst, const float* src, float a, int64_t n);
 void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n);
 void from_half(Device d, float* dst, const uint16_t* src, int64_t n);
+// y += a * x (PowerSGD's error feedback, where the gradients live).
+void axpy(Device d, float* y, const float* x, float a, int64_t n);
 // Mixed precision: the low precision's rounding (fp16, or bf16) of x in place; and the GEMM
 // precision on CUDA ("fp32", or "fp16"/"bf16" on tensor cores: cuda::set_gemm_precision).
 void round_low(Device d, float* x, int64_t n, bool bf16);
