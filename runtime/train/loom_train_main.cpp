@@ -64,6 +64,29 @@ void finish_config(loom::rt::TrainConfig& c) {
   as_usage([&] { loom::rt::validate(c); return 0; });  // a bad option value is a usage error (exit 2)
 }
 
+// The command line, then --config FILE, into vm. A later occurrence of an option wins, as job
+// scripts append the user's overrides; Boost's errors are usage errors.
+void store_options(int argc, char** argv, const po::options_description& opts, po::variables_map& vm) {
+  try {
+    po::parsed_options parsed = po::parse_command_line(argc, argv, opts);
+    std::map<std::string, size_t> last;
+    for (size_t i = 0; i < parsed.options.size(); ++i) last[parsed.options[i].string_key] = i;
+    std::vector<po::option> kept;
+    for (size_t i = 0; i < parsed.options.size(); ++i)
+      if (last[parsed.options[i].string_key] == i) kept.push_back(parsed.options[i]);
+    parsed.options = kept;
+    po::store(parsed, vm);
+    if (vm.count("config")) {
+      std::ifstream in(vm["config"].as<std::string>());
+      if (!in) throw loom::rt::Error("--config: cannot read " + vm["config"].as<std::string>());  // a file, not usage: 1
+      po::store(po::parse_config_file(in, opts), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Usage{e.what()};
+  }
+}
+
 loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string* inspect) {
   loom::rt::TrainConfig c;
   std::string model, layers, data, optimizer, device, config, seed, qat_scales;
@@ -131,25 +154,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("resume", po::value(&c.resume)->default_value("auto"), "auto (newest good checkpoint in --ckpt-dir) | never | FILE")
       ("inspect", po::value<std::string>(), "print what a checkpoint or model FILE holds, verify it, and exit");
   po::variables_map vm;
-  try {
-    // A later occurrence of an option wins, as job scripts append the user's overrides.
-    po::parsed_options parsed = po::parse_command_line(argc, argv, opts);
-    std::map<std::string, size_t> last;
-    for (size_t i = 0; i < parsed.options.size(); ++i) last[parsed.options[i].string_key] = i;
-    std::vector<po::option> kept;
-    for (size_t i = 0; i < parsed.options.size(); ++i)
-      if (last[parsed.options[i].string_key] == i) kept.push_back(parsed.options[i]);
-    parsed.options = kept;
-    po::store(parsed, vm);
-    if (vm.count("config")) {
-      std::ifstream in(vm["config"].as<std::string>());
-      if (!in) throw loom::rt::Error("--config: cannot read " + vm["config"].as<std::string>());  // a file, not usage: 1
-      po::store(po::parse_config_file(in, opts), vm);
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw Usage{e.what()};
-  }
+  store_options(argc, argv, opts, vm);
   if (vm.count("version")) {
     std::printf("loom-train (Loom) %s\n", PACKAGE_VERSION);
     *help_only = true;
