@@ -8,7 +8,7 @@
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 [ -x "$LOOM_BUILDDIR/loom-serve" ] && [ -x "$LOOM_BUILDDIR/loom-train" ] || skip "loom-train and loom-serve not built"
 [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
-run_cmd sh -c "cd '$LOOM_BUILDDIR' && bash '$LOOM_SRCDIR/contrib/gpu-bundle.sh' '$LOOM_TMP/gpu-bundle'"
+run_cmd sh -c "cd '$LOOM_BUILDDIR' && LOOM_BUNDLE_XZ_LEVEL=2 bash '$LOOM_SRCDIR/contrib/gpu-bundle.sh' '$LOOM_TMP/gpu-bundle'"
 expect_eq "gpu-bundle.sh: exit" 0 "$rc"
 echo "gpu_bundle: $out"
 kib=$(du -sk "$LOOM_TMP/gpu-bundle.tar.xz" | cut -f1)
