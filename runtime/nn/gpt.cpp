@@ -34,10 +34,6 @@ Attention parse_attention(const std::string& name) {
   throw Error("attention '" + name + "': auto, full or flash");
 }
 
-const char* attention_name(Attention a) {
-  return a == Attention::kFlash ? "flash" : a == Attention::kFull ? "full" : "auto";
-}
-
 bool Gpt::flash() const {
   if (attention_ != Attention::kAuto) return attention_ == Attention::kFlash;
   return c_.context >= kFlashContext && (device_ == Device::kCpu || c_.embd / c_.heads <= gpt_cuda::kFlashMaxHeadSize);

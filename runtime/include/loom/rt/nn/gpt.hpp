@@ -19,7 +19,6 @@ namespace loom::rt {
 // (and, on CUDA, for heads of at most gpt_cuda's 128 values).
 enum class Attention { kAuto, kFull, kFlash };
 Attention parse_attention(const std::string& name);  // auto | full | flash; Error otherwise
-const char* attention_name(Attention a);
 constexpr int kFlashContext = 256;
 
 struct GptConfig {
