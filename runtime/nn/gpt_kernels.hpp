@@ -8,26 +8,15 @@
 // depend on the number of threads.
 #pragma once
 
-#include <omp.h>
-
 #include <random>
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/tensor.hpp"
+#include "loom/rt/tensor/vec.hpp"
 
 namespace loom::rt::gptk {
 
-// fn(lo, hi) over [0, n) in one piece per thread (one piece without OpenMP loops or when small).
-template <class Fn>
-void for_range(int64_t n, int64_t min_parallel, Fn fn) {
-  if (!cpu::openmp_loops() || n < min_parallel) return fn(int64_t{0}, n);
-#pragma omp parallel
-  {
-    const int64_t p = omp_get_num_threads(), me = omp_get_thread_num();
-    const int64_t lo = n * me / p, hi = n * (me + 1) / p;
-    if (lo < hi) fn(lo, hi);
-  }
-}
+using vec::for_range;
 
 // Every layer runs where its tensors live: on the CPU here, on the GPU through gpt_cuda.hpp and
 // cuBLAS (outputs are allocated on the input's device).

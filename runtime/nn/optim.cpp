@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/vec.hpp"
 #ifdef LOOM_HAVE_CUDA
 #include "loom/rt/tensor/kernels_cuda.hpp"
 #endif
@@ -44,44 +45,71 @@ void Optimizer::step_spans(const std::vector<Span>& spans, float lr) {
   for (const Span& s : spans) update(s, lr);
 }
 
+namespace {
+
+// The update rules over [lo, hi), each compiled for AVX2 beside the baseline (vec.hpp). Element by
+// element, without fused multiply-adds: every clone gives the same bits.
+LOOM_VEC void sgd_plain(float* __restrict w, const float* __restrict g, int64_t lo, int64_t hi, float lr, float wd) {
+  for (int64_t k = lo; k < hi; ++k) w[k] -= lr * (g[k] + wd * w[k]);
+}
+
+LOOM_VEC void sgd_nesterov(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t lo, int64_t hi,
+                           float lr, float wd, float mu, float keep) {
+  for (int64_t k = lo; k < hi; ++k) {
+    const float d = g[k] + wd * w[k];
+    m[k] = keep * m[k] + d;
+    w[k] -= lr * (d + mu * m[k]);
+  }
+}
+
+LOOM_VEC void sgd_momentum(float* __restrict w, const float* __restrict g, float* __restrict m, int64_t lo, int64_t hi,
+                           float lr, float wd, float keep) {
+  for (int64_t k = lo; k < hi; ++k) {
+    m[k] = keep * m[k] + g[k] + wd * w[k];
+    w[k] -= lr * m[k];
+  }
+}
+
+struct AdamW {
+  float decay, beta1, beta2, step, root_bc2, eps;
+};
+
+LOOM_VEC void adamw(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t lo,
+                    int64_t hi, AdamW a) {
+  for (int64_t k = lo; k < hi; ++k) {
+    w[k] *= a.decay;
+    m[k] = a.beta1 * m[k] + (1.0f - a.beta1) * g[k];
+    v[k] = a.beta2 * v[k] + (1.0f - a.beta2) * g[k] * g[k];
+    w[k] -= a.step * m[k] / (std::sqrt(v[k]) / a.root_bc2 + a.eps);
+  }
+}
+
+}  // namespace
+
+// Memory-bound loops (a parameter, its gradient and its moments read and written once): in AVX2
+// they run at the memory's speed, where the baseline's scalar loop took 2.5x as long (the MLP's
+// 670k parameters: 0.41 against 1.04 ms a step).
 void Optimizer::update(const Span& s, float lr) const {
   float* w = s.w;
   const float* g = s.g;
   float* m = s.m;
-  const int64_t n = s.n;
-  const bool parallel = cpu::openmp_loops();
-  if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0; one branch-free pass per case
-    const float wd = c_.weight_decay, mu = c_.momentum;
-    if (mu == 0.0f) {
-      for (int64_t k = 0; k < n; ++k) w[k] -= lr * (g[k] + wd * w[k]);
-    } else if (c_.nesterov) {
-      const float keep = t_ == 1 ? 0.0f : mu;  // the first step sets the buffer to the gradient
-      for (int64_t k = 0; k < n; ++k) {
-        float d = g[k] + wd * w[k];
-        m[k] = keep * m[k] + d;
-        w[k] -= lr * (d + mu * m[k]);
-      }
-    } else {
-      const float keep = t_ == 1 ? 0.0f : mu;
-#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
-      for (int64_t k = 0; k < n; ++k) {
-        m[k] = keep * m[k] + g[k] + wd * w[k];
-        w[k] -= lr * m[k];
-      }
-    }
-  } else {  // torch.optim.AdamW
-    float* v = s.v;
-    const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
-    const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
-    const float step = lr / bc1, root_bc2 = std::sqrt(bc2);
-#pragma omp parallel for simd schedule(static) if (parallel && n > 65536)
-    for (int64_t k = 0; k < n; ++k) {
-      w[k] *= 1.0f - lr * c_.weight_decay;
-      m[k] = c_.beta1 * m[k] + (1.0f - c_.beta1) * g[k];
-      v[k] = c_.beta2 * v[k] + (1.0f - c_.beta2) * g[k] * g[k];
-      w[k] -= step * m[k] / (std::sqrt(v[k]) / root_bc2 + c_.eps);
-    }
+  const float wd = c_.weight_decay, mu = c_.momentum;
+  const float keep = t_ == 1 ? 0.0f : mu;  // momentum: the first step sets the buffer to the gradient
+  const int64_t min_parallel = 65536;
+  if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0
+    if (mu == 0.0f)
+      vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { sgd_plain(w, g, lo, hi, lr, wd); });
+    else if (c_.nesterov)
+      vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { sgd_nesterov(w, g, m, lo, hi, lr, wd, mu, keep); });
+    else
+      vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { sgd_momentum(w, g, m, lo, hi, lr, wd, keep); });
+    return;
   }
+  // torch.optim.AdamW
+  const float bc1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t_));
+  const float bc2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t_));
+  const AdamW a{1.0f - lr * wd, c_.beta1, c_.beta2, lr / bc1, std::sqrt(bc2), c_.eps};
+  vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { adamw(w, g, m, s.v, lo, hi, a); });
 }
 
 float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::string& schedule) {

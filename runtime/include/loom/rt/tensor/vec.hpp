@@ -1,10 +1,15 @@
 // vec.hpp — what makes the hot loops (the ONNX executor's, the gpt's) vectorise on this generic
 // x86-64 build: LOOM_VEC compiles a function twice (AVX2 and the baseline) and picks one at load
-// time, and exp and erf written without branches or libm calls, so the vectoriser can widen them.
+// time; exp and erf written without branches or libm calls, so the vectoriser can widen them; and
+// for_range, which spreads a loop over the threads when OpenMP loops are on.
 #pragma once
+
+#include <omp.h>
 
 #include <cstdint>
 #include <cstring>
+
+#include "loom/rt/tensor/kernels.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define LOOM_VEC __attribute__((target_clones("avx2", "default")))
@@ -13,6 +18,18 @@
 #endif
 
 namespace loom::rt::vec {
+
+// fn(lo, hi) over [0, n) in one piece per thread (one piece without OpenMP loops or when small).
+template <class Fn>
+void for_range(int64_t n, int64_t min_parallel, Fn fn) {
+  if (!cpu::openmp_loops() || n < min_parallel) return fn(int64_t{0}, n);
+#pragma omp parallel
+  {
+    const int64_t p = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t lo = n * me / p, hi = n * (me + 1) / p;
+    if (lo < hi) fn(lo, hi);
+  }
+}
 
 // e^x for float: Cody-Waite reduction and Cephes' polynomial (about 1 ulp), x clamped to the
 // range where the result is finite and normal.
