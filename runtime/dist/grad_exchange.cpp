@@ -1,6 +1,8 @@
 // grad_exchange.cpp — plain and PowerSGD gradient exchange.
 #include "loom/rt/dist/grad_exchange.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -150,6 +152,7 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float w
     dev_ = params.empty() ? Device::kCpu : params[0].grad.device();
     plan(params);
   }
+  if (dev_ == Device::kCpu && !sharded_ && c_.kind != "powersgd") bind_views(params);
   drop_marks();  // a step that failed midway leaves some
   is_ready_.assign(params.size(), 0);
   for (auto& b : buckets_) b.pending = static_cast<int>(b.params.size());
@@ -182,6 +185,16 @@ void GradExchange::ready(size_t param) {
   cv_.notify_all();
 }
 
+namespace {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+}  // namespace
+
 void GradExchange::comm_loop() {
   ops::use_gpu(gpu_);  // the rank's GPU, for the copies of its gradients (none: -1)
   for (;;) {
@@ -196,6 +209,7 @@ void GradExchange::comm_loop() {
       failed = error_ != nullptr;
     }
     std::exception_ptr err;
+    const double cpu0 = thread_cpu_seconds();
     if (!failed) {  // after a failure the ranks are out of step: no further collectives
       try {
         reduce_bucket(buckets_[b]);
@@ -203,10 +217,12 @@ void GradExchange::comm_loop() {
         err = std::current_exception();
       }
     }
+    const double busy = thread_cpu_seconds() - cpu0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (err) error_ = err;
       ++done_;
+      thread_busy_ += busy;
     }
     cv_.notify_all();
   }
@@ -227,6 +243,29 @@ void GradExchange::mark_ready(Bucket& b) {
   b.ready_mark = ops::mark_queued(dev_);  // null on the CPU
 }
 
+// CPU gradients live in their bucket's flat buffer, each parameter's gradient a view of it: the
+// bucket is weighted and summed where backward wrote it, with no copy into a buffer and none back
+// (on the MLP, 2 of the communication thread's 3 passes over the gradients, on the training
+// thread's core). Bound at the first step, and again for a gradient that is not a view of its
+// place (the caller replaced it).
+void GradExchange::bind_views(std::vector<Param>& params) {
+  for (auto& b : buckets_) {
+    if (!b.flat.defined()) b.flat = Tensor::empty({static_cast<int64_t>(b.floats)});
+    int64_t at = 0;
+    for (size_t i : b.params) {
+      Tensor& grad = params[i].grad;
+      const int64_t n = grad.numel();
+      float* place = b.flat.f32() + at;
+      if (grad.f32() != place) {
+        Tensor view = b.flat.rows(at, at + n).reshape(grad.shape());
+        std::copy(grad.f32(), grad.f32() + n, place);
+        grad = view;
+      }
+      at += n;
+    }
+  }
+}
+
 // Staged gradients on a GPU are copied down on the side stream once the work that wrote them is
 // done (not waiting for the kernels backward queued since), summed by the host transport, and
 // copied back on that stream; the default stream waits for those copies only before the
@@ -238,6 +277,12 @@ void GradExchange::reduce_bucket(Bucket& b) {
     else dev_comm_->allreduce_sum(b.dev.f32(), b.floats, b.ready_mark);
     last_bytes_ += b.floats * (half ? sizeof(uint16_t) : sizeof(float));
     return;  // land_buckets unpacks it
+  }
+  if (b.flat.defined()) {
+    float* flat = b.flat.f32();
+    ops::scale_copy(dev_, flat, flat, weight_, static_cast<int64_t>(b.floats));
+    sum(flat, b.floats);
+    return;
   }
   b.buf.resize(b.floats);
   if (dev_ != Device::kCpu && !b.pinned) b.pinned = ops::pin(dev_, b.buf.data(), b.buf.size() * sizeof(float));
@@ -259,13 +304,7 @@ void GradExchange::reduce_bucket(Bucket& b) {
     last_bytes_ += b.buf.size() * sizeof(float);
     return;
   }
-  if (c_.kind == "fp16") {
-    comm_->allreduce_sum_half(b.buf.data(), b.buf.size());
-    last_bytes_ += b.buf.size() * sizeof(uint16_t);
-  } else {
-    comm_->allreduce_sum(b.buf.data(), b.buf.size());
-    last_bytes_ += b.buf.size() * sizeof(float);
-  }
+  sum(b.buf.data(), b.buf.size());
   at = b.buf.data();
   for (size_t i : b.params) {
     const Tensor& grad = (*params_)[i].grad;
@@ -274,6 +313,16 @@ void GradExchange::reduce_bucket(Bucket& b) {
     at += n;
   }
   b.landed_mark = ops::mark_beside(dev_);
+}
+
+void GradExchange::sum(float* data, size_t n) {
+  if (c_.kind == "fp16") {
+    comm_->allreduce_sum_half(data, n);
+    last_bytes_ += n * sizeof(uint16_t);
+  } else {
+    comm_->allreduce_sum(data, n);
+    last_bytes_ += n * sizeof(float);
+  }
 }
 
 void GradExchange::land_buckets() {

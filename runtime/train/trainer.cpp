@@ -102,7 +102,7 @@ class Trainer {
   void evaluate(int64_t epoch);
   void finish(TrainResult* r);
   void export_to(const std::string& path);
-  void report_time(int64_t steps) const;
+  void report_time(int64_t steps);
   RunParts parts() { return {*task_, opt_, precision_, plan_, sync_}; }
   bool preflight() const;  // what must be said or refused before the ranks start agreeing
 
@@ -326,19 +326,22 @@ void Trainer::finish(TrainResult* r) {
 // Per step on this rank: forward and backward (emulated slowness included), the wait in the
 // gradient exchange after backward (the part that did not overlap, and a faster rank's wait
 // for a slower one), the optimizer's update (clipping, ZeRO-1's allgather), and the rest
-// (logging, checkpoints). Every rank says its own: the breakdown of a heterogeneous run.
-void Trainer::report_time(int64_t steps) const {
+// (logging, checkpoints); beside them, the CPU time of the communication thread, which a rank
+// with one core takes from its backward. Every rank says its own: the breakdown of a heterogeneous run.
+void Trainer::report_time(int64_t steps) {
   const int64_t done = steps - pos_first_;
   if (done <= 0 || train_seconds_ <= 0) return;
   const double ms = 1e3 / static_cast<double>(done);
   const double other = train_seconds_ - time_.compute - time_.exchange - time_.update;
+  const double busy = sync_.comm_thread_seconds();  // 0 without buckets overlapped
   rep_.say_mine("time per step: " + fixed(train_seconds_ * ms, 2) + " ms = compute " + fixed(time_.compute * ms, 2) +
                     " + gradient exchange wait " + fixed(time_.exchange * ms, 2) + " + update " +
                     fixed(time_.update * ms, 2) + " + other " + fixed(other * ms, 2) + " (share " +
-                    std::to_string(plan_.share()) + " of " + std::to_string(c_.global_batch) + ")",
+                    std::to_string(plan_.share()) + " of " + std::to_string(c_.global_batch) + ")" +
+                    (busy > 0 ? "; communication thread busy " + fixed(busy * ms, 2) + " ms" : std::string()),
                 "\"level\":\"info\",\"event\":\"step_time\",\"compute_ms\":" + num(time_.compute * ms) +
                     ",\"exchange_ms\":" + num(time_.exchange * ms) + ",\"update_ms\":" + num(time_.update * ms) +
-                    ",\"other_ms\":" + num(other * ms));
+                    ",\"other_ms\":" + num(other * ms) + ",\"comm_thread_ms\":" + num(busy * ms));
 }
 
 }  // namespace

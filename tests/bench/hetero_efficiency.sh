@@ -4,6 +4,8 @@
 # batch), the 2-rank samples/s with an equal split and with dynamic balancing, and
 # efficiency = 2-rank rate / (sum of solo rates). Target >= 0.90 dynamic; an equal split ~0.57.
 # Emulated devices: the slow rank sleeps 1.5x its compute time (LOOM_EMULATE_SPEED).
+# mpirun binds each of the 2 ranks to one core: a rank's communication thread shares it with its
+# backward (the breakdown below says how long it was busy).
 # Solo rates are measured twice: one process alone on the machine, and the two solo processes at
 # the same time. Real GPUs do not slow each other down, but two ranks on this machine's CPU
 # cores do (memory bandwidth, the communication threads): the concurrent solo rates are the

@@ -107,7 +107,7 @@ run_cmd env SLOW=0.4 timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" 
 expect_eq "dynamic exit" 0 "$rc"
 expect_match "emulation is announced" "emulating a slow device" "$err"
 for r in 0 1; do  # every rank says where its step time went
-  expect_match "rank $r: step time breakdown" "rank $r: time per step: [0-9.]+ ms = compute [0-9.]+ \+ gradient exchange wait [0-9.]+ \+ update [0-9.]+ \+ other -?[0-9.]+ \(share [0-9]+ of 140\)" "$err"
+  expect_match "rank $r: step time breakdown" "rank $r: time per step: [0-9.]+ ms = compute [0-9.]+ \+ gradient exchange wait [0-9.]+ \+ update [0-9.]+ \+ other -?[0-9.]+ \(share [0-9]+ of 140\); communication thread busy [0-9.]+ ms" "$err"
 done
 share=$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "rank_batch" in l][-1]["rank_batch"][1])' dyn.jsonl)
 echo "train_mpi: dynamic share of the 0.4-speed rank after 60 steps: $share of 140 (5:2 would be 40)"

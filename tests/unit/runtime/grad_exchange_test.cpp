@@ -1,5 +1,5 @@
 // grad_exchange_test.cpp — the gradient exchange over ranks as threads: option parsing, buckets
-// overlapped with backward (fp32 and fp16), a failing bucket, PowerSGD, and the device path
+// overlapped with backward (fp32 and fp16) and summed in place on the CPU, a failing bucket, PowerSGD, and the device path
 // (NCCL's place, taken here by a host stand-in) against the staged one.
 #include <gtest/gtest.h>
 
@@ -71,6 +71,34 @@ TEST(GradExchange, BucketsOverlapAndSumTheWeightedGradients) {
           EXPECT_EQ(ex.buckets(), 1u);
         }
       });
+}
+
+// CPU gradients are summed where backward writes them: after begin() each gradient is a view of
+// its bucket's one buffer (neighbours in a bucket adjacent, last parameter first), keeping its
+// values; the same parameters stay bound from step to step, and a gradient the caller replaced
+// is bound again.
+TEST(GradExchange, CpuGradientsLiveInTheirBucket) {
+  run_ranks(2, [&](Communicator& c) {
+    GradExchange ex(CompressConfig{}, 25.0);  // one bucket
+    auto ps = bucket_params(c.rank());
+    ex.begin(c, ps, 0.5f);
+    for (size_t i = ps.size(); i-- > 1;) {
+      ASSERT_EQ(ps[i - 1].grad.f32(), ps[i].grad.f32() + ps[i].grad.numel()) << i;
+      for (int64_t k = 0; k < ps[i].grad.numel(); ++k)
+        ASSERT_EQ(ps[i].grad.f32()[k], static_cast<float>((k % 9) * (c.rank() + 1)));
+    }
+    std::vector<float> extras{0.0f};
+    ex.finish(extras, 0);
+    const float* bound = ps[3].grad.f32();
+    ps[3].grad = Tensor::zeros({40});  // replaced between steps
+    ps[3].grad.f32()[5] = 7.0f;
+    ex.begin(c, ps, 0.5f);
+    EXPECT_EQ(ps[3].grad.f32(), bound);
+    EXPECT_EQ(ps[3].grad.f32()[5], 7.0f);
+    EXPECT_EQ(ps[3].grad.shape(), (std::vector<int64_t>{40}));
+    ex.finish(extras, 1);
+    EXPECT_EQ(ps[3].grad.f32()[5], 7.0f);  // 0.5 * 7 + 0.5 * 7
+  });
 }
 
 // Stands in for NCCL in a unit test: sums the "device" buffers (host memory here) over the same

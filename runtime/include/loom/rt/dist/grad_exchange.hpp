@@ -71,6 +71,12 @@ class GradExchange {
   size_t last_bytes() const { return last_bytes_; }
   size_t plain_bytes() const { return plain_bytes_; }
   size_t buckets() const { return buckets_.size(); }
+  // CPU seconds the communication thread spent on buckets (copies, sums, polling), summed over
+  // the run: on a rank with one core, time taken from backward.
+  double thread_busy_seconds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return thread_busy_;
+  }
   // PowerSGD's state on this rank (error feedback, warm-started Q), for checkpoints, as
   // "powersgd.<parameter index>.error|q"; restore() applies such a state (when the exchange is
   // planned at its first step) and throws Error when it does not fit the model.
@@ -92,6 +98,7 @@ class GradExchange {
     bool pinned = false;          // buf page-locked for the GPU's copies
     size_t begin = 0, count = 0;  // sharded: this rank's reduced chunk of buf
     Tensor dev;                   // with a device communicator: the packed bucket on the GPU
+    Tensor flat;                  // CPU, not sharded: the bucket's gradients live here (bind_views)
     void* ready_mark = nullptr;   // the default stream's work that wrote the gradients
     void* landed_mark = nullptr;  // staged: the side stream's copies back to the device
   };
@@ -99,7 +106,9 @@ class GradExchange {
   // Training thread, as a bucket's last gradient is final: packs it on the device (with a device
   // communicator) and marks the work queued so far, which the exchange waits for and no more.
   void mark_ready(Bucket& b);
-  void reduce_bucket(Bucket& b);  // sum over ranks: on the device, or staged (weighted) through buf
+  void bind_views(std::vector<Param>& params);  // CPU: each gradient a view of its bucket's flat
+  void reduce_bucket(Bucket& b);  // sum over ranks: on the device, in place (flat), or staged (weighted) through buf
+  void sum(float* data, size_t n);  // allreduce, fp32 or fp16 payloads
   void land_buckets();            // training thread, after every bucket's sum: back into the gradients
   void drop_marks();
   void powersgd(std::vector<Param>& params, std::vector<float>& extras, int64_t step);  // where the gradients live
@@ -130,6 +139,7 @@ class GradExchange {
   std::condition_variable cv_;
   std::deque<size_t> queue_;
   size_t done_ = 0;
+  double thread_busy_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
 };

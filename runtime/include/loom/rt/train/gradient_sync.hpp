@@ -46,6 +46,7 @@ class GradientSync {
   void moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m, std::vector<Tensor>* v);
   size_t optimizer_bytes(const Optimizer& opt) const;  // this rank's optimizer state
   size_t comm_bytes() const { return comm_bytes_; }  // sent by this rank, summed over the run
+  double comm_thread_seconds() { return exchange_.thread_busy_seconds(); }  // GradExchange::thread_busy_seconds
   GradExchange& exchange() { return exchange_; }
   bool powersgd() const { return powersgd_; }
 
