@@ -122,7 +122,9 @@ void Communicator::run_steps(T* data, const std::vector<std::vector<Step>>& segm
   for (const auto& seg : segments)
     for (const auto& st : seg) slot_n = std::max(slot_n, st.reduce ? st.recv_n : 0);
   const size_t slots = std::min(k_n, l_n);
-  scratch_.resize(std::max<size_t>(1, slots * slot_n) * sizeof(T));
+  // Grown, never shrunk: buckets of different sizes take turns, and each regrowth zero-filled the
+  // new part (a memset on every step).
+  scratch_.resize(std::max(scratch_.size(), std::max<size_t>(1, slots * slot_n) * sizeof(T)));
   T* tmp = reinterpret_cast<T*>(scratch_.data());
   for (size_t t = 0; t + 1 < k_n + l_n; ++t) {
     const size_t k0 = t + 1 > l_n ? t + 1 - l_n : 0, k1 = std::min(t, k_n - 1);
