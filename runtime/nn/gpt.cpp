@@ -199,14 +199,22 @@ void Gpt::to(Device device) {
   device_ = device;
 }
 
-void Gpt::backward() {
+void Gpt::backward(const std::function<void(size_t)>& ready) {
   const int T = c_.context, C = c_.embd;
   const int64_t N = int64_t{batch_} * T;
   const size_t f = 2 + static_cast<size_t>(c_.layers) * 12;
+  auto final = [&](size_t i, size_t j) {  // parameters i and j have their gradients
+    if (!ready) return;
+    ready(i);
+    ready(j);
+  };
+  auto final_layer = [&](int l, int k) { final(layer_param(l, k), layer_param(l, k + 1)); };
   Tensor dlnf;
   linear_bwd(dlogits_, lnf_, p(f + 2), g(f + 2), nullptr, &dlnf);
+  if (ready) ready(f + 2);
   Tensor dx = Tensor::zeros({N, C}, DType::kF32, device_);
   layernorm_bwd(dlnf, x_final_, lnf_mean_, lnf_rstd_, p(f), dx, g(f), g(f + 1));
+  final(f, f + 1);
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
     if (recompute_) {  // the block's forward again, with the dropout masks it drew the first time
@@ -218,23 +226,30 @@ void Gpt::backward() {
     dropout_bwd(d2, a.drop2);
     Tensor dgelu;
     linear_bwd(d2, a.gelu, p(layer_param(l, 10)), g(layer_param(l, 10)), &g(layer_param(l, 11)), &dgelu);
+    final_layer(l, 10);
     gelu_bwd(a.fc, a.gelu_cdf, dgelu);
     Tensor dln2;
     linear_bwd(dgelu, a.ln2, p(layer_param(l, 8)), g(layer_param(l, 8)), &g(layer_param(l, 9)), &dln2);
+    final_layer(l, 8);
     layernorm_bwd(dln2, a.x_mid, a.ln2_mean, a.ln2_rstd, p(layer_param(l, 6)), dx, g(layer_param(l, 6)),
                   g(layer_param(l, 7)));
+    final_layer(l, 6);
     // Attention branch: x_mid = x_in + drop(proj(attn(qkv(ln1(x_in)))))
     Tensor d1 = dx.clone();
     dropout_bwd(d1, a.drop1);
     Tensor dy, dqkv, dln1;
     linear_bwd(d1, a.y, p(layer_param(l, 4)), g(layer_param(l, 4)), &g(layer_param(l, 5)), &dy);
+    final_layer(l, 4);
     attention_bwd(dy, a.qkv, a.att, a.y, batch_, T, c_.heads, C, flash(), dqkv);
     linear_bwd(dqkv, a.ln1, p(layer_param(l, 2)), g(layer_param(l, 2)), &g(layer_param(l, 3)), &dln1);
+    final_layer(l, 2);
     layernorm_bwd(dln1, a.x_in, a.ln1_mean, a.ln1_rstd, p(layer_param(l, 0)), dx, g(layer_param(l, 0)),
                   g(layer_param(l, 1)));
+    final_layer(l, 0);
     if (recompute_) a = LayerActs{};  // this block's activations are done with
   }
   embed_backward(dx);
+  final(0, 1);
 }
 
 std::string Gpt::rng_state() const {

@@ -48,7 +48,7 @@ class GptTask : public Task {
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
   }
-  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>&) override {
+  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
     const int T = model_->config().context;
     const int64_t starts = (split_ - T - 1) / stride_ + 1;
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
@@ -62,7 +62,7 @@ class GptTask : public Task {
       }
     }
     double loss = model_->forward(tok_, tgt_, batch, true);
-    model_->backward();
+    model_->backward(ready);
     return loss;
   }
   Eval evaluate() override {  // next-character accuracy and loss on the last 10% of the text

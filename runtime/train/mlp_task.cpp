@@ -93,7 +93,7 @@ class MlpTask : public Task {
     const Tensor& logits = model_.forward(xd);
     double loss = ops::softmax_xent(device_, logits.f32(), yd.data<int32_t>(), dlogits_.f32(), batch,
                                     static_cast<int>(logits.dim(1)));
-    model_.backward(dlogits_);
+    model_.backward(dlogits_, false, ready);  // buckets go out (device events) as backward runs, as on the CPU
     return loss;
   }
   Eval evaluate() override {

@@ -60,12 +60,14 @@ expect_eq "and fails" 1 "$([ "$rc" = 0 ] && echo 0 || echo 1)"
 run_cmd "$T" --steps 2 --gpu-backend gloo
 expect_eq "--gpu-backend gloo: usage" 2 "$rc"
 expect_match "--gpu-backend gloo: the choices" "--gpu-backend must be auto, nccl or host, not .gloo." "$err"
-# The gpt, data-parallel: 2 ranks with uneven shares give the 1-rank weights.
+# The gpt, data-parallel: 2 ranks with uneven shares give the 1-rank weights; buckets of 20 KB,
+# so that many go out while backward still runs (the gpt tells each gradient as it is final).
 g="--model gpt --data text:/usr/share/common-licenses/GPL-3 --context 32 --n-layer 2 --n-embd 32 --n-head 4 --global-batch 12 --steps 20 --lr 0.1 --seed 5 --log-every 1000"
 run_cmd "$T" $g --export g1.h5
 expect_eq "gpt, 1 rank" 0 "$rc"
-run_cmd timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" $g --balance static --export g2.h5
+run_cmd timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" $g --balance static --bucket-mb 0.02 --export g2.h5
 expect_eq "gpt, 2 ranks" 0 "$rc"
+expect_match "gpt, 2 ranks: buckets overlapped" "buckets of 0.02 MiB overlapped with backward" "$err"
 h5diff -d 2e-6 g1.h5 g2.h5 /params /params >/dev/null && pass || fail "gpt: 2 ranks' weights differ from 1 rank"
 # ZeRO-1: the optimizer state sharded. The reduce-scatter's chunks are the allreduce's, so the
 # weights equal the unsharded run's bit for bit (AdamW), and with clipping (the norm summed in

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,8 +35,10 @@ class Gpt {
   // tokens [B*T] (row-major B sequences of T = context tokens) -> mean cross-entropy against
   // targets; keeps what backward needs. `train` enables dropout.
   double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train);
-  // Gradients of the last forward's loss, overwriting every parameter's grad.
-  void backward();
+  // Gradients of the last forward's loss, overwriting every parameter's grad; `ready(i)`, when
+  // set, is told as soon as params()[i].grad is final (the head's first, the embeddings' last),
+  // so that the gradient exchange overlaps with the rest of backward.
+  void backward(const std::function<void(size_t)>& ready = {});
   const Tensor& logits() const { return logits_; }  // [B*T, vocab], on the model's device
   // Moves the parameters (and their gradients) to a device; every layer then runs there
   // (gpt_kernels.hpp). Throws Error in a build without CUDA.
