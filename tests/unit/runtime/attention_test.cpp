@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/rt/error.hpp"
+#include "gpt_config.hpp"
 #include "loom/rt/nn/gpt.hpp"
 
 using loom::rt::Attention;
@@ -30,14 +31,7 @@ double relative(const loom::rt::Tensor& a, const loom::rt::Tensor& b) {
 }
 
 GptConfig config(int context, int heads, int embd, float dropout) {
-  GptConfig c;
-  c.vocab = 37;
-  c.context = context;
-  c.layers = 2;
-  c.heads = heads;
-  c.embd = embd;
-  c.dropout = dropout;
-  return c;
+  return loom::rt::test::small_gpt(context, heads, embd, dropout);
 }
 
 // Two steps of forward and backward with the same data on both models; every difference of the

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "gpt_config.hpp"
 #include "loom/rt/nn/gpt.hpp"
 
 using loom::rt::Gpt;
@@ -14,13 +15,7 @@ using loom::rt::GptConfig;
 using loom::rt::Tensor;
 
 TEST(GptBackward, ReportsEachGradientOnceWhenItIsFinal) {
-  GptConfig c;
-  c.vocab = 29;
-  c.context = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.embd = 32;
-  c.dropout = 0.1f;
+  const GptConfig c = loom::rt::test::small_gpt(16, 2, 32, 0.1f);
   for (bool recompute : {false, true}) {
     Gpt m(c, 3);
     m.set_recompute(recompute);
@@ -28,8 +23,8 @@ TEST(GptBackward, ReportsEachGradientOnceWhenItIsFinal) {
     std::mt19937 rng(5);
     std::vector<int32_t> tok(static_cast<size_t>(batch) * c.context), tgt(tok.size());
     for (size_t i = 0; i < tok.size(); ++i) {
-      tok[i] = static_cast<int32_t>(rng() % 29);
-      tgt[i] = static_cast<int32_t>(rng() % 29);
+      tok[i] = static_cast<int32_t>(rng() % 37);
+      tgt[i] = static_cast<int32_t>(rng() % 37);
     }
     for (int step = 0; step < 2; ++step) {  // the second over gradients the first left behind
       m.forward(tok, tgt, batch, true);
