@@ -144,10 +144,9 @@ void GradExchange::restore(std::vector<std::pair<std::string, Tensor>> state) {
   restore_ = std::move(state);
 }
 
-void GradExchange::begin(Communicator& comm, std::vector<Param>& params, float weight) {
+void GradExchange::begin(Communicator& comm, std::vector<Param>& params) {
   comm_ = &comm;
   params_ = &params;
-  weight_ = weight;
   if (!planned_) {
     dev_ = params.empty() ? Device::kCpu : params[0].grad.device();
     plan(params);
@@ -235,8 +234,8 @@ void GradExchange::mark_ready(Bucket& b) {
     size_t at = 0;
     for (size_t i : b.params) {
       const Tensor& grad = (*params_)[i].grad;
-      if (half) ops::to_half(dev_, b.dev.data<uint16_t>() + at, grad.f32(), weight_, grad.numel());
-      else ops::scale_copy(dev_, b.dev.f32() + at, grad.f32(), weight_, grad.numel());
+      if (half) ops::to_half(dev_, b.dev.data<uint16_t>() + at, grad.f32(), 1.0f, grad.numel());
+      else ops::scale_copy(dev_, b.dev.f32() + at, grad.f32(), 1.0f, grad.numel());
       at += static_cast<size_t>(grad.numel());
     }
   }
@@ -244,9 +243,8 @@ void GradExchange::mark_ready(Bucket& b) {
 }
 
 // CPU gradients live in their bucket's flat buffer, each parameter's gradient a view of it: the
-// bucket is weighted and summed where backward wrote it, with no copy into a buffer and none back
-// (on the MLP, 2 of the communication thread's 3 passes over the gradients, on the training
-// thread's core). Bound at the first step, and again for a gradient that is not a view of its
+// bucket is summed where backward wrote it, with no copy into a buffer and none back (on the
+// MLP, the communication thread's passes over the gradients, on the training thread's core). Bound at the first step, and again for a gradient that is not a view of its
 // place (the caller replaced it).
 void GradExchange::bind_views(std::vector<Param>& params) {
   for (auto& b : buckets_) {
@@ -278,25 +276,14 @@ void GradExchange::reduce_bucket(Bucket& b) {
     last_bytes_ += b.floats * (half ? sizeof(uint16_t) : sizeof(float));
     return;  // land_buckets unpacks it
   }
-  if (b.flat.defined()) {
-    float* flat = b.flat.f32();
-    ops::scale_copy(dev_, flat, flat, weight_, static_cast<int64_t>(b.floats));
-    sum(flat, b.floats);
-    return;
-  }
+  if (b.flat.defined()) return sum(b.flat.f32(), b.floats);
   b.buf.resize(b.floats);
   if (dev_ != Device::kCpu && !b.pinned) b.pinned = ops::pin(dev_, b.buf.data(), b.buf.size() * sizeof(float));
   float* at = b.buf.data();
-  const float w = weight_;
   for (size_t i : b.params) {
     const Tensor& grad = (*params_)[i].grad;
     const int64_t n = grad.numel();
-    const float* g = grad.f32();
-    if (dev_ != Device::kCpu) {
-      ops::download_after(dev_, b.ready_mark, at, g, static_cast<size_t>(n) * sizeof(float));
-      g = at;
-    }
-    for (int64_t k = 0; k < n; ++k) at[k] = g[k] * w;
+    ops::download_after(dev_, b.ready_mark, at, grad.f32(), static_cast<size_t>(n) * sizeof(float));
     at += n;
   }
   if (sharded_) {  // ZeRO-1: the summed chunk stays in buf for the sharded optimizer step
@@ -349,7 +336,6 @@ void GradExchange::finish(std::vector<float>& extras, int64_t step) {
     cv_.wait(lock, [&] { return done_ == buckets_.size(); });
     if (error_) std::rethrow_exception(error_);
   } else if (c_.kind == "powersgd") {
-    for (auto& p : *params_) ops::scale_copy(dev_, p.grad.f32(), p.grad.f32(), weight_, p.grad.numel());
     powersgd(*params_, extras, step);
     return;
   } else {

@@ -104,7 +104,8 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   return out;
 }
 
-double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train) {
+double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train,
+                    int grad_batch) {
   const int T = c_.context, V = c_.vocab;
   const int64_t N = int64_t{batch} * T;
   if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
@@ -138,7 +139,7 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   ensure(dlogits_, {N, V}, device_);
   const int32_t* labels = targets.data();
   if (device_ != Device::kCpu) labels = (targets_dev_ = ids_tensor(targets).to(device_)).data<int32_t>();
-  return ops::softmax_xent(device_, logits_.f32(), labels, dlogits_.f32(), static_cast<int>(N), V);
+  return ops::softmax_xent(device_, logits_.f32(), labels, dlogits_.f32(), static_cast<int>(N), V, int64_t{grad_batch} * T);
 }
 
 Tensor Gpt::ids_tensor(const std::vector<int32_t>& ids) {

@@ -104,9 +104,9 @@ void bias_grad(const float* dy, float* db, int rows, int cols) {
   }
 }
 
-double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows) {
   double total = 0;
-  const float inv_rows = 1.0f / static_cast<float>(rows);
+  const float inv_rows = 1.0f / static_cast<float>(grad_rows > 0 ? grad_rows : rows);
   for (int r = 0; r < rows; ++r) {
     const float* x = logits + static_cast<int64_t>(r) * cols;
     int32_t y = labels[r];
@@ -137,9 +137,10 @@ void softmax_t(const float* x, int cols, double T, std::vector<double>& p) {
 }  // namespace
 
 double distill_xent(const float* student, const float* teacher, const int32_t* labels, float* dlogits, int rows, int cols,
-                    float temperature, float alpha) {
+                    float temperature, float alpha, int64_t grad_rows) {
   const double T = temperature, a = alpha;
-  const double ce = softmax_xent(student, labels, dlogits, rows, cols);  // dlogits = (softmax(s) - onehot) / rows
+  const double n = static_cast<double>(grad_rows > 0 ? grad_rows : rows);
+  const double ce = softmax_xent(student, labels, dlogits, rows, cols, grad_rows);  // dlogits = (softmax(s) - onehot) / n
   std::vector<double> ps, pt;
   double kl = 0;
   for (int r = 0; r < rows; ++r) {
@@ -150,7 +151,7 @@ double distill_xent(const float* student, const float* teacher, const int32_t* l
       const double t = pt[static_cast<size_t>(c)], s = ps[static_cast<size_t>(c)];
       if (t > 0) kl += t * (std::log(t) - std::log(std::max(s, 1e-300)));
       if (dlogits)
-        dlogits[o + c] = static_cast<float>((1 - a) * dlogits[o + c] + a * T * (s - t) / rows);
+        dlogits[o + c] = static_cast<float>((1 - a) * dlogits[o + c] + a * T * (s - t) / n);
     }
   }
   return a * T * T * kl / rows + (1 - a) * ce;

@@ -363,14 +363,15 @@ void bias_grad(const float* dy, float* db, int rows, int cols) {
   CUDA_OK(cudaGetLastError());
 }
 
-double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows) {
   if (rows == 0) return 0.0;
   std::vector<int32_t> host_labels(static_cast<size_t>(rows));
   to_host(host_labels.data(), labels, sizeof(int32_t) * rows);
   for (int32_t y : host_labels)
     if (y < 0 || y >= cols) throw Error("label " + std::to_string(y) + " outside [0, " + std::to_string(cols) + ")");
   float* row_loss = static_cast<float*>(device_alloc(sizeof(float) * rows));
-  k_softmax_xent<<<rows, 256, 256 * sizeof(float)>>>(logits, labels, dlogits, row_loss, cols, 1.0f / rows);
+  k_softmax_xent<<<rows, 256, 256 * sizeof(float)>>>(logits, labels, dlogits, row_loss, cols,
+                                                    1.0f / static_cast<float>(grad_rows > 0 ? grad_rows : rows));
   CUDA_OK(cudaGetLastError());
   std::vector<float> host(static_cast<size_t>(rows));
   to_host(host.data(), row_loss, sizeof(float) * rows);

@@ -186,13 +186,14 @@ void bias_grad(Device d, const float* dy, float* db, int rows, int cols) {
   cpu::bias_grad(dy, db, rows, cols);
 }
 
-double softmax_xent(Device d, const float* logits, const int32_t* labels, float* dlogits, int rows, int cols) {
+double softmax_xent(Device d, const float* logits, const int32_t* labels, float* dlogits, int rows, int cols,
+                    int64_t grad_rows) {
 #ifdef LOOM_HAVE_CUDA
-  if (d == Device::kCuda) return cuda::softmax_xent(logits, labels, dlogits, rows, cols);
+  if (d == Device::kCuda) return cuda::softmax_xent(logits, labels, dlogits, rows, cols, grad_rows);
 #else
   if (d == Device::kCuda) throw Error("this build of Loom has no CUDA support");
 #endif
-  return cpu::softmax_xent(logits, labels, dlogits, rows, cols);
+  return cpu::softmax_xent(logits, labels, dlogits, rows, cols, grad_rows);
 }
 
 void int8_linear_cuda(int m, int n, int k, const int8_t* x, int x_zp, const int8_t* w, const int32_t* w_rowsum,

@@ -48,7 +48,7 @@ class GptTask : public Task {
   int64_t steps_per_epoch(int batch) const override {
     return std::max<int64_t>(1, split_ / (int64_t{model_->config().context} * batch));
   }
-  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
+  double train_step(int64_t epoch, int64_t first, int batch, int of, const std::function<void(size_t)>& ready) override {
     const int T = model_->config().context;
     const int64_t starts = (split_ - T - 1) / stride_ + 1;
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
@@ -61,7 +61,7 @@ class GptTask : public Task {
         tgt_[static_cast<size_t>(b * T + t)] = text_.id(s + t + 1);
       }
     }
-    double loss = model_->forward(tok_, tgt_, batch, true);
+    double loss = model_->forward(tok_, tgt_, batch, true, of);
     model_->backward(ready);
     return loss;
   }

@@ -100,8 +100,8 @@ size_t GradientSync::optimizer_bytes(const Optimizer& opt) const {
   return n;
 }
 
-void GradientSync::begin(std::vector<Param>& params, float weight) {
-  if (ranks_.many()) exchange_.begin(*ranks_.comm, params, weight);
+void GradientSync::begin(std::vector<Param>& params) {
+  if (ranks_.many()) exchange_.begin(*ranks_.comm, params);
 }
 
 StepVotes GradientSync::finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step) {

@@ -74,7 +74,7 @@ class MlpTask : public Task {
            " synthetic" : "") + ", on " + (device_ == Device::kCuda ? "cuda" : "cpu");
   }
   int64_t steps_per_epoch(int batch) const override { return source_.size() / batch; }  // partial batch dropped
-  double train_step(int64_t epoch, int64_t first, int batch, const std::function<void(size_t)>& ready) override {
+  double train_step(int64_t epoch, int64_t first, int batch, int of, const std::function<void(size_t)>& ready) override {
     if (epoch != order_epoch_) order_ = epoch_order(source_.size(), seed_, order_epoch_ = epoch);
     source_.gather(order_, first, first + batch, epoch, &x_, &y_);
     if (dlogits_.dim(0) != batch) dlogits_ = Tensor::empty({batch, dlogits_.dim(1)}, DType::kF32, device_);
@@ -82,8 +82,8 @@ class MlpTask : public Task {
       const Tensor& logits = model_.forward(x_);
       const int cols = static_cast<int>(logits.dim(1));
       double loss = teacher_ ? cpu::distill_xent(logits.f32(), teacher_->forward(x_).f32(), y_.data(), dlogits_.f32(),
-                                                 batch, cols, T_, alpha_)
-                             : cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, cols);
+                                                 batch, cols, T_, alpha_, of)
+                             : cpu::softmax_xent(logits.f32(), y_.data(), dlogits_.f32(), batch, cols, of);
       model_.backward(dlogits_, false, ready);
       return loss;
     }
@@ -92,7 +92,7 @@ class MlpTask : public Task {
     Tensor xd = x_.to(device_), yd = labels.to(device_);
     const Tensor& logits = model_.forward(xd);
     double loss = ops::softmax_xent(device_, logits.f32(), yd.data<int32_t>(), dlogits_.f32(), batch,
-                                    static_cast<int>(logits.dim(1)));
+                                    static_cast<int>(logits.dim(1)), of);
     model_.backward(dlogits_, false, ready);  // buckets go out (device events) as backward runs, as on the CPU
     return loss;
   }

@@ -220,10 +220,11 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   std::vector<Param>& params = task_->params();
   if (precision_.enabled()) ckpt_.wait_copied();  // rounding to fp16/bf16 changes the parameters
   precision_.enter(params);
-  // Each rank's gradient is the mean over its share; weighted by share / global batch and
-  // summed, they are the gradient of the mean over the whole global batch.
+  // Each rank's gradients are those of its share's summed loss over the global batch (Task::
+  // train_step): summed over the ranks, the gradient of the global batch's mean; its mean loss
+  // counts for its share (w) in the sum of the losses.
   const float w = plan_.weight();
-  sync_.begin(params, w);
+  sync_.begin(params);
   StepVotes mine;
   // As backward finishes each gradient: its precision pass, then (buckets) off to the other ranks.
   const std::function<void(size_t)>& send = sync_.ready();
@@ -233,7 +234,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
       precision_.grad_ready(params, i, pos_.step);
       if (send) send(i);
     };
-  mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), ready);
+  mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), c_.global_batch, ready);
   ops::synchronize(device_);  // kernels run asynchronously: the balancer needs the GPU's own time
   mine.finite = precision_.leave(params, pos_.step);
   double compute = seconds_since(t0);

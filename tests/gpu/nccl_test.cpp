@@ -43,8 +43,8 @@ std::vector<T> to_host(const T* d, size_t n) {
 }
 
 // Gradients of six sizes on the GPU (rank r's differ from the others'), exchanged in 4 KiB
-// buckets as backward would report them, on the device (NCCL) and staged; against the weighted
-// sum computed here. One rank: exact (fp16 on the device: rounded once, as NCCL sends it).
+// buckets as backward would report them, on the device (NCCL) and staged; against the sum of
+// the weighted gradients computed here. One rank: exact (fp16 on the device: rounded once, as NCCL sends it).
 void exchange_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
   using namespace loom::rt;
   auto host = p == 1 ? std::move(make_inproc_group(1)[0]) : make_mpi_transport();
@@ -62,12 +62,12 @@ void exchange_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
         std::vector<Param> ps;
         for (int64_t n : sizes) {
           std::vector<float> g(static_cast<size_t>(n));
-          for (int64_t k = 0; k < n; ++k) g[static_cast<size_t>(k)] = grad_of(me, k);
+          for (int64_t k = 0; k < n; ++k) g[static_cast<size_t>(k)] = w * grad_of(me, k);  // weighted, as a task leaves them
           Tensor t = Tensor::empty({n}, DType::kF32, Device::kCuda);
           cudaMemcpy(t.f32(), g.data(), g.size() * sizeof(float), cudaMemcpyHostToDevice);
           ps.push_back({"p" + std::to_string(ps.size()), Tensor(), t});
         }
-        ex.begin(comm, ps, w);
+        ex.begin(comm, ps);
         for (size_t i = ps.size(); i-- > 0;) ex.ready(i);
         std::vector<float> extras{w};
         ex.finish(extras, step);

@@ -28,18 +28,19 @@ TEST(GradExchange, ParsesCompressionOptions) {
     EXPECT_THROW(parse_grad_compress(bad), Error) << bad;
 }
 
-// Params of several sizes, gradients that differ per rank; the weighted sum is exact in fp32.
-std::vector<Param> bucket_params(int rank) {
+// Params of several sizes, gradients that differ per rank, each rank's already weighted by its
+// share `w` (as Task::train_step leaves them); the sum is exact in fp32.
+std::vector<Param> bucket_params(int rank, float w = 1.0f) {
   std::vector<Param> ps;
   for (int64_t n : {300, 20, 5000, 40, 1, 2048}) {
     Param p{"p" + std::to_string(ps.size()), Tensor::empty({n}), Tensor::empty({n})};
-    for (int64_t k = 0; k < n; ++k) p.grad.f32()[k] = static_cast<float>((k % 9) * (rank + 1));
+    for (int64_t k = 0; k < n; ++k) p.grad.f32()[k] = static_cast<float>((k % 9) * (rank + 1)) * w;
     ps.push_back(std::move(p));
   }
   return ps;
 }
 
-TEST(GradExchange, BucketsOverlapAndSumTheWeightedGradients) {
+TEST(GradExchange, BucketsOverlapAndSumTheGradients) {
   for (const char* kind : {"none", "fp16"})
     for (double mb : {0.0, 0.004, 0.02, 25.0})  // one exchange after backward; 1-4 KiB buckets; one bucket
       run_ranks(2, [&](Communicator& c) {
@@ -48,9 +49,9 @@ TEST(GradExchange, BucketsOverlapAndSumTheWeightedGradients) {
         GradExchange ex(cfg, mb);
         EXPECT_EQ(ex.overlaps(), mb > 0);
         for (int step = 0; step < 3; ++step) {
-          auto ps = bucket_params(c.rank());
           const float w = c.rank() == 0 ? 0.75f : 0.25f;  // shares 3:1
-          ex.begin(c, ps, w);
+          auto ps = bucket_params(c.rank(), w);
+          ex.begin(c, ps);
           for (size_t i = ps.size(); i-- > 1;) ex.ready(i);  // as backward would, last first; 0 left to finish()
           ex.ready(3);  // a repeated report is ignored
           std::vector<float> extras{w, 1.0f};
@@ -81,7 +82,7 @@ TEST(GradExchange, CpuGradientsLiveInTheirBucket) {
   run_ranks(2, [&](Communicator& c) {
     GradExchange ex(CompressConfig{}, 25.0);  // one bucket
     auto ps = bucket_params(c.rank());
-    ex.begin(c, ps, 0.5f);
+    ex.begin(c, ps);
     for (size_t i = ps.size(); i-- > 1;) {
       ASSERT_EQ(ps[i - 1].grad.f32(), ps[i].grad.f32() + ps[i].grad.numel()) << i;
       for (int64_t k = 0; k < ps[i].grad.numel(); ++k)
@@ -92,12 +93,12 @@ TEST(GradExchange, CpuGradientsLiveInTheirBucket) {
     const float* bound = ps[3].grad.f32();
     ps[3].grad = Tensor::zeros({40});  // replaced between steps
     ps[3].grad.f32()[5] = 7.0f;
-    ex.begin(c, ps, 0.5f);
+    ex.begin(c, ps);
     EXPECT_EQ(ps[3].grad.f32(), bound);
     EXPECT_EQ(ps[3].grad.f32()[5], 7.0f);
     EXPECT_EQ(ps[3].grad.shape(), (std::vector<int64_t>{40}));
     ex.finish(extras, 1);
-    EXPECT_EQ(ps[3].grad.f32()[5], 7.0f);  // 0.5 * 7 + 0.5 * 7
+    EXPECT_EQ(ps[3].grad.f32()[5], 14.0f);  // 7 on each rank
   });
 }
 
@@ -140,8 +141,11 @@ TEST(GradExchange, SummedOnTheDeviceEqualsTheStagedPathBitForBit) {
             for (auto& p : *ps)
               for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] = p.grad.f32()[k] * 0.37f + 0.013f * step;
           const float w = c.rank() == 0 ? 0.7f : 0.3f;
+          for (auto* ps : {&a, &b})
+            for (auto& p : *ps)
+              for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] *= w;
           for (auto [ex, ps] : {std::pair{&staged, &a}, std::pair{&on_device, &b}}) {
-            ex->begin(c, *ps, w);
+            ex->begin(c, *ps);
             for (size_t i = ps->size(); i-- > 0;) ex->ready(i);
             std::vector<float> extras{w};
             ex->finish(extras, step);
@@ -170,7 +174,7 @@ TEST(GradExchange, AFailedBucketIsReportedNotHung) {
     GradExchange ex(CompressConfig{}, 0.004);
     auto ps = bucket_params(0);
     try {
-      ex.begin(c, ps, 1.0f);
+      ex.begin(c, ps);
       for (size_t i = ps.size(); i-- > 0;) ex.ready(i);
       std::vector<float> extras{0.0f};
       ex.finish(extras, 0);
@@ -199,7 +203,7 @@ TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
     cfg.rank = 10;  // 12x10 at rank 10 would not shrink 2x: sent as it is ...
     GradExchange plain_path(cfg, 0);
     std::vector<float> extras{1.0f};
-    plain_path.begin(c, ps, 1.0f);
+    plain_path.begin(c, ps);
     plain_path.finish(extras, 0);
     EXPECT_EQ(plain_path.last_bytes(), plain_path.plain_bytes());
     EXPECT_EQ(plain_path.plain_bytes(), size_t{(120 + 12 + 1) * 4});
@@ -218,7 +222,7 @@ TEST(GradExchange, FullRankPowerSgdEqualsThePlainSum) {
     GradExchange ex(cfg, 1.0);
     EXPECT_FALSE(ex.overlaps());
     std::vector<float> extras;
-    ex.begin(c, ps, 1.0f);
+    ex.begin(c, ps);
     ex.finish(extras, 0);
     EXPECT_EQ(ex.last_bytes(), size_t{(40 + 30) * 2 * 4});
     double worst = 0;
@@ -247,8 +251,8 @@ TEST(GradExchange, PowerSgdErrorFeedbackLosesNothing) {
     std::vector<float> extras;
     auto& g = sent[static_cast<size_t>(me)];
     for (int k = 0; k < n; ++k) g.push_back(std::sin(0.37f * k * (me + 1)) + 0.1f * static_cast<float>(me));
-    std::copy(g.begin(), g.end(), ps[0].grad.f32());
-    ex.begin(c, ps, 0.5f);
+    for (int k = 0; k < n; ++k) ps[0].grad.f32()[k] = 0.5f * g[static_cast<size_t>(k)];  // weighted: shares 1:1
+    ex.begin(c, ps);
     ex.finish(extras, 0);
     if (me == 0) std::copy(ps[0].grad.f32(), ps[0].grad.f32() + n, estimate.begin());
     auto keep_error = [&](std::vector<std::vector<float>>& into) {
@@ -257,7 +261,7 @@ TEST(GradExchange, PowerSgdErrorFeedbackLosesNothing) {
     };
     keep_error(error);
     ps[0].grad.fill(0.0f);  // step 2: nothing new, so what goes out is the carried error
-    ex.begin(c, ps, 0.5f);
+    ex.begin(c, ps);
     ex.finish(extras, 1);
     if (me == 0) std::copy(ps[0].grad.f32(), ps[0].grad.f32() + n, estimate2.begin());
     keep_error(error2);

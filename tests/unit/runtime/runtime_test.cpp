@@ -131,6 +131,15 @@ TEST(Kernels, SoftmaxXentGradientIsNumericallyRight) {
     EXPECT_NEAR(d[i], num, 1e-3) << i;
   }
   EXPECT_GT(loss, 0);
+  // Two rows of a global batch of 8: the same loss, a quarter of the gradient (their part of the
+  // global mean's).
+  std::vector<float> part(6);
+  EXPECT_EQ(cpu::softmax_xent(x.data(), y.data(), part.data(), 2, 3, 8), loss);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(part[i], d[i] / 4) << i;
+  std::vector<float> t = {0.3f, 0.2f, -1.0f, 1.0f, 0.0f, 0.5f}, dd(6), dpart(6);
+  EXPECT_EQ(cpu::distill_xent(x.data(), t.data(), y.data(), dd.data(), 2, 3, 2.0f, 0.5f),
+            cpu::distill_xent(x.data(), t.data(), y.data(), dpart.data(), 2, 3, 2.0f, 0.5f, 8));
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(dpart[i], dd[i] / 4) << i;
   std::vector<int32_t> bad = {3, 0};
   EXPECT_THROW(cpu::softmax_xent(x.data(), bad.data(), nullptr, 2, 3), Error);
 }

@@ -1,5 +1,5 @@
 // grad_exchange.hpp — how ranks combine their gradients each step: an allreduce of the
-// share-weighted gradients in buckets overlapped with backward (fp32, or fp16 payloads), or
+// ranks' gradients in buckets overlapped with backward (fp32, or fp16 payloads), or
 // PowerSGD (Vogels et al., 2019): rank-R factors P and Q of each weight matrix, with error
 // feedback, warm-started Q, Gram-Schmidt orthogonalisation, a plain start for the first S steps,
 // and matrices that would not shrink at least 2x sent as they are.
@@ -32,8 +32,8 @@ CompressConfig parse_grad_compress(const std::string& text);
 // model's backward calls it, last layer first), finish() after backward. With buckets
 // (`bucket_mb` > 0, kinds none and fp16) a communication thread sums each bucket over the
 // ranks as soon as all its gradients are ready, while backward goes on; otherwise (PowerSGD
-// needs every gradient at once) finish() exchanges everything. Gradients are multiplied by
-// `weight` (this rank's share of the global batch) before they are summed. The `extras` (loss,
+// needs every gradient at once) finish() exchanges everything. The gradients are summed as they
+// are: each rank's are already its part of the whole (Task::train_step). The `extras` (loss,
 // overflow flag) are summed in fp32 at the end.
 class GradExchange {
  public:
@@ -63,7 +63,7 @@ class GradExchange {
   void set_device_comm(DeviceCollectives* dc);
   bool on_device() const { return dev_comm_ != nullptr; }
 
-  void begin(Communicator& comm, std::vector<Param>& params, float weight);
+  void begin(Communicator& comm, std::vector<Param>& params);
   void ready(size_t param);
   void finish(std::vector<float>& extras, int64_t step);
   // Bytes this rank sent into collectives in the last step, and what plain fp32 would send
@@ -107,7 +107,7 @@ class GradExchange {
   // communicator) and marks the work queued so far, which the exchange waits for and no more.
   void mark_ready(Bucket& b);
   void bind_views(std::vector<Param>& params);  // CPU: each gradient a view of its bucket's flat
-  void reduce_bucket(Bucket& b);  // sum over ranks: on the device, in place (flat), or staged (weighted) through buf
+  void reduce_bucket(Bucket& b);  // sum over ranks: on the device, in place (flat), or staged through buf
   void sum(float* data, size_t n);  // allreduce, fp32 or fp16 payloads
   void land_buckets();            // training thread, after every bucket's sum: back into the gradients
   void drop_marks();
@@ -120,7 +120,6 @@ class GradExchange {
   DeviceCollectives* dev_comm_ = nullptr;
   Device dev_ = Device::kCpu;  // where the gradients live
   std::vector<Param>* params_ = nullptr;
-  float weight_ = 1.0f;
   bool planned_ = false, sharded_ = false;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket

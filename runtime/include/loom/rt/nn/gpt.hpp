@@ -33,8 +33,10 @@ class Gpt {
   Gpt(GptConfig c, uint64_t seed);
   const GptConfig& config() const { return c_; }
   // tokens [B*T] (row-major B sequences of T = context tokens) -> mean cross-entropy against
-  // targets; keeps what backward needs. `train` enables dropout.
-  double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train);
+  // targets; keeps what backward needs. `train` enables dropout. Backward's gradients are those of
+  // the summed loss over grad_batch sequences (0: batch; a rank's share passes the global batch).
+  double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train,
+                 int grad_batch = 0);
   // Gradients of the last forward's loss, overwriting every parameter's grad; `ready(i)`, when
   // set, is told as soon as params()[i].grad is final (the head's first, the embeddings' last),
   // so that the gradient exchange overlaps with the rest of backward.

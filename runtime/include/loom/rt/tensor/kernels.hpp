@@ -37,14 +37,17 @@ void bias_act(float* y, const float* bias, int rows, int cols, Act act);
 void relu_backward(float* dy, const float* y, int64_t n);
 // db[c] += sum_r dy[r, c]
 void bias_grad(const float* dy, float* db, int rows, int cols);
-// Mean softmax cross-entropy over rows; writes dlogits = (softmax - onehot) / rows when non-null.
-// Labels outside [0, cols) are an error (throws loom::rt::Error).
-double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
+// Mean softmax cross-entropy over rows; writes dlogits = (softmax - onehot) / grad_rows when
+// non-null (grad_rows 0: rows; a rank's share of a global batch passes the global batch's rows, so
+// that its gradients, summed over the ranks, are those of the global mean). Labels outside
+// [0, cols) are an error (throws loom::rt::Error).
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows = 0);
 // Mean distillation loss over rows (Hinton et al. 2015): alpha T^2 KL(softmax(t/T) || softmax(s/T))
 // + (1 - alpha) CE(s, y), for student logits s and teacher logits t; writes its gradient with
-// respect to s into dlogits: (alpha T (softmax(s/T) - softmax(t/T)) + (1 - alpha)(softmax(s) - onehot)) / rows.
+// respect to s into dlogits: (alpha T (softmax(s/T) - softmax(t/T)) + (1 - alpha)(softmax(s) - onehot)) / grad_rows
+// (0: rows, as softmax_xent).
 double distill_xent(const float* student, const float* teacher, const int32_t* labels, float* dlogits, int rows, int cols,
-                    float temperature, float alpha);
+                    float temperature, float alpha, int64_t grad_rows = 0);
 // Index of each row's largest value.
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
 

@@ -69,7 +69,7 @@ void copy_on_device(void* dst, const void* src, size_t bytes);
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act);
 void relu_backward(float* dy, const float* y, int64_t n);
 void bias_grad(const float* dy, float* db, int rows, int cols);
-double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols);
+double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows = 0);
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
 void fill(float* x, float v, int64_t n);
 // The gradient exchange's packing on the GPU: dst = a * src; dst = fp16(a * src) (nearest

@@ -37,8 +37,9 @@ class GradientSync {
   GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device);
   // Told by backward as each gradient is final (empty when buckets do not overlap backward).
   const std::function<void(size_t)>& ready() const { return ready_; }
-  void begin(std::vector<Param>& params, float weight);
-  // After backward: the weighted sum of every rank's gradients, and the votes agreed.
+  void begin(std::vector<Param>& params);
+  // After backward: the sum of every rank's gradients, and the votes agreed (the loss counted with
+  // `weight`, this rank's share of the global batch).
   StepVotes finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step);
   // The update after finish(): clipping (0: off) and the optimizer's step, sharded with --zero 1.
   void apply(Optimizer& opt, std::vector<Param>& params, float lr, float clip);

@@ -24,9 +24,11 @@ class Task {
   virtual std::string describe() const = 0;
   virtual int64_t steps_per_epoch(int batch) const = 0;
   // Forward and backward on samples [first, first + count) of the epoch's order: the mean loss
-  // over them, and the gradients of that mean (overwritten).
+  // over them, and the gradients (overwritten) of their summed loss over `of` samples: a rank's
+  // share of a global batch of `of` gives its part of the gradient of the global mean, which the
+  // ranks only have to add (count == of: the gradient of the mean).
   // `ready(i)`, when set, is told as soon as params()[i].grad is final.
-  virtual double train_step(int64_t epoch, int64_t first, int count, const std::function<void(size_t)>& ready) = 0;
+  virtual double train_step(int64_t epoch, int64_t first, int count, int of, const std::function<void(size_t)>& ready) = 0;
   virtual Eval evaluate() = 0;
   virtual std::vector<Param>& params() = 0;
   virtual std::string config_json() const = 0;
