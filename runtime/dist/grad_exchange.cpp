@@ -234,7 +234,7 @@ void GradExchange::mark_ready(Bucket& b) {
     size_t at = 0;
     for (size_t i : b.params) {
       const Tensor& grad = (*params_)[i].grad;
-      if (half) ops::to_half(dev_, b.dev.data<uint16_t>() + at, grad.f32(), 1.0f, grad.numel());
+      if (half) ops::to_half(dev_, b.dev.data<uint16_t>() + at, grad.f32(), grad.numel());
       else ops::scale_copy(dev_, b.dev.f32() + at, grad.f32(), 1.0f, grad.numel());
       at += static_cast<size_t>(grad.numel());
     }
@@ -243,9 +243,9 @@ void GradExchange::mark_ready(Bucket& b) {
 }
 
 // CPU gradients live in their bucket's flat buffer, each parameter's gradient a view of it: the
-// bucket is summed where backward wrote it, with no copy into a buffer and none back (on the
-// MLP, the communication thread's passes over the gradients, on the training thread's core). Bound at the first step, and again for a gradient that is not a view of its
-// place (the caller replaced it).
+// bucket is summed where backward wrote it, with no copy into a buffer and none back (copies the
+// communication thread made on the rank's own core). Bound at the first step, and again for a
+// gradient that is not a view of its place (the caller replaced it).
 void GradExchange::bind_views(std::vector<Param>& params) {
   for (auto& b : buckets_) {
     if (!b.flat.defined()) b.flat = Tensor::empty({static_cast<int64_t>(b.floats)});
@@ -276,7 +276,10 @@ void GradExchange::reduce_bucket(Bucket& b) {
     last_bytes_ += b.floats * (half ? sizeof(uint16_t) : sizeof(float));
     return;  // land_buckets unpacks it
   }
-  if (b.flat.defined()) return sum(b.flat.f32(), b.floats);
+  if (b.flat.defined()) {  // bind_views: summed where backward wrote it
+    sum(b.flat.f32(), b.floats);
+    return;
+  }
   b.buf.resize(b.floats);
   if (dev_ != Device::kCpu && !b.pinned) b.pinned = ops::pin(dev_, b.buf.data(), b.buf.size() * sizeof(float));
   float* at = b.buf.data();

@@ -132,9 +132,9 @@ __global__ void k_axpy(float* y, const float* x, float a, int64_t n) {
   if (i < n) y[i] += a * x[i];
 }
 
-__global__ void k_to_half(__half* dst, const float* src, float a, int64_t n) {
+__global__ void k_to_half(__half* dst, const float* src, int64_t n) {
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n) dst[i] = __float2half_rn(a * src[i]);
+  if (i < n) dst[i] = __float2half_rn(src[i]);
 }
 
 __global__ void k_from_half(float* dst, const __half* src, int64_t n) {
@@ -405,9 +405,9 @@ void axpy(float* y, const float* x, float a, int64_t n) {
   CUDA_OK(cudaGetLastError());
 }
 
-void to_half(uint16_t* dst, const float* src, float a, int64_t n) {
+void to_half(uint16_t* dst, const float* src, int64_t n) {
   if (n == 0) return;
-  k_to_half<<<blocks(n, 256), 256>>>(reinterpret_cast<__half*>(dst), src, a, n);
+  k_to_half<<<blocks(n, 256), 256>>>(reinterpret_cast<__half*>(dst), src, n);
   CUDA_OK(cudaGetLastError());
 }
 

@@ -115,9 +115,9 @@ void axpy(Device d, float* y, const float* x, float a, int64_t n) {
   for (int64_t k = 0; k < n; ++k) y[k] += a * x[k];
 }
 
-void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n) {
-  if (d == Device::kCuda) ON_CUDA(to_half(dst, src, a, n));
-  for (int64_t k = 0; k < n; ++k) dst[k] = float_to_half(a * src[k]);
+void to_half(Device d, uint16_t* dst, const float* src, int64_t n) {
+  if (d == Device::kCuda) ON_CUDA(to_half(dst, src, n));
+  floats_to_halves(src, dst, static_cast<size_t>(n));
 }
 
 void from_half(Device d, float* dst, const uint16_t* src, int64_t n) {

@@ -72,11 +72,11 @@ void bias_grad(const float* dy, float* db, int rows, int cols);
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows = 0);
 void argmax_rows(const float* x, int rows, int cols, int32_t* out);
 void fill(float* x, float v, int64_t n);
-// The gradient exchange's packing on the GPU: dst = a * src; dst = fp16(a * src) (nearest
+// The gradient exchange's packing on the GPU: dst = a * src; dst = fp16(src) (nearest
 // even, as float_to_half); dst = float(src).
 void scale_copy(float* dst, const float* src, float a, int64_t n);
 void axpy(float* y, const float* x, float a, int64_t n);  // y += a * x
-void to_half(uint16_t* dst, const float* src, float a, int64_t n);
+void to_half(uint16_t* dst, const float* src, int64_t n);
 void from_half(float* dst, const uint16_t* src, int64_t n);
 // The optimizer updates of optim.cpp on device arrays (same formulas, same order of operations).
 void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov);

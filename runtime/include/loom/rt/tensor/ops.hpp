@@ -34,9 +34,9 @@ void* mark_beside(Device d);
 void queue_after(Device d, void* mark);
 bool pin(Device d, void* host, size_t bytes);
 void unpin(Device d, void* host);
-// Packing gradients on their device: dst = a * src; dst = fp16(a * src); dst = float(src).
+// Packing gradients on their device: dst = a * src; dst = fp16(src); dst = float(src).
 void scale_copy(Device d, float* dst, const float* src, float a, int64_t n);
-void to_half(Device d, uint16_t* dst, const float* src, float a, int64_t n);
+void to_half(Device d, uint16_t* dst, const float* src, int64_t n);
 void from_half(Device d, float* dst, const uint16_t* src, int64_t n);
 // y += a * x (PowerSGD's error feedback, where the gradients live).
 void axpy(Device d, float* y, const float* x, float a, int64_t n);
