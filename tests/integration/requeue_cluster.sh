@@ -12,15 +12,16 @@ chmod 0755 "$LOOM_TMP"
 # slurmctld checks time limits every 30 s (PERIODIC_TIMEOUT) and sends the --signal at the first
 # check where now + lead + 30 s reaches the end time: with --time=2 --signal=USR1@60 that is between
 # 30 and 60 s into each run, so every run trains for at least ~28 s and the first one is always
-# stopped when the whole run takes ~80 s, and the job ends in at most three runs. (With
+# stopped when the whole run takes ~70 s, and the job ends in at most three runs. (With
 # --time=1 --signal=USR1@50 the signal came at the first check, 0-30 s in: CI saw eleven runs of
-# ~5 s when the requeued starts fell just before a check.) The steps are sized to ~80 s by a
-# short run first: 7000 took ~80 s on the machines this was written on and 37 s on a faster one,
-# which then finished before any signal.
+# ~5 s when the requeued starts fell just before a check.) The steps are sized to ~70 s by a
+# short run first: 7000 steps took ~80 s on the machines this was written on and 37 s on a faster
+# one, which then finished before any signal. Not more than ~70 s: each run past the second adds a
+# run and a requeue (~50 s); CI once saw four runs and 190 s when the job ran at half the rate.
 rate=$("$T" --steps 400 --global-batch 256 --seed 9 --lr 0.05 --log-every 1000 2>&1 |
   sed -n 's/.*done: [0-9]* steps, \([0-9]*\) samples\/s.*/\1/p')
-steps=$(((${rate:-22000} * 80 / 256 + 499) / 500 * 500))
-[ "$steps" -lt 7000 ] && steps=7000
+steps=$(((${rate:-22000} * 70 / 256 + 499) / 500 * 500))
+[ "$steps" -lt 5000 ] && steps=5000
 [ "$steps" -gt 40000 ] && steps=40000
 echo "requeue_cluster: $steps steps (${rate:-?} samples/s alone)"
 args="--steps $steps --global-batch 256 --seed 9 --lr 0.05 --log-every 1000"
