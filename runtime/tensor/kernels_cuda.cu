@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -20,15 +22,43 @@ namespace loom::rt::cuda {
 namespace {
 
 std::mutex g_mu;
-std::multimap<size_t, void*> g_free;
+std::multimap<std::pair<int, size_t>, void*> g_free;  // (device, rounded size): blocks to reuse
+
+// cuBLAS and cuBLASLt handles (and a workspace where one is asked for), one per thread and
+// device: a handle belongs to the device that was current when it was made, and threads-as-ranks
+// (the in-process transport) drive one device each, at the same time. A thread's handles go with
+// it; the main thread's stay until the process ends (the CUDA runtime may be gone before its
+// thread_local destructors run).
+template <class H, cublasStatus_t (*Create)(H*), cublasStatus_t (*Destroy)(H), size_t kWorkspace = 0>
+class ThreadHandles {
+ public:
+  ~ThreadHandles() {
+    if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) return;
+    for (auto& [dev, one] : by_device_) {
+      Destroy(one.first);
+      if (one.second) cudaFree(one.second);
+    }
+  }
+  H get() { return mine().first; }
+  void* workspace() { return mine().second; }
+
+ private:
+  const std::pair<H, void*>& mine() {
+    int dev = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    auto it = by_device_.find(dev);
+    if (it != by_device_.end()) return it->second;
+    std::pair<H, void*> one{};
+    CUBLAS_OK(Create(&one.first));
+    if (kWorkspace > 0) CUDA_OK(cudaMalloc(&one.second, kWorkspace));
+    return by_device_.emplace(dev, one).first->second;
+  }
+  std::map<int, std::pair<H, void*>> by_device_;
+};
 
 cublasHandle_t handle() {
-  static cublasHandle_t h = [] {
-    cublasHandle_t x;
-    CUBLAS_OK(cublasCreate(&x));
-    return x;
-  }();
-  return h;
+  thread_local ThreadHandles<cublasHandle_t, cublasCreate, cublasDestroy> handles;
+  return handles.get();
 }
 
 __global__ void k_bias_act(float* y, const float* b, int rows, int cols, int act) {
@@ -237,9 +267,11 @@ void set_device(int dev) { CUDA_OK(cudaSetDevice(dev)); }
 
 void* device_alloc(size_t bytes) {
   bytes = (bytes + 255) & ~size_t{255};
+  int dev = 0;
+  CUDA_OK(cudaGetDevice(&dev));
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_free.find(bytes);
+    auto it = g_free.find({dev, bytes});
     if (it != g_free.end()) {
       void* p = it->second;
       g_free.erase(it);
@@ -251,9 +283,16 @@ void* device_alloc(size_t bytes) {
   return p;
 }
 
+// Kept for the device it lives on, whichever device is current here (threads-as-ranks each
+// drive their own). Called by destructors: never throws (at exit the runtime may be gone).
 void device_free(void* p, size_t bytes) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // not left for the next check to report
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
-  g_free.emplace((bytes + 255) & ~size_t{255}, p);
+  g_free.emplace(std::make_pair(attr.device, (bytes + 255) & ~size_t{255}), p);
 }
 
 void to_device(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
@@ -432,13 +471,11 @@ void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float l
 
 namespace {
 
-cublasLtHandle_t lt_handle() {
-  static cublasLtHandle_t h = [] {
-    cublasLtHandle_t x;
-    CUBLAS_OK(cublasLtCreate(&x));
-    return x;
-  }();
-  return h;
+constexpr size_t kLtWorkspace = size_t{4} << 20;
+
+ThreadHandles<cublasLtHandle_t, cublasLtCreate, cublasLtDestroy, kLtWorkspace>& lt() {
+  thread_local ThreadHandles<cublasLtHandle_t, cublasLtCreate, cublasLtDestroy, kLtWorkspace> handles;
+  return handles;
 }
 
 bool g_int8_lt = false;
@@ -477,9 +514,6 @@ __global__ void k_int8_epilogue(const int32_t* acc, int m, int n, int x_zp, cons
 // The row-major product as cuBLASLt's column-major one: C^T[n, m] = op_T(W)[n, k] * X^T[k, m]
 // ("TN", what its int8 tensor-core kernels take). False when cuBLASLt has no kernel for it.
 bool lt_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, int k) {
-  static void* workspace = nullptr;
-  constexpr size_t kWorkspace = size_t{4} << 20;
-  if (!workspace) CUDA_OK(cudaMalloc(&workspace, kWorkspace));
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   CUBLAS_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
@@ -491,7 +525,7 @@ bool lt_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, in
   CUBLAS_OK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32I, n, m, n));
   const int32_t alpha = 1, beta = 0;
   const cublasStatus_t st =
-      cublasLtMatmul(lt_handle(), op, &alpha, w, a, x, b, &beta, acc, c, acc, c, nullptr, workspace, kWorkspace, 0);
+      cublasLtMatmul(lt().get(), op, &alpha, w, a, x, b, &beta, acc, c, acc, c, nullptr, lt().workspace(), kLtWorkspace, 0);
   cublasLtMatrixLayoutDestroy(c);
   cublasLtMatrixLayoutDestroy(b);
   cublasLtMatrixLayoutDestroy(a);

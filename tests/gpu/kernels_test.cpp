@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -73,6 +74,29 @@ int main() {
       std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N");
       report(name.c_str(), max_diff(c, dc.host<float>()), 1e-3);
     }
+  {  // two threads at once (threads-as-ranks): each its own cuBLAS handle, the same products
+    auto a = rand_vec(size_t{m} * k), b = rand_vec(size_t{k} * n), c0 = rand_vec(size_t{m} * n);
+    std::vector<float> c = c0;
+    cpu::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    double worst[2] = {0, 0};
+    std::string errors[2];
+    auto run = [&](int t) {
+      try {
+        Dev da(a), db(b), dc(c0);
+        for (int rep = 0; rep < 50; ++rep)
+          cuda::gemm(false, true, m, n, k, 1.0f, da.as<float>(), k, db.as<float>(), k, 0.0f, dc.as<float>(), n);
+        worst[t] = max_diff(c, dc.host<float>());
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    };
+    std::thread one(run, 0), two(run, 1);
+    one.join();
+    two.join();
+    for (int t = 0; t < 2; ++t)
+      if (!errors[t].empty()) std::printf("kernels_test: gemm from thread %d: %s\n", t, errors[t].c_str());
+    report("gemm 2 threads", errors[0].empty() && errors[1].empty() ? std::fmax(worst[0], worst[1]) : INFINITY, 1e-3);
+  }
   {  // batched, strided as attention's heads: 3 products of 40x24 by 24x40 inside wider rows
     const int count = 3, rows = 40, inner = 24, ld = count * inner;
     auto a = rand_vec(size_t{rows} * ld), c = rand_vec(size_t{count} * rows * rows);
