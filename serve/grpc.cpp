@@ -28,7 +28,7 @@ grpc::Status to_grpc(Status s, const std::string& msg) {
 // synchronous.
 class Service final
     : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
-          inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<inference::GRPCInferenceService::Service>> {
+          inference::GRPCInferenceService::WithRawCallbackMethod_ModelStreamInfer<inference::GRPCInferenceService::Service>> {
  public:
   explicit Service(Context& ctx) : ctx_(ctx) {}
 
@@ -93,8 +93,7 @@ class Service final
     return reactor;
   }
 
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
-      grpc::CallbackServerContext* sc) override {
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(grpc::CallbackServerContext* sc) override {
     return new StreamReactor(*this, sc);
   }
 
@@ -123,7 +122,9 @@ class Service final
 
   // ModelStreamInfer: each request as ModelInfer would run it, answered in order; a failed
   // request is answered with its error_message and the stream goes on (Triton's semantics).
-  class StreamReactor : public OrderedStream<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+  // The messages are parsed here, not by gRPC: gRPC reports a message that does not parse as the
+  // end of the stream, and the client would see OK and no answer.
+  class StreamReactor : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
    public:
     StreamReactor(Service& s, grpc::CallbackServerContext* sc) : OrderedStream(64), s_(s), sc_(sc) {
       const grpc::Status st = s_.check_token(sc);
@@ -132,17 +133,29 @@ class Service final
     }
 
    private:
-    void dispatch(std::unique_ptr<inference::ModelInferRequest> req, uint64_t seq) override {
+    void dispatch(std::unique_ptr<grpc::ByteBuffer> raw, uint64_t seq) override {
+      auto keep = std::make_shared<inference::ModelInferRequest>();
+      const grpc::Status parsed = grpc::SerializationTraits<inference::ModelInferRequest>::Deserialize(raw.get(), keep.get());
       auto* res = new inference::ModelStreamInferResponse;
-      std::shared_ptr<const inference::ModelInferRequest> keep(std::move(req));
-      auto run = s_.start_infer(sc_->deadline(), *keep, res->mutable_infer_response(), [this, seq, res, keep](const grpc::Status& st) {
+      auto done = [this, seq, res](const grpc::Status& st) {
         std::unique_ptr<inference::ModelStreamInferResponse> r(res);
         if (!st.ok()) {
           r->clear_infer_response();
           r->set_error_message(st.error_message());
         }
-        answer(seq, std::move(r));
-      });
+        auto out = std::make_unique<grpc::ByteBuffer>();
+        bool own = false;
+        grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(*r, out.get(), &own);
+        answer(seq, std::move(out));
+      };
+      if (!parsed.ok()) {
+        s_.ctx_.metrics->request(s_.ctx_.metrics_label(""), "grpc", Status::kBadRequest);
+        const std::string why = parsed.error_message().empty() ? "" : ": " + parsed.error_message();
+        return done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "the stream's message " + std::to_string(seq + 1) + " is not a ModelInferRequest" + why));
+      }
+      auto run = s_.start_infer(sc_->deadline(), *keep, res->mutable_infer_response(),
+                                [done, keep](const grpc::Status& st) { done(st); });
       if (run) {
         std::lock_guard<std::mutex> lock(mu_);
         runs_.push_back(run);

@@ -88,7 +88,8 @@ fi
 
 # ModelStreamInfer under abuse: streams cancelled after their first answer, streams whose
 # deadline passes mid-stream, requests of absurd shapes inside a stream (each answered with its
-# error, the stream going on), channels closed with streams open. The server answers a whole
+# error, the stream going on), a message that does not parse (answered with its error, not
+# taken for the end of the stream), channels closed with streams open. The server answers a whole
 # stream afterwards, in order, and its peak memory stays bounded.
 if [ -x "$G" ] && $PY -c 'import grpc, google.protobuf' 2>/dev/null && command -v protoc >/dev/null; then
   $PY - "$grpc" "$LOOM_SRCDIR" "$LOOM_TMP" <<'PY' && pass || fail "ModelStreamInfer under abuse"
@@ -120,9 +121,15 @@ bad = list(st(reqs(50, shape=(16777216, 784)), timeout=30))
 assert len(bad) == 50 and all("max-batch-size" in r.error_message for r in bad), bad[:2]
 for _ in range(20):
     c = grpc.insecure_channel(sys.argv[1]); it = stub(c)(reqs(10 ** 6)); next(it); c.close()
+raw = ch.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer", response_deserializer=pb.ModelStreamInferResponse.FromString)
+good = [r.SerializeToString() for r in reqs(2)]
+mixed = list(raw(iter([good[0], b"\x0a\xff\xff\xff\xff\x0f", good[1]]), timeout=30))
+assert len(mixed) == 3 and not mixed[0].error_message and not mixed[2].error_message, mixed
+assert "message 2 is not a ModelInferRequest" in mixed[1].error_message, mixed[1]
 got = list(st(reqs(300), timeout=60))
 assert len(got) == 300 and all(g.infer_response.id == str(k) and not g.error_message for k, g in enumerate(got)), len(got)
-print("serve_attacks: ModelStreamInfer: 100 cancelled, 20 past their deadline, 50 absurd shapes, 20 dropped channels; then 300 answered in order")
+print("serve_attacks: ModelStreamInfer: 100 cancelled, 20 past their deadline, 50 absurd shapes, 20 dropped channels, "
+      "a message that is not a ModelInferRequest (answered: " + mixed[1].error_message + "); then 300 answered in order")
 PY
   [ $(($(hwm_kib) - base)) -lt $((100 * 1024)) ] && pass || fail "ModelStreamInfer abuse: peak memory grew"
   expect_eq "ready after the stream abuse" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v2/health/ready")"
