@@ -34,8 +34,13 @@ std::vector<std::string> expand(const std::string& pattern) {
 struct TokenFiles::Mapping {
   const void* base = nullptr;
   size_t bytes = 0;
-  const uint16_t* tokens = nullptr;
+  const char* tokens = nullptr;
+  int width = 2;  // bytes per token: 2 (GPT-2's format) or 4 (Llama 3's)
   int64_t count = 0;
+  uint32_t at(int64_t i) const {
+    if (width == 2) return reinterpret_cast<const uint16_t*>(tokens)[i];
+    return reinterpret_cast<const uint32_t*>(tokens)[i];
+  }
   ~Mapping() {
     if (base) ::munmap(const_cast<void*>(base), bytes);
   }
@@ -58,12 +63,20 @@ std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int
     ::close(fd);
     throw Error(path + ": " + why);
   };
-  if (header[0] != kTokenFileMagic)
-    fail("not an llm.c token file (magic " + std::to_string(header[0]) + ", expected " + std::to_string(kTokenFileMagic) + ")");
-  if (header[1] != 1) fail("token file version " + std::to_string(header[1]) + " (only version 1 is read)");
+  const int32_t magic = header[0], version = header[1];
+  if (magic == kEvalFileMagic) fail("an llm.c eval file (HellaSwag or MMLU examples, magic 20240522), not training tokens");
+  if (magic != kTokenFileMagic && magic != kTokenFileMagicLlama3)
+    fail("not an llm.c token file (magic " + std::to_string(magic) + ", expected " + std::to_string(kTokenFileMagic) +
+         " or Llama 3's " + std::to_string(kTokenFileMagicLlama3) + ")");
+  const bool llama3 = magic == kTokenFileMagicLlama3;
+  const int want = llama3 ? 7 : 1;
+  if (version != want)
+    fail("token file version " + std::to_string(version) + " (magic " + std::to_string(magic) + " goes with version " +
+         std::to_string(want) + ")");
+  const int width = llama3 ? 4 : 2;
   const int64_t count = header[2];
-  const int64_t held = (bytes - static_cast<int64_t>(sizeof header)) / 2;
-  if (count <= 0 || held != count || (bytes - static_cast<int64_t>(sizeof header)) % 2 != 0)
+  const int64_t body = bytes - static_cast<int64_t>(sizeof header), held = body / width;
+  if (count <= 0 || held != count || body % width != 0)
     fail("the header says " + std::to_string(count) + " tokens, the file holds " + std::to_string(held) +
          (held < count ? " (truncated)" : ""));
   auto m = std::make_shared<TokenFiles::Mapping>();
@@ -72,12 +85,13 @@ std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int
   if (base == MAP_FAILED) throw Error(path + ": cannot map the token file (" + std::strerror(errno) + ")");
   m->base = base;
   m->bytes = static_cast<size_t>(bytes);
-  m->tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(base) + sizeof header);
+  m->tokens = static_cast<const char*>(base) + sizeof header;
+  m->width = width;
   m->count = count;
   ::madvise(base, m->bytes, MADV_SEQUENTIAL);  // the check below reads it once, in order
   for (int64_t i = 0; i < count; ++i)
-    if (m->tokens[i] >= vocab)
-      throw Error(path + ": token " + std::to_string(m->tokens[i]) + " at position " + std::to_string(i) +
+    if (m->at(i) >= static_cast<uint32_t>(vocab))
+      throw Error(path + ": token " + std::to_string(m->at(i)) + " at position " + std::to_string(i) +
                   " is outside the vocabulary (--vocab " + std::to_string(vocab) + ")");
   ::madvise(base, m->bytes, MADV_RANDOM);  // training reads windows in a shuffled order
   return m;
@@ -85,9 +99,9 @@ std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int
 
 }  // namespace
 
-uint16_t TokenFiles::operator[](int64_t i) const {
+uint32_t TokenFiles::operator[](int64_t i) const {
   const size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
-  return files_[f]->tokens[i - starts_[f]];
+  return files_[f]->at(i - starts_[f]);
 }
 
 TokenFiles load_token_files(const std::string& pattern, int vocab) {
@@ -97,6 +111,7 @@ TokenFiles load_token_files(const std::string& pattern, int vocab) {
     t.files_.push_back(map_file(p, vocab));
     t.starts_.push_back(t.total_);
     t.total_ += t.files_.back()->count;
+    t.token_bytes_ = std::max(t.token_bytes_, t.files_.back()->width);
   }
   return t;
 }

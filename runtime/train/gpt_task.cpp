@@ -85,7 +85,8 @@ class GptTask : public Task {
   std::string config_json() const override {
     std::string j = model_->config().json();
     j.pop_back();
-    if (text_.files) return j + ",\"tokens\":\"llm.c uint16\"}";  // no byte vocabulary: a tokenizer's ids
+    if (text_.files)  // no byte vocabulary: a tokenizer's ids
+      return j + ",\"tokens\":\"llm.c uint" + std::to_string(8 * text_.mapped.token_bytes()) + "\"}";
     // Byte-level tokens: the vocabulary as the byte values it holds (any file, UTF-8 or not,
     // round-trips through the JSON of model.config).
     std::string bytes;

@@ -68,8 +68,8 @@ void validate(const TrainConfig& c) {
   positive("--n-layer", c.gpt_layers);
   positive("--n-head", c.heads);
   positive("--n-embd", c.embd);
-  if (c.vocab < 2 || c.vocab > 65536)  // llm.c's tokens are uint16
-    throw Error("--vocab must be from 2 to 65536 (token files hold uint16), not " + std::to_string(c.vocab));
+  if (c.vocab < 2 || c.vocab > (1 << 24))  // GPT-2's 50257 and Llama 3's 128256, with room
+    throw Error("--vocab must be from 2 to 16777216, not " + std::to_string(c.vocab));
   if (!(c.dropout >= 0 && c.dropout < 1)) throw Error("--dropout must be in [0, 1), not " + num(c.dropout));
   one_of("--attention", c.attention, {"auto", "full", "flash"});
   if (c.attention != "auto" && c.model != "gpt") throw Error("--attention is for --model gpt");

@@ -166,20 +166,24 @@ expect_match "gpt on UTF-8 text: resumes from its checkpoint" "resumed from utf8
 run_cmd "$T" --inspect utf8.h5
 expect_eq "gpt on UTF-8 text: --inspect" 0 "$rc"
 
-# llm.c's token files (a 256-int32 header: magic 20240520, version 1, the count; uint16 tokens):
-# two shards by glob train a gpt; every bad file is one clear error naming it.
+# llm.c's token files (a 256-int32 header: magic 20240520, version 1, the count; uint16 tokens;
+# or Llama 3's: magic 20240801, version 7, uint32 tokens): two shards by glob train a gpt, a
+# Llama 3 file too; every bad file is one clear error naming it.
 /usr/bin/python3 - <<'PY'
 import numpy as np
-def write(path, toks, magic=20240520, version=1, count=None, header_only=False):
+def write(path, toks, magic=20240520, version=1, count=None, header_only=False, dtype=np.uint16):
     h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = magic, version, len(toks) if count is None else count
     with open(path, "wb") as f:
         f.write(h.tobytes() if not header_only else h.tobytes()[:600])
-        if not header_only: f.write(np.asarray(toks, dtype=np.uint16).tobytes())
+        if not header_only: f.write(np.asarray(toks, dtype=dtype).tobytes())
 toks = np.tile(np.arange(3, 203), 240)
 write("tok_train_000.bin", toks[:24000]); write("tok_train_001.bin", toks[24000:])
 write("bad_magic.bin", toks[:5000], magic=20240521); write("bad_version.bin", toks[:5000], version=2)
 write("truncated.bin", toks[:5000], count=6000); write("headless.bin", [], header_only=True)
 write("big_token.bin", list(toks[:4000]) + [300] + list(toks[:999]))
+write("llama3.bin", list(toks[:6000]) + [70000] * 10, magic=20240801, version=7, dtype=np.uint32)
+write("llama3_v1.bin", toks[:5000], magic=20240801, version=1, dtype=np.uint32)
+write("eval.bin", toks[:5000], magic=20240522)
 PY
 run_cmd "$T" --model gpt --data "tokens:$LOOM_TMP/tok_train_*.bin" --vocab 256 --context 32 --n-embd 32 --n-head 4 \
   --optimizer adamw --lr 0.003 --global-batch 16 --steps 60 --log-every 20 --export tok.h5
@@ -193,14 +197,23 @@ tok_err() {  # WHAT FILE REGEX [ARGS...]
   shift 3
   check_err "token file: $what" 1 "$re" --model gpt --data "tokens:$LOOM_TMP/$file" --vocab 256 --context 16 --global-batch 4 "$@"
 }
-tok_err "bad magic" bad_magic.bin "bad_magic.bin: not an llm.c token file \(magic 20240521, expected 20240520\)"
+tok_err "bad magic" bad_magic.bin "bad_magic.bin: not an llm.c token file \(magic 20240521, expected 20240520 or Llama 3's 20240801\)"
+tok_err "Llama 3 magic, GPT-2 version" llama3_v1.bin "llama3_v1.bin: token file version 1 \(magic 20240801 goes with version 7\)"
+tok_err "an eval file" eval.bin "eval.bin: an llm.c eval file \(HellaSwag or MMLU"
+tok_err "Llama 3 token >= vocab" llama3.bin "llama3.bin: token 70000 at position 6000 is outside the vocabulary \(--vocab 256\)"
+run_cmd "$T" --model gpt --data "tokens:$LOOM_TMP/llama3.bin" --vocab 70001 --context 16 --n-embd 16 --n-head 2 \
+  --global-batch 4 --steps 2 --log-every 1000 --export llama3.h5
+expect_eq "gpt on a Llama 3 token file (uint32, a vocabulary beyond uint16): exit" 0 "$rc"
+expect_match "gpt on a Llama 3 token file: read" "on 6010 tokens of 1 token file" "$err"
+/usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["vocab"]==70001 and c["tokens"]=="llm.c uint32", c' llama3.h5 \
+  && pass || fail "gpt on a Llama 3 token file: model.config"
 tok_err "version" bad_version.bin "bad_version.bin: token file version 2"
 tok_err "truncated" truncated.bin "truncated.bin: the header says 6000 tokens, the file holds 5000 \(truncated\)"
 tok_err "shorter than the header" headless.bin "headless.bin: 600 bytes is shorter than the 1024-byte header"
 tok_err "token >= vocab" big_token.bin "big_token.bin: token 300 at position 4000 is outside the vocabulary \(--vocab 256\)"
 tok_err "no match" "none_*.bin" "tokens:.*none_\*.bin: no file matches"
 check_err "token files for mlp" 2 "--data tokens:FILE is for --model gpt" --data "tokens:$LOOM_TMP/tok_train_000.bin"
-check_err "vocab beyond uint16" 2 "--vocab must be from 2 to 65536" --model gpt --data "tokens:$LOOM_TMP/tok_train_000.bin" --vocab 70000
+check_err "vocab too large" 2 "--vocab must be from 2 to 16777216" --model gpt --data "tokens:$LOOM_TMP/tok_train_000.bin" --vocab 20000000
 
 # --recompute: the blocks' activations computed again in backward give the same weights bit
 # for bit (dropout included: its masks are drawn again from the saved generator state), in less

@@ -1,6 +1,6 @@
 // tokens_test.cpp — llm.c token files read in place: a glob's files as one sequence (the token
-// after a file's last is the next file's first), and a token outside the vocabulary refused with
-// its file and position.
+// after a file's last is the next file's first), GPT-2's uint16 files beside Llama 3's uint32
+// ones, and a token outside the vocabulary refused with its file and position.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,14 +15,17 @@
 
 namespace {
 
-void write_tokens(const std::string& path, const std::vector<uint16_t>& toks) {
+// GPT-2's format (uint16 tokens, T = uint16_t) or Llama 3's (uint32, T = uint32_t).
+template <class T>
+void write_tokens(const std::string& path, const std::vector<T>& toks) {
+  const bool llama3 = sizeof(T) == 4;
   int32_t header[256] = {0};
-  header[0] = loom::rt::kTokenFileMagic;
-  header[1] = 1;
+  header[0] = llama3 ? loom::rt::kTokenFileMagicLlama3 : loom::rt::kTokenFileMagic;
+  header[1] = llama3 ? 7 : 1;
   header[2] = static_cast<int32_t>(toks.size());
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(header), sizeof header);
-  f.write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 2));
+  f.write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * sizeof(T)));
 }
 
 }  // namespace
@@ -31,9 +34,10 @@ TEST(TokenFiles, ShardsReadInPlaceAsOneSequence) {
   char tmpl[] = "/tmp/loom-tokens-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  std::vector<uint16_t> a(1000), b(7), c(333);
+  std::vector<uint16_t> a(1000), c(333);
+  std::vector<uint32_t> b(7);  // Llama 3's format between two of GPT-2's
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 50);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint16_t>(60 + i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint32_t>(60 + i);
   for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<uint16_t>(99 - i % 30);
   write_tokens(dir + "/t_000.bin", a);
   write_tokens(dir + "/t_001.bin", b);
@@ -41,10 +45,14 @@ TEST(TokenFiles, ShardsReadInPlaceAsOneSequence) {
   const loom::rt::TokenFiles t = loom::rt::load_token_files(dir + "/t_*.bin", 100);
   ASSERT_EQ(t.paths.size(), 3u);
   ASSERT_EQ(t.size(), 1340);
-  std::vector<uint16_t> all = a;
+  EXPECT_EQ(t.token_bytes(), 4);
+  std::vector<uint32_t> all(a.begin(), a.end());
   all.insert(all.end(), b.begin(), b.end());
   all.insert(all.end(), c.begin(), c.end());
   for (int64_t i = 0; i < t.size(); ++i) ASSERT_EQ(t[i], all[static_cast<size_t>(i)]) << "token " << i;
+  write_tokens(dir + "/big.bin", std::vector<uint32_t>{5, 128255, 7});  // beyond uint16: Llama 3's vocabulary
+  const loom::rt::TokenFiles big = loom::rt::load_token_files(dir + "/big.bin", 128256);
+  EXPECT_EQ(big[1], 128255u);
   try {
     loom::rt::load_token_files(dir + "/t_*.bin", 99);  // t_002.bin's first token is 99
     ADD_FAILURE() << "a token outside the vocabulary was accepted";
