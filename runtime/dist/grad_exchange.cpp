@@ -151,7 +151,7 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params) {
     dev_ = params.empty() ? Device::kCpu : params[0].grad.device();
     plan(params);
   }
-  if (dev_ == Device::kCpu && !sharded_ && c_.kind != "powersgd") bind_views(params);
+  if (dev_ == Device::kCpu && c_.kind != "powersgd") bind_views(params);
   drop_marks();  // a step that failed midway leaves some
   is_ready_.assign(params.size(), 0);
   for (auto& b : buckets_) b.pending = static_cast<int>(b.params.size());
@@ -277,7 +277,12 @@ void GradExchange::reduce_bucket(Bucket& b) {
     return;  // land_buckets unpacks it
   }
   if (b.flat.defined()) {  // bind_views: summed where backward wrote it
-    sum(b.flat.f32(), b.floats);
+    if (sharded_) {  // ZeRO-1: this rank's chunk summed, for the sharded optimizer step
+      comm_->reduce_scatter_sum(b.flat.f32(), b.floats, &b.begin, &b.count);
+      last_bytes_ += b.floats * sizeof(float);
+    } else {
+      sum(b.flat.f32(), b.floats);
+    }
     return;
   }
   b.buf.resize(b.floats);

@@ -26,8 +26,10 @@ void for_pieces(const GradExchange::Chunk& c, const std::vector<Param>& params, 
 // The whole bucket: flat[offset of parameter i ...] <-> parameter i (for_pieces over it all).
 template <class Fn>
 void for_params(const GradExchange::Chunk& c, const std::vector<Param>& params, Fn fn) {
-  for_pieces({c.params, c.flat, 0, c.flat.size()}, params, [&](size_t i, size_t, size_t at, size_t n) { fn(i, at, n); });
+  for_pieces({c.params, c.flat, c.size, 0, c.size}, params, [&](size_t i, size_t, size_t at, size_t n) { fn(i, at, n); });
 }
+
+bool on_cpu(const std::vector<Param>& params) { return params.empty() || params[0].value.device() == Device::kCpu; }
 
 }  // namespace
 
@@ -43,7 +45,7 @@ void ZeroOptimizer::shard(Optimizer& opt, const std::vector<Param>& params) {
     Shard& s = shards_[b];
     s.m.assign(c.count, 0.0f);
     if (adam) s.v.assign(c.count, 0.0f);
-    s.w.resize(c.count);
+    if (!on_cpu(params)) s.w.resize(c.count);
     if (!restored) continue;
     for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {  // on the parameters' device
       ops::download(rm[i].device(), s.m.data() + c_off, rm[i].f32() + p_off, len * sizeof(float));
@@ -53,8 +55,34 @@ void ZeroOptimizer::shard(Optimizer& opt, const std::vector<Param>& params) {
   opt.restore({}, {}, opt.steps());  // the whole moments are not kept twice
 }
 
+// CPU parameters live in their bucket's flat buffer of weights, each a view of its place (as the
+// exchange's gradients live in theirs): the optimizer updates this rank's chunk there and the
+// allgather fills in the rest, with no copy in either direction. Bound at the first step, and
+// again for a parameter that is not a view of its place (a checkpoint replaced it).
+void ZeroOptimizer::bind_weights(std::vector<Param>& params) {
+  weights_.resize(ex_.buckets());
+  for (size_t b = 0; b < ex_.buckets(); ++b) {
+    const GradExchange::Chunk c = ex_.chunk(b);
+    if (!weights_[b].defined()) weights_[b] = Tensor::empty({static_cast<int64_t>(c.size)});
+    int64_t at = 0;
+    for (size_t i : c.params) {
+      Tensor& w = params[i].value;
+      const int64_t n = w.numel();
+      float* place = weights_[b].f32() + at;
+      if (w.f32() != place) {
+        Tensor view = weights_[b].rows(at, at + n).reshape(w.shape());
+        std::copy(w.f32(), w.f32() + n, place);
+        w = view;
+      }
+      at += n;
+    }
+  }
+}
+
 size_t ZeroOptimizer::step(Optimizer& opt, std::vector<Param>& params, float lr, float clip) {
   if (shards_.empty()) shard(opt, params);
+  const bool cpu = on_cpu(params);
+  if (cpu) bind_weights(params);
   if (clip > 0) {  // torch's clip_grad_norm_ over the whole gradient: each rank's chunks, summed
     double sq = 0;
     for (size_t b = 0; b < ex_.buckets(); ++b) {
@@ -75,23 +103,28 @@ size_t ZeroOptimizer::step(Optimizer& opt, std::vector<Param>& params, float lr,
     GradExchange::Chunk c = ex_.chunk(b);
     Shard& s = shards_[b];
     if (s.m.size() != c.count) throw Error("ZeRO-1: bucket " + std::to_string(b) + " changed its chunk between steps");
-    for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
-      const Tensor& w = params[i].value;
-      ops::download(w.device(), s.w.data() + c_off, w.f32() + p_off, len * sizeof(float));
-    });
-    spans.push_back({s.w.data(), c.flat.data() + c.begin, s.m.data(), s.v.empty() ? nullptr : s.v.data(),
-                     static_cast<int64_t>(c.count)});
+    float* w = cpu ? weights_[b].f32() + c.begin : s.w.data();
+    if (!cpu)  // the chunk's parameters, read from the GPU
+      for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
+        const Tensor& p = params[i].value;
+        ops::download(p.device(), s.w.data() + c_off, p.f32() + p_off, len * sizeof(float));
+      });
+    spans.push_back({w, c.flat + c.begin, s.m.data(), s.v.empty() ? nullptr : s.v.data(), static_cast<int64_t>(c.count)});
   }
   opt.step_spans(spans, lr);
   size_t sent = 0;
   for (size_t b = 0; b < ex_.buckets(); ++b) {
     GradExchange::Chunk c = ex_.chunk(b);
-    std::copy(shards_[b].w.begin(), shards_[b].w.end(), c.flat.begin() + static_cast<long>(c.begin));
-    comm_.allgather_chunks(c.flat.data(), c.flat.size());
-    sent += c.flat.size() * sizeof(float);
+    sent += c.size * sizeof(float);
+    if (cpu) {
+      comm_.allgather_chunks(weights_[b].f32(), c.size);  // the parameters themselves
+      continue;
+    }
+    std::copy(shards_[b].w.begin(), shards_[b].w.end(), c.flat + c.begin);
+    comm_.allgather_chunks(c.flat, c.size);
     for_params(c, params, [&](size_t i, size_t at, size_t n) {
-      const Tensor& w = params[i].value;
-      ops::upload(w.device(), w.f32(), c.flat.data() + at, n * sizeof(float));
+      const Tensor& p = params[i].value;
+      ops::upload(p.device(), p.f32(), c.flat + at, n * sizeof(float));
     });
   }
   return sent;
@@ -117,7 +150,7 @@ void ZeroOptimizer::gather_moments(const Optimizer& opt, const std::vector<Param
     for (size_t b = 0; b < ex_.buckets(); ++b) {
       GradExchange::Chunk c = ex_.chunk(b);
       const std::vector<float>& mine = which == 0 ? shards_[b].m : shards_[b].v;
-      flat.assign(c.flat.size(), 0.0f);
+      flat.assign(c.size, 0.0f);
       std::copy(mine.begin(), mine.end(), flat.begin() + static_cast<long>(c.begin));
       comm_.allgather_chunks(flat.data(), flat.size());
       for_params(c, params, [&](size_t i, size_t at, size_t n) { std::copy_n(flat.data() + at, n, out[i].f32()); });

@@ -1,5 +1,6 @@
 // grad_exchange_test.cpp — the gradient exchange over ranks as threads: option parsing, buckets
-// overlapped with backward (fp32 and fp16) and summed in place on the CPU, a failing bucket, PowerSGD, and the device path
+// overlapped with backward (fp32 and fp16) and summed in place on the CPU, ZeRO-1's sharded step
+// in place, a failing bucket, PowerSGD, and the device path
 // (NCCL's place, taken here by a host stand-in) against the staged one.
 #include <gtest/gtest.h>
 
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/nn/optim.hpp"
 #include "loom/rt/tensor/tensor.hpp"
+#include "loom/rt/train/zero.hpp"
 #include "ranks_harness.hpp"
 
 namespace loom::rt {
@@ -99,6 +102,46 @@ TEST(GradExchange, CpuGradientsLiveInTheirBucket) {
     EXPECT_EQ(ps[3].grad.shape(), (std::vector<int64_t>{40}));
     ex.finish(extras, 1);
     EXPECT_EQ(ps[3].grad.f32()[5], 14.0f);  // 7 on each rank
+  });
+}
+
+// ZeRO-1 on the CPU: the gradients are reduce-scattered where backward wrote them, each rank
+// steps its chunk of the parameters where they live (one flat buffer per bucket) and the
+// allgather fills in the rest: every rank ends with the unsharded step's parameters, a replaced
+// parameter (a checkpoint's) is bound again with its values.
+TEST(ZeroOptimizer, CpuParametersLiveInTheirBucketAndStepAsUnsharded) {
+  run_ranks(2, [&](Communicator& c) {
+    GradExchange ex(CompressConfig{}, 25.0);  // one bucket
+    ex.set_sharded();
+    ZeroOptimizer zero(ex, c);
+    OptimConfig oc;
+    oc.momentum = 0.0f;
+    Optimizer sgd(oc);
+    auto ps = bucket_params(c.rank());
+    for (auto& p : ps)
+      for (int64_t k = 0; k < p.value.numel(); ++k) p.value.f32()[k] = static_cast<float>(k % 5);
+    std::vector<float> extras{0.0f};
+    for (int step = 0; step < 2; ++step) {
+      ex.begin(c, ps);
+      ex.finish(extras, step);
+      zero.step(sgd, ps, 0.5f, 0.0f);
+      for (size_t i = 0; i < ps.size(); ++i)  // w - 0.5 * (g of rank 0 + g of rank 1), (k % 9) * 3
+        for (int64_t k = 0; k < ps[i].value.numel(); ++k)
+          ASSERT_EQ(ps[i].value.f32()[k], static_cast<float>(k % 5) - (step + 1) * 1.5f * static_cast<float>(k % 9))
+              << "step " << step << " param " << i << " element " << k;
+      for (size_t i = ps.size(); i-- > 1;)  // the bucket's order: the last parameter first
+        ASSERT_EQ(ps[i - 1].value.f32(), ps[i].value.f32() + ps[i].value.numel()) << i;
+      for (auto& p : ps)  // backward writes the next step's gradients
+        for (int64_t k = 0; k < p.grad.numel(); ++k) p.grad.f32()[k] = static_cast<float>((k % 9) * (c.rank() + 1));
+    }
+    const float* bound = ps[2].value.f32();
+    ps[2].value = Tensor::zeros({5000});  // a checkpoint's parameter, replaced between steps
+    ps[2].value.f32()[7] = 4.0f;
+    ex.begin(c, ps);
+    ex.finish(extras, 2);
+    zero.step(sgd, ps, 0.5f, 0.0f);
+    EXPECT_EQ(ps[2].value.f32(), bound);
+    EXPECT_EQ(ps[2].value.f32()[7], 4.0f - 1.5f * 7);
   });
 }
 

@@ -45,16 +45,20 @@ class GradExchange {
   bool overlaps() const { return bucket_bytes_ > 0 && c_.kind != "powersgd"; }
   // ZeRO-1 (before the first step; plain fp32 only): each bucket is reduce-scattered instead of
   // allreduced. After finish(), this rank's chunk [begin, begin + count) of each bucket's flat
-  // buffer holds the summed gradient of those positions; the parameters' own gradients are left
-  // unsummed. The flat order is the bucket's parameters one after another.
+  // buffer holds the summed gradient of those positions; the rest of the buffer, which on the
+  // CPU is the parameters' gradients themselves (bind_views), holds partial sums. The flat order
+  // is the bucket's parameters one after another.
   void set_sharded();
   bool sharded() const { return sharded_; }
   struct Chunk {
     const std::vector<size_t>& params;
-    std::vector<float>& flat;  // the bucket's size; free for the caller until the next begin()
-    size_t begin, count;
+    float* flat;  // the bucket's `size` floats; free for the caller until the next begin()
+    size_t size, begin, count;
   };
-  Chunk chunk(size_t bucket) { return {buckets_[bucket].params, buckets_[bucket].buf, buckets_[bucket].begin, buckets_[bucket].count}; }
+  Chunk chunk(size_t bucket) {
+    Bucket& b = buckets_[bucket];
+    return {b.params, b.flat.defined() ? b.flat.f32() : b.buf.data(), b.floats, b.begin, b.count};
+  }
 
   // Gradients on a GPU summed in device memory by `dc` (NCCL; before the first step; plain or
   // fp16, not sharded): each bucket is packed on the device as it becomes ready, reduced there
@@ -96,9 +100,9 @@ class GradExchange {
     int pending = 0;
     std::vector<float> buf;
     bool pinned = false;          // buf page-locked for the GPU's copies
-    size_t begin = 0, count = 0;  // sharded: this rank's reduced chunk of buf
+    size_t begin = 0, count = 0;  // sharded: this rank's reduced chunk of flat (CPU) or buf
     Tensor dev;                   // with a device communicator: the packed bucket on the GPU
-    Tensor flat;                  // CPU, not sharded: the bucket's gradients live here (bind_views)
+    Tensor flat;                  // CPU, not PowerSGD: the bucket's gradients live here (bind_views)
     void* ready_mark = nullptr;   // the default stream's work that wrote the gradients
     void* landed_mark = nullptr;  // staged: the side stream's copies back to the device
   };

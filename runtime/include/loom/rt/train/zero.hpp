@@ -3,9 +3,11 @@
 // the parameters of its chunk of every bucket with the moments of that chunk alone, and an
 // allgather of each bucket gives every rank the new parameters. Checkpoints hold the whole
 // moments per parameter (gathered), so they resume on any number of ranks, sharded or not.
-// Parameters on a GPU: the shards stay in host memory and are updated there (as ZeRO-Offload
-// does), with the reduced gradients staged there by the exchange; each rank reads its chunks of
-// the parameters from the GPU and writes the gathered ones back.
+// Parameters on the CPU live in one flat buffer per bucket (views of it, as the gradients are
+// views of the exchange's): updated and gathered in place. Parameters on a GPU: the shards stay
+// in host memory and are updated there (as ZeRO-Offload does), with the reduced gradients staged
+// there by the exchange; each rank reads its chunks of the parameters from the GPU and writes the
+// gathered ones back.
 #pragma once
 
 #include <cstddef>
@@ -30,12 +32,14 @@ class ZeroOptimizer {
 
  private:
   struct Shard {
-    std::vector<float> m, v, w;  // the chunk's moments, and its parameters during a step
+    std::vector<float> m, v, w;  // the chunk's moments; w: its parameters during a step (GPU)
   };
   void shard(Optimizer& opt, const std::vector<Param>& params);
+  void bind_weights(std::vector<Param>& params);  // CPU: each parameter a view of its bucket's weights
   GradExchange& ex_;
   Communicator& comm_;
-  std::vector<Shard> shards_;  // one per bucket
+  std::vector<Shard> shards_;    // one per bucket
+  std::vector<Tensor> weights_;  // CPU: one per bucket, the parameters in the exchange's flat order
 };
 
 }  // namespace loom::rt
