@@ -10,12 +10,14 @@
 # the same time. Real GPUs do not slow each other down, but two ranks on this machine's CPU
 # cores do (memory bandwidth, the communication threads): the concurrent solo rates are the
 # fair baseline for "the sum of the devices", and both efficiencies are printed. Everything is
-# measured in ROUNDS (3) interleaved rounds and the medians are compared.
+# measured in ROUNDS (3) interleaved rounds and the medians are compared. TRAIN_ARGS adds
+# loom-train options to every run (TRAIN_ARGS="--zero 1": the optimizer sharded).
 set -euo pipefail
 T=${LOOM_TRAIN:?set LOOM_TRAIN to the loom-train binary}
 steps=${STEPS:-300}
 batch=${BATCH:-256}
 rounds=${ROUNDS:-3}
+read -r -a extra <<<"${TRAIN_ARGS:-}"  # more loom-train options for every run (e.g. --zero 1)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,7 +28,8 @@ exec "$@"
 SH
 chmod +x "$tmp/rankenv.sh"
 run() {  # SPEED NAME: one solo process
-  LOOM_EMULATE_SPEED=$1 "$T" --steps "$steps" --global-batch "$batch" --log-every 100000 --metrics-file "$tmp/$2.jsonl" 2>/dev/null
+  LOOM_EMULATE_SPEED=$1 "$T" --steps "$steps" --global-batch "$batch" --log-every 100000 --metrics-file "$tmp/$2.jsonl" \
+    "${extra[@]}" 2>/dev/null
 }
 # This machine's speed drifts by ~10% within minutes: every measurement is taken in each of
 # $rounds rounds, one after another, and the medians are compared.
@@ -38,10 +41,10 @@ for r in $(seq "$rounds"); do
   wait
   for bal in off dynamic; do
     mpirun -np 2 --oversubscribe "$tmp/rankenv.sh" "$T" --steps "$steps" --global-batch "$batch" --balance "$bal" \
-      --replan-every 5 --log-every 100000 --metrics-file "$tmp/$bal.$r.jsonl" 2>"$tmp/$bal.$r.err"
+      --replan-every 5 --log-every 100000 --metrics-file "$tmp/$bal.$r.jsonl" "${extra[@]}" 2>"$tmp/$bal.$r.err"
   done
 done
-/usr/bin/python3 - "$tmp" "$rounds" "$batch" <<'PY'
+/usr/bin/python3 - "$tmp" "$rounds" "$batch" "${TRAIN_ARGS:-}" <<'PY'
 import json, statistics, sys
 tmp, rounds, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def rate(name, r):
@@ -49,7 +52,7 @@ def rate(name, r):
 runs = {n: [rate(n, r) for r in range(1, rounds + 1)] for n in ("fast", "slow", "cfast", "cslow", "off", "dynamic")}
 med = {n: statistics.median(v) for n, v in runs.items()}
 fast, slow, cfast, cslow, equal, dyn = (med[n] for n in ("fast", "slow", "cfast", "cslow", "off", "dynamic"))
-print(f"hetero_efficiency: global batch {batch}; medians of {rounds} interleaved rounds "
+print(f"hetero_efficiency: global batch {batch}{(', ' + sys.argv[4]) if sys.argv[4] else ''}; medians of {rounds} interleaved rounds "
       f"(dynamic runs: {', '.join(f'{v:.0f}' for v in runs['dynamic'])} samples/s)")
 print(f"hetero_efficiency: solo alone:      rank0 {fast:.0f} + rank1 (emulated 0.4) {slow:.0f} = {fast + slow:.0f} samples/s")
 print(f"hetero_efficiency: solo side by side: rank0 {cfast:.0f} + rank1 {cslow:.0f} = {cfast + cslow:.0f} samples/s")
