@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "loom/rt/error.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace po = boost::program_options;
 using loom::compress::Usage;
@@ -30,6 +31,7 @@ const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

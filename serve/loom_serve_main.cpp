@@ -296,7 +296,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
+  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
   Cli c;
   Context ctx;
   po::options_description desc = describe(c, ctx);

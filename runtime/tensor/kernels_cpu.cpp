@@ -6,17 +6,20 @@
 #include <dnnl.h>
 #endif
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 
 extern "C" void openblas_set_num_threads(int);
+extern "C" char* openblas_get_corename(void);
 
 namespace loom::rt::cpu {
 
@@ -29,10 +32,26 @@ bool g_onednn = false;
 #endif
 }  // namespace
 
-void short_spin_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
-  execv("/proc/self/exe", argv);  // returns only on failure: run on with libgomp's defaults
+const char* openblas_core_override() {
+  if (std::getenv("OPENBLAS_CORETYPE")) return nullptr;
+  const char* core = openblas_get_corename();
+  if (!core || strcasecmp(core, "prescott") != 0) return nullptr;  // its fallback for CPUs it does not know
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return nullptr;
+}
+
+void settle_library_env(char** argv) {
+  std::string set;  // what this sets, for LOOM_LIBRARY_ENV
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "1000", 1) == 0)
+    set += "GOMP_SPINCOUNT";
+  if (const char* core = openblas_core_override())
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0) set += set.empty() ? "OPENBLAS_CORETYPE" : " OPENBLAS_CORETYPE";
+  if (set.empty() || setenv("LOOM_LIBRARY_ENV", set.c_str(), 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: run on with the libraries' defaults
 }
 
 void set_threads(int n) {

@@ -314,7 +314,7 @@ int inspect(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
-  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
+  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
   bool help_only = false;
   std::string inspect_path;
   loom::rt::TrainConfig c;

@@ -76,6 +76,10 @@ double python_figure(const char* script, const std::vector<std::string>& args, c
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
+    // The peer runs with its libraries' defaults, except OpenBLAS's kernels for this CPU, which
+    // it needs as much as Loom does (PyTorch's Linear layers are OpenBLAS's sgemm here).
+    const char* set = std::getenv("LOOM_LIBRARY_ENV");
+    if (set && std::strstr(set, "GOMP_SPINCOUNT")) unsetenv("GOMP_SPINCOUNT");
     if (*env) putenv(const_cast<char*>(env));
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
@@ -386,6 +390,7 @@ int usage(std::FILE* to = stderr) {
                "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n"
                "       loom-bench pipeline --spec PIPELINE.yaml --addr HOST:PORT [--requests N] [--batch B] [--seq T]\n"
                "       loom-bench infer --onnx FILE.onnx [--model FILE.h5] [--batch B] [--seq T] [--int-max V] [--threads T]\n"
+               "       loom-bench peer-env   (the settings a PyTorch peer runs with: OpenBLAS's kernels for this CPU)\n"
                "Any of them with --mllog FILE appends its figures to FILE as MLPerf-style :::MLLOG lines.\n");
   return 2;
 }
@@ -451,7 +456,7 @@ int main_with_mllog(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::rt::cpu::short_spin_waits(argv);  // OpenMP barriers that do not starve beside a busy process
+  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
   return main_with_mllog(argc, argv);
 }
 
@@ -470,6 +475,12 @@ int run_bench(int argc, char** argv) {
   }
   if (cmd == "gemm") return bench_gemm(argc, argv);
   if (cmd == "infer") return bench_infer(argc, argv);
+  if (cmd == "peer-env") {  // for the scripts' own peers: what python_figure's peers get
+    const char* core = std::getenv("OPENBLAS_CORETYPE");
+    const char* set = std::getenv("LOOM_LIBRARY_ENV");
+    if (core && set && std::strstr(set, "OPENBLAS_CORETYPE")) std::printf("OPENBLAS_CORETYPE=%s\n", core);
+    return 0;
+  }
   if (cmd == "pipeline") {
 #ifdef LOOM_BENCH_SERVE
     try {

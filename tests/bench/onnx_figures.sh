@@ -15,6 +15,10 @@ echo "== the 784-512-512-10 MLP: ONNX (loom-compress convert) against HDF5, one 
 "$B/loom-compress" convert "$work/mlp.h5" "$work/mlp.onnx" >/dev/null
 for b in 1 32 256; do "$B/loom-bench" infer --onnx "$work/mlp.onnx" --model "$work/mlp.h5" --batch "$b" --threads 1 --reps 50; done
 echo "== small BERT, batch 32, sequence 128 (target >= 1.0x PyTorch eager on the same threads)"
+# PyTorch's Linear layers are OpenBLAS's sgemm here: the kernels for this CPU, as Loom's own
+# programs choose them (OpenBLAS 0.3.21 takes a CPU it does not know for a Prescott).
+peer_env=$("$B/loom-bench" peer-env)
+[ -n "$peer_env" ] && echo "PyTorch peer: $peer_env" && export "${peer_env?}"
 for threads in 1 2; do
   # PyTorch's best on these cores: intra-op threads and its BLAS's own threads both set.
   torch_ms=$(OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads /usr/bin/python3 - "$S/tests/parity" "$work" "$threads" <<'PY' 2>/dev/null

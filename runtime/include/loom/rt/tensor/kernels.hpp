@@ -9,13 +9,19 @@ namespace loom::rt::cpu {
 
 enum class Act { kNone, kRelu, kGelu };
 
-// OpenMP's workers (libgomp, which oneDNN uses too) spin ~300,000 rounds before they sleep. With
-// another process busy on the node, the thread a barrier waits for cannot run meanwhile, and
-// --threads 2 fell below --threads 1. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, this
-// re-executes the program (same pid, same arguments; call it first in main, before any thread or
-// MPI) with GOMP_SPINCOUNT=1000: a short spin, then a passive wait. libgomp reads its settings
-// only as it loads, hence the exec. Returns when nothing is to do or the exec failed.
-void short_spin_waits(char** argv);
+// Settings that libraries read only as they load, so this re-executes the program (same pid,
+// same arguments; call it first in main, before any thread or MPI) with them in its environment,
+// named in LOOM_LIBRARY_ENV. Returns when nothing is to do or the exec failed.
+// - GOMP_SPINCOUNT=1000, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: OpenMP's workers
+//   (libgomp, which oneDNN uses too) spin ~300,000 rounds before they sleep; with another
+//   process busy on the node, the thread a barrier waits for cannot run meanwhile, and
+//   --threads 2 fell below --threads 1. A short spin, then a passive wait.
+// - OPENBLAS_CORETYPE, unless set: OpenBLAS 0.3.21 (Debian 12) takes CPUs it does not know (the
+//   5th-generation Xeon, model 207) for a Prescott and runs SSE3 kernels, 4-5x slower GEMMs.
+//   SkylakeX's kernels where the CPU has AVX-512, Haswell's where it has AVX2 and FMA.
+void settle_library_env(char** argv);
+// The OPENBLAS_CORETYPE that settle_library_env sets here (null: none is needed).
+const char* openblas_core_override();
 void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
 int threads();
 
