@@ -12,6 +12,16 @@ cd "$LOOM_TMP" || exit 99
 run_cmd "$T" --help
 expect_eq "--help" 0 "$rc"
 expect_match "--help lists --global-batch" "--global-batch" "$out"
+# OpenBLAS's kernels fit this CPU: OpenBLAS 0.3.21 takes CPUs it does not know for a Prescott
+# (SSE3), and loom-train then names better ones (OPENBLAS_CORETYPE) before it loads again.
+if grep -qw avx2 /proc/cpuinfo; then
+  run_cmd env OPENBLAS_VERBOSE=2 "$T" --gemm openblas --steps 1 --global-batch 8 --log-every 1000
+  expect_eq "--gemm openblas, 1 step: exit" 0 "$rc"
+  core=$(grep -oE "^Core: [A-Za-z0-9]+" <<<"$out$err" | tail -1)
+  echo "train_cli: OpenBLAS runs its ${core#Core: } kernels on this CPU (model $(grep -m1 -oP '^model\s*:\s*\K[0-9]+' /proc/cpuinfo))"
+  expect_match "OpenBLAS's kernels fit an AVX2 CPU" "^Core: [A-Za-z0-9]+$" "$core"
+  expect_no_match "OpenBLAS's kernels are not Prescott's on an AVX2 CPU" "Prescott" "$core"
+fi
 check_err() {  # WHAT EXIT REGEX ARGS...
   local what=$1 code=$2 re=$3
   shift 3
