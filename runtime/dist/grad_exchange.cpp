@@ -247,20 +247,23 @@ void GradExchange::mark_ready(Bucket& b) {
 // communication thread made on the rank's own core). Bound at the first step, and again for a
 // gradient that is not a view of its place (the caller replaced it).
 void GradExchange::bind_views(std::vector<Param>& params) {
-  for (auto& b : buckets_) {
-    if (!b.flat.defined()) b.flat = Tensor::empty({static_cast<int64_t>(b.floats)});
-    int64_t at = 0;
-    for (size_t i : b.params) {
-      Tensor& grad = params[i].grad;
-      const int64_t n = grad.numel();
-      float* place = b.flat.f32() + at;
-      if (grad.f32() != place) {
-        Tensor view = b.flat.rows(at, at + n).reshape(grad.shape());
-        std::copy(grad.f32(), grad.f32() + n, place);
-        grad = view;
-      }
-      at += n;
+  for (auto& b : buckets_) bind_flat(&b.flat, b.floats, b.params, params, &Param::grad);
+}
+
+void bind_flat(Tensor* flat, size_t floats, const std::vector<size_t>& order, std::vector<Param>& params,
+               Tensor Param::*member) {
+  if (!flat->defined()) *flat = Tensor::empty({static_cast<int64_t>(floats)});
+  int64_t at = 0;
+  for (size_t i : order) {
+    Tensor& t = params[i].*member;
+    const int64_t n = t.numel();
+    float* place = flat->f32() + at;
+    if (t.f32() != place) {
+      Tensor view = flat->rows(at, at + n).reshape(t.shape());
+      std::copy(t.f32(), t.f32() + n, place);
+      t = view;
     }
+    at += n;
   }
 }
 

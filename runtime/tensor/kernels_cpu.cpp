@@ -30,8 +30,8 @@ bool g_onednn = true;
 #else
 bool g_onednn = false;
 #endif
-}  // namespace
 
+// The OPENBLAS_CORETYPE that settle_library_env sets (null: none is needed).
 const char* openblas_core_override() {
   if (std::getenv("OPENBLAS_CORETYPE")) return nullptr;
   const char* core = openblas_get_corename();
@@ -43,6 +43,8 @@ const char* openblas_core_override() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return nullptr;
 }
+
+}  // namespace
 
 void settle_library_env(char** argv) {
   std::string set;  // what this sets, for LOOM_LIBRARY_ENV

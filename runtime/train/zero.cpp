@@ -63,19 +63,7 @@ void ZeroOptimizer::bind_weights(std::vector<Param>& params) {
   weights_.resize(ex_.buckets());
   for (size_t b = 0; b < ex_.buckets(); ++b) {
     const GradExchange::Chunk c = ex_.chunk(b);
-    if (!weights_[b].defined()) weights_[b] = Tensor::empty({static_cast<int64_t>(c.size)});
-    int64_t at = 0;
-    for (size_t i : c.params) {
-      Tensor& w = params[i].value;
-      const int64_t n = w.numel();
-      float* place = weights_[b].f32() + at;
-      if (w.f32() != place) {
-        Tensor view = weights_[b].rows(at, at + n).reshape(w.shape());
-        std::copy(w.f32(), w.f32() + n, place);
-        w = view;
-      }
-      at += n;
-    }
+    bind_flat(&weights_[b], c.size, c.params, params, &Param::value);
   }
 }
 

@@ -28,6 +28,13 @@ struct CompressConfig {
 // "none", "fp16", "powersgd", "powersgd:rank=4,start=100"; throws Error naming what is wrong.
 CompressConfig parse_grad_compress(const std::string& text);
 
+// CPU: makes params[i].*member, for i in `order`, views of consecutive places of *flat (made
+// with `floats` floats when undefined), copying in the values of any tensor that is not already
+// a view of its place (the first call, or a caller replaced it). The exchange's gradients and
+// ZeRO-1's parameters live so.
+void bind_flat(Tensor* flat, size_t floats, const std::vector<size_t>& order, std::vector<Param>& params,
+               Tensor Param::*member);
+
 // Each step: begin() before backward, ready(i) as parameter i's gradient becomes final (the
 // model's backward calls it, last layer first), finish() after backward. With buckets
 // (`bucket_mb` > 0, kinds none and fp16) a communication thread sums each bucket over the

@@ -20,8 +20,6 @@ enum class Act { kNone, kRelu, kGelu };
 //   5th-generation Xeon, model 207) for a Prescott and runs SSE3 kernels, 4-5x slower GEMMs.
 //   SkylakeX's kernels where the CPU has AVX-512, Haswell's where it has AVX2 and FMA.
 void settle_library_env(char** argv);
-// The OPENBLAS_CORETYPE that settle_library_env sets here (null: none is needed).
-const char* openblas_core_override();
 void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
 int threads();
 
