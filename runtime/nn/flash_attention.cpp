@@ -47,11 +47,9 @@ LOOM_VEC void online_softmax(float* s, int rows, int cols, int i0, int j0, float
     const int n = kept(i0, r, j0, cols);
     for (int j = n; j < cols; ++j) sr[j] = 0.0f;
     if (n == 0) continue;
-    float mx = l[r] > 0.0f ? m[r] : sr[0];
-    for (int j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
+    const float mx = vec::max(sr, n, l[r] > 0.0f ? m[r] : sr[0]);
     const float corr = l[r] > 0.0f ? vec::exp(m[r] - mx) : 0.0f;
-    float sum = 0.0f;
-    for (int j = 0; j < n; ++j) sum += (sr[j] = vec::exp(sr[j] - mx));
+    const float sum = vec::exp_sum(sr, sr, mx, n);
     l[r] = l[r] * corr + sum;
     m[r] = mx;
     float* orow = o + int64_t{r} * hs;
@@ -108,9 +106,7 @@ void backward_head(const Head& hd, const float* dy, const float* y, const float*
   float *dk = dq + (hd.k - hd.q), *dv = dq + (hd.v - hd.q);
   for (int i = 0; i < t; ++i) {
     const float *a = dy + int64_t{i} * ldy, *b = y + int64_t{i} * ldy;
-    float d = 0.0f;
-    for (int k = 0; k < hs; ++k) d += a[k] * b[k];
-    dsum[static_cast<size_t>(i)] = d;
+    dsum[static_cast<size_t>(i)] = vec::dot(a, b, hs);
     for (int k = 0; k < hs; ++k) dq[i * hd.ld + k] = dk[i * hd.ld + k] = dv[i * hd.ld + k] = 0.0f;
   }
   for (int j0 = 0; j0 < t; j0 += kTile) {

@@ -36,39 +36,47 @@ LOOM_VEC void ln_rows(const float* x, const float* gamma, const float* beta, flo
                       int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; ++r) {
     const float* xr = x + r * c;
-    double m = 0, v = 0;
-    for (int64_t k = 0; k < c; ++k) m += xr[k];
-    m /= static_cast<double>(c);
-    for (int64_t k = 0; k < c; ++k) v += (xr[k] - m) * (xr[k] - m);
-    v /= static_cast<double>(c);
-    const float s = static_cast<float>(1.0 / std::sqrt(v + kLnEps)), mf = static_cast<float>(m);
-    mean[r] = mf;
+    const float m = vec::sum(xr, c) / static_cast<float>(c);
+    const float v = vec::sum_sq_dev(xr, m, c) / static_cast<float>(c);
+    const float s = 1.0f / std::sqrt(v + kLnEps);
+    mean[r] = m;
     rstd[r] = s;
     float* yr = y + r * c;
-    for (int64_t k = 0; k < c; ++k) yr[k] = (xr[k] - mf) * s * gamma[k] + beta[k];
+    for (int64_t k = 0; k < c; ++k) yr[k] = (xr[k] - m) * s * gamma[k] + beta[k];
   }
 }
 
-// Rows [lo, hi) of one block: dx += ..., and the block's partial dgamma, dbeta.
+// Rows [lo, hi) of one block: dx += ..., and the block's partial dgamma, dbeta. The row's two
+// means run in vec::kLanes lanes, as vec::sum does.
 LOOM_VEC void ln_bwd_rows(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                           float* dx, float* pg, float* pb, int64_t c, int64_t lo, int64_t hi) {
+  constexpr int kL = vec::kLanes;
   for (int64_t k = 0; k < c; ++k) pg[k] = pb[k] = 0.0f;
   for (int64_t r = lo; r < hi; ++r) {
     const float* xr = x + r * c;
     const float* dyr = dy + r * c;
     float* dxr = dx + r * c;
     const float m = mean[r], s = rstd[r];
-    float mean_dxhat = 0, mean_dxhat_xhat = 0;
-    for (int64_t k = 0; k < c; ++k) {
+    float a1[kL] = {}, a2[kL] = {};
+    int64_t k = 0;
+    for (; k + kL <= c; k += kL)
+      for (int l = 0; l < kL; ++l) {
+        const float xhat = (xr[k + l] - m) * s, dxhat = dyr[k + l] * gamma[k + l];
+        pg[k + l] += dyr[k + l] * xhat;
+        pb[k + l] += dyr[k + l];
+        a1[l] += dxhat;
+        a2[l] += dxhat * xhat;
+      }
+    float sum_dxhat = vec::fold(a1), sum_dxhat_xhat = vec::fold(a2);
+    for (; k < c; ++k) {
       const float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma[k];
       pg[k] += dyr[k] * xhat;
       pb[k] += dyr[k];
-      mean_dxhat += dxhat;
-      mean_dxhat_xhat += dxhat * xhat;
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * xhat;
     }
-    mean_dxhat /= static_cast<float>(c);
-    mean_dxhat_xhat /= static_cast<float>(c);
-    for (int64_t k = 0; k < c; ++k) {
+    const float mean_dxhat = sum_dxhat / static_cast<float>(c), mean_dxhat_xhat = sum_dxhat_xhat / static_cast<float>(c);
+    for (k = 0; k < c; ++k) {
       const float xhat = (xr[k] - m) * s, dxhat = dyr[k] * gamma[k];
       dxr[k] += s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
     }
@@ -79,11 +87,8 @@ LOOM_VEC void ln_bwd_rows(const float* dy, const float* x, const float* mean, co
 LOOM_VEC void causal_softmax(float* a, int t) {
   for (int i = 0; i < t; ++i) {
     float* ai = a + int64_t{i} * t;
-    float mx = ai[0];
-    for (int j = 1; j <= i; ++j) mx = std::max(mx, ai[j]);
-    float sum = 0;
-    for (int j = 0; j <= i; ++j) sum += (ai[j] = vec::exp(ai[j] - mx));
-    const float inv = 1.0f / sum;
+    const float mx = vec::max(ai, i + 1, ai[0]);
+    const float inv = 1.0f / vec::exp_sum(ai, ai, mx, i + 1);
     for (int j = 0; j <= i; ++j) ai[j] *= inv;
     for (int j = i + 1; j < t; ++j) ai[j] = 0.0f;
   }
@@ -94,8 +99,7 @@ LOOM_VEC void softmax_bwd(const float* p, float* dp, int t, float scale) {
   for (int i = 0; i < t; ++i) {
     const float* pi = p + int64_t{i} * t;
     float* di = dp + int64_t{i} * t;
-    float dot = 0;
-    for (int j = 0; j <= i; ++j) dot += pi[j] * di[j];
+    const float dot = vec::dot(pi, di, i + 1);
     for (int j = 0; j <= i; ++j) di[j] = pi[j] * (di[j] - dot) * scale;
     for (int j = i + 1; j < t; ++j) di[j] = 0.0f;
   }
@@ -103,8 +107,9 @@ LOOM_VEC void softmax_bwd(const float* p, float* dp, int t, float scale) {
 
 LOOM_VEC void gelu_range(const float* x, float* y, float* cdf, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) {
-    cdf[i] = 0.5f * (1.0f + vec::erf(x[i] * 0.70710678118654752f));
-    y[i] = x[i] * cdf[i];
+    const float phi = vec::normal_cdf(x[i]);
+    cdf[i] = phi;
+    y[i] = x[i] * phi;
   }
 }
 

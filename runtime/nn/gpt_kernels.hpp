@@ -2,7 +2,7 @@
 // or on the GPU.
 // Attention runs as GEMMs per (sequence, head) — S = Q K^T, causal softmax, Y = P V and their
 // gradients —, either keeping P [B, H, T, T] for the backward (full) or, flash, keeping only each
-// row's log-sum-exp and recomputing P tile by tile (flash_attention.cpp); the element-wise layers run over rows with the AVX2 exp and erf of vec.hpp;
+// row's log-sum-exp and recomputing P tile by tile (flash_attention.cpp); the element-wise layers run over rows with the vectorised exp and normal CDF of vec.hpp;
 // with OpenMP loops on (cpu::openmp_loops) each spreads over the threads. Sums across rows
 // (LayerNorm's dgamma and dbeta) add fixed blocks of rows in a fixed order: the result does not
 // depend on the number of threads.

@@ -1,5 +1,6 @@
-// kernels_cpu.cpp — CPU kernels. GEMM is OpenBLAS's cblas_sgemm; the rest are simple loops
-// written so that GCC vectorises them (-O2 with contiguous, restrict-free inner loops).
+// kernels_cpu.cpp — CPU kernels. GEMM is oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm; the rest
+// are simple loops written so that GCC vectorises them (-O2 with contiguous, restrict-free inner
+// loops), the bias loops also in AVX2 clones (LOOM_VEC) spread over the threads (vec::for_range).
 #include <cblas.h>
 #include <omp.h>
 #ifdef LOOM_HAVE_DNNL
@@ -17,6 +18,7 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/vec.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 extern "C" char* openblas_get_corename(void);
@@ -30,6 +32,36 @@ bool g_onednn = true;
 #else
 bool g_onednn = false;
 #endif
+
+// Elements below which a loop runs on one thread (the fork would cost more than it saves).
+constexpr int64_t kParallelElements = 1 << 14;
+
+LOOM_VEC void bias_act_rows(float* y, const float* bias, int cols, Act act, int64_t lo, int64_t hi) {
+  for (int64_t r = lo; r < hi; ++r) {
+    float* row = y + r * cols;
+    switch (act) {
+      case Act::kNone:
+        for (int c = 0; c < cols; ++c) row[c] += bias[c];
+        break;
+      case Act::kRelu:
+        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
+        break;
+      case Act::kGelu:
+        for (int c = 0; c < cols; ++c) {
+          const float x = row[c] + bias[c];
+          row[c] = x * vec::normal_cdf(x);
+        }
+        break;
+    }
+  }
+}
+
+LOOM_VEC void bias_grad_cols(const float* dy, float* db, int rows, int cols, int64_t lo, int64_t hi) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = dy + static_cast<int64_t>(r) * cols;
+    for (int64_t c = lo; c < hi; ++c) db[c] += row[c];
+  }
+}
 
 // The OPENBLAS_CORETYPE that settle_library_env sets (null: none is needed).
 const char* openblas_core_override() {
@@ -95,34 +127,19 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
 }
 
 void bias_act(float* y, const float* bias, int rows, int cols, Act act) {
-  for (int r = 0; r < rows; ++r) {
-    float* row = y + static_cast<int64_t>(r) * cols;
-    switch (act) {
-      case Act::kNone:
-        for (int c = 0; c < cols; ++c) row[c] += bias[c];
-        break;
-      case Act::kRelu:
-        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
-        break;
-      case Act::kGelu:
-        for (int c = 0; c < cols; ++c) {
-          float x = row[c] + bias[c];
-          row[c] = 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-        }
-        break;
-    }
-  }
+  const int64_t min_rows = kParallelElements / std::max(cols, 1);
+  vec::for_range(rows, min_rows, [&](int64_t lo, int64_t hi) { bias_act_rows(y, bias, cols, act, lo, hi); });
 }
 
 void relu_backward(float* dy, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+// Each column's sum runs over the rows in order whatever the threads: the threads split the columns.
 void bias_grad(const float* dy, float* db, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    const float* row = dy + static_cast<int64_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) db[c] += row[c];
-  }
+  const bool parallel = int64_t{rows} * cols >= kParallelElements;
+  vec::for_range(cols, parallel ? 0 : int64_t{cols} + 1,
+                 [&](int64_t lo, int64_t hi) { bias_grad_cols(dy, db, rows, cols, lo, hi); });
 }
 
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows) {
