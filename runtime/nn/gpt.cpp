@@ -94,8 +94,8 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   a.x_mid = Tensor::empty({N, C}, DType::kF32, device_);
   add(x, o, a.x_mid);
   layernorm_fwd(a.x_mid, p(layer_param(l, 6)), p(layer_param(l, 7)), a.ln2, a.ln2_mean, a.ln2_rstd);
-  linear_fwd(a.ln2, p(layer_param(l, 8)), &p(layer_param(l, 9)), a.fc);
-  gelu_fwd(a.fc, a.gelu, a.gelu_cdf);
+  linear_fwd(a.ln2, p(layer_param(l, 8)), nullptr, a.fc);
+  bias_gelu_fwd(a.fc, p(layer_param(l, 9)), a.gelu);  // a.fc becomes GELU' of the pre-activation
   Tensor o2;
   linear_fwd(a.gelu, p(layer_param(l, 10)), &p(layer_param(l, 11)), o2);
   dropout_fwd(o2, a.drop2, c_.dropout, train, rng);
@@ -228,7 +228,7 @@ void Gpt::backward(const std::function<void(size_t)>& ready) {
     Tensor dgelu;
     linear_bwd(d2, a.gelu, p(layer_param(l, 10)), g(layer_param(l, 10)), &g(layer_param(l, 11)), &dgelu);
     final_layer(l, 10);
-    gelu_bwd(a.fc, a.gelu_cdf, dgelu);
+    mul(dgelu, a.fc);  // GELU'(fc), kept by bias_gelu_fwd
     Tensor dln2;
     linear_bwd(dgelu, a.ln2, p(layer_param(l, 8)), g(layer_param(l, 8)), &g(layer_param(l, 9)), &dln2);
     final_layer(l, 8);

@@ -144,19 +144,14 @@ __global__ void k_softmax_bwd(const float* p, float* dp, int64_t rows, int t, fl
   for (int j = lane; j < t; j += 32) dr[j] = j <= i ? pr[j] * (dr[j] - dot) * scale : 0.0f;
 }
 
-__global__ void k_gelu_fwd(const float* x, float* y, float* cdf, int64_t n) {
+// v = x + bias (row-wise), y = v Phi(v), x = GELU'(v) = Phi(v) + v phi(v).
+__global__ void k_bias_gelu_fwd(float* x, const float* bias, float* y, int64_t n, int cols) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
-  const float phi = 0.5f * (1.0f + erff(x[i] * 0.70710678118654752f));
-  cdf[i] = phi;
-  y[i] = x[i] * phi;
-}
-
-__global__ void k_gelu_bwd(const float* x, const float* cdf, float* d, int64_t n) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= n) return;
-  const float v = x[i];
-  d[i] *= cdf[i] + v * 0.3989422804014327f * expf(-0.5f * v * v);
+  const float v = x[i] + bias[i % cols];
+  const float phi = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+  y[i] = v * phi;
+  x[i] = phi + v * 0.3989422804014327f * expf(-0.5f * v * v);
 }
 
 __global__ void k_add(const float* a, const float* b, float* out, int64_t n) {
@@ -217,15 +212,10 @@ void softmax_bwd(const float* p, float* dp, int64_t rows, int t, float scale) {
   CUDA_OK(cudaGetLastError());
 }
 
-void gelu_fwd(const float* x, float* y, float* cdf, int64_t n) {
+void bias_gelu_fwd(float* x, const float* bias, float* y, int64_t rows, int cols) {
+  const int64_t n = rows * cols;
   if (n == 0) return;
-  k_gelu_fwd<<<blocks(n, 256), 256>>>(x, y, cdf, n);
-  CUDA_OK(cudaGetLastError());
-}
-
-void gelu_bwd(const float* x, const float* cdf, float* d, int64_t n) {
-  if (n == 0) return;
-  k_gelu_bwd<<<blocks(n, 256), 256>>>(x, cdf, d, n);
+  k_bias_gelu_fwd<<<blocks(n, 256), 256>>>(x, bias, y, n, cols);
   CUDA_OK(cudaGetLastError());
 }
 

@@ -30,9 +30,8 @@ constexpr int kFlashMaxHeadSize = 128;
 void flash_attention_fwd(const float* qkv, float* y, float* lse, int b, int t, int h, int c);
 void flash_attention_bwd(const float* dy, const float* qkv, const float* y, const float* lse, float* rowsum,
                          float* dqkv, int b, int t, int h, int c);
-void gelu_fwd(const float* x, float* y, float* cdf, int64_t n);
-void gelu_bwd(const float* x, const float* cdf, float* d, int64_t n);  // d *= GELU'(x)
+void bias_gelu_fwd(float* x, const float* bias, float* y, int64_t rows, int cols);  // gptk::bias_gelu_fwd
 void add(const float* a, const float* b, float* out, int64_t n);
-void mul(float* x, const float* m, int64_t n);  // x *= m (dropout's mask)
+void mul(float* x, const float* m, int64_t n);  // x *= m (dropout's mask, GELU')
 
 }  // namespace loom::rt::gpt_cuda

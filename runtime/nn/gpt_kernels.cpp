@@ -105,20 +105,20 @@ LOOM_VEC void softmax_bwd(const float* p, float* dp, int t, float scale) {
   }
 }
 
-LOOM_VEC void gelu_range(const float* x, float* y, float* cdf, int64_t lo, int64_t hi) {
-  for (int64_t i = lo; i < hi; ++i) {
-    const float phi = vec::normal_cdf(x[i]);
-    cdf[i] = phi;
-    y[i] = x[i] * phi;
+// Rows [lo, hi) of x [.., cols]: v = x + bias, y = GELU(v), x = GELU'(v).
+LOOM_VEC void bias_gelu_rows(float* x, const float* bias, float* y, int64_t cols, int64_t lo, int64_t hi) {
+  for (int64_t r = lo; r < hi; ++r) {
+    float *xr = x + r * cols, *yr = y + r * cols;
+    for (int64_t k = 0; k < cols; ++k) {
+      const vec::Gelu g = vec::gelu(xr[k] + bias[k]);
+      yr[k] = g.y;
+      xr[k] = g.dy;
+    }
   }
 }
 
-LOOM_VEC void gelu_bwd_range(const float* x, const float* cdf, float* d, int64_t lo, int64_t hi) {
-  for (int64_t i = lo; i < hi; ++i) {
-    const float v = x[i];
-    const float pdf = 0.3989422804014327f * vec::exp(-0.5f * v * v);
-    d[i] *= cdf[i] + v * pdf;
-  }
+LOOM_VEC void mul_range(float* x, const float* m, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) x[i] *= m[i];
 }
 
 LOOM_VEC void add_range(const float* a, const float* b, float* out, int64_t lo, int64_t hi) {
@@ -283,20 +283,21 @@ void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, const
   });
 }
 
-void gelu_fwd(const Tensor& x, Tensor& y, Tensor& cdf) {
+void bias_gelu_fwd(Tensor& x, const Tensor& bias, Tensor& y) {
   ensure(y, x.shape(), x.device());
-  ensure(cdf, x.shape(), x.device());
-  GPU_PATH(x, gpt_cuda::gelu_fwd(x.f32(), y.f32(), cdf.f32(), x.numel()))
-  const float* in = x.f32();
-  float *o = y.f32(), *phi = cdf.f32();
-  for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_range(in, o, phi, lo, hi); });
+  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
+  GPU_PATH(x, gpt_cuda::bias_gelu_fwd(x.f32(), bias.f32(), y.f32(), rows, static_cast<int>(cols)))
+  float *xp = x.f32(), *yp = y.f32();
+  const float* b = bias.f32();
+  for_range(rows, (1 << 14) / std::max<int64_t>(cols, 1),
+            [&](int64_t lo, int64_t hi) { bias_gelu_rows(xp, b, yp, cols, lo, hi); });
 }
 
-void gelu_bwd(const Tensor& x, const Tensor& cdf, Tensor& dy) {
-  GPU_PATH(x, gpt_cuda::gelu_bwd(x.f32(), cdf.f32(), dy.f32(), x.numel()))
-  const float *in = x.f32(), *phi = cdf.f32();
-  float* d = dy.f32();
-  for_range(x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) { gelu_bwd_range(in, phi, d, lo, hi); });
+void mul(Tensor& x, const Tensor& m) {
+  GPU_PATH(x, gpt_cuda::mul(x.f32(), m.f32(), x.numel()))
+  float* xp = x.f32();
+  const float* mp = m.f32();
+  for_range(x.numel(), 1 << 15, [&](int64_t lo, int64_t hi) { mul_range(xp, mp, lo, hi); });
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -326,12 +327,7 @@ void dropout_fwd(Tensor& x, Tensor& mask, float p, bool train, std::mt19937_64& 
 }
 
 void dropout_bwd(Tensor& dy, const Tensor& mask) {
-  if (!mask.defined()) return;
-  GPU_PATH(dy, gpt_cuda::mul(dy.f32(), mask.f32(), dy.numel()))
-  float* d = dy.f32();
-  const float* m = mask.f32();
-  const int64_t n = dy.numel();
-  for (int64_t i = 0; i < n; ++i) d[i] *= m[i];
+  if (mask.defined()) mul(dy, mask);
 }
 
 }  // namespace loom::rt::gptk

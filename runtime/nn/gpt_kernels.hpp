@@ -39,9 +39,12 @@ void attention_bwd(const Tensor& dy, const Tensor& qkv, const Tensor& att, const
 void flash_attention_fwd_cpu(const float* qkv, float* y, float* lse, int b, int t, int h, int c);
 void flash_attention_bwd_cpu(const float* dy, const float* qkv, const float* y, const float* lse, float* dqkv, int b,
                              int t, int h, int c);
-// y = x Phi(x) (erf GELU, as torch's default); Phi(x) is kept in cdf for the backward.
-void gelu_fwd(const Tensor& x, Tensor& y, Tensor& cdf);
-void gelu_bwd(const Tensor& x, const Tensor& cdf, Tensor& dy);  // in place: dy becomes dx
+// The fc layer's bias and GELU in one pass: with v = x + bias (bias added to each row of x),
+// y = v Phi(v) (the erf GELU, torch's default), and x becomes GELU'(v), all the backward needs
+// (the GELU's gradient is then mul(dy, x)); the pre-activation itself is not kept.
+void bias_gelu_fwd(Tensor& x, const Tensor& bias, Tensor& y);
+// x *= m, element by element (the GELU's and dropout's backward)
+void mul(Tensor& x, const Tensor& m);
 // out = a + b (element-wise; out may be a or b)
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 // Dropout: mask holds 0 or 1/(1-p); applied in place. p == 0 (or eval) leaves mask undefined.

@@ -57,7 +57,7 @@ class Gpt {
 
  private:
   struct LayerActs {
-    Tensor x_in, ln1, ln1_mean, ln1_rstd, qkv, att, y, x_mid, ln2, ln2_mean, ln2_rstd, fc, gelu, gelu_cdf, drop1, drop2;
+    Tensor x_in, ln1, ln1_mean, ln1_rstd, qkv, att, y, x_mid, ln2, ln2_mean, ln2_rstd, fc, gelu, drop1, drop2;  // fc: GELU'(fc) after forward
     std::mt19937_64 rng;  // --recompute: the dropout generator as the block's forward found it
     bool train = false;
   };

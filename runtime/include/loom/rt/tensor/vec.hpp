@@ -53,16 +53,35 @@ __attribute__((always_inline)) inline float exp(float x) {
   return y * scale;
 }
 
-// Phi(x) = (1 + erf(x / sqrt 2)) / 2, the GELU's gate, with Abramowitz and Stegun 7.1.26 for erf
-// (absolute error below 1.5e-7): the tail (1 - erf|z|) / 2 is computed once and the sign of x
-// picks it or its complement, without the negations a signed erf would need.
+// (1 - erf(a)) / 2 for a >= 0, given e = e^(-a^2): Abramowitz and Stegun 7.1.26 (absolute error
+// of erf below 1.5e-7).
+__attribute__((always_inline)) inline float half_erfc(float a, float e) {
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  return 0.5f * poly * e;
+}
+
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2, the GELU's gate: the tail is computed once and the sign of
+// x picks it or its complement, without the negations a signed erf would need.
 __attribute__((always_inline)) inline float normal_cdf(float x) {
   const float z = x * 0.70710678118654752f;
   const float a = z < 0.0f ? -z : z;
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-  const float tail = 0.5f * poly * vec::exp(-a * a);
+  const float tail = half_erfc(a, vec::exp(-a * a));
   return z < 0.0f ? tail : 1.0f - tail;
+}
+
+// The erf GELU and its derivative from one exponential: y = x Phi(x), dy = Phi(x) + x phi(x)
+// (e^(-x^2/2) is both erf's factor and the normal density's).
+struct Gelu {
+  float y, dy;
+};
+__attribute__((always_inline)) inline Gelu gelu(float x) {
+  const float z = x * 0.70710678118654752f;
+  const float a = z < 0.0f ? -z : z;
+  const float e = vec::exp(-a * a);
+  const float tail = half_erfc(a, e);
+  const float cdf = z < 0.0f ? tail : 1.0f - tail;
+  return {x * cdf, cdf + x * 0.3989422804014327f * e};
 }
 
 // Sums and maxima over a row in kLanes running lanes, folded pairwise at the end: without
