@@ -47,7 +47,7 @@ void Optimizer::step_spans(const std::vector<Span>& spans, float lr) {
 
 namespace {
 
-// The update rules over [lo, hi), each compiled for AVX2 beside the baseline (vec.hpp). Element by
+// The update rules over [lo, hi), each compiled for AVX2/FMA beside the baseline (vec.hpp). Element by
 // element, without fused multiply-adds: every clone gives the same bits.
 LOOM_VEC void sgd_plain(float* __restrict w, const float* __restrict g, int64_t lo, int64_t hi, float lr, float wd) {
   for (int64_t k = lo; k < hi; ++k) w[k] -= lr * (g[k] + wd * w[k]);

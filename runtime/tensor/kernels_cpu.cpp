@@ -1,6 +1,6 @@
 // kernels_cpu.cpp — CPU kernels. GEMM is oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm; the rest
 // are simple loops written so that GCC vectorises them (-O2 with contiguous, restrict-free inner
-// loops), the bias loops also in AVX2 clones (LOOM_VEC) spread over the threads (vec::for_range).
+// loops), the bias loops also in AVX2/FMA clones (LOOM_VEC) spread over the threads (vec::for_range).
 #include <cblas.h>
 #include <omp.h>
 #ifdef LOOM_HAVE_DNNL
