@@ -63,6 +63,19 @@ LOOM_VEC void bias_grad_cols(const float* dy, float* db, int rows, int cols, int
   }
 }
 
+// One row of the cross-entropy: log-sum-exp minus the label's logit. e receives e^(x - max); with
+// scale > 0 it becomes the gradient, softmax(x) * scale less scale at the label.
+LOOM_VEC double xent_row(const float* x, int32_t label, float* e, int cols, float scale) {
+  const float mx = vec::max(x, cols, x[0]);
+  const float sum = vec::exp_sum(x, e, mx, cols);
+  if (scale > 0.0f) {
+    const float k = scale / sum;
+    for (int c = 0; c < cols; ++c) e[c] *= k;
+    e[label] -= scale;
+  }
+  return std::log(static_cast<double>(sum)) + mx - x[label];
+}
+
 // The OPENBLAS_CORETYPE that settle_library_env sets (null: none is needed).
 const char* openblas_core_override() {
   if (std::getenv("OPENBLAS_CORETYPE")) return nullptr;
@@ -142,25 +155,23 @@ void bias_grad(const float* dy, float* db, int rows, int cols) {
                  [&](int64_t lo, int64_t hi) { bias_grad_cols(dy, db, rows, cols, lo, hi); });
 }
 
+// Rows spread over the threads; each row's loss is kept and the rows are added in order, so the
+// loss does not depend on the threads.
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows) {
-  double total = 0;
+  for (int r = 0; r < rows; ++r)  // checked here: an exception must not leave an OpenMP region
+    if (labels[r] < 0 || labels[r] >= cols)
+      throw Error("label " + std::to_string(labels[r]) + " outside [0, " + std::to_string(cols) + ")");
   const float inv_rows = 1.0f / static_cast<float>(grad_rows > 0 ? grad_rows : rows);
-  for (int r = 0; r < rows; ++r) {
-    const float* x = logits + static_cast<int64_t>(r) * cols;
-    int32_t y = labels[r];
-    if (y < 0 || y >= cols) throw Error("label " + std::to_string(y) + " outside [0, " + std::to_string(cols) + ")");
-    float mx = *std::max_element(x, x + cols);
-    double sum = 0;
-    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(x[c] - mx));
-    double lse = std::log(sum) + mx;
-    total += lse - x[y];
-    if (dlogits) {
-      float* d = dlogits + static_cast<int64_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) d[c] = static_cast<float>(std::exp(static_cast<double>(x[c]) - lse)) * inv_rows;
-      d[y] -= inv_rows;
-    }
-  }
-  return total / rows;
+  std::vector<double> loss(static_cast<size_t>(rows));
+  vec::for_range(rows, kParallelElements / std::max(cols, 1), [&](int64_t lo, int64_t hi) {
+    std::vector<float> scratch(dlogits ? 0 : static_cast<size_t>(cols));
+    for (int64_t r = lo; r < hi; ++r)
+      loss[static_cast<size_t>(r)] = xent_row(logits + r * cols, labels[r], dlogits ? dlogits + r * cols : scratch.data(),
+                                              cols, dlogits ? inv_rows : 0.0f);
+  });
+  double total = 0;
+  for (double l : loss) total += l;
+  return rows ? total / rows : 0.0;
 }
 
 namespace {

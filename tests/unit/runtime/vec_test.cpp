@@ -1,13 +1,14 @@
 // vec_test.cpp — the vectorised pieces the CPU layers are built from (vec.hpp) against double
 // precision references: the lane reductions at every length around their 16 lanes (the tails),
 // the GELU and its derivative, and the layers that use them (LayerNorm, the fc layer's bias and
-// GELU, the bias loops), whose results must not depend on the number of threads.
+// GELU, the bias loops, the cross-entropy), whose results must not depend on the number of threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "loom/rt/error.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "loom/rt/tensor/vec.hpp"
@@ -122,4 +123,41 @@ TEST(Vec, BiasGeluKeepsTheDerivativeAndTheBiasLoopsIgnoreTheThreads) {
   EXPECT_EQ(db2, in_order);
   EXPECT_EQ(y1, y2);
   for (int i = 0; i < n * c; ++i) EXPECT_NEAR(y1[i], y.f32()[i], 1e-6 * (1 + std::fabs(y1[i]))) << i;
+}
+
+TEST(Vec, CrossEntropyOfAWideVocabularyMatchesDoublePrecisionOnAnyThreads) {
+  const int rows = 40, cols = 5003;  // wide rows, and a tail after the lanes
+  const std::vector<float> x = normal(static_cast<size_t>(rows) * cols, 8, 4.0f);
+  std::vector<int32_t> labels(rows);
+  for (int r = 0; r < rows; ++r) labels[r] = (r * 977) % cols;
+  double want = 0;
+  std::vector<double> grad(x.size());
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = &x[static_cast<size_t>(r) * cols];
+    double mx = xr[0], sum = 0;
+    for (int c = 0; c < cols; ++c) mx = std::fmax(mx, xr[c]);
+    for (int c = 0; c < cols; ++c) sum += std::exp(xr[c] - mx);
+    want += std::log(sum) + mx - xr[labels[r]];
+    for (int c = 0; c < cols; ++c) grad[static_cast<size_t>(r) * cols + c] = std::exp(xr[c] - mx) / sum / rows;
+    grad[static_cast<size_t>(r) * cols + labels[r]] -= 1.0 / rows;
+  }
+  want /= rows;
+  std::vector<float> d1(x.size()), d2(x.size());
+  double l1, l2, eval;
+  {
+    Threads one(1);
+    l1 = cpu::softmax_xent(x.data(), labels.data(), d1.data(), rows, cols);
+  }
+  {
+    Threads two(2);
+    l2 = cpu::softmax_xent(x.data(), labels.data(), d2.data(), rows, cols);
+    eval = cpu::softmax_xent(x.data(), labels.data(), nullptr, rows, cols);
+  }
+  EXPECT_NEAR(l1, want, 1e-5 * std::fabs(want));
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(l1, eval);
+  EXPECT_EQ(d1, d2);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(d1[i], grad[i], 1e-9 + 2e-6 * std::fabs(grad[i])) << i;
+  labels[7] = cols;
+  EXPECT_THROW(cpu::softmax_xent(x.data(), labels.data(), d1.data(), rows, cols), loom::rt::Error);
 }
