@@ -28,13 +28,22 @@ import math, sys, time
 import torch
 from torch import nn
 path, T, L, H, C, B, threads, steps = sys.argv[1], *[int(v) for v in sys.argv[2:9]]
-dev, prec = sys.argv[9], sys.argv[10]
+dev, prec, nv = sys.argv[9], sys.argv[10], int(sys.argv[11])
 torch.set_num_threads(threads); torch.manual_seed(1); torch.backends.cuda.matmul.allow_tf32 = False
 low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(prec)  # torch.autocast, as AMP users run it
 scaler = torch.cuda.amp.GradScaler(enabled=prec == "fp16")
-data = open(path, "rb").read()
-vocab = sorted(set(data)); index = {b: i for i, b in enumerate(vocab)}
-ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long, device=dev)
+if path.startswith("tokens:"):  # llm.c's token files (GPT-2's uint16, or Llama 3's uint32), as loom-train reads them
+    import glob, numpy as np
+    parts = []
+    for f in sorted(glob.glob(path[7:])):
+        head = np.fromfile(f, dtype=np.int32, count=256)
+        wide = head[0] == 20240801
+        parts.append(np.fromfile(f, dtype=np.uint32 if wide else np.uint16, offset=1024)[: int(head[2])].astype(np.int64))
+    ids = torch.from_numpy(np.concatenate(parts)).to(dev)
+else:  # a text: its distinct bytes are the vocabulary, the first 90% trains
+    data = open(path, "rb").read()
+    vocab = sorted(set(data)); index = {b: i for i, b in enumerate(vocab)}; nv = len(vocab)
+    ids = torch.tensor([index[b] for b in data[: len(data) * 9 // 10]], dtype=torch.long, device=dev)
 class Attn(nn.Module):
     def __init__(s):
         super().__init__(); s.c_attn = nn.Linear(C, 3 * C); s.c_proj = nn.Linear(C, C)
@@ -55,9 +64,9 @@ class Block(nn.Module):
 class Gpt(nn.Module):
     def __init__(s):
         super().__init__()
-        s.wte, s.wpe = nn.Embedding(len(vocab), C), nn.Embedding(T, C)
+        s.wte, s.wpe = nn.Embedding(nv, C), nn.Embedding(T, C)
         s.h = nn.ModuleList([Block() for _ in range(L)]); s.ln_f = nn.LayerNorm(C)
-        s.lm_head = nn.Linear(C, len(vocab), bias=False)
+        s.lm_head = nn.Linear(C, nv, bias=False)
     def forward(s, idx):
         x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=dev))
         for blk in s.h: x = blk(x)
@@ -71,7 +80,7 @@ def run(n):
         x = torch.stack([ids[i:i + T] for i in s]); y = torch.stack([ids[i + 1:i + T + 1] for i in s])
         opt.zero_grad()
         with torch.autocast(dev, dtype=low, enabled=low is not None):
-            loss = nn.functional.cross_entropy(m(x).view(-1, len(vocab)), y.view(-1))
+            loss = nn.functional.cross_entropy(m(x).view(-1, nv), y.view(-1))
         scaler.scale(loss).backward()
         scaler.step(opt); scaler.update()
     sync()
@@ -83,8 +92,9 @@ print(steps * B / run(steps))
 // One training step's GEMMs (forward, weight gradient and input gradient of every linear layer)
 // through `gemm`, on buffers a, w, y of buffer_floats(...) floats each; GFLOP/s over 20 steps.
 size_t buffer_floats(int n, int c, int vocab) {
+  // activations n x (in or out), weights out x in: in <= 4c, out <= max(4c, vocab)
   const int widest = std::max(4 * c, vocab);
-  return static_cast<size_t>(std::max(n, widest)) * widest;
+  return static_cast<size_t>(std::max(n, 4 * c)) * widest;
 }
 
 template <class Gemm, class Sync>
@@ -168,7 +178,7 @@ double tensor_core_gflops(int low) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: loom-bench train --model gpt [--data text:FILE] [--steps N] [--batch B] [--threads T] [--context T]\n"
+               "usage: loom-bench train --model gpt [--data text:FILE | tokens:FILE-OR-GLOB [--vocab N]] [--steps N] [--batch B] [--threads T] [--context T]\n"
                "                        [--n-layer L] [--n-head H] [--n-embd C] [--device cpu|cuda] [--precision fp32|fp16|bf16]\n"
                "                        [--attention auto|full|flash] [--format text|json]\n");
   return 2;
@@ -198,7 +208,9 @@ int bench_train_gpt(int argc, char** argv) {
     if (i + 1 >= argc) return usage();
     const std::string v = argv[++i];
     if (a == "--model") { if (v != "gpt") return usage(); }
-    else if (a == "--data" && v.rfind("text:", 0) == 0) c.text_path = v.substr(5);
+    else if (a == "--data" && v.rfind("text:", 0) == 0) c.text_path = v.substr(5), c.token_files.clear();
+    else if (a == "--data" && v.rfind("tokens:", 0) == 0) c.token_files = v.substr(7), c.text_path.clear();
+    else if (a == "--vocab") c.vocab = bench_int(a, v);
     else if (a == "--steps") c.steps = bench_whole(a, v, 1);
     else if (a == "--batch") c.global_batch = bench_int(a, v);
     else if (a == "--threads") c.threads = bench_int(a, v);
@@ -225,10 +237,11 @@ int bench_train_gpt(int argc, char** argv) {
     std::string gemm_name = !gpu ? "cblas_sgemm and dnnl_sgemm" : low < 0 ? "cuBLAS SGEMM"
                             : std::string("cuBLAS GemmEx on tensor cores (FAST_") + (low ? "16BF)" : "16F)");
     bench_progress(gemm_name + " at the model's GEMM shapes");
-    // The vocabulary: the text's distinct bytes (as loom-train and the peer both build it).
-    std::FILE* f = std::fopen(c.text_path.c_str(), "rb");
+    // The vocabulary: --vocab for token files; for a text, its distinct bytes (as loom-train and
+    // the peer both build it).
+    int vocab = c.token_files.empty() ? 0 : c.vocab;
+    std::FILE* f = c.token_files.empty() ? std::fopen(c.text_path.c_str(), "rb") : nullptr;
     bool seen[256] = {false};
-    int vocab = 0;
     for (int ch; f && (ch = std::fgetc(f)) != EOF;) vocab += !seen[ch], seen[ch] = true;
     if (f) std::fclose(f);
     const double peak = sgemm_gflops(c.global_batch * c.context, c.embd, vocab, c.gpt_layers, c.threads, gpu, low, &gemm_name);
@@ -237,25 +250,26 @@ int bench_train_gpt(int argc, char** argv) {
     std::string setup;
     const double torch = python_best_figure(
         kTorchGpt,
-        {c.text_path, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
-         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device, c.precision},
+        {c.token_files.empty() ? c.text_path : "tokens:" + c.token_files, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
+         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device, c.precision,
+         std::to_string(vocab)},
         &setup);
     const double ratio = torch > 0 ? r.samples_per_s / torch : 0;
     const double tokens = r.samples_per_s * c.context;
     if (format == "json") {
-      std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"device\":\"%s\",\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
+      std::printf("{\"bench\":\"train\",\"model\":\"gpt\",\"device\":\"%s\",\"vocab\":%d,\"context\":%d,\"layers\":%d,\"heads\":%d,\"embd\":%d,\"batch\":%d,"
                   "\"threads\":%d,\"steps\":%lld,\"loom_tokens_per_s\":%.1f,\"torch_tokens_per_s\":%.1f,\"ratio\":%.3f,"
                   "\"loom_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_library\":\"%s\",\"torch_setup\":\"%s\","
                   "\"precision\":\"%s\",\"attention\":\"%s\",\"tensor_core_gflops\":%.1f,\"mfu\":%.4f}\n",
-                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
+                  r.device.c_str(), vocab, c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
                   static_cast<long long>(c.steps), tokens,
                   torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), c.precision.c_str(),
                   c.attention.c_str(), tc_peak,
                   tc_peak > 0 ? r.gflops / tc_peak : 0.0);
     } else {
-      std::printf("loom-bench train: gpt on %s, context %d, %d layers, %d heads, width %d, batch %d, AdamW, %d threads, "
-                  "%lld steps, attention %s\n",
-                  r.device.c_str(), c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps),
+      std::printf("loom-bench train: gpt on %s, vocabulary %d, context %d, %d layers, %d heads, width %d, batch %d, AdamW, "
+                  "%d threads, %lld steps, attention %s\n",
+                  r.device.c_str(), vocab, c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps),
                   c.attention.c_str());
       std::printf("  loom-train        %10.0f tokens/s  (%.1f GFLOP/s)\n", tokens, r.gflops);
       if (torch > 0)
