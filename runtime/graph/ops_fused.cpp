@@ -1,6 +1,7 @@
 // ops_fused.cpp — the kernels of fused patterns (fuse.cpp) and the vectorised row loops the
-// operators share: the erf GELU in one pass, bias (+ GELU) after a GEMM, softmax rows and
-// LayerNormalization rows, each compiled for AVX2 and FMA beside the baseline (vec.hpp).
+// operators share: the erf GELU in one pass, softmax rows and LayerNormalization rows, each
+// compiled for AVX2 and FMA beside the baseline (vec.hpp). A bias (+ GELU) after a GEMM is the
+// runtime's cpu::bias_act.
 #include "ops_fused.hpp"
 
 #include <algorithm>
@@ -13,20 +14,6 @@ namespace loom::rt::graph {
 
 LOOM_VEC void gelu_rows(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * vec::normal_cdf(x[i]);
-}
-
-LOOM_VEC void bias_rows(float* y, const float* bias, int64_t rows, int64_t cols, bool gelu) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * cols;
-    if (gelu) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float v = row[c] + bias[c];
-        row[c] = v * vec::normal_cdf(v);
-      }
-    } else {
-      for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
-    }
-  }
 }
 
 LOOM_VEC void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log) {

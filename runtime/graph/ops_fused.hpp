@@ -7,8 +7,6 @@ namespace loom::rt::graph {
 
 // y = 0.5 x (1 + erf(x / sqrt 2)) over n values.
 void gelu_rows(const float* x, float* y, int64_t n);
-// y[r, c] += bias[c], then the erf GELU when `gelu`.
-void bias_rows(float* y, const float* bias, int64_t rows, int64_t cols, bool gelu);
 // Softmax (or log-softmax) of each row of `cols` contiguous values.
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log);
 // (x - mean) / sqrt(var + eps) * g (+ b) per row; each row's mean and inverse deviation when

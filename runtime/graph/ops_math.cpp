@@ -18,7 +18,7 @@ void matmul_epilogue(const Node& n, const std::vector<const Tensor*>& in, Tensor
   const int64_t cols = y.dim(-1), rows = cols ? y.numel() / cols : 0;
   if (bias) {
     if (bias->numel() != cols || bias->dtype() != DType::kF32) op_error(n, "the fused bias does not match the output");
-    bias_rows(y.f32(), bias->f32(), rows, cols, gelu);
+    cpu::bias_act(y.f32(), bias->f32(), rows, cols, gelu ? cpu::Act::kGelu : cpu::Act::kNone);
   } else {
     gelu_rows(y.f32(), y.f32(), y.numel());
   }

@@ -36,18 +36,18 @@ bool g_onednn = false;
 // Elements below which a loop runs on one thread (the fork would cost more than it saves).
 constexpr int64_t kParallelElements = 1 << 14;
 
-LOOM_VEC void bias_act_rows(float* y, const float* bias, int cols, Act act, int64_t lo, int64_t hi) {
+LOOM_VEC void bias_act_rows(float* y, const float* bias, int64_t cols, Act act, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; ++r) {
     float* row = y + r * cols;
     switch (act) {
       case Act::kNone:
-        for (int c = 0; c < cols; ++c) row[c] += bias[c];
+        for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
         break;
       case Act::kRelu:
-        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
+        for (int64_t c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
         break;
       case Act::kGelu:
-        for (int c = 0; c < cols; ++c) {
+        for (int64_t c = 0; c < cols; ++c) {
           const float x = row[c] + bias[c];
           row[c] = x * vec::normal_cdf(x);
         }
@@ -139,8 +139,8 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
               ldb, beta, c, ldc);
 }
 
-void bias_act(float* y, const float* bias, int rows, int cols, Act act) {
-  const int64_t min_rows = kParallelElements / std::max(cols, 1);
+void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, Act act) {
+  const int64_t min_rows = kParallelElements / std::max<int64_t>(cols, 1);
   vec::for_range(rows, min_rows, [&](int64_t lo, int64_t hi) { bias_act_rows(y, bias, cols, act, lo, hi); });
 }
 

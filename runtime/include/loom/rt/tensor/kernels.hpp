@@ -36,7 +36,7 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
           int ldb, float beta, float* c, int ldc);
 
 // y[r, c] = act(y[r, c] + bias[c]) in place
-void bias_act(float* y, const float* bias, int rows, int cols, Act act);
+void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, Act act);
 // dy *= (y > 0), for y the ReLU output
 void relu_backward(float* dy, const float* y, int64_t n);
 // db[c] += sum_r dy[r, c]

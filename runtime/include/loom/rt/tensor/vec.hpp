@@ -62,12 +62,18 @@ __attribute__((always_inline)) inline float half_erfc(float a, float e) {
 }
 
 // Phi(x) = (1 + erf(x / sqrt 2)) / 2, the GELU's gate: the tail is computed once and the sign of
-// x picks it or its complement, without the negations a signed erf would need.
-__attribute__((always_inline)) inline float normal_cdf(float x) {
+// x picks it or its complement, without the negations a signed erf would need. e receives
+// e^(-x^2/2), the factor erf shares with the normal density.
+__attribute__((always_inline)) inline float normal_cdf(float x, float& e) {
   const float z = x * 0.70710678118654752f;
   const float a = z < 0.0f ? -z : z;
-  const float tail = half_erfc(a, vec::exp(-a * a));
+  e = vec::exp(-a * a);
+  const float tail = half_erfc(a, e);
   return z < 0.0f ? tail : 1.0f - tail;
+}
+__attribute__((always_inline)) inline float normal_cdf(float x) {
+  float e;
+  return normal_cdf(x, e);
 }
 
 // The erf GELU and its derivative from one exponential: y = x Phi(x), dy = Phi(x) + x phi(x)
@@ -76,11 +82,8 @@ struct Gelu {
   float y, dy;
 };
 __attribute__((always_inline)) inline Gelu gelu(float x) {
-  const float z = x * 0.70710678118654752f;
-  const float a = z < 0.0f ? -z : z;
-  const float e = vec::exp(-a * a);
-  const float tail = half_erfc(a, e);
-  const float cdf = z < 0.0f ? tail : 1.0f - tail;
+  float e;
+  const float cdf = normal_cdf(x, e);
   return {x * cdf, cdf + x * 0.3989422804014327f * e};
 }
 
