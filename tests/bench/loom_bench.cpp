@@ -174,7 +174,7 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
   try {
     loom::rt::Communicator ring(loom::rt::make_mpi_transport(), 60.0);
     // As loom-train does: hierarchical when the ranks span nodes evenly (--flat: one ring).
-    if (!flat) ring.set_nodes(loom::rt::mpi_node_ids());
+    ring.set_nodes(loom::rt::mpi_node_ids(), !flat);
     std::function<void(float*, size_t)> loom_allreduce = [&](float* h, size_t n) { ring.allreduce_sum(h, n); };
     std::string label = "loom ring";
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA)

@@ -427,6 +427,51 @@ TEST(Comm, LargeBuffersArePipelinedInSegmentsWithTheSameSum) {
   }
 }
 
+// Counts the messages a rank sends (a wrapper around the in-process transport).
+class CountingTransport : public Transport {
+ public:
+  CountingTransport(std::unique_ptr<Transport> t, int* sends) : t_(std::move(t)), sends_(sends) {}
+  int rank() const override { return t_->rank(); }
+  int size() const override { return t_->size(); }
+  const char* name() const override { return t_->name(); }
+  void send(int dst, const void* data, size_t bytes) override {
+    ++*sends_;
+    t_->send(dst, data, bytes);
+  }
+  void post_recv(int src, void* data, size_t bytes) override { t_->post_recv(src, data, bytes); }
+  void wait_recvs(std::chrono::steady_clock::time_point d) override { t_->wait_recvs(d); }
+  void wait_sends(std::chrono::steady_clock::time_point d) override { t_->wait_sends(d); }
+
+ private:
+  std::unique_ptr<Transport> t_;
+  int* sends_;
+};
+
+TEST(Comm, SegmentsOnlyWhenTheRingCrossesNodes) {
+  // 8 MiB over 2 ranks: 16 segments of one reduce-scatter and one allgather message each when the
+  // ranks are on two nodes (a link's transfer overlaps a sum), one of each inside a node (the
+  // receiver's own core copies there: more segments would only add handshakes).
+  const size_t n = size_t{2} << 20;
+  for (const auto& [nodes, messages] : {std::pair<std::vector<int>, int>{{0, 0}, 2}, {{0, 1}, 32}}) {
+    auto transports = make_inproc_group(2);
+    int sends[2] = {0, 0};
+    std::vector<std::thread> threads;
+    std::vector<std::vector<float>> out(2, std::vector<float>(n));
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator c(std::make_unique<CountingTransport>(std::move(transports[static_cast<size_t>(r)]), &sends[r]), 10.0);
+        c.set_nodes(nodes);
+        for (size_t i = 0; i < n; ++i) out[static_cast<size_t>(r)][i] = static_cast<float>((r + 1) * (i % 7));
+        c.allreduce_sum(out[static_cast<size_t>(r)].data(), n);
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(sends[r], messages) << "nodes " << nodes[0] << "," << nodes[1];
+      for (size_t i = 0; i < n; i += 4999) ASSERT_EQ(out[static_cast<size_t>(r)][i], static_cast<float>(3 * (i % 7)));
+    }
+  }
+}
+
 TEST(Comm, HalfAllreduceSendsHalfTheBytes) {
   run_ranks(3, [&](Communicator& c) {
     const size_t n = 999;

@@ -51,7 +51,9 @@ class Communicator {
   // every node holds the same number of them, allreduce becomes hierarchical: reduce-scatter
   // inside each node, allreduce of each chunk across nodes among the ranks with the same local
   // index, allgather inside the node (so only 1/local of the data crosses the network per rank).
-  void set_nodes(const std::vector<int>& node_of_rank);
+  // `hierarchical` false keeps one ring over every rank. Either way, a ring that crosses nodes
+  // pipelines large buffers in segments (one inside a node).
+  void set_nodes(const std::vector<int>& node_of_rank, bool hierarchical = true);
   bool hierarchical() const { return !cross_.ranks.empty(); }
   // This rank's index among the ranks of its node (set_nodes); its world rank before set_nodes.
   int local_rank() const { return local_rank_ < 0 ? rank() : local_rank_; }
