@@ -213,6 +213,24 @@ void NcclCommunicator::allgather(const float* send, float* recv, size_t send_cou
   wait("allgather");
 }
 
+// In place, as NCCL defines it: this rank's chunk is at rank * chunk of the whole buffer.
+void NcclCommunicator::reduce_scatter_chunks(float* d, size_t chunk, void* after) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream(after);
+  nccl_check(ncclReduceScatter(d, d + static_cast<size_t>(rank_) * chunk, chunk, ncclFloat32, ncclSum, impl_->comm,
+                               impl_->stream),
+             "ncclReduceScatter");
+  wait("reduce-scatter");
+}
+
+void NcclCommunicator::allgather_chunks(float* d, size_t chunk) {
+  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
+  impl_->after_default_stream();
+  nccl_check(ncclAllGather(d + static_cast<size_t>(rank_) * chunk, d, chunk, ncclFloat32, impl_->comm, impl_->stream),
+             "ncclAllGather");
+  wait("allgather");
+}
+
 void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   if (root < 0 || root >= size_) throw Error("broadcast root " + std::to_string(root) + " is not a rank");

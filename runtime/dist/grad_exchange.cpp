@@ -60,8 +60,7 @@ GradExchange::~GradExchange() {
 
 void GradExchange::set_device_comm(DeviceCollectives* dc) {
   if (planned_) throw Error("GradExchange::set_device_comm after the first step");
-  if (dc && (sharded_ || c_.kind == "powersgd"))
-    throw Error("gradients summed on the device: plain or fp16 only, not sharded and not PowerSGD");
+  if (dc && c_.kind == "powersgd") throw Error("gradients summed on the device: plain or fp16 only, not PowerSGD");
   dev_comm_ = dc;
 }
 
@@ -167,7 +166,6 @@ void GradExchange::begin(Communicator& comm, std::vector<Param>& params) {
 void GradExchange::set_sharded() {
   if (c_.kind != "none") throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c_.kind);
   if (planned_) throw Error("GradExchange::set_sharded after the first step");
-  if (dev_comm_) throw Error("--zero 1 shards gradients on the host: not with gradients summed on the device");
   sharded_ = true;
 }
 
@@ -230,6 +228,8 @@ void GradExchange::comm_loop() {
 void GradExchange::mark_ready(Bucket& b) {
   if (dev_comm_) {
     const bool half = c_.kind == "fp16";
+    if (sharded_ && !b.dev.defined())  // every rank's chunk, the padding after the last one zero
+      b.dev = Tensor::zeros({static_cast<int64_t>(per_rank(b) * static_cast<size_t>(dev_comm_->size()))}, DType::kF32, dev_);
     if (!b.dev.defined()) b.dev = Tensor::empty({static_cast<int64_t>(b.floats)}, half ? DType::kF16 : DType::kF32, dev_);
     size_t at = 0;
     for (size_t i : b.params) {
@@ -272,6 +272,14 @@ void bind_flat(Tensor* flat, size_t floats, const std::vector<size_t>& order, st
 // copied back on that stream; the default stream waits for those copies only before the
 // optimizer (land_buckets). The fallback where there is no device communicator.
 void GradExchange::reduce_bucket(Bucket& b) {
+  if (dev_comm_ && sharded_) {  // ZeRO-1: this rank's chunk summed in place, for the sharded step
+    const size_t chunk = per_rank(b);
+    dev_comm_->reduce_scatter_chunks(b.dev.f32(), chunk, b.ready_mark);
+    b.begin = std::min(b.floats, static_cast<size_t>(dev_comm_->rank()) * chunk);
+    b.count = std::min(chunk, b.floats - b.begin);
+    last_bytes_ += b.floats * sizeof(float);
+    return;
+  }
   if (dev_comm_) {
     const bool half = c_.kind == "fp16";
     if (half) dev_comm_->allreduce_sum_half(b.dev.data<uint16_t>(), b.floats, b.ready_mark);
@@ -325,7 +333,7 @@ void GradExchange::sum(float* data, size_t n) {
 
 void GradExchange::land_buckets() {
   for (auto& b : buckets_) {
-    if (dev_comm_) {
+    if (dev_comm_ && !sharded_) {  // sharded: the optimizer takes its chunk from the packed bucket
       size_t at = 0;
       for (size_t i : b.params) {
         const Tensor& grad = (*params_)[i].grad;

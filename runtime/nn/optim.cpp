@@ -19,30 +19,34 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
       if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
     }
   for (size_t i = 0; i < params.size(); ++i) {
-    float* w = params[i].value.f32();
-    const float* g = params[i].grad.f32();
-    float* m = m_[i].f32();
-    const int64_t n = params[i].value.numel();
-    if (params[i].value.device() == Device::kCuda) {
-#ifdef LOOM_HAVE_CUDA
-      if (c_.kind == "sgd")
-        cuda::sgd_step(w, g, m, n, lr, c_.momentum, c_.weight_decay, t_ == 1 ? 0.0f : c_.momentum, c_.nesterov);
-      else
-        cuda::adamw_step(w, g, m, v_[i].f32(), n, lr, c_.beta1, c_.beta2, c_.eps, c_.weight_decay,
-                         1.0f - std::pow(c_.beta1, static_cast<float>(t_)),
-                         std::sqrt(1.0f - std::pow(c_.beta2, static_cast<float>(t_))));
-      continue;
-#else
-      throw Error("this build of Loom has no CUDA support");
-#endif
-    }
-    update({w, g, m, c_.kind == "adamw" ? v_[i].f32() : nullptr, n}, lr);
+    const Span s{params[i].value.f32(), params[i].grad.f32(), m_[i].f32(), c_.kind == "adamw" ? v_[i].f32() : nullptr,
+                 params[i].value.numel()};
+    if (params[i].value.device() == Device::kCuda) update_cuda(s, lr);
+    else update(s, lr);
   }
 }
 
-void Optimizer::step_spans(const std::vector<Span>& spans, float lr) {
+void Optimizer::step_spans(const std::vector<Span>& spans, float lr, Device d) {
   ++t_;
-  for (const Span& s : spans) update(s, lr);
+  for (const Span& s : spans) {
+    if (d == Device::kCuda) update_cuda(s, lr);
+    else update(s, lr);
+  }
+}
+
+void Optimizer::update_cuda(const Span& s, float lr) const {
+#ifdef LOOM_HAVE_CUDA
+  if (c_.kind == "sgd")
+    cuda::sgd_step(s.w, s.g, s.m, s.n, lr, c_.momentum, c_.weight_decay, t_ == 1 ? 0.0f : c_.momentum, c_.nesterov);
+  else
+    cuda::adamw_step(s.w, s.g, s.m, s.v, s.n, lr, c_.beta1, c_.beta2, c_.eps, c_.weight_decay,
+                     1.0f - std::pow(c_.beta1, static_cast<float>(t_)),
+                     std::sqrt(1.0f - std::pow(c_.beta2, static_cast<float>(t_))));
+#else
+  (void)s;
+  (void)lr;
+  throw Error("this build of Loom has no CUDA support");
+#endif
 }
 
 namespace {

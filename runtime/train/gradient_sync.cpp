@@ -22,9 +22,8 @@ std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainC
     *why = std::string("the ranks are not MPI processes (") + c.comm->backend() + "): NCCL's id travels through MPI";
     return nullptr;
   }
-  if (powersgd_ || c.zero == 1) {
-    *why = powersgd_ ? "PowerSGD sums its small P and Q factors over the host transport in this build"
-                     : "--zero 1 keeps the optimizer's shards in host memory in this build";
+  if (powersgd_) {
+    *why = "PowerSGD sums its small P and Q factors over the host transport in this build";
     return nullptr;
   }
   *why = NcclCommunicator::shared_gpu();
@@ -66,8 +65,10 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                                                " (" + c.comm->backend() + ") for the rest"
                                          : c.comm->describe() + " (" + c.comm->backend() + ")" +
                                                (staged.empty() ? "" : ", GPU gradients staged through host memory: " + staged);
-  rep_.say(std::string(zero_ ? "ZeRO-1: optimizer state sharded over " + std::to_string(ranks_.size) +
-                                   " ranks, gradients reduce-scattered, parameters allgathered; " : "") +
+  rep_.say(std::string(zero_ ? "ZeRO-1: optimizer state sharded over " + std::to_string(ranks_.size) + " ranks" +
+                                   (device_comm_ ? " in GPU memory" : device == Device::kCuda ? " in host memory" : "") +
+                                   ", gradients reduce-scattered, parameters allgathered; "
+                             : "") +
                "allreduce " + over + ", " +
                (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward" : std::string("after backward")) +
                (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),

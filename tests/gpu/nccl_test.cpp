@@ -3,7 +3,8 @@
 // `mpirun -np N` (one GPU per rank), or alone without MPI as one NCCL rank (NCCL refuses two
 // ranks on one GPU; the bare GPU machine has no MPI). Then the trainer's gradient exchange on
 // CUDA gradients, summed by NCCL in device memory and staged through host memory, overlapped
-// with a backward that reports its gradients last first. Exits 77 (skip) without a usable GPU.
+// with a backward that reports its gradients last first, and ZeRO-1's sharded step on the GPU.
+// Exits 77 (skip) without a usable GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -15,7 +16,9 @@
 
 #include "loom/rt/dist/comm_nccl.hpp"
 #include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/nn/optim.hpp"
 #include "loom/rt/tensor/tensor.hpp"
+#include "loom/rt/train/zero.hpp"
 
 namespace {
 
@@ -88,6 +91,70 @@ void exchange_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
     }
 }
 
+// ZeRO-1 with the gradients reduce-scattered by NCCL in device memory: moments and packed
+// weights on the GPU, AdamW and clipping, 2 steps; against the unsharded step (allreduce, then
+// Optimizer::step on the same GPU). One rank: the same kernels on the same values, up to the
+// clip's norm, whose sum runs in another order.
+void zero_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
+  using namespace loom::rt;
+  auto host = p == 1 ? std::move(make_inproc_group(1)[0]) : make_mpi_transport();
+  Communicator comm(std::move(host), 60);
+  const std::vector<int64_t> sizes{300, 20, 5000, 40, 1, 2048};
+  auto params = [&] {
+    std::vector<Param> ps;
+    for (int64_t n : sizes) {
+      std::vector<float> w(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) w[static_cast<size_t>(k)] = 0.01f * static_cast<float>(k % 13) - 0.05f;
+      Tensor t = Tensor::empty({n}, DType::kF32, Device::kCuda);
+      cudaMemcpy(t.f32(), w.data(), w.size() * sizeof(float), cudaMemcpyHostToDevice);
+      ps.push_back({"p" + std::to_string(ps.size()), t, Tensor::empty({n}, DType::kF32, Device::kCuda)});
+    }
+    return ps;
+  };
+  auto set_grads = [&](std::vector<Param>& ps, int step) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<float> g(static_cast<size_t>(sizes[i]));
+      for (int64_t k = 0; k < sizes[i]; ++k)
+        g[static_cast<size_t>(k)] = (static_cast<float>((k + step) % 9 * (me + 1)) * 0.37f - 1.0f) / static_cast<float>(p);
+      cudaMemcpy(ps[i].grad.f32(), g.data(), g.size() * sizeof(float), cudaMemcpyHostToDevice);
+    }
+  };
+  OptimConfig oc;
+  oc.kind = "adamw";
+  oc.weight_decay = 0.01f;
+  Optimizer sharded_opt(oc), whole_opt(oc);
+  GradExchange sharded(CompressConfig{}, 0.004), whole(CompressConfig{}, 0.004);
+  sharded.set_sharded();
+  sharded.set_device_comm(&nccl);
+  whole.set_device_comm(&nccl);
+  ZeroOptimizer zero(sharded, comm);
+  auto a = params(), b = params();
+  double worst = 0;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> extras{0.0f};
+    set_grads(a, step);
+    sharded.begin(comm, a);
+    for (size_t i = a.size(); i-- > 0;) sharded.ready(i);
+    sharded.finish(extras, step);
+    zero.step(sharded_opt, a, 0.01f, 5.0f);
+    set_grads(b, step);
+    whole.begin(comm, b);
+    for (size_t i = b.size(); i-- > 0;) whole.ready(i);
+    whole.finish(extras, step);
+    clip_grad_norm(b, 5.0f);
+    whole_opt.step(b, 0.01f);
+    for (size_t i = 0; i < a.size(); ++i) {
+      auto x = to_host(a[i].value.f32(), static_cast<size_t>(sizes[i])), y = to_host(b[i].value.f32(), static_cast<size_t>(sizes[i]));
+      for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, static_cast<double>(std::fabs(x[k] - y[k])));
+    }
+  }
+  expect(worst <= 1e-6, "ZeRO-1 on the GPU (NCCL reduce-scatter, allgather) against the unsharded step", worst, 1e-6);
+  const size_t whole_state = (300 + 20 + 5000 + 40 + 1 + 2048) * 2 * sizeof(float);
+  expect(zero.state_bytes() <= whole_state / static_cast<size_t>(p) + sharded.buckets() * 2 * sizeof(float),
+         "ZeRO-1 on the GPU: optimizer bytes on this rank", static_cast<double>(zero.state_bytes()),
+         static_cast<double>(whole_state) / p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +209,12 @@ int main(int argc, char** argv) {
     worst = 0;
     for (size_t i = 0; i < back.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(back[i] - ranks * static_cast<float>(i % 7))));
     expect(worst == 0, "reduce-scatter + allgather", worst, 0);
+    comm->reduce_scatter_chunks(src, chunk);  // in place, NCCL's layout: chunk r at r * chunk (src still holds h)
+    comm->allgather_chunks(src, chunk);
+    back = to_host(src, chunk * static_cast<size_t>(p));
+    worst = 0;
+    for (size_t i = 0; i < back.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(back[i] - ranks * static_cast<float>(i % 7))));
+    expect(worst == 0, "reduce-scatter + allgather in place", worst, 0);
 
     std::vector<int> b(1000, r == 0 ? 42 : -1);
     int* db = to_device(b);
@@ -150,6 +223,7 @@ int main(int argc, char** argv) {
     expect(bb[0] == 42 && bb[999] == 42, "broadcast", bb[999], 42);
     comm->barrier();
     exchange_checks(*comm, me, p);
+    zero_checks(*comm, me, p);
     cudaFree(d);
     cudaFree(dh);
     cudaFree(rs);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <string>
 #include <vector>
@@ -161,6 +162,24 @@ class HostStandIn : public DeviceCollectives {
     c_.allreduce_sum_half(f.data(), n);
     floats_to_halves(f.data(), static_cast<uint16_t*>(d), n);
   }
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  // NCCL's in-place layout: chunk r at r * chunk. Whatever lies outside this rank's chunk
+  // afterwards is NaN here, so that a reader of another rank's partial sums shows.
+  void reduce_scatter_chunks(float* d, size_t chunk, void*) override {
+    const size_t n = chunk * static_cast<size_t>(size()), mine = chunk * static_cast<size_t>(rank());
+    std::vector<float> sum(d, d + n);
+    c_.allreduce_sum(sum.data(), n);
+    std::fill(d, d + n, std::nanf(""));
+    std::copy_n(sum.data() + mine, chunk, d + mine);
+  }
+  void allgather_chunks(float* d, size_t chunk) override {  // every chunk zero but one: the sum is exact
+    const size_t n = chunk * static_cast<size_t>(size()), mine = chunk * static_cast<size_t>(rank());
+    std::vector<float> all(n, 0.0f);
+    std::copy_n(d + mine, chunk, all.data() + mine);
+    c_.allreduce_sum(all.data(), n);
+    std::copy(all.begin(), all.end(), d);
+  }
   std::string describe() const override { return "host stand-in"; }
   int calls = 0;
 
@@ -207,6 +226,58 @@ TEST(GradExchange, SummedOnTheDeviceEqualsTheStagedPathBitForBit) {
     HostStandIn dc(c);
     EXPECT_THROW(ex.set_device_comm(&dc), Error);  // PowerSGD sums its factors over the host transport
   });
+}
+
+// ZeRO-1 where the gradients are summed on the device (NCCL's layout, taken here by the host
+// stand-in): the reduce-scattered chunks padded to equal sizes, the moments and the packed
+// weights beside them. With AdamW and clipping over several buckets, on 2 and 3 ranks (padding),
+// every step's parameters and the gathered moments are those of ZeRO-1 on the host to the bit,
+// and each rank holds only its chunk of the moments.
+TEST(ZeroOptimizer, PackedOnTheDeviceStepsAsOnTheHost) {
+  for (int p : {2, 3})
+    run_ranks(p, [&](Communicator& c) {
+      GradExchange host_ex(CompressConfig{}, 0.004), dev_ex(CompressConfig{}, 0.004);
+      HostStandIn dc(c);
+      dev_ex.set_sharded();
+      dev_ex.set_device_comm(&dc);
+      host_ex.set_sharded();
+      ZeroOptimizer host_zero(host_ex, c), dev_zero(dev_ex, c);
+      OptimConfig oc;
+      oc.kind = "adamw";
+      oc.weight_decay = 0.01f;
+      Optimizer host_opt(oc), dev_opt(oc);
+      auto a = bucket_params(c.rank()), b = bucket_params(c.rank());
+      for (auto* ps : {&a, &b})
+        for (auto& q : *ps)
+          for (int64_t k = 0; k < q.value.numel(); ++k) q.value.f32()[k] = 0.5f * static_cast<float>(k % 5) - 1.0f;
+      for (int step = 0; step < 3; ++step) {
+        for (auto [ex, zero, opt, ps] : {std::tuple{&host_ex, &host_zero, &host_opt, &a}, std::tuple{&dev_ex, &dev_zero, &dev_opt, &b}}) {
+          for (auto& q : *ps)  // exact in fp32, and so are their squares' sums: the clip agrees to the bit
+            for (int64_t k = 0; k < q.grad.numel(); ++k)
+              q.grad.f32()[k] = 0.25f * static_cast<float>((k + step) % 9 * (c.rank() + 1)) - 1.0f;
+          ex->begin(c, *ps);
+          for (size_t i = ps->size(); i-- > 0;) ex->ready(i);
+          std::vector<float> extras{0.0f};
+          ex->finish(extras, step);
+          zero->step(*opt, *ps, 0.01f, 50.0f);  // the gradients' norm is ~190: clipped
+        }
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_EQ(std::memcmp(a[i].value.f32(), b[i].value.f32(), a[i].value.bytes()), 0) << p << " " << step << " " << a[i].name;
+      }
+      EXPECT_GT(dev_ex.buckets(), 2u);
+      std::vector<Tensor> hm, hv, dm, dv;
+      host_zero.gather_moments(host_opt, a, &hm, &hv);
+      dev_zero.gather_moments(dev_opt, b, &dm, &dv);
+      ASSERT_EQ(dm.size(), a.size());
+      ASSERT_EQ(dv.size(), a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(std::memcmp(hm[i].f32(), dm[i].f32(), hm[i].bytes()), 0) << a[i].name;
+        EXPECT_EQ(std::memcmp(hv[i].f32(), dv[i].f32(), hv[i].bytes()), 0) << a[i].name;
+      }
+      const size_t whole = (300 + 20 + 5000 + 40 + 1 + 2048) * 2 * sizeof(float);  // m and v
+      EXPECT_LE(dev_zero.state_bytes(), whole / static_cast<size_t>(p) + dev_ex.buckets() * 2 * sizeof(float));
+      EXPECT_GE(dev_zero.state_bytes(), whole / static_cast<size_t>(p) - dev_ex.buckets() * 2 * sizeof(float) * p);
+    });
 }
 
 TEST(GradExchange, AFailedBucketIsReportedNotHung) {

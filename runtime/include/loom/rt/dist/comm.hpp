@@ -107,6 +107,14 @@ class DeviceCollectives {
   virtual ~DeviceCollectives() = default;
   virtual void allreduce_sum(float* data, size_t n, void* after = nullptr) = 0;
   virtual void allreduce_sum_half(void* half_data, size_t n, void* after = nullptr) = 0;  // fp16 payload
+  // ZeRO-1 where the gradients live: `data` holds size() chunks of `chunk` floats one after
+  // another, chunk r belonging to rank r (NCCL's in-place layout). reduce_scatter_chunks makes
+  // this rank's chunk the sum over the ranks (the rest is left undefined); allgather_chunks gives
+  // every rank each chunk from its owner.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void reduce_scatter_chunks(float* data, size_t chunk, void* after = nullptr) = 0;
+  virtual void allgather_chunks(float* data, size_t chunk) = 0;
   virtual std::string describe() const = 0;
 };
 

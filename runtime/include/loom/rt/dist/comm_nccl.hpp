@@ -32,8 +32,8 @@ class NcclCommunicator : public DeviceCollectives {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  int rank() const { return rank_; }  // NCCL rank (ring order), not always the MPI rank
-  int size() const { return size_; }
+  int rank() const override { return rank_; }  // NCCL rank (ring order), not always the MPI rank
+  int size() const override { return size_; }
   // In place on device memory, then waits for completion (with the deadline). Each collective
   // first waits (an event, not a device-wide sync) for the work queued on the default stream,
   // or for the work before `after` (a mark from cuda::mark_queued).
@@ -41,6 +41,8 @@ class NcclCommunicator : public DeviceCollectives {
   void allreduce_sum_half(void* device_half_data, size_t n, void* after = nullptr) override;  // fp16 payload
   void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count);
   void allgather(const float* device_send, float* device_recv, size_t send_count);
+  void reduce_scatter_chunks(float* device_data, size_t chunk, void* after = nullptr) override;  // in place
+  void allgather_chunks(float* device_data, size_t chunk) override;                            // in place
   void broadcast(void* device_data, size_t bytes, int root);
   void barrier();
   std::string describe() const override;

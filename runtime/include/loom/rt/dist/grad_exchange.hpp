@@ -54,21 +54,27 @@ class GradExchange {
   // allreduced. After finish(), this rank's chunk [begin, begin + count) of each bucket's flat
   // buffer holds the summed gradient of those positions; the rest of the buffer, which on the
   // CPU is the parameters' gradients themselves (bind_views), holds partial sums. The flat order
-  // is the bucket's parameters one after another.
+  // is the bucket's parameters one after another. With a device communicator the flat buffer is
+  // the packed bucket on the device, `per_rank` floats a rank (DeviceCollectives' layout: chunk r
+  // at r * per_rank, the last one padded); otherwise it is in host memory and per_rank is 0.
   void set_sharded();
   bool sharded() const { return sharded_; }
   struct Chunk {
     const std::vector<size_t>& params;
     float* flat;  // the bucket's `size` floats; free for the caller until the next begin()
     size_t size, begin, count;
+    size_t per_rank;
   };
   Chunk chunk(size_t bucket) {
     Bucket& b = buckets_[bucket];
-    return {b.params, b.flat.defined() ? b.flat.f32() : b.buf.data(), b.floats, b.begin, b.count};
+    if (dev_comm_) return {b.params, b.dev.f32(), b.floats, b.begin, b.count, per_rank(b)};
+    return {b.params, b.flat.defined() ? b.flat.f32() : b.buf.data(), b.floats, b.begin, b.count, 0};
   }
+  DeviceCollectives* device_comm() const { return dev_comm_; }
+  Device device() const { return dev_; }  // where the gradients live (known from the first begin())
 
-  // Gradients on a GPU summed in device memory by `dc` (NCCL; before the first step; plain or
-  // fp16, not sharded): each bucket is packed on the device as it becomes ready, reduced there
+  // Gradients on a GPU summed in device memory by `dc` (NCCL; before the first step; plain, fp16
+  // or sharded, not PowerSGD): each bucket is packed on the device as it becomes ready, reduced there
   // and unpacked at finish(); the host Communicator carries only the extras. Without it, GPU
   // gradients are staged through the buckets' page-locked host buffers.
   void set_device_comm(DeviceCollectives* dc);
@@ -114,6 +120,9 @@ class GradExchange {
     void* landed_mark = nullptr;  // staged: the side stream's copies back to the device
   };
   void plan(const std::vector<Param>& params);
+  size_t per_rank(const Bucket& b) const {  // sharded on the device: each rank's chunk
+    return (b.floats + static_cast<size_t>(dev_comm_->size()) - 1) / static_cast<size_t>(dev_comm_->size());
+  }
   // Training thread, as a bucket's last gradient is final: packs it on the device (with a device
   // communicator) and marks the work queued so far, which the exchange waits for and no more.
   void mark_ready(Bucket& b);

@@ -21,8 +21,8 @@ class Optimizer {
  public:
   explicit Optimizer(OptimConfig c) : c_(std::move(c)) {}
   void step(std::vector<Param>& params, float lr);
-  // One step over flat CPU spans whose state the caller holds (ZeRO-1: this rank's shard of
-  // every bucket): w -= update(g), m (and v for AdamW) as step() keeps them per parameter.
+  // One step over flat spans on device `d` whose state the caller holds (ZeRO-1: this rank's
+  // shard of every bucket): w -= update(g), m (and v for AdamW) as step() keeps them per parameter.
   struct Span {
     float* w;
     const float* g;
@@ -30,7 +30,7 @@ class Optimizer {
     float* v;  // AdamW only
     int64_t n;
   };
-  void step_spans(const std::vector<Span>& spans, float lr);
+  void step_spans(const std::vector<Span>& spans, float lr, Device d = Device::kCpu);
   bool keeps_second_moment() const { return c_.kind == "adamw"; }
   int64_t steps() const { return t_; }
   // For checkpoints: the moments (empty before the first step; v only for AdamW) and the step
@@ -44,7 +44,8 @@ class Optimizer {
   }
 
  private:
-  void update(const Span& s, float lr) const;  // the CPU rule, at step t_
+  void update(const Span& s, float lr) const;       // the CPU rule, at step t_
+  void update_cuda(const Span& s, float lr) const;  // the same rule in a kernel
   OptimConfig c_;
   std::vector<Tensor> m_, v_;
   int64_t t_ = 0;

@@ -4,10 +4,12 @@
 // allgather of each bucket gives every rank the new parameters. Checkpoints hold the whole
 // moments per parameter (gathered), so they resume on any number of ranks, sharded or not.
 // Parameters on the CPU live in one flat buffer per bucket (views of it, as the gradients are
-// views of the exchange's): updated and gathered in place. Parameters on a GPU: the shards stay
-// in host memory and are updated there (as ZeRO-Offload does), with the reduced gradients staged
-// there by the exchange; each rank reads its chunks of the parameters from the GPU and writes the
-// gathered ones back.
+// views of the exchange's): updated and gathered in place. Gradients summed on the GPU (NCCL,
+// GradExchange::set_device_comm): the shards live in device memory beside the packed buckets;
+// each rank copies its chunk of the parameters into a packed buffer of weights, updates it there,
+// and the allgather (NCCL's) brings every chunk, which is copied back into the parameters. Without
+// a device communicator, parameters on a GPU keep their shards in host memory and are updated
+// there (as ZeRO-Offload does), with the reduced gradients staged there by the exchange.
 #pragma once
 
 #include <cstddef>
@@ -32,14 +34,20 @@ class ZeroOptimizer {
 
  private:
   struct Shard {
-    std::vector<float> m, v, w;  // the chunk's moments; w: its parameters during a step (GPU)
+    std::vector<float> m, v, w;  // the chunk's moments in host memory; w: its parameters during a step (GPU)
+    Tensor dm, dv;               // packed buckets: the chunk's moments beside them, on their device
   };
+  bool packed() const { return ex_.device_comm() != nullptr; }
   void shard(Optimizer& opt, const std::vector<Param>& params);
   void bind_weights(std::vector<Param>& params);  // CPU: each parameter a view of its bucket's weights
+  void clip_chunks(float clip);                   // torch's clip_grad_norm_ over every rank's chunks
+  size_t step_packed(Optimizer& opt, std::vector<Param>& params, float lr);
+  void gather_packed(const std::vector<Param>& params, bool second, std::vector<Tensor>* out);
   GradExchange& ex_;
   Communicator& comm_;
   std::vector<Shard> shards_;    // one per bucket
-  std::vector<Tensor> weights_;  // CPU: one per bucket, the parameters in the exchange's flat order
+  std::vector<Tensor> weights_;  // one per bucket, the parameters in the exchange's flat order: CPU
+                                 // (their storage), or packed on the device (a copy during a step)
 };
 
 }  // namespace loom::rt
