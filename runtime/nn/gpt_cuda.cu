@@ -174,9 +174,12 @@ void embed_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x,
 
 void embed_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int64_t n, int t, int c, int64_t vocab) {
   CUDA_OK(cudaMemsetAsync(dwte, 0, sizeof(float) * vocab * c));
-  if (n * c == 0) return;
-  k_embed_bwd_tokens<<<blocks(n * c, 256), 256>>>(tok, dx, dwte, n, c);
-  CUDA_OK(cudaGetLastError());
+  if (int64_t{t} * c == 0) return;
+  if (n > 0) {
+    k_embed_bwd_tokens<<<blocks(n * c, 256), 256>>>(tok, dx, dwte, n, c);
+    CUDA_OK(cudaGetLastError());
+  }
+  // With no rows, zeros: dwpe is overwritten either way.
   k_embed_bwd_positions<<<blocks(int64_t{t} * c, 256), 256>>>(dx, dwpe, n / t, t, c);
   CUDA_OK(cudaGetLastError());
 }
