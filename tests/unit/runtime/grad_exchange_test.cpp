@@ -277,6 +277,26 @@ TEST(ZeroOptimizer, PackedOnTheDeviceStepsAsOnTheHost) {
       const size_t whole = (300 + 20 + 5000 + 40 + 1 + 2048) * 2 * sizeof(float);  // m and v
       EXPECT_LE(dev_zero.state_bytes(), whole / static_cast<size_t>(p) + dev_ex.buckets() * 2 * sizeof(float));
       EXPECT_GE(dev_zero.state_bytes(), whole / static_cast<size_t>(p) - dev_ex.buckets() * 2 * sizeof(float) * p);
+      // A checkpoint's resume: the gathered moments restored into a new optimizer, sharded again,
+      // take the next step as the run that kept going.
+      GradExchange resumed_ex(CompressConfig{}, 0.004);
+      resumed_ex.set_sharded();
+      resumed_ex.set_device_comm(&dc);
+      ZeroOptimizer resumed_zero(resumed_ex, c);
+      Optimizer resumed_opt(oc);
+      resumed_opt.restore(dm, dv, dev_opt.steps());
+      auto r = bucket_params(c.rank());
+      for (size_t i = 0; i < r.size(); ++i) std::memcpy(r[i].value.f32(), b[i].value.f32(), b[i].value.bytes());
+      for (auto [ex, zero, opt, ps] : {std::tuple{&dev_ex, &dev_zero, &dev_opt, &b}, std::tuple{&resumed_ex, &resumed_zero, &resumed_opt, &r}}) {
+        for (auto& q : *ps)
+          for (int64_t k = 0; k < q.grad.numel(); ++k) q.grad.f32()[k] = 0.5f * static_cast<float>(k % 7 * (c.rank() + 1));
+        ex->begin(c, *ps);
+        std::vector<float> extras{0.0f};
+        ex->finish(extras, 3);
+        zero->step(*opt, *ps, 0.01f, 0.0f);
+      }
+      for (size_t i = 0; i < b.size(); ++i)
+        ASSERT_EQ(std::memcmp(b[i].value.f32(), r[i].value.f32(), b[i].value.bytes()), 0) << p << " resumed " << b[i].name;
     });
 }
 
