@@ -197,6 +197,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   } else {
     throw Usage{"--data must be fashion-mnist[:DIR], text:FILE or tokens:FILE, not '" + data + "'"};
   }
+  if (!vm["vocab"].defaulted() && c.token_files.empty())
+    throw Usage{"--vocab is for --data tokens:FILE (a text's vocabulary is its distinct bytes)"};
   c.optim.kind = optimizer;
   // Boost would read "-5" as 2^64-5: the seed is read as digits.
   if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos)

@@ -223,6 +223,8 @@ tok_err "shorter than the header" headless.bin "headless.bin: 600 bytes is short
 tok_err "token >= vocab" big_token.bin "big_token.bin: token 300 at position 4000 is outside the vocabulary \(--vocab 256\)"
 tok_err "no match" "none_*.bin" "tokens:.*none_\*.bin: no file matches"
 check_err "token files for mlp" 2 "--data tokens:FILE is for --model gpt" --data "tokens:$LOOM_TMP/tok_train_000.bin"
+check_err "vocab without token files" 2 "--vocab is for --data tokens:FILE" --model gpt --data text:/usr/share/common-licenses/GPL-3 --vocab 300
+check_err "vocab for the mlp" 2 "--vocab is for --data tokens:FILE" --vocab 300
 check_err "vocab too large" 2 "--vocab must be from 2 to 16777216" --model gpt --data "tokens:$LOOM_TMP/tok_train_000.bin" --vocab 20000000
 
 # --recompute: the blocks' activations computed again in backward give the same weights bit
