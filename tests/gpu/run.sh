@@ -256,5 +256,17 @@ infer_int8() {
 }
 export -f infer_int8
 t "bench: loom-bench infer fp32 against INT8" 300 infer_int8
+# Last, whatever time is left: at GPT-2 small's width and a context of 1024, --attention auto picks
+# flash (fp32 kernels on CUDA cores, no T x T matrix); full attention is cuBLAS on tensor cores.
+# Which is faster decides what auto should pick on a GPU (the figures go to run.log only: $OUT
+# already holds the 8 files that come back).
+attention_at_1024() {
+  for a in flash full; do
+    loom-bench train --model gpt --device cuda --precision bf16 --attention "$a" --context 1024 --n-layer 4 \
+      --n-head 12 --n-embd 768 --batch 8 --steps 20 --data "text:$B/data/text.txt" || return
+  done
+}
+export -f attention_at_1024
+t "bench: gpt at context 1024 (bf16): flash against full attention" 240 attention_at_1024
 echo "== $passed passed, $failed failed, $skipped skipped" | tee -a "$summary"
 exit $status
