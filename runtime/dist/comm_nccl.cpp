@@ -198,9 +198,9 @@ void NcclCommunicator::allreduce_sum_half(void* d, size_t n, void* after) {
   wait("allreduce (fp16)");
 }
 
-void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
-  impl_->after_default_stream();
+  impl_->after_default_stream(after);
   nccl_check(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, impl_->comm, impl_->stream),
              "ncclReduceScatter");
   wait("reduce-scatter");
@@ -215,21 +215,10 @@ void NcclCommunicator::allgather(const float* send, float* recv, size_t send_cou
 
 // In place, as NCCL defines it: this rank's chunk is at rank * chunk of the whole buffer.
 void NcclCommunicator::reduce_scatter_chunks(float* d, size_t chunk, void* after) {
-  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
-  impl_->after_default_stream(after);
-  nccl_check(ncclReduceScatter(d, d + static_cast<size_t>(rank_) * chunk, chunk, ncclFloat32, ncclSum, impl_->comm,
-                               impl_->stream),
-             "ncclReduceScatter");
-  wait("reduce-scatter");
+  reduce_scatter_sum(d, d + static_cast<size_t>(rank_) * chunk, chunk, after);
 }
 
-void NcclCommunicator::allgather_chunks(float* d, size_t chunk) {
-  if (!impl_->comm) throw Error("the NCCL communicator was aborted");
-  impl_->after_default_stream();
-  nccl_check(ncclAllGather(d + static_cast<size_t>(rank_) * chunk, d, chunk, ncclFloat32, impl_->comm, impl_->stream),
-             "ncclAllGather");
-  wait("allgather");
-}
+void NcclCommunicator::allgather_chunks(float* d, size_t chunk) { allgather(d + static_cast<size_t>(rank_) * chunk, d, chunk); }
 
 void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");

@@ -228,9 +228,9 @@ void GradExchange::comm_loop() {
 void GradExchange::mark_ready(Bucket& b) {
   if (dev_comm_) {
     const bool half = c_.kind == "fp16";
-    if (sharded_ && !b.dev.defined())  // every rank's chunk, the padding after the last one zero
-      b.dev = Tensor::zeros({static_cast<int64_t>(per_rank(b) * static_cast<size_t>(dev_comm_->size()))}, DType::kF32, dev_);
-    if (!b.dev.defined()) b.dev = Tensor::empty({static_cast<int64_t>(b.floats)}, half ? DType::kF16 : DType::kF32, dev_);
+    if (!b.dev.defined())  // sharded: every rank's chunk, the padding after the last one zero
+      b.dev = sharded_ ? Tensor::zeros({static_cast<int64_t>(padded(b))}, DType::kF32, dev_)
+                       : Tensor::empty({static_cast<int64_t>(b.floats)}, half ? DType::kF16 : DType::kF32, dev_);
     size_t at = 0;
     for (size_t i : b.params) {
       const Tensor& grad = (*params_)[i].grad;

@@ -26,7 +26,7 @@ void for_pieces(const GradExchange::Chunk& c, const std::vector<Param>& params, 
 // The whole bucket: flat[offset of parameter i ...] <-> parameter i (for_pieces over it all).
 template <class Fn>
 void for_params(const GradExchange::Chunk& c, const std::vector<Param>& params, Fn fn) {
-  for_pieces({c.params, c.flat, c.size, 0, c.size, c.per_rank}, params, [&](size_t i, size_t, size_t at, size_t n) { fn(i, at, n); });
+  for_pieces({c.params, c.flat, c.size, 0, c.size, c.per_rank, c.ranks}, params, [&](size_t i, size_t, size_t at, size_t n) { fn(i, at, n); });
 }
 
 bool on_cpu(const std::vector<Param>& params) { return params.empty() || params[0].value.device() == Device::kCpu; }
@@ -122,7 +122,7 @@ size_t ZeroOptimizer::step_packed(Optimizer& opt, std::vector<Param>& params, fl
     if (static_cast<size_t>(s.dm.numel()) != c.count)
       throw Error("ZeRO-1: bucket " + std::to_string(b) + " changed its chunk between steps");
     Tensor& w = weights_[b];
-    if (!w.defined()) w = Tensor::zeros({static_cast<int64_t>(c.per_rank * static_cast<size_t>(dc.size()))}, DType::kF32, d);
+    if (!w.defined()) w = Tensor::zeros({static_cast<int64_t>(c.padded())}, DType::kF32, d);
     for_pieces(c, params, [&](size_t i, size_t p_off, size_t c_off, size_t len) {
       copy_floats(d, w.f32() + c.begin + c_off, params[i].value, p_off, len);
     });
@@ -221,7 +221,7 @@ void ZeroOptimizer::gather_packed(const std::vector<Param>& params, bool second,
   for (size_t b = 0; b < ex_.buckets(); ++b) {
     GradExchange::Chunk c = ex_.chunk(b);
     const Tensor& mine = second ? shards_[b].dv : shards_[b].dm;
-    Tensor flat = Tensor::zeros({static_cast<int64_t>(c.per_rank * static_cast<size_t>(dc.size()))}, DType::kF32, d);
+    Tensor flat = Tensor::zeros({static_cast<int64_t>(c.padded())}, DType::kF32, d);
     copy_floats(d, flat.f32() + c.begin, mine, 0, c.count);
     dc.allgather_chunks(flat.f32(), c.per_rank);
     for_params(c, params, [&](size_t i, size_t at, size_t n) {

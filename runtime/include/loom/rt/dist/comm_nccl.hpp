@@ -39,7 +39,7 @@ class NcclCommunicator : public DeviceCollectives {
   // or for the work before `after` (a mark from cuda::mark_queued).
   void allreduce_sum(float* device_data, size_t n, void* after = nullptr) override;
   void allreduce_sum_half(void* device_half_data, size_t n, void* after = nullptr) override;  // fp16 payload
-  void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count);
+  void reduce_scatter_sum(const float* device_send, float* device_recv, size_t recv_count, void* after = nullptr);
   void allgather(const float* device_send, float* device_recv, size_t send_count);
   void reduce_scatter_chunks(float* device_data, size_t chunk, void* after = nullptr) override;  // in place
   void allgather_chunks(float* device_data, size_t chunk) override;                            // in place

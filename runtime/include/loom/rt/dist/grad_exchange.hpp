@@ -56,19 +56,20 @@ class GradExchange {
   // CPU is the parameters' gradients themselves (bind_views), holds partial sums. The flat order
   // is the bucket's parameters one after another. With a device communicator the flat buffer is
   // the packed bucket on the device, `per_rank` floats a rank (DeviceCollectives' layout: chunk r
-  // at r * per_rank, the last one padded); otherwise it is in host memory and per_rank is 0.
+  // at r * per_rank, the last one padded); otherwise it is in host memory.
   void set_sharded();
   bool sharded() const { return sharded_; }
   struct Chunk {
     const std::vector<size_t>& params;
     float* flat;  // the bucket's `size` floats; free for the caller until the next begin()
     size_t size, begin, count;
-    size_t per_rank;
+    size_t per_rank, ranks;  // the device layout (both 0 in host memory)
+    size_t padded() const { return per_rank * ranks; }  // the flat buffer's floats on the device
   };
   Chunk chunk(size_t bucket) {
     Bucket& b = buckets_[bucket];
-    if (dev_comm_) return {b.params, b.dev.f32(), b.floats, b.begin, b.count, per_rank(b)};
-    return {b.params, b.flat.defined() ? b.flat.f32() : b.buf.data(), b.floats, b.begin, b.count, 0};
+    if (dev_comm_) return {b.params, b.dev.f32(), b.floats, b.begin, b.count, per_rank(b), device_ranks()};
+    return {b.params, b.flat.defined() ? b.flat.f32() : b.buf.data(), b.floats, b.begin, b.count, 0, 0};
   }
   DeviceCollectives* device_comm() const { return dev_comm_; }
   Device device() const { return dev_; }  // where the gradients live (known from the first begin())
@@ -120,9 +121,9 @@ class GradExchange {
     void* landed_mark = nullptr;  // staged: the side stream's copies back to the device
   };
   void plan(const std::vector<Param>& params);
-  size_t per_rank(const Bucket& b) const {  // sharded on the device: each rank's chunk
-    return (b.floats + static_cast<size_t>(dev_comm_->size()) - 1) / static_cast<size_t>(dev_comm_->size());
-  }
+  size_t device_ranks() const { return static_cast<size_t>(dev_comm_->size()); }
+  size_t per_rank(const Bucket& b) const { return (b.floats + device_ranks() - 1) / device_ranks(); }  // sharded on the device
+  size_t padded(const Bucket& b) const { return per_rank(b) * device_ranks(); }
   // Training thread, as a bucket's last gradient is final: packs it on the device (with a device
   // communicator) and marks the work queued so far, which the exchange waits for and no more.
   void mark_ready(Bucket& b);
