@@ -12,6 +12,11 @@
 # fair baseline for "the sum of the devices", and both efficiencies are printed. Everything is
 # measured in ROUNDS (3) interleaved rounds and the medians are compared. TRAIN_ARGS adds
 # loom-train options to every run (TRAIN_ARGS="--zero 1": the optimizer sharded).
+# The bound: after each dynamic run, each device alone at the batch the balancer gave it (its
+# final share). The slower of the two is the step the pair would take if the exchange cost
+# nothing: 2-rank rate <= global batch / that step. Smaller batches run each device below its
+# full-batch rate, so this bound sits below 1; the gap between it and the dynamic rate is the
+# exchange (the part that did not overlap, and its copies on the rank's own core).
 set -euo pipefail
 T=${LOOM_TRAIN:?set LOOM_TRAIN to the loom-train binary}
 steps=${STEPS:-300}
@@ -27,8 +32,8 @@ cat >"$tmp/rankenv.sh" <<'SH'
 exec "$@"
 SH
 chmod +x "$tmp/rankenv.sh"
-run() {  # SPEED NAME: one solo process
-  LOOM_EMULATE_SPEED=$1 "$T" --steps "$steps" --global-batch "$batch" --log-every 100000 --metrics-file "$tmp/$2.jsonl" \
+run() {  # SPEED NAME [BATCH]: one solo process
+  LOOM_EMULATE_SPEED=$1 "$T" --steps "$steps" --global-batch "${3:-$batch}" --log-every 100000 --metrics-file "$tmp/$2.jsonl" \
     "${extra[@]}" 2>/dev/null
 }
 # This machine's speed drifts by ~10% within minutes: every measurement is taken in each of
@@ -43,13 +48,21 @@ for r in $(seq "$rounds"); do
     mpirun -np 2 --oversubscribe "$tmp/rankenv.sh" "$T" --steps "$steps" --global-batch "$batch" --balance "$bal" \
       --replan-every 5 --log-every 100000 --metrics-file "$tmp/$bal.$r.jsonl" "${extra[@]}" 2>"$tmp/$bal.$r.err"
   done
+  share0=$(sed -n 's/.*rank 0: time per step.*(share \([0-9]*\) of.*/\1/p' "$tmp/dynamic.$r.err")
+  [ -n "$share0" ] || { echo "hetero_efficiency: no share in the dynamic run's breakdown" >&2; exit 1; }
+  echo "$share0" >"$tmp/share.$r"
+  run 1 "bfast.$r" "$share0"
+  run 0.4 "bslow.$r" $((batch - share0))
 done
 /usr/bin/python3 - "$tmp" "$rounds" "$batch" "${TRAIN_ARGS:-}" <<'PY'
 import json, statistics, sys
 tmp, rounds, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def rate(name, r):
     return [json.loads(l) for l in open(f"{tmp}/{name}.{r}.jsonl") if "summary" in l][-1]["samples_per_s"]
-runs = {n: [rate(n, r) for r in range(1, rounds + 1)] for n in ("fast", "slow", "cfast", "cslow", "off", "dynamic")}
+runs = {n: [rate(n, r) for r in range(1, rounds + 1)] for n in ("fast", "slow", "cfast", "cslow", "off", "dynamic", "bfast", "bslow")}
+shares = [int(open(f"{tmp}/share.{r}").read()) for r in range(1, rounds + 1)]
+# The pair's step if the exchange were free: the slower device alone at its share.
+bound = [int(batch) / max(shares[i] / runs["bfast"][i], (int(batch) - shares[i]) / runs["bslow"][i]) for i in range(rounds)]
 med = {n: statistics.median(v) for n, v in runs.items()}
 fast, slow, cfast, cslow, equal, dyn = (med[n] for n in ("fast", "slow", "cfast", "cslow", "off", "dynamic"))
 print(f"hetero_efficiency: global batch {batch}{(', ' + sys.argv[4]) if sys.argv[4] else ''}; medians of {rounds} interleaved rounds "
@@ -62,6 +75,13 @@ for name, rate in (("equal split", equal), ("dynamic balance", dyn)):
 per_round = [runs["dynamic"][i] / (runs["fast"][i] + runs["slow"][i]) for i in range(rounds)]
 print(f"hetero_efficiency: dynamic, each round over its own solo rates: {', '.join(f'{e:.2f}' for e in per_round)}")
 print(f"hetero_efficiency: dynamic over equal split: {dyn / equal:.2f}x")
+eb = [bound[i] / (runs["fast"][i] + runs["slow"][i]) for i in range(rounds)]
+reached = [runs["dynamic"][i] / bound[i] for i in range(rounds)]
+print(f"hetero_efficiency: bound with a free exchange (each device alone at its share, rank0 "
+      f"{', '.join(str(s) for s in shares)} of {batch}): {statistics.median(eb):.2f} over solo alone "
+      f"(each round: {', '.join(f'{e:.2f}' for e in eb)})")
+print(f"hetero_efficiency: the dynamic run reached {statistics.median(reached):.2f} of that bound "
+      f"(each round: {', '.join(f'{e:.2f}' for e in reached)}): the rest is the exchange")
 PY
 # Where the dynamic run's step time goes on each rank (loom-train's own breakdown), each round.
 grep -h "time per step" "$tmp"/dynamic.*.err | sed 's/^loom-train: /hetero_efficiency: dynamic, /'
