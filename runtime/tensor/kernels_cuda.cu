@@ -16,13 +16,38 @@
 
 #include "cuda_check.cuh"
 #include "loom/rt/tensor/kernels_cuda.hpp"
+#include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt::cuda {
 
 namespace {
 
-std::mutex g_mu;
-std::multimap<std::pair<int, size_t>, void*> g_free;  // (device, rounded size): blocks to reuse
+// cudaMalloc's out of memory is nullptr, for the allocator to give its cache back and try again.
+void* cuda_fresh(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    return nullptr;
+  }
+  CUDA_OK(e);
+  return p;
+}
+
+void cuda_give_back(void* p) {
+  if (cudaFree(p) != cudaSuccess) cudaGetLastError();  // a block the device already lost: nothing to do
+}
+
+// One cache per device, made on first use and kept to the end (Storage destructors may run after
+// static destructors would have).
+Allocator& device_cache(int dev) {
+  static std::mutex mu;
+  static auto* caches = new std::map<int, std::unique_ptr<Allocator>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*caches)[dev];
+  if (!slot) slot = std::make_unique<Allocator>(cuda_fresh, cuda_give_back, 256, false);
+  return *slot;
+}
 
 // cuBLAS and cuBLASLt handles (and a workspace where one is asked for), one per thread and
 // device: a handle belongs to the device that was current when it was made, and threads-as-ranks
@@ -265,22 +290,11 @@ int current_device() {
 
 void set_device(int dev) { CUDA_OK(cudaSetDevice(dev)); }
 
+// On the current device; blocks it gives back to cudaFree are that device's too.
 void* device_alloc(size_t bytes) {
-  bytes = (bytes + 255) & ~size_t{255};
   int dev = 0;
   CUDA_OK(cudaGetDevice(&dev));
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_free.find({dev, bytes});
-    if (it != g_free.end()) {
-      void* p = it->second;
-      g_free.erase(it);
-      return p;
-    }
-  }
-  void* p = nullptr;
-  CUDA_OK(cudaMalloc(&p, bytes));
-  return p;
+  return device_cache(dev).allocate(bytes);
 }
 
 // Kept for the device it lives on, whichever device is current here (threads-as-ranks each
@@ -291,8 +305,7 @@ void device_free(void* p, size_t bytes) {
     cudaGetLastError();  // not left for the next check to report
     return;
   }
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_free.emplace(std::make_pair(attr.device, (bytes + 255) & ~size_t{255}), p);
+  device_cache(attr.device).release(p, bytes);
 }
 
 void to_device(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }

@@ -165,15 +165,18 @@ uint16_t float_to_bf16(float f) {
 
 float bf16_to_float(uint16_t b) { return float_of(uint32_t{b} << 16); }
 
+Allocator::Allocator(Fresh fresh, GiveBack give_back, size_t align, bool give_back_at_exit)
+    : fresh_(fresh), give_back_(give_back), align_(align), give_back_at_exit_(give_back_at_exit) {}
+
 Allocator& Allocator::cpu() {
-  static Allocator a;
+  static Allocator a([](size_t bytes) { return std::aligned_alloc(64, bytes); }, std::free, 64, true);
   return a;
 }
 
 void* Allocator::allocate(size_t bytes) {
-  bytes = (std::max<size_t>(bytes, 1) + 63) & ~size_t{63};
+  bytes = (std::max<size_t>(bytes, 1) + align_ - 1) / align_ * align_;
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < free_.size(); ++i)
+  for (size_t i = free_.size(); i-- > 0;)  // the most recently released first: the oldest age out
     if (free_[i].first == bytes) {
       void* p = free_[i].second;
       free_.erase(free_.begin() + static_cast<long>(i));
@@ -181,14 +184,31 @@ void* Allocator::allocate(size_t bytes) {
       live_ += bytes;
       return p;
     }
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  high_ = std::max(high_, live_ + bytes);
+  evict(high_ - live_ - bytes);  // held (live and cached) stays within the most ever live at once
+  void* p = fresh_(bytes);
+  if (!p && cached_ > 0) {  // out of memory: whatever the cache holds goes back, then once more
+    evict(0);
+    p = fresh_(bytes);
+  }
+  if (!p)
+    throw Error("out of memory allocating " + std::to_string(bytes) + " bytes (" + std::to_string(live_) +
+                " bytes in use)");
   live_ += bytes;
   return p;
 }
 
+void Allocator::evict(size_t keep) {
+  size_t n = 0;
+  for (; n < free_.size() && cached_ > keep; ++n) {
+    give_back_(free_[n].second);
+    cached_ -= free_[n].first;
+  }
+  free_.erase(free_.begin(), free_.begin() + static_cast<long>(n));
+}
+
 void Allocator::release(void* p, size_t bytes) {
-  bytes = (std::max<size_t>(bytes, 1) + 63) & ~size_t{63};
+  bytes = (std::max<size_t>(bytes, 1) + align_ - 1) / align_ * align_;
   std::lock_guard<std::mutex> lock(mu_);
   live_ -= bytes;
   free_.emplace_back(bytes, p);
@@ -196,7 +216,8 @@ void Allocator::release(void* p, size_t bytes) {
 }
 
 Allocator::~Allocator() {
-  for (auto& f : free_) std::free(f.second);
+  if (give_back_at_exit_)
+    for (auto& f : free_) give_back_(f.second);
 }
 
 Storage::~Storage() {

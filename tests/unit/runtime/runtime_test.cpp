@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -45,6 +46,83 @@ TEST(Tensor, ViewsShareStorageAndAllocatorReuses) {
   Tensor again = Tensor::empty({4, 3});
   EXPECT_EQ(again.data<char>(), p) << "the caching allocator did not reuse the block";
   EXPECT_THROW(Tensor::empty({2}, DType::kF32, Device::kCuda), Error);
+}
+
+// A backing store of limited capacity for the allocator's policy: blocks handed out and back.
+struct Backing {
+  static inline size_t capacity = 0, outstanding = 0, fresh_calls = 0, given_back = 0;
+  static inline std::map<void*, size_t> sizes;
+  static void* fresh(size_t bytes) {
+    ++fresh_calls;
+    if (outstanding + bytes > capacity) return nullptr;
+    void* p = std::malloc(bytes);
+    sizes[p] = bytes;
+    outstanding += bytes;
+    return p;
+  }
+  static void give_back(void* p) {
+    ++given_back;
+    outstanding -= sizes.at(p);
+    sizes.erase(p);
+    std::free(p);
+  }
+};
+
+TEST(Allocator, ReusesBlocksAndHoldsNoMoreThanEverInUse) {
+  Backing::capacity = size_t{1} << 30;
+  Allocator a(Backing::fresh, Backing::give_back, 64, true);
+  void* p = a.allocate(1000);
+  a.release(p, 1000);
+  EXPECT_EQ(a.allocate(1000), p) << "a block of the same size is reused";
+  a.release(p, 1000);
+  EXPECT_EQ(Backing::fresh_calls, 1u);
+  // Steps whose three tensors change size every 5 steps, as a rank's share does under the
+  // balancer: without giving stale sizes back the cache would hold every size ever used.
+  for (int step = 0; step < 200; ++step) {
+    const size_t rows = 100 + static_cast<size_t>(step / 5) % 23;
+    std::vector<std::pair<void*, size_t>> held;
+    for (size_t width : {64, 256, 1024}) held.emplace_back(a.allocate(rows * width * 4), rows * width * 4);
+    ASSERT_LE(a.live_bytes() + a.cached_bytes(), a.high_water_bytes()) << "step " << step;
+    for (auto& [q, n] : held) a.release(q, n);
+  }
+  EXPECT_EQ(Backing::outstanding, a.live_bytes() + a.cached_bytes());
+  EXPECT_LE(Backing::outstanding, a.high_water_bytes());
+  EXPECT_GT(Backing::given_back, 0u);
+  const size_t steady = Backing::fresh_calls;
+  const size_t last = (100 + (199 / 5) % 23) * 1024 * 4;  // the last step's largest tensor
+  for (int step = 0; step < 5; ++step) {  // the same size again: nothing new
+    void* q = a.allocate(last);
+    a.release(q, last);
+  }
+  EXPECT_EQ(Backing::fresh_calls, steady);
+}
+
+TEST(Allocator, OutOfMemoryGivesTheCacheBackAndTriesAgain) {
+  Backing::capacity = 4096;
+  Backing::outstanding = Backing::fresh_calls = Backing::given_back = 0;
+  {
+    Allocator a(Backing::fresh, Backing::give_back, 64, true);
+    void* x = a.allocate(2048);
+    void* y = a.allocate(1024);
+    a.release(x, 2048);
+    a.release(y, 1024);  // 3 KiB cached, the most ever in use
+    Backing::capacity = 1500;  // the device shrinks under us (another process took memory)
+    // 512 bytes fit under the mark once the oldest block (2 KiB) is back; the store is still
+    // full, so the rest of the cache goes back and the allocation is tried again.
+    EXPECT_NE(a.allocate(512), nullptr);
+    EXPECT_EQ(Backing::given_back, 2u);
+    EXPECT_EQ(a.cached_bytes(), 0u);
+    try {
+      a.allocate(4096);
+      FAIL() << "no error past the backing store's capacity";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out of memory allocating 4096 bytes (512 bytes in use)"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(Backing::outstanding, 512u) << "the destructor gives back what was cached, not what is in use";
+  for (auto& [p, n] : Backing::sizes) std::free(p);
+  Backing::sizes.clear();
 }
 
 TEST(Tensor, HalfAndBfloat16ConversionsRoundToNearestEven) {

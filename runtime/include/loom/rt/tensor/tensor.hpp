@@ -32,9 +32,19 @@ void floats_to_halves(const float* in, uint16_t* out, size_t n);
 void halves_to_floats(const uint16_t* in, float* out, size_t n);
 void round_to_half(float* x, size_t n);  // x = half_to_float(float_to_half(x)), in place
 
-// Size-bucketed free lists, so that a training step allocates nothing after the first one.
+// A cache of freed blocks by exact size, so that a training step allocates nothing after the
+// first one; one for host memory (cpu()) and one per GPU (kernels_cuda.cu). It never holds more
+// than the most that was ever in use at once: a miss gives back the blocks released longest ago
+// (sizes the program stopped asking for, as when the balancer moves a rank's share, or a server's
+// batch sizes vary) until the new block fits under that mark. Where the backing allocator is out
+// of memory, every cached block is given back and the allocation tried once more.
 class Allocator {  // thread-safe: ranks as threads, communication threads, serving workers
  public:
+  using Fresh = void* (*)(size_t bytes);  // nullptr: out of memory
+  using GiveBack = void (*)(void* p);
+  // align: sizes are rounded up to it; give_back_at_exit: whether the destructor frees the cache
+  // (not for a GPU's: at exit the CUDA runtime may be gone first).
+  Allocator(Fresh fresh, GiveBack give_back, size_t align, bool give_back_at_exit);
   static Allocator& cpu();
   void* allocate(size_t bytes);
   void release(void* p, size_t bytes);
@@ -46,12 +56,23 @@ class Allocator {  // thread-safe: ranks as threads, communication threads, serv
     std::lock_guard<std::mutex> lock(mu_);
     return live_;
   }
+  size_t high_water_bytes() const {  // the most in use at once
+    std::lock_guard<std::mutex> lock(mu_);
+    return high_;
+  }
   ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
 
  private:
+  void evict(size_t keep);  // gives back the oldest cached blocks until cached_ <= keep; mu_ held
+  Fresh fresh_;
+  GiveBack give_back_;
+  size_t align_;
+  bool give_back_at_exit_;
   mutable std::mutex mu_;
-  std::vector<std::pair<size_t, void*>> free_;
-  size_t cached_ = 0, live_ = 0;
+  std::vector<std::pair<size_t, void*>> free_;  // the oldest released first
+  size_t cached_ = 0, live_ = 0, high_ = 0;
 };
 
 struct Storage {
