@@ -350,6 +350,7 @@ void unpin_host(void* p) {
 
 void release_mark(void* mark) { CUDA_OK(cudaEventDestroy(static_cast<cudaEvent_t>(mark))); }
 void synchronize() { CUDA_OK(cudaDeviceSynchronize()); }
+void wait_default_stream() { CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy)); }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {

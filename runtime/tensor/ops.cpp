@@ -72,8 +72,8 @@ void release_mark(Device d, void* mark) {
   if (d == Device::kCuda && mark) ON_CUDA(release_mark(mark));
 }
 
-void synchronize(Device d) {
-  if (d == Device::kCuda) ON_CUDA(synchronize());
+void wait_compute(Device d) {
+  if (d == Device::kCuda) ON_CUDA(wait_default_stream());
 }
 
 void upload_beside(Device d, void* dst, const void* host, size_t bytes) {

@@ -235,7 +235,10 @@ bool Trainer::step(int64_t epoch, int64_t b) {
       if (send) send(i);
     };
   mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), c_.global_batch, ready);
-  ops::synchronize(device_);  // kernels run asynchronously: the balancer needs the GPU's own time
+  // Kernels run asynchronously: the balancer needs the GPU's own time. Its compute only: a device-
+  // wide sync would also wait for the buckets NCCL is summing, which finish when the slowest rank
+  // sends its own, and a fast rank would measure the slow one's time.
+  ops::wait_compute(device_);
   mine.finite = precision_.leave(params, pos_.step);
   double compute = seconds_since(t0);
   if (c_.emulate_speed < 1) {

@@ -3,12 +3,15 @@
 // `mpirun -np N` (one GPU per rank), or alone without MPI as one NCCL rank (NCCL refuses two
 // ranks on one GPU; the bare GPU machine has no MPI). Then the trainer's gradient exchange on
 // CUDA gradients, summed by NCCL in device memory and staged through host memory, overlapped
-// with a backward that reports its gradients last first, and ZeRO-1's sharded step on the GPU.
+// with a backward that reports its gradients last first, and ZeRO-1's sharded step on the GPU;
+// and that the trainer's wait for its compute does not wait for a collective's stream.
 // Exits 77 (skip) without a usable GPU.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 #include "loom/rt/dist/comm_nccl.hpp"
 #include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/nn/optim.hpp"
+#include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "loom/rt/train/zero.hpp"
 
@@ -157,6 +161,29 @@ void zero_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
 
 }  // namespace
 
+// The balancer times each rank's compute with ops::wait_compute. Work on another non-blocking
+// stream (NCCL's, waiting there for a slower rank's bucket; here a host function that sleeps
+// 400 ms) must not count, or a fast rank measures the slow one's time and the shares stay equal.
+void wait_compute_checks() {
+  cudaStream_t other = nullptr;
+  cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+  auto sleep_there = [other] {
+    cudaLaunchHostFunc(other, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }, nullptr);
+  };
+  auto seconds = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  sleep_there();
+  const double compute = seconds([] { loom::rt::ops::wait_compute(loom::rt::Device::kCuda); });
+  const double device = seconds([] { cudaDeviceSynchronize(); });  // the rest of the 400 ms
+  std::printf("wait_compute: %.3f s with 400 ms queued on another stream (a device-wide sync: %.3f s)\n", compute, device);
+  expect(compute < 0.2, "wait_compute waited for another stream (s)", compute, 0);
+  expect(device > 0.2, "the other stream's sleep did not hold the device (s)", device, 0.4);
+  cudaStreamDestroy(other);
+}
+
 int main(int argc, char** argv) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
@@ -224,6 +251,7 @@ int main(int argc, char** argv) {
     comm->barrier();
     exchange_checks(*comm, me, p);
     zero_checks(*comm, me, p);
+    wait_compute_checks();
     cudaFree(d);
     cudaFree(dh);
     cudaFree(rs);

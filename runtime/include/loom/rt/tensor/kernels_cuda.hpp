@@ -46,7 +46,8 @@ void queue_after(void* mark);
 // refuses (the memory stays pageable and still works).
 bool pin_host(void* p, size_t bytes);
 void unpin_host(void* p);
-void synchronize();
+void synchronize();          // every stream of the current device
+void wait_default_stream();  // the default stream only (ops::wait_compute)
 
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
           int ldb, float beta, float* c, int ldc);

@@ -16,11 +16,13 @@ bool cuda_built();
 // because this build has no code for the GPU that is here).
 bool cuda_usable(std::string* why, bool* no_code = nullptr);
 
-// Copies between a device's memory and the host (a plain memcpy for the CPU); synchronize waits
-// for the device's queued work; select_gpu is cuda::select_device (-1 without CUDA).
+// Copies between a device's memory and the host (a plain memcpy for the CPU); wait_compute waits
+// for the work queued so far on the device's default stream, not for the gradient exchange's
+// streams (NCCL's, the side stream's copies), whose work waits for the other ranks; select_gpu
+// is cuda::select_device (-1 without CUDA).
 void download(Device d, void* host, const void* src, size_t bytes);
 void upload(Device d, void* dst, const void* host, size_t bytes);
-void synchronize(Device d);
+void wait_compute(Device d);
 // cuda::mark_queued, to_host_after and release_mark (null and a plain memcpy on the CPU).
 void* mark_queued(Device d);
 void download_after(Device d, void* mark, void* host, const void* src, size_t bytes);
