@@ -290,6 +290,14 @@ int current_device() {
 
 void set_device(int dev) { CUDA_OK(cudaSetDevice(dev)); }
 
+int compute_capability() {
+  int dev = 0, major = 0, minor = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
 // On the current device; blocks it gives back to cudaFree are that device's too.
 void* device_alloc(size_t bytes) {
   int dev = 0;

@@ -24,6 +24,14 @@ bool cuda_built() {
 #endif
 }
 
+int cuda_capability() {
+#ifdef LOOM_HAVE_CUDA
+  return cuda::compute_capability();
+#else
+  throw Error("this build of Loom has no CUDA support");
+#endif
+}
+
 bool cuda_usable(std::string* why, bool* no_code) {
   if (no_code) *no_code = false;
 #ifdef LOOM_HAVE_CUDA

@@ -10,13 +10,19 @@
 
 namespace loom::rt {
 
-std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep) {
+std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device) {
   if (c.precision != "bf16") return c.precision;
-  const std::vector<double> lacking = ranks.gather(loom::topo::device_has_bf16(c.gpu_class) ? 0.0 : 1.0);
+  // A CUDA rank asks its own GPU (a plain mpirun has no plugin to name the class); 0 when it has
+  // bf16, else its compute capability (major * 10 + minor), or -1 for a class without bf16.
+  const int cc = device == Device::kCuda ? ops::cuda_capability() : 0;
+  const double mine = device == Device::kCuda ? (cc >= 80 ? 0.0 : cc) : loom::topo::device_has_bf16(c.gpu_class) ? 0.0 : -1.0;
+  const std::vector<double> lacking = ranks.gather(mine);
   for (size_t r = 0; r < lacking.size(); ++r)
-    if (lacking[r] > 0) {
-      rep.say("rank " + std::to_string(r) + " has a GPU without bf16 (LOOM_GPU_CLASS" +
-                  (static_cast<int>(r) == ranks.me ? "=" + c.gpu_class : std::string()) +
+    if (lacking[r] != 0) {
+      const int rcc = static_cast<int>(lacking[r]);
+      const std::string what = lacking[r] > 0 ? "compute capability " + std::to_string(rcc / 10) + "." + std::to_string(rcc % 10)
+                                              : "LOOM_GPU_CLASS" + (static_cast<int>(r) == ranks.me ? "=" + c.gpu_class : std::string());
+      rep.say("rank " + std::to_string(r) + " has a GPU without bf16 (" + what +
                   "): every rank uses fp16 with loss scaling instead",
               "\"level\":\"warning\",\"event\":\"precision\",\"precision\":\"fp16\"");
       return "fp16";
@@ -24,8 +30,8 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
   return "bf16";
 }
 
-PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep)
-    : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep)) {}
+PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep, Device device)
+    : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep, device)) {}
 
 void PrecisionPolicy::announce(Device device) const {
   if (!enabled()) return;

@@ -142,7 +142,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
       rep_(c, ranks_.me, ranks_.size, log),
       preflight_(preflight()),
       plan_(c, ranks_, rep_),
-      precision_(c, ranks_, rep_),
+      precision_(c, ranks_, rep_, device_),
       sync_(c, ranks_, rep_, device_),
       opt_(c.optim),
       per_epoch_(task_->steps_per_epoch(c.global_batch)),

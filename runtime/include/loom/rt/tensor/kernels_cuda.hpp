@@ -23,6 +23,8 @@ int select_device(int local_rank);
 // The calling thread's device, and setting it (a thread that copies a rank's buffers, such as the
 // gradient exchange's, must use the rank's device: the current device is per thread).
 int current_device();
+// The current GPU's compute capability, major * 10 + minor (80: an A100; bf16 from 80 on).
+int compute_capability();
 void set_device(int dev);
 
 void* device_alloc(size_t bytes);              // cached by size, like the CPU allocator

@@ -15,6 +15,8 @@ bool cuda_built();
 // True when a CUDA device is usable; otherwise false and *why says why (*no_code, when given:
 // because this build has no code for the GPU that is here).
 bool cuda_usable(std::string* why, bool* no_code = nullptr);
+// The rank's GPU's compute capability (cuda::compute_capability; an Error without CUDA).
+int cuda_capability();
 
 // Copies between a device's memory and the host (a plain memcpy for the CPU); wait_compute waits
 // for the work queued so far on the device's default stream, not for the gradient exchange's

@@ -17,8 +17,9 @@ struct TrainConfig;
 
 class PrecisionPolicy {
  public:
-  // Collective with --precision bf16 (every rank says whether its GPU class has bf16).
-  PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep);
+  // Collective with --precision bf16: every rank says whether its device has bf16 (a CUDA rank's
+  // own GPU, from compute capability 8.0; otherwise its GPU class, LOOM_GPU_CLASS).
+  PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep, Device device);
   const std::string& precision() const { return amp_.precision(); }
   bool enabled() const { return amp_.enabled(); }
   // Says what runs where: emulated by rounding on the CPU, tensor-core GEMMs on CUDA.
@@ -38,7 +39,7 @@ class PrecisionPolicy {
   const MixedPrecision& amp() const { return amp_; }
 
  private:
-  static std::string agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep);
+  static std::string agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device);
   std::string asked_;
   int64_t inject_step_;
   Reporter& rep_;
