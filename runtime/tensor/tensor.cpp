@@ -173,8 +173,10 @@ Allocator& Allocator::cpu() {
   return a;
 }
 
+size_t Allocator::rounded(size_t bytes) const { return (std::max<size_t>(bytes, 1) + align_ - 1) / align_ * align_; }
+
 void* Allocator::allocate(size_t bytes) {
-  bytes = (std::max<size_t>(bytes, 1) + align_ - 1) / align_ * align_;
+  bytes = rounded(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = free_.size(); i-- > 0;)  // the most recently released first: the oldest age out
     if (free_[i].first == bytes) {
@@ -208,7 +210,7 @@ void Allocator::evict(size_t keep) {
 }
 
 void Allocator::release(void* p, size_t bytes) {
-  bytes = (std::max<size_t>(bytes, 1) + align_ - 1) / align_ * align_;
+  bytes = rounded(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   live_ -= bytes;
   free_.emplace_back(bytes, p);

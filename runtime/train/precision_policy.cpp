@@ -14,8 +14,9 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
   if (c.precision != "bf16") return c.precision;
   // A CUDA rank asks its own GPU (a plain mpirun has no plugin to name the class); 0 when it has
   // bf16, else its compute capability (major * 10 + minor), or -1 for a class without bf16.
-  const int cc = device == Device::kCuda ? ops::cuda_capability() : 0;
-  const double mine = device == Device::kCuda ? (cc >= 80 ? 0.0 : cc) : loom::topo::device_has_bf16(c.gpu_class) ? 0.0 : -1.0;
+  double mine = 0;
+  if (device != Device::kCuda) mine = loom::topo::device_has_bf16(c.gpu_class) ? 0 : -1;
+  else if (const int cc = ops::cuda_capability(); cc < 80) mine = cc;
   const std::vector<double> lacking = ranks.gather(mine);
   for (size_t r = 0; r < lacking.size(); ++r)
     if (lacking[r] != 0) {

@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "loom/rt/dist/comm_nccl.hpp"
@@ -159,23 +159,18 @@ void zero_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
          static_cast<double>(whole_state) / p);
 }
 
-}  // namespace
-
 // The balancer times each rank's compute with ops::wait_compute. Work on another non-blocking
 // stream (NCCL's, waiting there for a slower rank's bucket; here a host function that sleeps
 // 400 ms) must not count, or a fast rank measures the slow one's time and the shares stay equal.
 void wait_compute_checks() {
   cudaStream_t other = nullptr;
   cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
-  auto sleep_there = [other] {
-    cudaLaunchHostFunc(other, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }, nullptr);
-  };
   auto seconds = [](auto&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  sleep_there();
+  cudaLaunchHostFunc(other, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }, nullptr);
   const double compute = seconds([] { loom::rt::ops::wait_compute(loom::rt::Device::kCuda); });
   const double device = seconds([] { cudaDeviceSynchronize(); });  // the rest of the 400 ms
   std::printf("wait_compute: %.3f s with 400 ms queued on another stream (a device-wide sync: %.3f s)\n", compute, device);
@@ -183,6 +178,8 @@ void wait_compute_checks() {
   expect(device > 0.2, "the other stream's sleep did not hold the device (s)", device, 0.4);
   cudaStreamDestroy(other);
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int gpus = 0;

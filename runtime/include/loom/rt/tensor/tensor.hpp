@@ -65,6 +65,7 @@ class Allocator {  // thread-safe: ranks as threads, communication threads, serv
   Allocator& operator=(const Allocator&) = delete;
 
  private:
+  size_t rounded(size_t bytes) const;  // the block size a request takes (at least 1, aligned)
   void evict(size_t keep);  // gives back the oldest cached blocks until cached_ <= keep; mu_ held
   Fresh fresh_;
   GiveBack give_back_;
