@@ -214,14 +214,20 @@ int bench_allreduce(const std::vector<size_t>& sizes, int iters, const std::stri
         if (rank == 0) std::fprintf(stderr, "loom-bench: allreduce of %zu bytes differs from MPI_Allreduce by %.3g\n", bytes, all_worst);
         rc = 1;
       }
+      // Each iteration timed on its own (the slowest rank's time) and the median kept: one stall
+      // of a shared machine moves a mean of 5 by a fifth of the stall, the median not at all.
       auto time = [&](auto fn) {
         for (int i = 0; i < 2; ++i) fn();
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; ++i) fn();
-        double t = (MPI_Wtime() - t0) / iters, tmax = 0;
-        MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        return tmax;
+        std::vector<double> times(static_cast<size_t>(iters));
+        for (double& slowest : times) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          double t0 = MPI_Wtime();
+          fn();
+          double t = MPI_Wtime() - t0;
+          MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        }
+        std::sort(times.begin(), times.end());
+        return times[times.size() / 2];
       };
       double tl = time([&] { loom_allreduce(a.data(), n); });
       double tm = time([&] { MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });

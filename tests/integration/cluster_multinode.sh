@@ -22,9 +22,9 @@ shaped_network() {
     tc qdisc replace dev "lnv$i" root tbf rate 1gbit burst 512kb latency 400ms
     nsenter --net="/run/netns/ln$i" tc qdisc replace dev eth0 root tbf rate 1gbit burst 512kb latency 400ms
   done
-  mpi_srun $args "$LOOM_BUILDDIR/loom-bench" allreduce --bytes $bytes --iters 5 --format json --flat
+  mpi_srun $args "$LOOM_BUILDDIR/loom-bench" allreduce --bytes $bytes --iters 7 --format json --flat
   flat=$(tail -n 1 <<<"$out")
-  mpi_srun $args "$LOOM_BUILDDIR/loom-bench" allreduce --bytes $bytes --iters 5 --format json
+  mpi_srun $args "$LOOM_BUILDDIR/loom-bench" allreduce --bytes $bytes --iters 7 --format json
   hier=$(tail -n 1 <<<"$out")
   printf 'nodes:\n  - {count: 1, shape: %s, nics: 0, nic_gbps: 1}\n  - {count: 1, shape: %s, nics: 0, nic_gbps: 1}\n' \
     "$LOOM_FIXTURES/local-a100.xml" "$LOOM_FIXTURES/local-v100.xml" >"$LOOM_TMP/shaped.yaml"
