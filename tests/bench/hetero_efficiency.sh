@@ -11,7 +11,9 @@
 # cores do (memory bandwidth, the communication threads): the concurrent solo rates are the
 # fair baseline for "the sum of the devices", and both efficiencies are printed. Everything is
 # measured in ROUNDS (3) interleaved rounds and the medians are compared. TRAIN_ARGS adds
-# loom-train options to every run (TRAIN_ARGS="--zero 1": the optimizer sharded).
+# loom-train options to every run (TRAIN_ARGS="--zero 1": the optimizer sharded); MPIRUN (default
+# mpirun) and MPIRUN_ARGS (default --oversubscribe) launch the pairs, e.g. on a 16-core machine
+# MPIRUN_ARGS="--map-by slot:PE=4" TRAIN_ARGS="--threads 4": each rank on 4 cores of its own.
 # The bound: after each dynamic run, each device alone at the batch the balancer gave it (its
 # final share). The slower of the two is the step the pair would take if the exchange cost
 # nothing: 2-rank rate <= global batch / that step. Smaller batches run each device below its
@@ -23,6 +25,7 @@ steps=${STEPS:-300}
 batch=${BATCH:-256}
 rounds=${ROUNDS:-3}
 read -r -a extra <<<"${TRAIN_ARGS:-}"  # more loom-train options for every run (e.g. --zero 1)
+read -r -a launch <<<"${MPIRUN:-mpirun} ${MPIRUN_ARGS:---oversubscribe}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -45,8 +48,9 @@ for r in $(seq "$rounds"); do
   run 0.4 "cslow.$r"
   wait
   for bal in off dynamic; do
-    mpirun -np 2 --oversubscribe "$tmp/rankenv.sh" "$T" --steps "$steps" --global-batch "$batch" --balance "$bal" \
-      --replan-every 5 --log-every 100000 --metrics-file "$tmp/$bal.$r.jsonl" "${extra[@]}" 2>"$tmp/$bal.$r.err"
+    "${launch[@]}" -np 2 "$tmp/rankenv.sh" "$T" --steps "$steps" --global-batch "$batch" --balance "$bal" \
+      --replan-every 5 --log-every 100000 --metrics-file "$tmp/$bal.$r.jsonl" "${extra[@]}" 2>"$tmp/$bal.$r.err" ||
+      { echo "hetero_efficiency: the $bal pair failed:" >&2; tail -5 "$tmp/$bal.$r.err" >&2; exit 1; }
   done
   share0=$(sed -n 's/.*rank 0: time per step.*(share \([0-9]*\) of.*/\1/p' "$tmp/dynamic.$r.err")
   [ -n "$share0" ] || { echo "hetero_efficiency: no share in the dynamic run's breakdown" >&2; exit 1; }
@@ -54,7 +58,7 @@ for r in $(seq "$rounds"); do
   run 1 "bfast.$r" "$share0"
   run 0.4 "bslow.$r" $((batch - share0))
 done
-/usr/bin/python3 - "$tmp" "$rounds" "$batch" "${TRAIN_ARGS:-}" <<'PY'
+"${LOOM_PYTHON:-/usr/bin/python3}" - "$tmp" "$rounds" "$batch" "${TRAIN_ARGS:-}" <<'PY'
 import json, statistics, sys
 tmp, rounds, batch = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def rate(name, r):

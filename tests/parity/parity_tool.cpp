@@ -2,14 +2,16 @@
 // of raw little-endian inputs, runs forward, cross-entropy and backward, and writes the logits,
 // the loss and every parameter's gradient as raw float32 files.
 //   mlp: IN_DIR/x.bin float32 [B,in], IN_DIR/y.bin int32 [B]
-//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]; DEVICE cuda runs it on the GPU,
-//        ATTENTION (auto, full or flash) picks attention's path
+//   gpt: IN_DIR/tokens.bin, IN_DIR/targets.bin int32 [B*context]; ATTENTION (auto, full or flash)
+//        picks attention's path
+// DEVICE cuda runs either on the GPU.
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/io/model_io.hpp"
 
 namespace {
@@ -46,26 +48,31 @@ int main(int argc, char** argv) {
     const int b = std::stoi(argv[3]);
     const std::string device = argc >= 7 ? argv[6] : "cpu";
     const loom::rt::Attention attention = loom::rt::parse_attention(argc == 8 ? argv[7] : "auto");
-    if (device != "cpu" && (device != "cuda" || kind != "gpt"))
-      throw loom::rt::Error("device '" + device + "': cpu, or cuda for the gpt");
+    if (device != "cpu" && device != "cuda") throw loom::rt::Error("device '" + device + "': cpu or cuda");
+    const loom::rt::Device dev = device == "cuda" ? loom::rt::Device::kCuda : loom::rt::Device::kCpu;
     double loss = 0;
     if (kind == "mlp") {
       loom::rt::Mlp m = loom::rt::load_mlp(model);
+      m.to(dev);
       const int in = m.widths().front(), classes = m.widths().back();
       loom::rt::Tensor x = loom::rt::Tensor::empty({b, in});
       auto xs = read_raw<float>(dir + "/x.bin", static_cast<size_t>(b) * in);
       std::copy(xs.begin(), xs.end(), x.f32());
-      auto y = read_raw<int32_t>(dir + "/y.bin", static_cast<size_t>(b));
-      const loom::rt::Tensor& logits = m.forward(x);
-      loom::rt::Tensor d = loom::rt::Tensor::empty({b, classes});
-      loss = loom::rt::cpu::softmax_xent(logits.f32(), y.data(), d.f32(), b, classes);
-      write_raw(out + "/logits.bin", logits.f32(), logits.numel());
+      loom::rt::Tensor y = loom::rt::Tensor::empty({b}, loom::rt::DType::kI32);
+      auto ys = read_raw<int32_t>(dir + "/y.bin", static_cast<size_t>(b));
+      std::copy(ys.begin(), ys.end(), y.data<int32_t>());
+      const loom::rt::Tensor xd = x.to(dev), yd = y.to(dev);
+      const loom::rt::Tensor& logits = m.forward(xd);
+      loom::rt::Tensor d = loom::rt::Tensor::empty({b, classes}, loom::rt::DType::kF32, dev);
+      loss = loom::rt::ops::softmax_xent(dev, logits.f32(), yd.data<int32_t>(), d.f32(), b, classes);
+      const loom::rt::Tensor host_logits = logits.to(loom::rt::Device::kCpu);
+      write_raw(out + "/logits.bin", host_logits.f32(), host_logits.numel());
       m.backward(d);
       write_grads(out, m.params());
     } else if (kind == "gpt") {
       loom::rt::Gpt m = loom::rt::load_gpt(model);
       m.set_attention(attention);
-      if (device == "cuda") m.to(loom::rt::Device::kCuda);
+      m.to(dev);
       const size_t n = static_cast<size_t>(b) * static_cast<size_t>(m.config().context);
       auto tok = read_raw<int32_t>(dir + "/tokens.bin", n), tgt = read_raw<int32_t>(dir + "/targets.bin", n);
       loss = m.forward(tok, tgt, b, false);
