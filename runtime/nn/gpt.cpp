@@ -36,7 +36,8 @@ Attention parse_attention(const std::string& name) {
 
 bool Gpt::flash() const {
   if (attention_ != Attention::kAuto) return attention_ == Attention::kFlash;
-  return c_.context >= kFlashContext && (device_ == Device::kCpu || c_.embd / c_.heads <= gpt_cuda::kFlashMaxHeadSize);
+  if (device_ == Device::kCpu) return c_.context >= kFlashContext;
+  return c_.context >= kFlashContextCuda && c_.embd / c_.heads <= gpt_cuda::kFlashMaxHeadSize;
 }
 
 Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull) {

@@ -142,10 +142,22 @@ int main() {
     failures += !run({"context 160, 1 layer, 2 heads, width 96, --recompute", b, 3, true});
     failures += !run({"flash: context 64, 4 heads of 16, dropout 0.1", a, 4, false, Attention::kFlash});
     failures += !run({"flash: context 130, 2 heads of 48, --recompute", shape(130, 2, 96), 3, true, Attention::kFlash});
-    failures += !run({"flash (auto): context 300, 2 heads of 100", shape(300, 2, 200), 2, false});
+    failures += !run({"flash: context 300, 2 heads of 100", shape(300, 2, 200), 2, false, Attention::kFlash});
   } catch (const std::exception& e) {
     std::printf("gpt_cuda_test: FAIL: %s\n", e.what());
     return 1;
+  }
+  // auto on CUDA: full attention (tensor cores) below kFlashContextCuda, flash from there on; the
+  // CPU takes flash from kFlashContext.
+  for (const int context : {300, kFlashContextCuda - 1, kFlashContextCuda}) {
+    Gpt on_cpu(shape(context, 2, 64), 1), on_gpu(shape(context, 2, 64), 1);
+    on_gpu.to(Device::kCuda);
+    const bool want = context >= kFlashContextCuda;
+    if (on_gpu.flash() != want || !on_cpu.flash()) {
+      std::printf("gpt_cuda_test: auto at context %d chose %s on CUDA, %s on the CPU: FAIL\n", context,
+                  on_gpu.flash() ? "flash" : "full", on_cpu.flash() ? "flash" : "full");
+      ++failures;
+    }
   }
   // Heads wider than the kernels' registers: refused by name, not run wrong.
   try {

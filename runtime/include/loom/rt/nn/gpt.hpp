@@ -16,11 +16,15 @@ namespace loom::rt {
 
 // Attention's algorithm (gpt_kernels.hpp): full keeps each head's T x T softmax for the
 // backward; flash keeps one log-sum-exp per row and recomputes the softmax tile by tile in the
-// backward, so activation memory grows with T, not T^2. auto: flash from kFlashContext tokens on
-// (and, on CUDA, for heads of at most gpt_cuda's 128 values).
+// backward, so activation memory grows with T, not T^2. auto: on the CPU flash from kFlashContext
+// tokens on; on CUDA from kFlashContextCuda (for heads of at most gpt_cuda's 128 values): there
+// full attention's GEMMs run on tensor cores and flash's kernels on fp32 cores, and full was
+// 1.56x faster at context 1024 on an H200 (doc/gpu.md); from 2048 on, the scores of a 12-layer
+// model at batch 8 would take ~19 GB.
 enum class Attention { kAuto, kFull, kFlash };
 Attention parse_attention(const std::string& name);  // auto | full | flash; Error otherwise
 constexpr int kFlashContext = 256;
+constexpr int kFlashContextCuda = 2048;
 
 struct GptConfig {
   int vocab = 0, context = 64, layers = 2, heads = 4, embd = 64;
