@@ -10,6 +10,7 @@
 
 #include "loom/rt/graph/export.hpp"
 #include "loom/rt/graph/graph.hpp"
+#include "loom/rt/proc/process.hpp"
 
 namespace loom::rt::graph {
 namespace {
@@ -136,18 +137,9 @@ void write_mlp_onnx(const std::string& path, const MlpGraph& g) {
   } catch (const std::exception& e) {
     throw Error("ONNX export: ONNX's checker refuses the graph: " + std::string(e.what()));
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !m.SerializeToOstream(&f) || !f.flush()) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": cannot write");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename " + tmp + " into place");
-  }
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) throw Error(path + ": cannot serialize the ONNX model");
+  write_file_atomic(path, bytes);
 }
 
 }  // namespace loom::rt::graph

@@ -1,6 +1,7 @@
 // model_io.cpp — HDF5 reading and writing. Every HDF5 call is checked; HDF5's own error stack
 // printing is silenced and its failures become one-line errors naming the file.
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/proc/process.hpp"
 
 #include <fcntl.h>
 #include <malloc.h>
@@ -71,8 +72,8 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& pat
   return std::string(buf.c_str());
 }
 
-void fsync_path(const std::string& path, int flags) {
-  int fd = open(path.c_str(), flags | O_CLOEXEC);
+void fsync_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open for fsync: " + std::strerror(errno));
   int rc = fsync(fd);
   close(fd);
@@ -128,9 +129,12 @@ void write_atomic(const std::string& path, const std::vector<std::pair<std::stri
   }();
   (void)heap_tuned;
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  // Created exclusively: a file or symlink someone planted at that name is removed (the link
+  // itself, never what it points to), and one planted again in between makes the create fail.
+  ::unlink(tmp.c_str());
   try {
     {
-      H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
       h5check(file, tmp + ": cannot create (" + std::strerror(errno) + ")");
       for (const auto& a : attrs) write_string_attr(file, a.first.c_str(), a.second, path);
       {
@@ -180,11 +184,8 @@ void write_atomic(const std::string& path, const std::vector<std::pair<std::stri
       }
       h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
     }
-    fsync_path(tmp, O_RDONLY);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw Error(path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
-    std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
-    fsync_path(dir.empty() ? "/" : dir, O_RDONLY | O_DIRECTORY);
+    fsync_file(tmp);
+    commit_file(tmp, path);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;

@@ -1,12 +1,17 @@
 // process.cpp — process.hpp.
 #include "loom/rt/proc/process.hpp"
 
+#include "loom/rt/error.hpp"
+
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <stdexcept>
@@ -54,14 +59,66 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw std::runtime_error(tmp + ": cannot write");
+std::string comment_text(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+namespace {
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+[[noreturn]] void io_failed(const std::string& what) { throw Error(what + ": " + std::strerror(errno)); }
+
+void fsync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) io_failed(dir + ": cannot open the folder to sync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) io_failed(dir + ": fsync failed");
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& text, mode_t mode) {
+  // mkstemp: a new name of its own, created O_EXCL (never a planted file or symlink followed).
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) io_failed(path + ": cannot create a temporary file beside it");
+  try {
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) io_failed(tmp + ": cannot write");
+      done += static_cast<size_t>(n);
+    }
+    if (::fchmod(fd, mode) != 0) io_failed(tmp + ": cannot set its mode");
+    if (::fsync(fd) != 0) io_failed(tmp + ": fsync failed");
+    if (::close(fd) != 0) {
+      ::unlink(tmp.c_str());
+      io_failed(tmp + ": cannot close");
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": cannot rename into place");
+  commit_file(tmp, path);
+}
+
+void commit_file(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    io_failed(path + ": cannot rename " + tmp + " into place");
+  }
+  fsync_folder(folder_of(path));
 }
 
 }  // namespace loom::rt

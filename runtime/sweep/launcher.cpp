@@ -135,7 +135,7 @@ void write_wrapper(const std::string& dir) {
   const std::string q = shell_quote(dir);
   const std::string script =
       "#!/bin/bash\n"
-      "# trial.sh — written by loom-sweep: runs trial $SLURM_ARRAY_TASK_ID of the sweep in " + dir + "\n"
+      "# trial.sh — written by loom-sweep: runs trial $SLURM_ARRAY_TASK_ID of the sweep in " + comment_text(dir) + "\n"
       "# once loom-sweep has written its command, and records its start, end and exit status.\n"
       "dir=" + q + "\n"
       "id=${SLURM_ARRAY_TASK_ID:?loom-sweep: not an array task}\n"
@@ -152,8 +152,7 @@ void write_wrapper(const std::string& dir) {
       "date +%s.%N > \"$t/end\"\n"
       "echo \"$rc\" > \"$t/rc.tmp\" && mv -f \"$t/rc.tmp\" \"$t/rc\"\n"
       "exit \"$rc\"\n";
-  write_file_atomic(dir + "/trial.sh", script);
-  ::chmod((dir + "/trial.sh").c_str(), 0755);
+  write_file_atomic(dir + "/trial.sh", script, 0755);
 }
 
 std::unique_ptr<Launcher> slurm_launcher(const std::string& dir, std::vector<std::string> args, std::string job) {

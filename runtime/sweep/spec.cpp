@@ -59,6 +59,11 @@ Param parse_param(const std::string& name, const YAML::Node& n) {
   if (p.type == ParamType::Log && p.min <= 0) throw SpecError(where + ": a log parameter needs min > 0");
   if (p.type == ParamType::Int && (p.min != std::floor(p.min) || p.max != std::floor(p.max)))
     throw SpecError(where + ": an int parameter needs integer min and max");
+  // Every integer of the range must be a double exactly and a 64-bit integer: within +-2^53.
+  constexpr double kExact = 9007199254740992.0;
+  if (p.type == ParamType::Int && (std::fabs(p.min) > kExact || std::fabs(p.max) > kExact))
+    throw SpecError(where + ": an int parameter's min and max must lie within +-2^53 (min " + n["min"].Scalar() +
+                    ", max " + n["max"].Scalar() + ")");
   return p;
 }
 

@@ -34,6 +34,7 @@ Spec parse_spec(const std::string& yaml_text);
 std::string expand_command(const Spec& spec, const Space& space, const Point& values,
                            const std::string& metrics_file);
 
-using loom::rt::shell_quote;  // loom/rt/proc/process.hpp
+using loom::rt::comment_text;  // loom/rt/proc/process.hpp
+using loom::rt::shell_quote;
 
 }  // namespace loom::sweep

@@ -68,7 +68,7 @@ void write_replica_script(const std::string& state_dir, const std::string& loom_
   ::mkdir((state_dir + "/replicas").c_str(), 0755);
   std::ostringstream s;
   s << "#!/bin/bash\n"
-    << "# replica.sh — written by loom-serve --controller: one replica of the service in " << spec_file << ".\n"
+    << "# replica.sh — written by loom-serve --controller: one replica of the service in " << rt::comment_text(spec_file) << ".\n"
     << "# It announces its address in replicas/$SLURM_JOB_ID.json once it listens; SIGTERM drains it (srun\n"
     << "# passes it on). It runs as a job step, so that Loom's SPANK plugin, where Slurm loads it, places\n"
     << "# it: on its GPU and the cores and NIC nearest it (or on one NUMA node without a GPU).\n"
@@ -81,8 +81,7 @@ void write_replica_script(const std::string& state_dir, const std::string& loom_
   if (!token_file.empty()) s << " --auth-token-file " << shell_quote(token_file);
   for (const auto& a : serve_args) s << " " << shell_quote(a);
   s << "\n";
-  rt::write_file_atomic(state_dir + "/replica.sh", s.str());
-  ::chmod((state_dir + "/replica.sh").c_str(), 0755);
+  rt::write_file_atomic(state_dir + "/replica.sh", s.str(), 0755);
 }
 
 namespace {

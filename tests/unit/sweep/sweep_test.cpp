@@ -7,9 +7,17 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gp.hpp"
+#include "launcher.hpp"
+#include "loom/rt/error.hpp"
+#include "loom/rt/proc/process.hpp"
 #include "propose.hpp"
 #include "spec.hpp"
 #include "trial.hpp"
@@ -111,6 +119,9 @@ TEST(Spec, RefusesBadSpecsWithOneClearError) {
   expect_spec_error(with("parallel: 2", "parallel: 9"), "'parallel'");
   expect_spec_error(with("values: [sgd, \"adam w\"]", "values: []"), "non-empty list");
   expect_spec_error(with("min: 16", "min: 16.5"), "integer min and max");
+  // Integers a double or a 64-bit integer cannot hold: refused, not wrapped to -2^63.
+  expect_spec_error(with("min: 16, max: 20", "min: 1e19, max: 2e19"), "within +-2^53");
+  expect_spec_error(with("min: 16, max: 20", "min: -1e17, max: 20"), "within +-2^53");
   expect_spec_error(with("trials: 8", "trials: many"), "'trials': 'many' is not a valid value");
   expect_spec_error("command: [unclosed", "not valid YAML");
   expect_spec_error(std::string(kSpec) + "sbatch: [--array=0-3]\n", "--array is loom-sweep's");
@@ -122,6 +133,50 @@ TEST(Spec, ExpandsTheCommandQuotingWhatTheShellWouldSplit) {
   const std::string cmd = expand_command(s, space, {0.01, 17, 1}, "/tmp/a b/m.jsonl");
   EXPECT_EQ(cmd, "train --lr 0.01 --batch 17 --opt 'adam w' --out '/tmp/a b/m.jsonl'");
   EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+}
+
+// A sweep folder whose name holds a newline and shell syntax: trial.sh's comment must not end
+// there and run the rest (it printed INJECTED-42), and the folder is still the one it uses.
+TEST(Launcher, WrapperScriptRunsNothingFromTheFolderName) {
+  char base[] = "/tmp/loom-sweep-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(base), nullptr);
+  const std::string dir = std::string(base) + "/a\necho INJECTED-$((6*7)) #'\"b";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  write_wrapper(dir);
+  std::string out;
+  // Without SLURM_ARRAY_TASK_ID the script stops at its first command: only a comment's
+  // injected line could print anything before that.
+  const int rc = loom::rt::run_program({"env", "-u", "SLURM_ARRAY_TASK_ID", "bash", dir + "/trial.sh"}, out);
+  EXPECT_NE(rc, 0);
+  EXPECT_EQ(out.find("INJECTED-42"), std::string::npos) << out;  // the name itself may be echoed
+  EXPECT_NE(out.find("not an array task"), std::string::npos) << out;
+  struct stat st{};
+  ASSERT_EQ(::stat((dir + "/trial.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  std::string ignored;
+  loom::rt::run_program({"rm", "-rf", base}, ignored);
+}
+
+// The one atomic write never follows what someone planted at a temporary name: the old
+// `<path>.tmp` symlink made the controller overwrite its target.
+TEST(AtomicWrite, NeverFollowsAPlantedSymlink) {
+  char base[] = "/tmp/loom-atomic-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(base), nullptr);
+  const std::string dir = base, victim = dir + "/victim", path = dir + "/x.json";
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::symlink(victim.c_str(), (path + ".tmp").c_str()), 0);
+  loom::rt::write_file_atomic(path, "{\"a\":1}\n", 0600);
+  std::ifstream v(victim), x(path);
+  std::string vs((std::istreambuf_iterator<char>(v)), {}), xs((std::istreambuf_iterator<char>(x)), {});
+  EXPECT_EQ(vs, "precious\n");
+  EXPECT_EQ(xs, "{\"a\":1}\n");
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // A folder it cannot write in: an error that names the file and the reason, nothing left.
+  EXPECT_THROW(loom::rt::write_file_atomic(dir + "/missing/y.json", "x"), loom::rt::Error);
+  std::string ignored;
+  loom::rt::run_program({"rm", "-rf", base}, ignored);
 }
 
 TEST(GaussianProcess, InterpolatesItsDataAndIsUnsureFarFromIt) {

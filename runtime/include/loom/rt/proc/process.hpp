@@ -3,6 +3,8 @@
 // scripts they write, and files that appear whole (written aside, then renamed into place).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -14,9 +16,17 @@ int run_program(const std::vector<std::string>& argv, std::string& out);
 
 // `s` as one bash word: unchanged when it is plain, else in single quotes.
 std::string shell_quote(const std::string& s);
+// `s` for a script's comment or any one line of text: every control character (a newline would
+// end the comment and run the rest) becomes '?'.
+std::string comment_text(std::string s);
 
-// Writes `text` to path.tmp, then renames it onto `path`: a reader sees the old file or the new
-// one, never a part. Throws std::runtime_error.
-void write_file_atomic(const std::string& path, const std::string& text);
+// Writes `text` to a new temporary file beside `path` (mkstemp: created exclusively, so a planted
+// file or symlink is never followed), syncs it, gives it `mode`, renames it onto `path` and syncs
+// the folder: a reader sees the old file or the new one, never a part, and a crash leaves one of
+// the two. Throws rt::Error naming the file and the system's reason. The one atomic write.
+void write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0644);
+// The last half of that, for a writer that made and synced `tmp` itself (an HDF5 file): renames
+// it onto `path` (removing it when that fails) and syncs the folder.
+void commit_file(const std::string& tmp, const std::string& path);
 
 }  // namespace loom::rt
