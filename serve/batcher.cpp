@@ -172,6 +172,7 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
     xs.push_back(&j.x);
   }
   std::string error;
+  Status failed = Status::kInternal;
   std::vector<rt::Tensor> outs;
   try {
     std::vector<rt::Tensor> in;
@@ -181,6 +182,9 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
       for (const auto& o : outs)
         if (o.ndim() == 0 || o.dim(0) != rows)
           throw rt::Error("an output has " + o.shape_str() + " for a batch of " + std::to_string(rows) + " rows");
+  } catch (const rt::InvalidInput& e) {  // what the request's data made an operator refuse: 400
+    error = e.what();
+    failed = Status::kBadRequest;
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -193,7 +197,7 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
     o.compute_s = compute;
     o.batch_rows = rows;
     if (!error.empty()) {
-      o.status = Status::kInternal;
+      o.status = failed;
       o.error = "inference failed: " + error;
     } else if (live.size() == 1) {
       o.outputs = outs;

@@ -121,6 +121,8 @@ po::options_description describe(Cli& c, Context& ctx) {
       "requests waiting per model version before 503 / UNAVAILABLE")(
       "request-timeout-ms", po::value(&ctx.options.request_timeout_ms)->default_value(30000), "per-request timeout")(
       "max-request-bytes", po::value(&ctx.max_request_bytes)->default_value(64 << 20), "largest request body")(
+      "max-run-memory-mb", po::value(&ctx.options.max_run_memory_mb)->default_value(1024),
+      "an ONNX model's tensors alive at once while it answers one batch (past it: 400 naming the node)")(
       "read-timeout-s", po::value(&ctx.read_timeout_s)->default_value(30), "a request must arrive within this")(
       "write-timeout-s", po::value(&ctx.write_timeout_s)->default_value(30),
       "an answer must be taken by the client within this (else the connection is cut)")(
@@ -164,6 +166,8 @@ std::string check_options(const Cli& c, const Context& ctx, const po::variables_
   if (ctx.options.max_queue_size < 1) return "--max-queue-size must be at least 1";
   if (ctx.options.max_queue_delay_us < 0 || ctx.options.request_timeout_ms < 1) return "bad delay or timeout";
   if (ctx.max_request_bytes < 1024) return "--max-request-bytes must be at least 1024";
+  if (ctx.options.max_run_memory_mb < 1 || ctx.options.max_run_memory_mb > (int64_t{1} << 30))
+    return "--max-run-memory-mb must be 1-1073741824";
   if (ctx.options.threads < 1) return "--threads must be at least 1";
   if (ctx.max_connections < 1 || ctx.max_connections > 65536) return "--max-connections must be 1-65536";
   if (ctx.read_timeout_s < 1 || ctx.read_timeout_s > 86400) return "--read-timeout-s must be 1-86400";
@@ -286,7 +290,8 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
   c.ctl.serve_args = {"--max-batch-size", std::to_string(ctx.options.max_batch_size), "--max-queue-delay-us",
                       std::to_string(ctx.options.max_queue_delay_us), "--max-queue-size", std::to_string(ctx.options.max_queue_size),
                       "--request-timeout-ms", std::to_string(ctx.options.request_timeout_ms), "--max-request-bytes",
-                      std::to_string(ctx.max_request_bytes), "--device", ctx.options.device};
+                      std::to_string(ctx.max_request_bytes), "--max-run-memory-mb",
+                      std::to_string(ctx.options.max_run_memory_mb), "--device", ctx.options.device};
   return run_controller(c.ctl, ctx, c.bind, c.http_port, c.grpc_port, log_event, [&set] {
     while (next_signal(set, 0) == SIGHUP) {
     }

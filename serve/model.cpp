@@ -118,12 +118,18 @@ void ServedModel::load_onnx(const std::string& device) {
 
 int64_t ServedModel::opset() const { return graph_ ? graph_->opset() : 0; }
 
+void ServedModel::set_run_memory_budget(size_t bytes) {
+  if (graph_) graph_->set_memory_budget(bytes);
+}
+
 std::string ServedModel::graph_summary() const {
   if (!graph_) return "";
   return std::to_string(graph_->node_count()) + " nodes, " + std::to_string(graph_->folded()) + " folded, " +
          std::to_string(graph_->fused()) + " fused";
 }
 #else
+void ServedModel::set_run_memory_budget(size_t) {}
+
 void ServedModel::load_onnx(const std::string&) {
   throw rt::Error(path_ + ": this build of loom-serve has no ONNX support (configure found no libonnx-dev)");
 }

@@ -36,6 +36,9 @@ class ServedModel {
   ~ServedModel();
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
+  // The bytes an ONNX graph's run may hold at once (rt::graph::Model::set_memory_budget); a run
+  // past it fails with AllocationRefused naming the node. Nothing for other models.
+  void set_run_memory_budget(size_t bytes);
   const std::string& path() const { return path_; }
   int in_features() const { return in_; }
   bool on_cuda() const { return cuda_; }

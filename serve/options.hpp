@@ -16,6 +16,7 @@ struct Options {
   std::string device = "auto";   // auto (CUDA when built and a GPU is usable) | cpu | cuda
   bool allow_symlinks = false;   // serve model files that resolve outside the repository
   bool exit_on_error = false;    // a model that fails to load at start fails the start (Triton's flag)
+  int64_t max_run_memory_mb = 1024;  // an ONNX graph's tensors alive at once in one run; past it: 400
 };
 
 }  // namespace loom::serve

@@ -101,6 +101,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     warn_writable(file, log_);
   }
   auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
+  model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
   std::string what;
   if (model->generator()) {
     what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";

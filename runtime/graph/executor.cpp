@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "ops.hpp"
 
@@ -60,7 +61,12 @@ void Model::run_node(const Node& n, std::vector<Tensor>& vals) const {
     }
   out.clear();
   out.resize(n.out.size());
-  n.fn(n, in, out);
+  try {
+    n.fn(n, in, out);
+  } catch (const AllocationRefused& e) {  // from Tensor::empty, which knows no node
+    out.clear();
+    throw AllocationRefused(n.label() + ": " + e.what());
+  }
   for (size_t i = 0; i < n.out.size(); ++i)
     if (n.out[i] >= 0) vals[static_cast<size_t>(n.out[i])] = std::move(out[i]);
 }
@@ -114,6 +120,8 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   }
   static const bool profile = std::getenv("LOOM_GRAPH_PROFILE") != nullptr;
   std::map<std::string, double> spent;
+  std::optional<AllocationBudget> budget;
+  if (budget_) budget.emplace(budget_);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     run_node(nodes_[i], vals);

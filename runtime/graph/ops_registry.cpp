@@ -86,7 +86,9 @@ const char* kserve_type_name(DType t) {
   return "?";
 }
 
-void op_error(const Node& n, const std::string& why) { throw Error(n.label() + ": " + why); }
+// What an operator refuses comes from the data it was given: the request's (the graph itself was
+// run once on zeros at load).
+void op_error(const Node& n, const std::string& why) { throw InvalidInput(n.label() + ": " + why); }
 
 static const Attr* find_attr(const Node& n, const char* name) {
   auto it = n.attrs.find(name);
@@ -141,16 +143,12 @@ std::vector<int64_t> ints_of(const Node& n, const Tensor& t) {
 }
 
 int norm_axis(const Node& n, int64_t axis, int rank) {
-  if (axis < -rank || axis >= std::max(rank, 1))
+  if (axis < -rank || axis >= rank)  // a scalar (rank 0) has no axis at all
     op_error(n, "axis " + std::to_string(axis) + " is outside a tensor of rank " + std::to_string(rank));
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+int64_t numel_of(const Shape& s) { return checked_numel(s); }
 
 static std::string shape_text(const Shape& s) {
   std::string t = "[";

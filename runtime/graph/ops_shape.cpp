@@ -309,36 +309,48 @@ void op_gather(const Node& n, const std::vector<const Tensor*>& in, std::vector<
   out[0] = y;
 }
 
+// Range's length, max(ceil((limit - start) / delta), 0), computed in long double so that no
+// start, limit or delta (int64 or float, finite) overflows it; the tensor it makes is then
+// checked and charged like any other (Tensor::empty) before it is filled.
+int64_t range_length(const Node& n, long double start, long double limit, long double delta) {
+  if (delta == 0) op_error(n, "a delta of 0");
+  const long double k = std::ceil((limit - start) / delta);
+  if (!std::isfinite(static_cast<double>(k))) op_error(n, "a range that does not end (start, limit or delta is not finite)");
+  if (k > static_cast<long double>(int64_t{1} << 62))
+    throw AllocationRefused("a range of " + std::to_string(static_cast<double>(k)) + " elements");
+  return std::max<int64_t>(0, static_cast<int64_t>(k));
+}
+
 void op_range(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a = need(n, in, 0), &b = need(n, in, 1), &d = need(n, in, 2);
   if (a.dtype() == DType::kF32) {
     const float s = a.f32()[0], l = b.f32()[0], dl = d.f32()[0];
-    if (dl == 0) op_error(n, "a delta of 0");
-    const int64_t k = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((l - s) / dl)));
+    const int64_t k = range_length(n, s, l, dl);
     Tensor y = Tensor::empty({k});
     for (int64_t i = 0; i < k; ++i) y.f32()[i] = s + static_cast<float>(i) * dl;
     out[0] = y;
     return;
   }
   const int64_t s = scalar_i(n, a), l = scalar_i(n, b), dl = scalar_i(n, d);
-  if (dl == 0) op_error(n, "a delta of 0");
-  const int64_t k = std::max<int64_t>(0, (l - s + dl + (dl > 0 ? -1 : 1)) / dl);
-  if (k > (int64_t{1} << 31)) op_error(n, "a range of " + std::to_string(k) + " elements");
-  std::vector<int64_t> v(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) v[static_cast<size_t>(i)] = s + i * dl;
-  out[0] = make_i64(v, {k});
+  const int64_t k = range_length(n, s, l, dl);
+  // Each value lies between start and limit, but i * delta alone may not fit: modular arithmetic.
+  auto at = [s, dl](int64_t i) {
+    return static_cast<int64_t>(static_cast<uint64_t>(s) + static_cast<uint64_t>(i) * static_cast<uint64_t>(dl));
+  };
   if (a.dtype() == DType::kI32) {
     Tensor y = Tensor::empty({k}, DType::kI32);
-    for (int64_t i = 0; i < k; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(v[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < k; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(at(i));
     out[0] = y;
+    return;
   }
+  Tensor y = Tensor::empty({k}, DType::kI64);
+  for (int64_t i = 0; i < k; ++i) y.data<int64_t>()[i] = at(i);
+  out[0] = y;
 }
 
 void op_constant_of_shape(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Shape s = ints_of(n, need(n, in, 0));
-  for (int64_t d : s)
-    if (d < 0) op_error(n, "a negative dimension");
-  if (numel_of(s) > (int64_t{1} << 31)) op_error(n, "a tensor of " + std::to_string(numel_of(s)) + " elements");
+  numel_of(s);  // a negative dimension, or a count that would wrap, refused by name
   auto it = n.attrs.find("value");
   const Tensor* v = it != n.attrs.end() && it->second.kind == Attr::kTensor ? &it->second.t : nullptr;
   Tensor y = Tensor::empty(s, v ? v->dtype() : DType::kF32);
@@ -377,8 +389,12 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   const float value = in.size() > 2 && in[2] && in[2]->numel() ? in[2]->f32()[0] : 0.0f;
   Shape s(static_cast<size_t>(r));
   for (int d = 0; d < r; ++d) {
-    s[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] + pads[static_cast<size_t>(d)] + pads[static_cast<size_t>(d + r)];
-    if (s[static_cast<size_t>(d)] < 0) op_error(n, "pads cut away more than the tensor");
+    int64_t& v = s[static_cast<size_t>(d)];
+    if (__builtin_add_overflow(x.shape()[static_cast<size_t>(d)], pads[static_cast<size_t>(d)], &v) ||
+        __builtin_add_overflow(v, pads[static_cast<size_t>(d + r)], &v))
+      throw AllocationRefused("pads of " + std::to_string(pads[static_cast<size_t>(d)]) + " and " +
+                              std::to_string(pads[static_cast<size_t>(d + r)]) + " overflow a dimension");
+    if (v < 0) op_error(n, "pads cut away more than the tensor");
   }
   Tensor y = Tensor::empty(s);
   float* py = y.f32();
@@ -392,7 +408,7 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
       const int64_t c = rem / xs[static_cast<size_t>(d)] + pads[static_cast<size_t>(d)];
       rem %= xs[static_cast<size_t>(d)];
       if (c < 0 || c >= s[static_cast<size_t>(d)]) inside = false;
-      o += c * ys[static_cast<size_t>(d)];
+      if (inside) o += c * ys[static_cast<size_t>(d)];
     }
     if (inside) py[o] = x.f32()[i];
   }

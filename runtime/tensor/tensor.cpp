@@ -223,15 +223,57 @@ Allocator::~Allocator() {
 }
 
 Storage::~Storage() {
+  if (account) account->refund(bytes);
   if (data && device == Device::kCpu) Allocator::cpu().release(data, bytes);
 #ifdef LOOM_HAVE_CUDA
   if (data && device == Device::kCuda) cuda::device_free(data, bytes);
 #endif
 }
 
-Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+thread_local std::shared_ptr<BudgetAccount> t_budget;
+}  // namespace
+
+int64_t checked_numel(const std::vector<int64_t>& shape) {
+  constexpr int64_t kMost = int64_t{1} << 62;
+  int64_t n = 1;
   for (int64_t d : shape)
-    if (d < 0) throw Error("negative dimension in shape");
+    if (d < 0) throw AllocationRefused("negative dimension in shape " + shape_text(shape));
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMost)
+      throw AllocationRefused("shape " + shape_text(shape) + " has more elements than any memory holds");
+  return n;
+}
+
+void BudgetAccount::charge(size_t bytes) {
+  size_t now = live.load();
+  do {
+    if (bytes > limit || now > limit - bytes)
+      throw AllocationRefused("needs " + std::to_string(bytes) + " bytes more, past the memory budget of " +
+                              std::to_string(limit) + " bytes (" + std::to_string(now) + " in use)");
+  } while (!live.compare_exchange_weak(now, now + bytes));
+}
+
+AllocationBudget::AllocationBudget(size_t bytes) : account_(std::make_shared<BudgetAccount>()), outer_(t_budget) {
+  account_->limit = bytes;
+  t_budget = account_;
+}
+AllocationBudget::~AllocationBudget() { t_budget = outer_; }
+const std::shared_ptr<BudgetAccount>& AllocationBudget::current() { return t_budget; }
+
+Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
+  const int64_t n = checked_numel(shape);
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(n), dtype_size(dtype), &bytes))
+    throw AllocationRefused("shape " + shape_text(shape) + " has more bytes than any memory holds");
+  if (t_budget) t_budget->charge(bytes);
 #ifndef LOOM_HAVE_CUDA
   if (device != Device::kCpu) throw Error("CUDA tensors need a build of Loom with CUDA");
 #endif
@@ -239,8 +281,9 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>();
-  t.storage_->bytes = static_cast<size_t>(t.numel()) * dtype_size(dtype);
+  t.storage_->bytes = bytes;
   t.storage_->device = device;
+  t.storage_->account = t_budget;
 #ifdef LOOM_HAVE_CUDA
   if (device == Device::kCuda) {
     t.storage_->data = cuda::device_alloc(t.storage_->bytes);

@@ -316,6 +316,50 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
   EXPECT_THROW(run1("Pad", {p, I({4}, {0, 0, 0, 0})}, {{"mode", as("reflect")}}), loom::rt::Error);
 }
 
+// Issue 33: shapes computed from a request. A product that wraps (2^62 * 4 = 4 after wrapping)
+// must be refused before anything is allocated or indexed, not answered with a 4-value tensor
+// or read past a buffer.
+TEST(GraphHardening, ShapesFromDataNeverWrap) {
+  Attr v;
+  v.kind = Attr::kTensor, v.t = F({1}, {1});
+  EXPECT_THROW(run1("ConstantOfShape", {I({2}, {4611686018427387905LL, 4})}, {{"value", v}}), loom::rt::AllocationRefused);
+  EXPECT_THROW(run1("ConstantOfShape", {I({2}, {int64_t{1} << 56, 255})}, {{"value", v}}), loom::rt::AllocationRefused);
+  EXPECT_THROW(run1("Expand", {F({1}, {1}), I({2}, {int64_t{1} << 40, int64_t{1} << 40})}), loom::rt::AllocationRefused);
+  EXPECT_THROW(loom::rt::checked_numel({int64_t{1} << 62, 3}), loom::rt::AllocationRefused);
+  EXPECT_THROW(loom::rt::checked_numel({3, -1}), loom::rt::Error);
+  EXPECT_EQ(loom::rt::checked_numel({int64_t{1} << 61, 2}), int64_t{1} << 62);
+  EXPECT_EQ(loom::rt::checked_numel({0, int64_t{1} << 62, 7}), 0);
+}
+
+// A rank-0 tensor has no axis: Gather, Concat, Split, Softmax and the Reduce ops on one are an
+// error naming the node, never a read of shape()[0] (which aborted the server).
+TEST(GraphHardening, AScalarHasNoAxis) {
+  const Tensor scalar = F({}, {3});
+  EXPECT_THROW(run1("Gather", {scalar, I({1}, {0})}), loom::rt::Error);
+  EXPECT_THROW(run1("Concat", {scalar, scalar}, {{"axis", ai(0)}}), loom::rt::Error);
+  EXPECT_THROW(run("Split", {scalar}, {{"axis", ai(0)}}, 1), loom::rt::Error);
+  EXPECT_THROW(run1("Softmax", {scalar}, {{"axis", ai(0)}}), loom::rt::Error);
+  EXPECT_THROW(run1("Squeeze", {scalar, I({1}, {0})}), loom::rt::Error);
+  EXPECT_THROW(run1("Slice", {scalar, I({1}, {0}), I({1}, {1})}), loom::rt::Error);
+  EXPECT_THROW(run1("ReduceSum", {scalar, I({1}, {0})}), loom::rt::Error);
+  expect_f(run1("Unsqueeze", {scalar, I({1}, {0})}), {1}, {3});  // an axis of the output: fine
+}
+
+// The memory budget counts the tensors alive at once and refuses the one that would pass it
+// before it is allocated; what is freed is given back.
+TEST(GraphHardening, TheBudgetRefusesBeforeAllocating) {
+  loom::rt::AllocationBudget budget(1 << 20);
+  {
+    Tensor a = Tensor::empty({128, 1024});  // 512 KiB
+    EXPECT_EQ(budget.live(), size_t{512} << 10);
+    EXPECT_THROW(Tensor::empty({160, 1024}), loom::rt::AllocationRefused);  // 640 KiB more
+    EXPECT_THROW(run1("Expand", {F({1}, {1}), I({2}, {8192, 8192})}), loom::rt::AllocationRefused);
+  }
+  EXPECT_EQ(budget.live(), 0u);
+  Tensor b = Tensor::empty({256, 1024});  // 1 MiB fits once the first is gone
+  EXPECT_EQ(budget.live(), size_t{1} << 20);
+}
+
 TEST(GraphOps, QuantizeDequantizeAndClip) {
   const Tensor x = F({2, 3}, {-1, 0.5, 1.5, 2.5, 100, 0.25});
   Tensor zp = Tensor::empty({}, DType::kU8);

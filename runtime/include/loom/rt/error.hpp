@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An Error the input itself caused (a request's data or shape, not the program or the machine):
+// a server answers it as the client's (HTTP 400, gRPC INVALID_ARGUMENT), never as its own 500.
+class InvalidInput : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
 
 }  // namespace loom::rt

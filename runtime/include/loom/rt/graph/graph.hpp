@@ -69,8 +69,14 @@ class Model {
   int folded() const { return folded_; }
   int fused() const { return fused_; }
   // Inputs in inputs() order, each of its declared dtype and rank (a fixed dimension must
-  // match); answers in outputs() order. Throws rt::Error naming the input or the failing node.
+  // match); answers in outputs() order. Throws rt::Error naming the input or the failing node;
+  // AllocationRefused (naming the node) when the tensors alive at once would pass the run's
+  // memory budget: a shape computed from a request never takes more than that.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // The bytes of tensors one run may hold at once (default kDefaultRunBudget; 0: no budget).
+  void set_memory_budget(size_t bytes) { budget_ = bytes; }
+  size_t memory_budget() const { return budget_; }
+  static constexpr size_t kDefaultRunBudget = size_t{1} << 30;
 
  private:
   friend struct Loader;
@@ -82,6 +88,7 @@ class Model {
   std::vector<std::vector<int>> release_;  // node -> values dead after it
   int64_t opset_ = 0;
   int folded_ = 0, fused_ = 0;
+  size_t budget_ = kDefaultRunBudget;
   void prepare();  // fold, fuse, plan
   void run_node(const Node& n, std::vector<Tensor>& vals) const;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,39 @@ enum class Device { kCpu, kCuda };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+
+// The element count of `shape`, every dimension checked (>= 0) and the product computed without
+// wrapping; a negative dimension or a count past 2^62 elements is AllocationRefused (below)
+// naming the shape. Shapes computed from data
+// (an ONNX request) go through here before anything is allocated or indexed.
+int64_t checked_numel(const std::vector<int64_t>& shape);
+
+// A budget of bytes for the tensors the calling thread makes while it is in scope (an ONNX
+// graph's run for one request): it counts the bytes of those that are alive, so it bounds the
+// run's peak memory, and an allocation that would pass it throws AllocationRefused before any
+// memory is taken. Nested budgets: the innermost counts.
+class AllocationRefused : public InvalidInput {
+ public:
+  using InvalidInput::InvalidInput;
+};
+struct BudgetAccount {  // shared by the budget and every tensor charged to it (which may outlive it)
+  size_t limit = 0;
+  std::atomic<size_t> live{0};
+  void charge(size_t bytes);  // AllocationRefused past the limit
+  void refund(size_t bytes) { live.fetch_sub(bytes); }
+};
+class AllocationBudget {
+ public:
+  explicit AllocationBudget(size_t bytes);
+  ~AllocationBudget();
+  AllocationBudget(const AllocationBudget&) = delete;
+  AllocationBudget& operator=(const AllocationBudget&) = delete;
+  size_t live() const { return account_->live.load(); }
+  static const std::shared_ptr<BudgetAccount>& current();
+
+ private:
+  std::shared_ptr<BudgetAccount> account_, outer_;
+};
 
 // IEEE binary16 and bfloat16 conversions, round to nearest even (NaN stays NaN, overflow to inf).
 uint16_t float_to_half(float f);
@@ -80,6 +114,7 @@ struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   Device device = Device::kCpu;
+  std::shared_ptr<BudgetAccount> account;  // refunded when the storage goes (AllocationBudget)
   ~Storage();
 };
 

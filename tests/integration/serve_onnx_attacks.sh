@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# serve_onnx_attacks.sh — one hostile ONNX request or file against a real loom-serve (issue 33,
+# items 1-3): shapes computed from request data that wrap int64 (a heap read, or SIGSEGV
+# before), a rank-0 tensor reaching an axis operator (an abort, at load or per request), and
+# request-driven shapes with no cap (Expand, Pad, Range, ConstantOfShape). Each attack is checked
+# for its status, the {"error": ...} body naming the operator, the time (< 2 s), the server's peak
+# memory (VmHWM grows < 200 MiB against a 1 GiB default budget, set to 64 MiB here) and that a
+# healthy model beside it keeps answering. The models are built with Debian's python3-onnx.
+. "$(dirname "$0")/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
+[ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
+[ -x "$LOOM_BUILDDIR/loom-serve" ] || skip "loom-serve not built"
+PY=/usr/bin/python3
+$PY -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
+cd "$LOOM_TMP" || exit 99
+
+# The models: each in its own folder of one repository, with one healthy model beside them.
+$PY - <<'PY' || exit 99
+import os
+import onnx
+from onnx import TensorProto as T, helper as h
+
+def save(name, nodes, inputs, outputs, inits=()):
+    g = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 7
+    onnx.checker.check_model(m)
+    os.makedirs(f"repo/{name}/1", exist_ok=True)
+    onnx.save(m, f"repo/{name}/1/model.onnx")
+
+i64 = lambda n, s: h.make_tensor_value_info(n, T.INT64, s)
+f32 = lambda n, s: h.make_tensor_value_info(n, T.FLOAT, s)
+one = h.make_tensor("one", T.INT64, [2], [1, 1])
+# 1. ConstantOfShape(Add(shape, [1,1])) -> Gather(idx): the shape's product wraps.
+save("cos_gather", [h.make_node("Add", ["shape", "one"], ["s1"]),
+                    h.make_node("ConstantOfShape", ["s1"], ["c"], value=h.make_tensor("v", T.FLOAT, [1], [1.0])),
+                    h.make_node("Gather", ["c", "idx"], ["y"], axis=0)],
+     [i64("shape", [2]), i64("idx", [None])], [f32("y", [None, None])], [one])
+# 1b. ConstantOfShape alone.
+save("cos", [h.make_node("ConstantOfShape", ["shape"], ["y"], value=h.make_tensor("v", T.FLOAT, [1], [2.0]))],
+     [i64("shape", [2])], [f32("y", [None, None])])
+# 2. Add(axes, -1) -> Squeeze -> Gather: a rank-0 tensor reaches Gather at request time.
+minus = h.make_tensor("minus", T.INT64, [1], [-1])
+save("squeeze_gather", [h.make_node("Add", ["axes", "minus"], ["a1"]),
+                        h.make_node("Squeeze", ["x", "a1"], ["s"]),
+                        h.make_node("Gather", ["s", "idx"], ["y"], axis=0)],
+     [f32("x", [1, 1]), i64("axes", [2]), i64("idx", [1])], [f32("y", [None])], [minus])
+# 2b. The same at load: Squeeze(x[a,b]) -> Gather passes ONNX's checker and shape inference;
+# the load's run on zeros (a = b = 1) squeezes x to a scalar.
+save("load_scalar", [h.make_node("Squeeze", ["x"], ["s"]), h.make_node("Gather", ["s", "idx"], ["y"], axis=0)],
+     [f32("x", ["a", "b"])], [f32("y", [None])], [h.make_tensor("idx", T.INT64, [1], [0])])
+# 3. Request-driven sizes: Expand, Pad, Range (float and int).
+save("expand", [h.make_node("Expand", ["x", "shape"], ["y"])], [f32("x", [1]), i64("shape", [2])], [f32("y", [None, None])])
+save("pad", [h.make_node("Pad", ["x", "pads"], ["y"])], [f32("x", [1, 1]), i64("pads", [4])], [f32("y", [None, None])])
+# (The delta is d + 1, so that the load's run on zeros has a non-zero delta.)
+save("frange", [h.make_node("Add", ["d", "f1"], ["d1"]), h.make_node("Range", ["a", "b", "d1"], ["y"])],
+     [f32("a", []), f32("b", []), f32("d", [])], [f32("y", [None])], [h.make_tensor("f1", T.FLOAT, [], [1.0])])
+save("irange", [h.make_node("Add", ["d", "i1"], ["d1"]), h.make_node("Range", ["a", "b", "d1"], ["y"])],
+     [i64("a", []), i64("b", []), i64("d", [])], [i64("y", [None])], [h.make_tensor("i1", T.INT64, [], [1])])
+# The healthy one.
+save("relu", [h.make_node("Relu", ["x"], ["y"])], [f32("x", [None, 4])], [f32("y", [None, 4])])
+PY
+chmod -R go-w repo
+
+serve_start main --model-repository repo --grpc-port -1 --max-run-memory-mb 64
+[ -n "$http" ] || { cat main.log; exit 99; }
+hwm_kib() { awk '/VmHWM/ {print $2}' "/proc/$pid/status"; }
+healthy='{"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],"data":[-1,2,-3,4]}]}'
+curl -s -o /dev/null -X POST "http://$http/v2/models/relu/infer" -d "$healthy"
+base=$(hwm_kib)
+
+# attack WHAT MODEL BODY CODE REGEX: one request, timed, with every check.
+attack() {
+  local what=$1 model=$2 body=$3 want=$4 re=$5 t0 t1 got code text hwm
+  t0=$(date +%s.%N)
+  got=$(curl -s --max-time 20 -w '\n%{http_code}' -X POST -H 'Content-Type: application/json' \
+    "http://$http/v2/models/$model/infer" -d "$body")
+  t1=$(date +%s.%N)
+  code=${got##*$'\n'}
+  text=${got%$'\n'*}
+  expect_eq "$what: status" "$want" "$code"
+  expect_match "$what: error body" "^\{\"error\":\".*$re" "$text"
+  $PY -c "import sys; sys.exit(0 if $t1 - $t0 < 2.0 else 1)" && pass || fail "$what: took $($PY -c "print(round($t1 - $t0, 2))") s"
+  kill -0 "$pid" 2>/dev/null && pass || { fail "$what: the server died"; exit 1; }
+  hwm=$(hwm_kib)
+  [ $((hwm - base)) -lt $((200 * 1024)) ] && pass || fail "$what: peak memory grew by $(((hwm - base) / 1024)) MiB"
+  expect_match "$what: the healthy model still answers" '"data":\[0(\.0)?,2(\.0)?,0(\.0)?,4(\.0)?\]' \
+    "$(curl -s -X POST "http://$http/v2/models/relu/infer" -d "$healthy")"
+}
+req() {  # NAME DATATYPE SHAPE DATA ... as KServe v2 JSON
+  local out='{"inputs":[' sep=''
+  while [ $# -ge 4 ]; do
+    out+="$sep{\"name\":\"$1\",\"datatype\":\"$2\",\"shape\":$3,\"data\":$4}"
+    sep=,
+    shift 4
+  done
+  printf '%s]}' "$out"
+}
+
+attack "ConstantOfShape [2^56, 255] then Gather 0..15 (wrapped to a 1 KiB buffer)" cos_gather \
+  "$(req shape INT64 '[2]' "[$((1 << 56)), 255]" idx INT64 '[16]' '[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]')" \
+  400 "ConstantOfShape.*more (elements|bytes) than any memory holds"
+attack "ConstantOfShape [2^62, 3] then Gather [2^40] (SIGSEGV before)" cos_gather \
+  "$(req shape INT64 '[2]' "[$((1 << 62)), 3]" idx INT64 '[1]' "[$((1 << 40))]")" 400 "ConstantOfShape"
+attack "ConstantOfShape [4611686018427387905, 4] (answered 200 with 4 values)" cos \
+  "$(req shape INT64 '[2]' '[4611686018427387905, 4]')" 400 "ConstantOfShape.*more (elements|bytes) than any memory holds"
+attack "ConstantOfShape [-1, 4]" cos "$(req shape INT64 '[2]' '[-1, 4]')" 400 "negative dimension"
+attack "Squeeze to a scalar, then Gather (abort before)" squeeze_gather \
+  "$(req x FP32 '[1,1]' '[7]' axes INT64 '[2]' '[1, 2]' idx INT64 '[1]' '[0]')" 400 "Gather.*outside a tensor of rank 0"
+attack "Expand to [50000, 50000] (10 GB)" expand "$(req x FP32 '[1]' '[1]' shape INT64 '[2]' '[50000, 50000]')" \
+  400 "Expand.*memory budget"
+attack "Expand to [8192, 8192] (256 MiB, past the 64 MiB budget)" expand \
+  "$(req x FP32 '[1]' '[1]' shape INT64 '[2]' '[8192, 8192]')" 400 "Expand.*memory budget"
+attack "Pad by 2^31 rows" pad "$(req x FP32 '[1,1]' '[1]' pads INT64 '[4]' "[$((1 << 31)), 0, 0, 0]")" 400 "Pad"
+attack "float Range of 10^12 values" frange "$(req a FP32 '[]' '[0]' b FP32 '[]' '[1e12]' d FP32 '[]' '[0]')" 400 "Range"
+attack "int Range of 2^31 values" irange "$(req a INT64 '[]' '[0]' b INT64 '[]' "[$((1 << 31))]" d INT64 '[]' '[0]')" \
+  400 "Range"
+# Within the budget the same models still answer.
+expect_match "Expand within the budget" '"shape":\[2,3\]' \
+  "$(curl -s -X POST "http://$http/v2/models/expand/infer" -d "$(req x FP32 '[1]' '[5]' shape INT64 '[2]' '[2, 3]')")"
+# A model whose load folds a rank-0 Gather: not ready, the reason logged with its name; the
+# server and the others serve on.
+expect_ne "the model with a rank-0 Gather at load is not ready" 200 \
+  "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v2/models/load_scalar/ready")"
+expect_match "its load failure is logged with the model and the node" "load_scalar.*Gather.*rank 0" "$(cat main.log)"
+expect_eq "the server is ready" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v2/health/ready")"
+kill -TERM "$pid"
+wait "$pid"
+expect_eq "loom-serve exits cleanly on SIGTERM" 0 $?
+finish
