@@ -4,12 +4,14 @@
 #include "loom/rt/error.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -18,35 +20,70 @@
 
 namespace loom::rt {
 
-int run_program(const std::vector<std::string>& argv, std::string& out) {
+int run_program(const std::vector<std::string>& argv, std::string& out, int timeout_ms) {
   out.clear();
   int fds[2];
-  if (::pipe(fds) != 0) return 127;
+  if (::pipe2(fds, O_CLOEXEC) != 0) return 127;
   const pid_t pid = ::fork();
-  if (pid < 0) return 127;
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return 127;
+  }
   if (pid == 0) {
-    sigset_t none;  // a caller that blocks its stop signals (loom-serve) must not pass that on
+    ::setpgid(0, 0);  // its own group: a timeout ends it and whatever it started
+    sigset_t none;    // a caller that blocks its stop signals (loom-serve) must not pass that on
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 1);  // dup2's copies are not close-on-exec; the pipe's own ends are
     ::dup2(fds[1], 2);
-    ::close(fds[0]);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }
+  ::setpgid(pid, pid);
   ::close(fds[1]);
+  // Read until the program exits (not until the pipe closes: a background child it left behind,
+  // as a site's sbatch wrapper may, keeps the pipe open), or until the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  int status = 0;
+  bool exited = false, timed_out = false;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
+  for (;;) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (exited) break;
+      ::kill(-pid, SIGKILL);
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, exited ? 0 : 50);
+    if (ready > 0) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n > 0) {
+        out.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) break;  // every writer is gone
+      if (errno != EINTR && errno != EAGAIN) break;
+      continue;
+    }
+    if (exited) break;  // exited and nothing more is waiting in the pipe
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      exited = true;
+      continue;  // one more look for what it wrote last
+    }
   }
   ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (!exited)
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  if (timed_out) {
+    out += "\n" + argv[0] + ": no answer within " + std::to_string(timeout_ms / 1000.0).substr(0, 5) + " s; stopped";
+    return 124;
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

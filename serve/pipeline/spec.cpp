@@ -50,29 +50,40 @@ void order_steps(const std::string& file, PipelineSpec& p) {
       spec_error(file, at + ": '" + src + "' names no known tensor (no step '" + head + "', nor request.<input>)");
     return head;
   };
+  // Kahn's algorithm, linear in steps and inputs (a pass per level was quadratic: a 10,000-step
+  // chain in reverse order took 16 s); among steps ready at once the spec's order is kept.
+  const size_t k = p.steps.size();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < k; ++i) index[p.steps[i].name] = i;
+  std::vector<std::vector<size_t>> readers(k);
+  std::vector<size_t> waiting(k, 0);
+  for (size_t i = 0; i < k; ++i) {
+    const auto& s = p.steps[i];
+    std::set<size_t> from;
+    for (const auto& [in, src] : s.inputs) {
+      const std::string head = check_source(src, "step " + s.name + " input " + in);
+      if (head == s.name) spec_error(file, "step " + s.name + " reads its own output '" + src + "'");
+      if (head != "request") from.insert(index.at(head));
+    }
+    for (size_t f : from) readers[f].push_back(i);
+    waiting[i] = from.size();
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < k; ++i)
+    if (!waiting[i]) ready.insert(i);
   std::vector<PipelineStep> ordered;
-  std::set<std::string> placed;
-  while (ordered.size() < p.steps.size()) {
-    bool progress = false;
-    for (const auto& s : p.steps) {
-      if (placed.count(s.name)) continue;
-      bool ready = true;
-      for (const auto& [in, src] : s.inputs) {
-        const std::string head = check_source(src, "step " + s.name + " input " + in);
-        if (head == s.name) spec_error(file, "step " + s.name + " reads its own output '" + src + "'");
-        ready = ready && (head == "request" || placed.count(head));
-      }
-      if (!ready) continue;
-      ordered.push_back(s);
-      placed.insert(s.name);
-      progress = true;
-    }
-    if (!progress) {
-      std::string rest;
-      for (const auto& s : p.steps)
-        if (!placed.count(s.name)) rest += (rest.empty() ? "" : ", ") + s.name;
-      spec_error(file, "the steps " + rest + " form a cycle (each waits for another's output)");
-    }
+  while (!ready.empty()) {
+    const size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    ordered.push_back(p.steps[i]);
+    for (size_t r : readers[i])
+      if (--waiting[r] == 0) ready.insert(r);
+  }
+  if (ordered.size() < k) {
+    std::string rest;
+    for (size_t i = 0; i < k; ++i)
+      if (waiting[i]) rest += (rest.empty() ? "" : ", ") + p.steps[i].name;
+    spec_error(file, "the steps " + rest + " form a cycle (each waits for another's output)");
   }
   for (const auto& [out, src] : p.outputs)
     if (check_source(src, "spec.outputs." + out) == "request") spec_error(file, "spec.outputs." + out + " must name a step's output");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -177,6 +178,24 @@ TEST(AtomicWrite, NeverFollowsAPlantedSymlink) {
   EXPECT_THROW(loom::rt::write_file_atomic(dir + "/missing/y.json", "x"), loom::rt::Error);
   std::string ignored;
   loom::rt::run_program({"rm", "-rf", base}, ignored);
+}
+
+// A program that exits but leaves a background child holding its output (a site's sbatch
+// wrapper may) must not hang the caller; one that never answers is stopped at the deadline,
+// with whatever it started.
+TEST(RunProgram, ReturnsWhenTheProgramExitsAndStopsOneThatHangs) {
+  std::string out;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(loom::rt::run_program({"bash", "-c", "sleep 5 & echo submitted 42"}, out), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(out, "submitted 42\n");
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(loom::rt::run_program({"bash", "-c", "sleep 30 & sleep 30"}, out, 300), 124);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_NE(out.find("no answer within"), std::string::npos) << out;
+  EXPECT_EQ(loom::rt::run_program({"sh", "-c", "echo to stderr >&2; exit 3"}, out), 3);
+  EXPECT_EQ(out, "to stderr\n");
+  EXPECT_EQ(loom::rt::run_program({"/nonexistent/program"}, out), 127);
 }
 
 TEST(GaussianProcess, InterpolatesItsDataAndIsUnsureFarFromIt) {

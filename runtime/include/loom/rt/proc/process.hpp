@@ -10,9 +10,11 @@
 
 namespace loom::rt {
 
-// Runs argv (no shell); returns its exit status (128 + N for signal N) and its stdout and
-// stderr together in `out`; 127 if the program cannot be run.
-int run_program(const std::vector<std::string>& argv, std::string& out);
+// Runs argv (no shell) in a process group of its own; returns its exit status (128 + N for
+// signal N) and its stdout and stderr together in `out`; 127 if the program cannot be run; 124
+// when it has not exited within `timeout_ms` (its group is then killed, and `out` says so).
+// Reading stops when the program exits, even if a background child it left holds the output.
+int run_program(const std::vector<std::string>& argv, std::string& out, int timeout_ms = 60000);
 
 // `s` as one bash word: unchanged when it is plain, else in single quotes.
 std::string shell_quote(const std::string& s);
