@@ -1,7 +1,13 @@
 // services.cpp — services.hpp: announcements, written whole and read leniently.
 #include "services.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include <cstdlib>
 #include <filesystem>
@@ -27,10 +33,34 @@ void write_announcement(const std::string& path, const std::string& bind, int ht
   rt::write_file_atomic(path, j.dump() + "\n");
 }
 
-bool read_announcement(const std::string& path, Announcement* a) {
-  std::ifstream f(path);
-  if (!f) return false;
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+bool read_announcement(const std::string& path, Announcement* a, std::string* why) {
+  // Opened without following a symlink, then judged by what was opened (no race with a swap).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (why) *why = errno == ELOOP ? path + " is a symlink" : path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st{};
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const bool owned = ok && (st.st_uid == ::geteuid() || st.st_uid == 0);
+  const bool private_write = ok && !(st.st_mode & (S_IWGRP | S_IWOTH));
+  std::string text;
+  if (ok && owned && private_write && st.st_size < (1 << 16)) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (!ok || !owned || !private_write) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    if (why)
+      *why = !ok       ? path + " is not a regular file"
+             : !owned ? path + " belongs to user " + std::to_string(st.st_uid) +
+                            ", not to this one: announcements others write are not believed"
+                      : path + " can be written by group or others (mode " + mode + "): not believed";
+    return false;
+  }
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("host") || !j["host"].is_string() || !j.contains("http_port") ||
       !j["http_port"].is_number_integer())
     return false;
@@ -72,9 +102,13 @@ std::string service_grpc_address(const std::string& dir, const std::string& name
   if (dir.empty()) throw std::runtime_error("service " + name + ": no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)");
   const std::string file = service_file(dir, name);
   Announcement a;
-  if (!read_announcement(file, &a))
+  std::string why;
+  if (!read_announcement(file, &a, &why)) {
+    if (::access(file.c_str(), F_OK) == 0 && !why.empty())
+      throw std::runtime_error("service " + name + ": " + why);
     throw std::runtime_error("service " + name + " is not announced in " + dir + " (no " + name +
                              ".json: no controller of that name runs with this services folder; or give url: grpc://host:port)");
+  }
   if (a.grpc_port < 0)
     throw std::runtime_error("service " + name + " (" + file + ") serves no gRPC: start its controller with --grpc-port");
   return (a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.grpc_port);

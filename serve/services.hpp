@@ -5,6 +5,9 @@
 // A controller writes one as <name>.json into the services folder, so that a pipeline step
 // `service: <name>` can reach it without a URL. The services folder is --services-dir, else
 // $LOOM_SERVICES_DIR, else ~/.loom/services. Put it on a file system that every node sees.
+// An announcement decides where requests (and a pipeline's bearer token) are sent, so only one
+// that the reading user or root owns, that no one else may write and that is no symlink is
+// believed: in a folder others can write, theirs are ignored (doc/loom-serve.8, FILES).
 #pragma once
 
 #include <string>
@@ -23,8 +26,10 @@ std::string announced_host(const std::string& bind);
 // Writes {host, http_port, grpc_port, pid} to `path` atomically. Throws std::runtime_error.
 void write_announcement(const std::string& path, const std::string& bind, int http_port, int grpc_port);
 
-// Reads an announcement. Returns false when the file is missing, or is not one (yet).
-bool read_announcement(const std::string& path, Announcement* a);
+// Reads an announcement. Returns false when the file is missing, is not one (yet), or is not
+// to be trusted (owned by another user, writable by group or others, a symlink); `why`, when
+// given, says which.
+bool read_announcement(const std::string& path, Announcement* a, std::string* why = nullptr);
 
 // --services-dir when given, else $LOOM_SERVICES_DIR, else $HOME/.loom/services; "" if none.
 std::string services_dir(const std::string& given = "");

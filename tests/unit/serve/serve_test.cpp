@@ -2,6 +2,7 @@
 // request its own rows, the queue bound, timeouts, draining), input decoding and the
 // InferenceService spec, against a real model file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -268,6 +269,23 @@ TEST(Services, AnnouncedByNameAndFoundAgain) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("service absent is not announced in " + dir), std::string::npos) << e.what();
   }
+  // Planted announcements are not believed: one another user owns (it redirected a pipeline and
+  // its bearer token), one others may write, a symlink to a real one (issue 33, item 10).
+  if (::geteuid() == 0) {  // only root can give a file away
+    loom::serve::announce_service(dir, "victim", "127.0.0.1", 9000, 9001);
+    ASSERT_EQ(::chown((dir + "/victim.json").c_str(), 65534, 65534), 0);
+    try {
+      loom::serve::service_grpc_address(dir, "victim");
+      ADD_FAILURE() << "an announcement another user owns was believed";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("belongs to user 65534"), std::string::npos) << e.what();
+    }
+  }
+  loom::serve::announce_service(dir, "open", "127.0.0.1", 9000, 9001);
+  ASSERT_EQ(::chmod((dir + "/open.json").c_str(), 0666), 0);
+  EXPECT_FALSE(loom::serve::read_announcement(dir + "/open.json", &a));
+  ASSERT_EQ(::symlink((dir + "/v6.json").c_str(), (dir + "/link.json").c_str()), 0);
+  EXPECT_FALSE(loom::serve::read_announcement(dir + "/link.json", &a));
   std::ofstream(dir + "/torn.json") << "{\"host\": \"x\", \"http";  // not an announcement (yet)
   EXPECT_FALSE(loom::serve::read_announcement(dir + "/torn.json", &a));
   loom::serve::withdraw_service(dir, "svc");
