@@ -1,15 +1,15 @@
-// tokens.cpp — llm.c's token files mapped in place, every header and token checked.
+// tokens.cpp — llm.c's token files read in place (pread), every header and token checked.
 #include "loom/rt/io/tokens.hpp"
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "loom/rt/error.hpp"
 
@@ -31,24 +31,47 @@ std::vector<std::string> expand(const std::string& pattern) {
 
 }  // namespace
 
+// One open token file, read with pread: a file truncated or rewritten while training is an
+// Error naming it at the next read (a mapping of it raised SIGBUS and killed the process, with no
+// checkpoint). The page cache still holds one copy per node, shared by its ranks.
 struct TokenFiles::Mapping {
-  const void* base = nullptr;
-  size_t bytes = 0;
-  const char* tokens = nullptr;
+  std::string path;
+  int fd = -1;
   int width = 2;  // bytes per token: 2 (GPT-2's format) or 4 (Llama 3's)
   int64_t count = 0;
-  uint32_t at(int64_t i) const {
-    if (width == 2) return reinterpret_cast<const uint16_t*>(tokens)[i];
-    return reinterpret_cast<const uint32_t*>(tokens)[i];
+  // Tokens [first, first + n) of this file into out.
+  void read(int64_t first, int64_t n, uint32_t* out) const {
+    thread_local std::vector<char> buf;
+    buf.resize(static_cast<size_t>(n * width));
+    const off_t at = static_cast<off_t>(1024 + first * width);
+    size_t got = 0;
+    while (got < buf.size()) {
+      const ssize_t r = ::pread(fd, buf.data() + got, buf.size() - got, at + static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        throw Error(path + ": the token file changed while in use: " +
+                    (r < 0 ? std::string(std::strerror(errno))
+                           : "it ends before byte " + std::to_string(at + static_cast<off_t>(buf.size())) + " (truncated?)"));
+      got += static_cast<size_t>(r);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (width == 2) {
+        uint16_t v;
+        std::memcpy(&v, buf.data() + i * 2, 2);
+        out[i] = v;
+      } else {
+        std::memcpy(&out[i], buf.data() + i * 4, 4);
+      }
+    }
   }
   ~Mapping() {
-    if (base) ::munmap(const_cast<void*>(base), bytes);
+    if (fd >= 0) ::close(fd);
   }
 };
 
 namespace {
 
-// Maps one file and checks its header, its length and every token.
+// Opens one file and checks its header, its length and every token.
 std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int vocab) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot read the token file (" + std::strerror(errno) + ")");
@@ -80,28 +103,37 @@ std::shared_ptr<const TokenFiles::Mapping> map_file(const std::string& path, int
     fail("the header says " + std::to_string(count) + " tokens, the file holds " + std::to_string(held) +
          (held < count ? " (truncated)" : ""));
   auto m = std::make_shared<TokenFiles::Mapping>();
-  void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) throw Error(path + ": cannot map the token file (" + std::strerror(errno) + ")");
-  m->base = base;
-  m->bytes = static_cast<size_t>(bytes);
-  m->tokens = static_cast<const char*>(base) + sizeof header;
+  m->path = path;
+  m->fd = fd;
   m->width = width;
   m->count = count;
-  ::madvise(base, m->bytes, MADV_SEQUENTIAL);  // the check below reads it once, in order
-  for (int64_t i = 0; i < count; ++i)
-    if (m->at(i) >= static_cast<uint32_t>(vocab))
-      throw Error(path + ": token " + std::to_string(m->at(i)) + " at position " + std::to_string(i) +
-                  " is outside the vocabulary (--vocab " + std::to_string(vocab) + ")");
-  ::madvise(base, m->bytes, MADV_RANDOM);  // training reads windows in a shuffled order
+  std::vector<uint32_t> chunk(1 << 18);
+  for (int64_t at = 0; at < count; at += static_cast<int64_t>(chunk.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), count - at);
+    m->read(at, n, chunk.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (chunk[static_cast<size_t>(i)] >= static_cast<uint32_t>(vocab))
+        throw Error(path + ": token " + std::to_string(chunk[static_cast<size_t>(i)]) + " at position " +
+                    std::to_string(at + i) + " is outside the vocabulary (--vocab " + std::to_string(vocab) + ")");
+  }
   return m;
 }
 
 }  // namespace
 
+void TokenFiles::read(int64_t first, int64_t n, uint32_t* out) const {
+  while (n > 0) {
+    const size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
+    const int64_t in_file = first - starts_[f], take = std::min(n, files_[f]->count - in_file);
+    files_[f]->read(in_file, take, out);
+    first += take, out += take, n -= take;
+  }
+}
+
 uint32_t TokenFiles::operator[](int64_t i) const {
-  const size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
-  return files_[f]->at(i - starts_[f]);
+  uint32_t v = 0;
+  read(i, 1, &v);
+  return v;
 }
 
 TokenFiles load_token_files(const std::string& pattern, int vocab) {

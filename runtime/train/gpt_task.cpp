@@ -54,13 +54,9 @@ class GptTask : public Task {
     if (epoch != order_epoch_) order_ = epoch_order(starts, seed_, order_epoch_ = epoch);
     tok_.resize(static_cast<size_t>(batch) * T);
     tgt_.resize(tok_.size());
-    for (int b = 0; b < batch; ++b) {
-      int64_t s = order_[static_cast<size_t>((first + b) % starts)] * stride_;
-      for (int t = 0; t < T; ++t) {
-        tok_[static_cast<size_t>(b * T + t)] = text_.id(s + t);
-        tgt_[static_cast<size_t>(b * T + t)] = text_.id(s + t + 1);
-      }
-    }
+    for (int b = 0; b < batch; ++b)
+      text_.window(order_[static_cast<size_t>((first + b) % starts)] * stride_, T, &tok_[static_cast<size_t>(b) * T],
+                   &tgt_[static_cast<size_t>(b) * T]);
     double loss = model_->forward(tok_, tgt_, batch, true, of);
     model_->backward(ready);
     return loss;
@@ -70,10 +66,7 @@ class GptTask : public Task {
     const int64_t windows = std::min<int64_t>(64, (text_.size() - split_ - 1) / T);
     std::vector<int32_t> tok(static_cast<size_t>(windows) * T), tgt(tok.size()), pred(tok.size());
     for (int64_t w = 0; w < windows; ++w)
-      for (int t = 0; t < T; ++t) {
-        tok[static_cast<size_t>(w * T + t)] = text_.id(split_ + w * T + t);
-        tgt[static_cast<size_t>(w * T + t)] = text_.id(split_ + w * T + t + 1);
-      }
+      text_.window(split_ + w * T, T, &tok[static_cast<size_t>(w * T)], &tgt[static_cast<size_t>(w * T)]);
     double loss = model_->forward(tok, tgt, static_cast<int>(windows), false);
     const Tensor logits = model_->logits().to(Device::kCpu);
     cpu::argmax_rows(logits.f32(), static_cast<int>(tok.size()), V, pred.data());
@@ -107,7 +100,15 @@ class GptTask : public Task {
     std::vector<uint16_t> ids;  // text: the tokens, as vocabulary indices
     TokenFiles mapped;          // token files: read in place
     int64_t size() const { return files ? mapped.size() : static_cast<int64_t>(ids.size()); }
-    int32_t id(int64_t i) const { return files ? mapped[i] : ids[static_cast<size_t>(i)]; }
+    // Tokens s .. s+T-1 into tok and s+1 .. s+T into tgt: one read of T+1 tokens.
+    void window(int64_t s, int T, int32_t* tok, int32_t* tgt) const {
+      thread_local std::vector<uint32_t> w;
+      w.resize(static_cast<size_t>(T) + 1);
+      if (files) mapped.read(s, T + 1, w.data());
+      else
+        for (int t = 0; t <= T; ++t) w[static_cast<size_t>(t)] = ids[static_cast<size_t>(s + t)];
+      for (int t = 0; t < T; ++t) tok[t] = static_cast<int32_t>(w[static_cast<size_t>(t)]), tgt[t] = static_cast<int32_t>(w[static_cast<size_t>(t) + 1]);
+    }
   };
   static Text load(const TrainConfig& c) {
     if (c.token_files.empty()) return load_text(c.text_path);

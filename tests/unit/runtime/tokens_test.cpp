@@ -62,3 +62,31 @@ TEST(TokenFiles, ShardsReadInPlaceAsOneSequence) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// A window may span files; a file truncated while training is an Error naming it at the next
+// read (the files were mapped, and the next read of a cut page was SIGBUS: exit 135, no
+// checkpoint; issue 33, item 13).
+TEST(TokenFiles, WindowsSpanFilesAndATruncatedFileIsAnErrorNotASignal) {
+  char tmpl[] = "/tmp/loom-tokens-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::vector<uint16_t> a(5000), b(5000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i % 97), b[i] = static_cast<uint16_t>((i + 3) % 97);
+  write_tokens(dir + "/w_000.bin", a);
+  write_tokens(dir + "/w_001.bin", b);
+  const loom::rt::TokenFiles t = loom::rt::load_token_files(dir + "/w_*.bin", 97);
+  std::vector<uint32_t> w(10);
+  t.read(4995, 10, w.data());  // the last 5 of a, the first 5 of b
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(w[static_cast<size_t>(i)], a[static_cast<size_t>(4995 + i)]);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(w[static_cast<size_t>(5 + i)], b[static_cast<size_t>(i)]);
+  ASSERT_EQ(::truncate((dir + "/w_001.bin").c_str(), 1024 + 2 * 100), 0);
+  w.resize(100);
+  t.read(5000, 100, w.data());  // the part still there reads as before
+  try {
+    t.read(9000, 10, w.data());
+    ADD_FAILURE() << "a read past a truncated file succeeded";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("w_001.bin: the token file changed while in use"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -14,17 +14,21 @@ constexpr int32_t kTokenFileMagic = 20240520;        // GPT-2: version 1, uint16
 constexpr int32_t kTokenFileMagicLlama3 = 20240801;  // Llama 3: version 7, uint32 tokens
 constexpr int32_t kEvalFileMagic = 20240522;         // llm.c's HellaSwag/MMLU eval files: not tokens
 
-// Every matched file's tokens, one after another, read in place: each file is mapped (mmap,
-// read-only), so ranks on one node share the page cache's one copy and nothing is read twice.
+// Every matched file's tokens, one after another, read in place: each file stays open and is
+// read with pread as windows are needed (ranks on one node share the page cache's one copy). A
+// file truncated while in use is an Error naming it at the next read, not a SIGBUS.
 class TokenFiles {
  public:
   std::vector<std::string> paths;  // what the pattern matched, in glob(3)'s sorted order
 
   int64_t size() const { return total_; }
   uint32_t operator[](int64_t i) const;  // 0 <= i < size()
+  // Tokens [first, first + n) into out (a window may span files); Error naming the file when it
+  // can no longer be read whole.
+  void read(int64_t first, int64_t n, uint32_t* out) const;
   int token_bytes() const { return token_bytes_; }  // 2, or 4 when any file holds uint32 tokens
 
-  struct Mapping;  // one file's pages (tokens.cpp)
+  struct Mapping;  // one open file (tokens.cpp)
 
  private:
   friend TokenFiles load_token_files(const std::string& pattern, int vocab);
