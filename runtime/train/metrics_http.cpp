@@ -1,5 +1,5 @@
 // metrics_http.cpp — loom-train's Prometheus endpoint (metrics_http.hpp), on POSIX sockets:
-// one fixed GET, so a loop of poll, accept and one bounded read is the whole server.
+// one fixed GET, so one poll loop over a few non-blocking connections is the whole server.
 #include "loom/rt/train/metrics_http.hpp"
 
 #include <arpa/inet.h>
@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/train/train_config.hpp"
@@ -19,14 +21,19 @@ namespace loom::rt {
 namespace {
 
 constexpr size_t kMaxRequest = 8192;
+constexpr size_t kMaxClients = 16;
+constexpr auto kRequestDeadline = std::chrono::seconds(2);
 
 void gauge(std::ostringstream& o, const char* name, const char* help, const std::string& value, const char* type = "gauge") {
   o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << value << '\n';
 }
 
+// The answer is a few KiB: it fits the socket's buffer, so a non-blocking send writes it whole
+// unless the client stopped reading long ago (then it is dropped, never waited for).
 void send_all(int fd, const std::string& s) {
   for (size_t off = 0; off < s.size();) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }
@@ -85,40 +92,71 @@ MetricsServer::~MetricsServer() {
   ::close(listen_fd_);
 }
 
+// One poll loop over the listening socket and up to kMaxClients connections, each with a
+// whole-request deadline: a client that sends slowly (or nothing) holds only its own slot, for at
+// most kRequestDeadline, and the loop sees stop_ within 100 ms, so the server never delays exit.
 void MetricsServer::serve() {
+  struct Conn {
+    int fd;
+    std::string req;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<Conn> conns;
+  std::vector<pollfd> fds;
   while (!stop_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    const timeval tv{2, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    answer(fd);
-    ::close(fd);
+    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& c : conns) fds.push_back(pollfd{c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = conns.size(); i-- > 0;) {
+      Conn& c = conns[i];
+      bool done = now >= c.deadline;  // too slow: dropped without an answer
+      if (!done && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) done = answer(c.fd, c.req);
+      if (done) {
+        ::close(c.fd);
+        conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0 && conns.size() >= kMaxClients) ::close(fd);  // full: the scraper tries again
+      else if (fd >= 0) conns.push_back({fd, {}, now + kRequestDeadline});
+    }
   }
+  for (const auto& c : conns) ::close(c.fd);
 }
 
-void MetricsServer::answer(int fd) {
-  std::string req;
+// Reads what has arrived; true when the connection is finished (answered, refused or closed).
+bool MetricsServer::answer(int fd, std::string& req) {
   char buf[1024];
-  while (req.find("\r\n\r\n") == std::string::npos) {
-    if (req.size() > kMaxRequest) return send_all(fd, response("431 Request Header Fields Too Large", "text/plain", "too large\n"));
+  for (;;) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return;  // closed or too slow
+    if (n == 0) return true;
+    if (n < 0) return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
     req.append(buf, static_cast<size_t>(n));
+    if (req.find("\r\n\r\n") != std::string::npos) break;
+    if (req.size() > kMaxRequest) {
+      send_all(fd, response("431 Request Header Fields Too Large", "text/plain", "too large\n"));
+      return true;
+    }
   }
   const std::string line = req.substr(0, req.find("\r\n"));
-  if (line.rfind("GET ", 0) != 0) return send_all(fd, response("405 Method Not Allowed", "text/plain", "GET only\n"));
+  if (line.rfind("GET ", 0) != 0) {
+    send_all(fd, response("405 Method Not Allowed", "text/plain", "GET only\n"));
+    return true;
+  }
   const std::string target = line.substr(4, line.find(' ', 4) - 4);
-  if (target != "/metrics" && target.rfind("/metrics?", 0) != 0)
-    return send_all(fd, response("404 Not Found", "text/plain", "loom-train serves /metrics only\n"));
+  if (target != "/metrics" && target.rfind("/metrics?", 0) != 0) {
+    send_all(fd, response("404 Not Found", "text/plain", "loom-train serves /metrics only\n"));
+    return true;
+  }
   std::string body;
   {
     std::lock_guard<std::mutex> lock(mu_);
     body = prometheus_text(gauges_);
   }
   send_all(fd, response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body));
+  return true;
 }
 
 }  // namespace loom::rt

@@ -43,7 +43,7 @@ class MetricsServer {
 
  private:
   void serve();
-  void answer(int fd);
+  bool answer(int fd, std::string& req);
 
   int listen_fd_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};

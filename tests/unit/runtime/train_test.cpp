@@ -1,0 +1,71 @@
+// train_test.cpp — loom-train's own parts at their seams (doc/runtime.md): the Prometheus
+// endpoint against a slow client.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "loom/rt/train/metrics_http.hpp"
+
+namespace {
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+std::string scrape(int port) {
+  const int fd = connect_to(port);
+  const std::string get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  EXPECT_EQ(::send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+  const timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+// One slowloris client (a byte now and then, never the blank line) held every scrape and kept
+// loom-train from exiting for 40 s after "done" (issue 33, item 12). Now it holds only its own
+// connection, for at most the request deadline, and the server stops at once.
+TEST(MetricsServer, ASlowClientHoldsNeitherScrapesNorExit) {
+  auto server = std::make_unique<loom::rt::MetricsServer>("127.0.0.1", 0);
+  server->update([](loom::rt::TrainGauges& g) { g.step = 42; });
+  const int port = server->port();
+  int slow[3];
+  for (int& fd : slow) {
+    fd = connect_to(port);
+    ASSERT_EQ(::send(fd, "G", 1, 0), 1);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string got = scrape(port);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  EXPECT_NE(got.find("HTTP/1.1 200 OK"), std::string::npos) << got;
+  EXPECT_NE(got.find("loom_train_step 42"), std::string::npos) << got;
+  // The slow clients are dropped at their deadline (2 s): recv sees the close.
+  const timeval tv{5, 0};
+  ::setsockopt(slow[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(::recv(slow[0], &c, 1, 0), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(3500));
+  // Stopping with slow clients still connected is prompt.
+  const auto t2 = std::chrono::steady_clock::now();
+  server.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t2, std::chrono::milliseconds(500));
+  for (int fd : slow) ::close(fd);
+}
