@@ -216,7 +216,7 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
 #ifdef LOOM_HAVE_GRPC
     const PipelineSpec p = load_pipeline_spec(file, services_dir);
     if (ctx.pipeline(p.name)) throw loom::rt::Error(file + ": a second pipeline named " + p.name);
-    ctx.pipelines.push_back(connect_pipeline(p, ctx.token, 5000));
+    ctx.pipelines.push_back(connect_pipeline(p, ctx.token, 5000, static_cast<int>(std::min<size_t>(ctx.max_request_bytes, INT32_MAX))));
     std::string steps;
     for (const auto& st : p.steps)
       steps += (steps.empty() ? "" : ", ") + st.name + " (" + st.model + " at " + st.address +

@@ -119,6 +119,38 @@ int64_t check_one(const TensorDesc& w, const TensorIn& t) {
 
 }  // namespace
 
+size_t kserve_type_width(const std::string& t) {
+  if (t == "BOOL" || t == "UINT8" || t == "INT8") return 1;
+  if (t == "UINT16" || t == "INT16" || t == "FP16" || t == "BF16") return 2;
+  if (t == "UINT32" || t == "INT32" || t == "FP32") return 4;
+  if (t == "UINT64" || t == "INT64" || t == "FP64") return 8;
+  return 0;
+}
+
+void check_answer(const TensorDesc& want, const TensorIn& got, const std::string& what) {
+  auto bad = [&](const std::string& why) { throw ServeError(Status::kInternal, what + " " + why); };
+  auto as_given = [](const std::vector<int64_t>& s) {  // every dimension as it came, negative ones too
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+  };
+  if (got.datatype != want.datatype) bad("is " + got.datatype + ", but its model's metadata says " + want.datatype);
+  if (got.shape.size() != want.shape.size())
+    bad("has shape " + as_given(got.shape) + ", but its model's metadata says " + shape_text(want.shape));
+  int64_t n = 1;
+  for (size_t i = 0; i < got.shape.size(); ++i) {
+    const int64_t d = got.shape[i];
+    if (d < 0 || (want.shape[i] >= 0 && d != want.shape[i]))
+      bad("has shape " + as_given(got.shape) + ", but its model's metadata says " + shape_text(want.shape));
+    if (d > 0 && n > (int64_t{1} << 31) / d) bad("claims more than 2^31 elements");
+    n *= d;
+  }
+  const size_t width = kserve_type_width(got.datatype);
+  if (width && got.data.size() != static_cast<size_t>(n) * width)
+    bad("holds " + std::to_string(got.data.size()) + " bytes; shape " + as_given(got.shape) + " of " + got.datatype +
+        " needs " + std::to_string(static_cast<size_t>(n) * width));
+}
+
 std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, const std::vector<TensorIn>& inputs,
                                          int max_rows, bool batched, int* rows) {
   std::vector<const TensorIn*> out(want.size(), nullptr);

@@ -41,6 +41,16 @@ struct TensorDesc {
 // BOOL); 0 for any other.
 size_t datatype_width(const std::string& datatype);
 
+// Bytes per element of any fixed-size KServe datatype (BOOL, UINT8..UINT64, INT8..INT64, FP16,
+// BF16, FP32, FP64); 0 for BYTES and names KServe does not define.
+size_t kserve_type_width(const std::string& datatype);
+
+// A tensor another server answered (a pipeline's hop) against what its model's metadata says:
+// the same datatype and rank, no negative dimension, the fixed ones equal, at most 2^31 elements
+// counted without overflow, and (for fixed-size types) exactly the bytes the shape needs. Throws
+// ServeError kInternal naming `what` and the fault, before the tensor is used or passed on.
+void check_answer(const TensorDesc& want, const TensorIn& got, const std::string& what);
+
 // Checks a request's tensors against a graph model's inputs: each input once by name, of its
 // datatype and rank, fixed dimensions equal, at most 2^31 elements, data of the size the shape
 // says (before anything is allocated), BOOL bytes 0 or 1, FP32 finite; with `batched`, dimension

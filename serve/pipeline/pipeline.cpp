@@ -91,7 +91,13 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
 
 class GrpcPipeline : public PipelineRunner {
  public:
-  GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms);
+  GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms, int max_bytes);
+  std::shared_ptr<grpc::Channel> channel(const std::string& address) const {
+    grpc::ChannelArguments args;  // gRPC's default 4 MiB would refuse a BERT hidden state at batch 32
+    args.SetMaxReceiveMessageSize(max_bytes_);
+    args.SetMaxSendMessageSize(max_bytes_);
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
   const std::string& name() const override { return spec_.name; }
   const std::vector<TensorDesc>& inputs() const override { return inputs_; }
   const std::vector<TensorDesc>& outputs() const override { return outputs_; }
@@ -121,6 +127,8 @@ class GrpcPipeline : public PipelineRunner {
   std::vector<TensorDesc> inputs_, outputs_;
   std::vector<std::vector<Source>> sources_;      // per step, per input
   std::vector<std::vector<std::string>> needed_;  // per step, the outputs later steps or the answer read
+  std::vector<std::vector<TensorDesc>> needed_desc_;  // and what the step's metadata says of each
+  int max_bytes_;                                 // a hop's largest message, either way (--max-request-bytes)
   std::vector<std::vector<size_t>> consumers_;    // per step, the steps that read it
   std::vector<Source> answer_;                    // per pipeline output
   std::vector<int> request_uses_;                 // per request input, the steps that read it
@@ -158,18 +166,19 @@ bool GrpcPipeline::look_up_again(size_t i, const std::string& was) const {
   std::lock_guard<std::mutex> lock(ends_[i]->mu);
   if (ends_[i]->address == now) return now != was;  // another hop has moved it already
   ends_[i]->address = now;
-  ends_[i]->stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(now, grpc::InsecureChannelCredentials()));
+  ends_[i]->stub = inference::GRPCInferenceService::NewStub(channel(now));
   return true;
 }
 
-GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms) : spec_(spec), token_(token) {
+GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms, int max_bytes)
+    : spec_(spec), token_(token), max_bytes_(max_bytes) {
   const size_t n = spec_.steps.size();
   std::vector<inference::ModelMetadataResponse> meta(n);
   std::map<std::string, size_t> index;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels;  // steps at one address share a connection
   for (size_t i = 0; i < n; ++i) {
     auto& ch = channels[spec_.steps[i].address];
-    if (!ch) ch = grpc::CreateChannel(spec_.steps[i].address, grpc::InsecureChannelCredentials());
+    if (!ch) ch = channel(spec_.steps[i].address);
     ends_.push_back(std::make_unique<Endpoint>());
     ends_[i]->address = spec_.steps[i].address;
     ends_[i]->stub = inference::GRPCInferenceService::NewStub(ch);
@@ -177,6 +186,7 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
     index[spec_.steps[i].name] = i;
   }
   needed_.assign(n, {});
+  needed_desc_.assign(n, {});
   consumers_.assign(n, {});
   // A source "step.output" as (step, index among its needed outputs), the output checked.
   auto step_source = [&](const std::string& src, const std::string& at) {
@@ -188,7 +198,11 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
                       " has no output '" + out + "'");
     auto& need = needed_[j];
     auto it = std::find(need.begin(), need.end(), out);
-    if (it == need.end()) it = need.insert(need.end(), out);
+    if (it == need.end()) {
+      const auto* t = find_tensor(meta[j].outputs(), out);
+      needed_desc_[j].push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
+      it = need.insert(need.end(), out);
+    }
     return Source{static_cast<int>(j), static_cast<size_t>(it - need.begin())};
   };
   for (size_t i = 0; i < n; ++i) {
@@ -343,13 +357,19 @@ void Run::on_done(size_t i, const grpc::Status& st) {
   if (!st.ok() && retry_elsewhere(i, st, lock)) return;
   if (!st.ok()) return fail(from_grpc(st.error_code()), p_.where(i, c.address) + ": " + st.error_message(), lock);
   std::vector<TensorIn> got;
-  for (const auto& want : p_.needed_[i]) {
+  for (size_t w = 0; w < p_.needed_[i].size(); ++w) {
+    const std::string& want = p_.needed_[i][w];
     int k = 0;
     while (k < c.res.outputs_size() && c.res.outputs(k).name() != want) ++k;
     if (k == c.res.outputs_size() || k >= c.res.raw_output_contents_size())
       return fail(Status::kInternal, p_.where(i, c.address) + " answered without output '" + want + "' as raw contents", lock);
     const auto& o = c.res.outputs(k);
     got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, std::move(*c.res.mutable_raw_output_contents(k))});
+    try {  // checked before it is passed on to a step or returned: a hop is another server
+      check_answer(p_.needed_desc_[i][w], got.back(), p_.where(i, c.address) + " answered output '" + want + "', which");
+    } catch (const ServeError& e) {
+      return fail(Status::kInternal, e.what(), lock);
+    }
   }
   outs_[i] = std::move(got);
   const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - c.sent).count();
@@ -383,8 +403,9 @@ void Run::cancel() {
 
 }  // namespace
 
-std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms) {
-  return std::make_unique<GrpcPipeline>(spec, token, timeout_ms);
+std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms,
+                                                 int max_bytes) {
+  return std::make_unique<GrpcPipeline>(spec, token, timeout_ms, max_bytes);
 }
 
 }  // namespace loom::serve

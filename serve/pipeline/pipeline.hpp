@@ -62,6 +62,9 @@ class PipelineRunner {
 // (UNAVAILABLE) looks the service up again: when its controller has come back elsewhere, the
 // hop is sent there once more. Throws rt::Error naming the step that cannot be
 // reached or does not fit. `token`: sent as a bearer token to the services when not empty.
-std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms);
+// Every hop's answer is checked against its model's metadata (check_answer) before it is used;
+// a hop's messages may be up to `max_bytes` either way (the server's --max-request-bytes).
+std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms,
+                                                 int max_bytes);
 
 }  // namespace loom::serve

@@ -326,6 +326,28 @@ TEST(PipelineSpec, OrdersALongReversedChainQuicklyAndNamesACycle) {
   std::filesystem::remove_all(tmpl);
 }
 
+// A pipeline hop's answer is checked against its model's metadata before it is used.
+TEST(PipelineHops, AnswersAreCheckedAgainstTheMetadata) {
+  using loom::serve::TensorIn;
+  const loom::serve::TensorDesc want{"y", "FP32", {-1, -1}};
+  auto fault = [&](TensorIn t) {
+    try {
+      loom::serve::check_answer(want, t, "step 's' output 'y'");
+      return std::string("accepted");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(fault({"y", "FP32", {2, 4}, std::string(32, '\0')}), "accepted");
+  EXPECT_NE(fault({"y", "FP32", {2, 4}, std::string(3, '\0')}).find("holds 3 bytes; shape [2, 4] of FP32 needs 32"), std::string::npos);
+  EXPECT_NE(fault({"y", "FP32", {-7, 4}, std::string(32, '\0')}).find("has shape [-7, 4]"), std::string::npos);
+  EXPECT_NE(fault({"y", "FP32", {int64_t{1} << 31, int64_t{1} << 31}, ""}).find("more than 2^31 elements"), std::string::npos);
+  EXPECT_NE(fault({"y", "INT64", {2, 4}, std::string(64, '\0')}).find("is INT64, but its model's metadata says FP32"),
+            std::string::npos);
+  EXPECT_NE(fault({"y", "FP32", {8}, std::string(32, '\0')}).find("has shape [8]"), std::string::npos);
+  EXPECT_EQ(fault({"y", "FP32", {0, 4}, ""}), "accepted");  // no rows is a valid answer
+}
+
 TEST(Generate, StreamsWholeUtf8Characters) {
   loom::serve::Utf8Chunker c;
   std::vector<std::string> pieces;
