@@ -45,8 +45,9 @@ class Service final
   grpc::Status ModelReady(grpc::ServerContext* sc, const inference::ModelReadyRequest* req,
                           inference::ModelReadyResponse* res) override {
     return guarded(sc, [&] {
-      if (!ctx_.pipeline(req->name())) ctx_.repo->find(req->name(), req->version());
-      res->set_ready(ctx_.ready.load() && !ctx_.stopping.load());
+      const PipelineRunner* pipe = ctx_.pipeline(req->name());
+      if (!pipe) ctx_.repo->find(req->name(), req->version());
+      res->set_ready(ctx_.ready.load() && !ctx_.stopping.load() && (!pipe || pipe->ready()));
     });
   }
   grpc::Status ServerMetadata(grpc::ServerContext* sc, const inference::ServerMetadataRequest*,
@@ -61,6 +62,7 @@ class Service final
                              inference::ModelMetadataResponse* res) override {
     return guarded(sc, [&] {
       if (const PipelineRunner* p = ctx_.pipeline(req->name())) {
+        require_connected(*p);
         res->set_name(p->name());
         res->add_versions("1");
         res->set_platform("loom-pipeline");
@@ -234,6 +236,7 @@ class Service final
   std::shared_ptr<PipelineRunner::Cancel> infer_pipeline(PipelineRunner& p, const inference::ModelInferRequest& req,
                                                          inference::ModelInferResponse* res, Clock::time_point deadline,
                                                          Finish finish) {
+    require_connected(p);
     std::vector<TensorIn> inputs = tensors_of(req);
     const std::string name = p.name();
     std::vector<size_t> wanted;

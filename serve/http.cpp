@@ -36,6 +36,8 @@ bool Context::authorized(const std::string& authorization) const {
 
 bool Context::is_ready() const {
   if (forward) return ready.load() && !stopping.load() && forward->any_ready();
+  for (const auto& p : pipelines)
+    if (!p->ready()) return false;
   return ready.load() && !stopping.load() && (!strict_readiness || repo->all_ready());
 }
 
@@ -64,9 +66,11 @@ json descs_json(const std::vector<TensorDesc>& ds) {
 }  // namespace
 
 std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
-  if (const PipelineRunner* p = pipeline(name))
+  if (const PipelineRunner* p = pipeline(name)) {
+    require_connected(*p);
     return dump_json({{"name", name}, {"versions", {"1"}}, {"platform", "loom-pipeline"},
                       {"inputs", descs_json(p->inputs())}, {"outputs", descs_json(p->outputs())}});
+  }
   auto b = repo->find(name, version);
   const ServedModel& m = b->model();
   if (m.generator())
@@ -162,6 +166,7 @@ Reply infer_reply(const std::string& model, const std::string& version, const In
 // POST .../infer of a pipeline: the request's tensors checked against its inputs, the run
 // waited for (the caller's deadline bounds every hop).
 Reply infer_pipeline(Context& ctx, PipelineRunner& p, const std::string& body, const std::string& header_length) {
+  require_connected(p);
   InferRequest req = parse_infer_request(body, header_length);
   std::vector<size_t> wanted;
   for (const auto& o : req.outputs) {
@@ -279,6 +284,12 @@ Reply repository_index(Context& ctx) {
     if (!st.reason.empty()) e["reason"] = st.reason;
     list.push_back(e);
   }
+  for (const auto& p : ctx.pipelines) {  // a pipeline that waits for its steps says for which
+    std::string why;
+    json e = {{"name", p->name()}, {"version", "1"}, {"state", p->ready(&why) ? "READY" : "UNAVAILABLE"}};
+    if (!why.empty()) e["reason"] = why;
+    list.push_back(e);
+  }
   Reply r;
   r.body = dump_json(list);
   return r;
@@ -374,8 +385,9 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     }
     if (p.size() == rest + 1 && p[rest] == "ready") {
       if (!get) return method_not_allowed("GET");
-      if (!ctx.pipeline(name)) ctx.repo->find(name, version);  // 404 when unknown
-      return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load()}});
+      const PipelineRunner* pipe = ctx.pipeline(name);
+      if (!pipe) ctx.repo->find(name, version);  // 404 when unknown
+      return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load() && (!pipe || pipe->ready())}});
     }
     if (p.size() == rest + 1 && (p[rest] == "generate" || p[rest] == "generate_stream")) {
       if (!post) return method_not_allowed("POST");

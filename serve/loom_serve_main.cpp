@@ -222,6 +222,10 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
       steps += (steps.empty() ? "" : ", ") + st.name + " (" + st.model + " at " + st.address +
                (st.service.empty() ? "" : ", service " + st.service) + ")";
     log_line("info", "pipeline " + p.name + " from " + file + ": steps " + steps);
+    std::string why;
+    if (!ctx.pipelines.back()->ready(&why))
+      log_line("warning", "pipeline " + p.name + " is not ready yet (" + why +
+                              "); it tries again until every step answers");
 #else
     throw loom::rt::Error(file + ": pipelines call their steps over gRPC, and this loom-serve is built without it");
 #endif

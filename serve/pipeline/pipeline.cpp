@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "grpc_service.grpc.pb.h"
 #include "loom/rt/error.hpp"
@@ -40,6 +42,20 @@ Status from_grpc(grpc::StatusCode c) {
 
 class GrpcPipeline;
 
+// What the steps' metadata made of the spec: the pipeline's inputs and outputs and where every
+// hop's tensors come from. Built when every step has answered its metadata; a run keeps the plan
+// it started with.
+struct Plan {
+  std::vector<TensorDesc> inputs, outputs;
+  std::vector<std::vector<Source>> sources;           // per step, per input
+  std::vector<std::vector<std::string>> needed;       // per step, the outputs later steps or the answer read
+  std::vector<std::vector<TensorDesc>> needed_desc;   // and what the step's metadata says of each
+  std::vector<std::vector<size_t>> consumers;         // per step, the steps that read it
+  std::vector<Source> answer;                         // per pipeline output
+  std::vector<int> request_uses;                      // per request input, the steps that read it
+  std::vector<std::vector<int>> out_uses;             // per step and needed output, the steps and answers that read it
+};
+
 // Where a step's hops go. A `service:` step's address can change (its controller came back on
 // other ports), so the stub is swapped under the lock and each hop holds the one it used.
 struct Endpoint {
@@ -61,7 +77,7 @@ struct Call {
 
 class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<Run> {
  public:
-  Run(const GrpcPipeline& p, std::vector<TensorIn> request, Clock::time_point deadline,
+  Run(const GrpcPipeline& p, std::shared_ptr<const Plan> plan, std::vector<TensorIn> request, Clock::time_point deadline,
       std::function<void(PipelineRunner::Result)> done);
   void start();
   void cancel() override;
@@ -75,6 +91,7 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
   void on_done(size_t step, const grpc::Status& st);
   void fail(Status s, const std::string& why, std::unique_lock<std::mutex>& lock);
   const GrpcPipeline& p_;
+  std::shared_ptr<const Plan> plan_;
   std::vector<TensorIn> request_;
   Clock::time_point deadline_;
   std::function<void(PipelineRunner::Result)> done_;
@@ -92,24 +109,52 @@ class Run : public PipelineRunner::Cancel, public std::enable_shared_from_this<R
 class GrpcPipeline : public PipelineRunner {
  public:
   GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms, int max_bytes);
+  ~GrpcPipeline() override;
+  const std::string& name() const override { return spec_.name; }
+  const std::vector<TensorDesc>& inputs() const override { return current() ? current()->inputs : none_; }
+  const std::vector<TensorDesc>& outputs() const override { return current() ? current()->outputs : none_; }
+  bool ready(std::string* why) const override {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (why) *why = why_;
+    return ready_;
+  }
+  bool connected(std::string* why) const override {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (why) *why = why_;
+    return plan_ != nullptr;
+  }
+  std::shared_ptr<Cancel> run(std::vector<TensorIn> in, Clock::time_point deadline, std::function<void(Result)> done) override {
+    std::string why;
+    auto plan = current();
+    if (!plan) {
+      connected(&why);
+      Result r;
+      r.status = Status::kUnavailable;
+      r.error = "pipeline " + spec_.name + " is not ready: " + why;
+      done(std::move(r));
+      return nullptr;
+    }
+    auto r = std::make_shared<Run>(*this, std::move(plan), std::move(in), deadline, std::move(done));
+    r->start();
+    return r;
+  }
   std::shared_ptr<grpc::Channel> channel(const std::string& address) const {
     grpc::ChannelArguments args;  // gRPC's default 4 MiB would refuse a BERT hidden state at batch 32
     args.SetMaxReceiveMessageSize(max_bytes_);
     args.SetMaxSendMessageSize(max_bytes_);
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }
-  const std::string& name() const override { return spec_.name; }
-  const std::vector<TensorDesc>& inputs() const override { return inputs_; }
-  const std::vector<TensorDesc>& outputs() const override { return outputs_; }
-  std::shared_ptr<Cancel> run(std::vector<TensorIn> in, Clock::time_point deadline, std::function<void(Result)> done) override {
-    auto r = std::make_shared<Run>(*this, std::move(in), deadline, std::move(done));
-    r->start();
-    return r;
-  }
 
  private:
   friend class Run;
   void read_metadata(size_t i, int timeout_ms, std::vector<inference::ModelMetadataResponse>* meta) const;
+  std::shared_ptr<const Plan> build(int timeout_ms) const;  // rt::Error naming the step at fault
+  void probe(int timeout_ms);  // every step's model ready: else not ready, with the step named
+  void watch();
+  std::shared_ptr<const Plan> current() const {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return plan_;
+  }
   std::shared_ptr<Stub> stub(size_t i, std::string* address) const {
     std::lock_guard<std::mutex> lock(ends_[i]->mu);
     *address = ends_[i]->address;
@@ -123,16 +168,16 @@ class GrpcPipeline : public PipelineRunner {
   }
   PipelineSpec spec_;
   std::string token_;
+  int timeout_ms_, max_bytes_;  // metadata calls; a hop's largest message, either way (--max-request-bytes)
   std::vector<std::unique_ptr<Endpoint>> ends_;
-  std::vector<TensorDesc> inputs_, outputs_;
-  std::vector<std::vector<Source>> sources_;      // per step, per input
-  std::vector<std::vector<std::string>> needed_;  // per step, the outputs later steps or the answer read
-  std::vector<std::vector<TensorDesc>> needed_desc_;  // and what the step's metadata says of each
-  int max_bytes_;                                 // a hop's largest message, either way (--max-request-bytes)
-  std::vector<std::vector<size_t>> consumers_;    // per step, the steps that read it
-  std::vector<Source> answer_;                    // per pipeline output
-  std::vector<int> request_uses_;                 // per request input, the steps that read it
-  std::vector<std::vector<int>> out_uses_;        // per step and needed output, the steps and answers that read it
+  const std::vector<TensorDesc> none_;
+  mutable std::mutex state_mu_;
+  std::condition_variable wake_;
+  std::shared_ptr<const Plan> plan_;               // null until every step has answered
+  std::vector<std::shared_ptr<const Plan>> kept_;  // every plan made: inputs() and outputs() hand out references
+  bool ready_ = false, stop_ = false;
+  std::string why_;
+  std::thread watcher_;
 };
 
 const inference::ModelMetadataResponse::TensorMetadata* find_tensor(
@@ -171,23 +216,106 @@ bool GrpcPipeline::look_up_again(size_t i, const std::string& was) const {
 }
 
 GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms, int max_bytes)
-    : spec_(spec), token_(token), max_bytes_(max_bytes) {
+    : spec_(spec), token_(token), timeout_ms_(timeout_ms), max_bytes_(max_bytes) {
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;  // steps at one address share a connection
+  for (const auto& st : spec_.steps) {
+    auto& ch = channels[st.address];
+    if (!ch) ch = channel(st.address);
+    ends_.push_back(std::make_unique<Endpoint>());
+    ends_.back()->address = st.address;
+    ends_.back()->stub = inference::GRPCInferenceService::NewStub(ch);
+  }
+  try {
+    plan_ = build(timeout_ms_);
+    kept_.push_back(plan_);
+    ready_ = true;
+  } catch (const std::exception& e) {
+    why_ = e.what();
+  }
+  watcher_ = std::thread([this] { watch(); });
+}
+
+GrpcPipeline::~GrpcPipeline() {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  watcher_.join();
+}
+
+// Steps may start after the pipeline (on Slurm they are replica jobs that start in any order)
+// and may go away: until every step has answered its metadata the pipeline is not ready, and
+// tries again with backoff (0.5 s, doubling, at most 2 s; a `service:` step looked up again each
+// time); once ready it asks each step every 2 s whether its model is ready, and is not ready
+// while one is not (reading the metadata again when they are back: a step may have come back
+// with another model).
+void GrpcPipeline::watch() {
+  int wait_ms = 500;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(state_mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(ready_ ? 2000 : wait_ms), [this] { return stop_; });
+      if (stop_) return;
+    }
+    if (ready(nullptr)) {
+      probe(1000);
+      wait_ms = 500;
+      continue;
+    }
+    for (size_t i = 0; i < spec_.steps.size(); ++i) {
+      std::string address;
+      stub(i, &address);
+      look_up_again(i, address);  // a controller that came back on other ports
+    }
+    try {
+      auto plan = build(std::min(timeout_ms_, 2000));
+      std::lock_guard<std::mutex> lock(state_mu_);
+      plan_ = plan;
+      kept_.push_back(plan);
+      ready_ = true;
+      why_.clear();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      why_ = e.what();
+      wait_ms = std::min(wait_ms * 2, 2000);
+    }
+  }
+}
+
+void GrpcPipeline::probe(int timeout_ms) {
+  for (size_t i = 0; i < spec_.steps.size(); ++i) {
+    std::string address;
+    auto s = stub(i, &address);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+    inference::ModelReadyRequest req;
+    req.set_name(spec_.steps[i].model);
+    inference::ModelReadyResponse res;
+    grpc::Status st = s->ModelReady(&ctx, req, &res);
+    if (!st.ok() && st.error_code() == grpc::UNAVAILABLE && look_up_again(i, address)) continue;  // moved: next probe
+    if (st.ok() && res.ready()) continue;
+    std::lock_guard<std::mutex> lock(state_mu_);
+    ready_ = false;
+    why_ = where(i, address) + (st.ok() ? ": its model is not ready" : ": " + st.error_message());
+    return;
+  }
+}
+
+std::shared_ptr<const Plan> GrpcPipeline::build(int timeout_ms) const {
+  auto plan = std::make_shared<Plan>();
+  Plan& P = *plan;
   const size_t n = spec_.steps.size();
   std::vector<inference::ModelMetadataResponse> meta(n);
   std::map<std::string, size_t> index;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;  // steps at one address share a connection
   for (size_t i = 0; i < n; ++i) {
-    auto& ch = channels[spec_.steps[i].address];
-    if (!ch) ch = channel(spec_.steps[i].address);
-    ends_.push_back(std::make_unique<Endpoint>());
-    ends_[i]->address = spec_.steps[i].address;
-    ends_[i]->stub = inference::GRPCInferenceService::NewStub(ch);
     read_metadata(i, timeout_ms, &meta);
     index[spec_.steps[i].name] = i;
   }
-  needed_.assign(n, {});
-  needed_desc_.assign(n, {});
-  consumers_.assign(n, {});
+  P.needed.assign(n, {});
+  P.needed_desc.assign(n, {});
+  P.consumers.assign(n, {});
   // A source "step.output" as (step, index among its needed outputs), the output checked.
   auto step_source = [&](const std::string& src, const std::string& at) {
     const size_t dot = src.find('.');
@@ -196,11 +324,11 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
     if (!find_tensor(meta[j].outputs(), out))
       throw rt::Error("pipeline " + spec_.name + ": " + at + " reads '" + src + "', but model " + spec_.steps[j].model +
                       " has no output '" + out + "'");
-    auto& need = needed_[j];
+    auto& need = P.needed[j];
     auto it = std::find(need.begin(), need.end(), out);
     if (it == need.end()) {
       const auto* t = find_tensor(meta[j].outputs(), out);
-      needed_desc_[j].push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
+      P.needed_desc[j].push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
       it = need.insert(need.end(), out);
     }
     return Source{static_cast<int>(j), static_cast<size_t>(it - need.begin())};
@@ -213,46 +341,47 @@ GrpcPipeline::GrpcPipeline(const PipelineSpec& spec, const std::string& token, i
       if (src.compare(0, 8, "request.") == 0) {
         const std::string name = src.substr(8);
         size_t k = 0;
-        while (k < inputs_.size() && inputs_[k].name != name) ++k;
-        if (k == inputs_.size()) inputs_.push_back({name, t->datatype(), {t->shape().begin(), t->shape().end()}});
-        else if (inputs_[k].datatype != t->datatype())
-          throw rt::Error("pipeline " + spec_.name + ": request." + name + " feeds inputs of types " + inputs_[k].datatype +
+        while (k < P.inputs.size() && P.inputs[k].name != name) ++k;
+        if (k == P.inputs.size()) P.inputs.push_back({name, t->datatype(), {t->shape().begin(), t->shape().end()}});
+        else if (P.inputs[k].datatype != t->datatype())
+          throw rt::Error("pipeline " + spec_.name + ": request." + name + " feeds inputs of types " + P.inputs[k].datatype +
                           " and " + t->datatype());
         srcs.push_back({-1, k});
       } else {
         const Source s = step_source(src, "step " + spec_.steps[i].name + " input " + in);
         srcs.push_back(s);
-        auto& c = consumers_[static_cast<size_t>(s.step)];
+        auto& c = P.consumers[static_cast<size_t>(s.step)];
         if (std::find(c.begin(), c.end(), i) == c.end()) c.push_back(i);
       }
     }
-    sources_.push_back(std::move(srcs));
+    P.sources.push_back(std::move(srcs));
   }
   for (const auto& [out, src] : spec_.outputs) {
     const Source s = step_source(src, "spec.outputs." + out);
     const auto* t = find_tensor(meta[static_cast<size_t>(s.step)].outputs(), src.substr(src.find('.') + 1));
-    outputs_.push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
-    answer_.push_back(s);
+    P.outputs.push_back({out, t->datatype(), {t->shape().begin(), t->shape().end()}});
+    P.answer.push_back(s);
   }
-  request_uses_.assign(inputs_.size(), 0);
-  for (size_t i = 0; i < n; ++i) out_uses_.emplace_back(needed_[i].size(), 0);
-  auto count = [&](const Source& s) { ++(s.step < 0 ? request_uses_[s.index] : out_uses_[static_cast<size_t>(s.step)][s.index]); };
-  for (const auto& srcs : sources_)
+  P.request_uses.assign(P.inputs.size(), 0);
+  for (size_t i = 0; i < n; ++i) P.out_uses.emplace_back(P.needed[i].size(), 0);
+  auto count = [&](const Source& s) { ++(s.step < 0 ? P.request_uses[s.index] : P.out_uses[static_cast<size_t>(s.step)][s.index]); };
+  for (const auto& srcs : P.sources)
     for (const Source& s : srcs) count(s);
-  for (const Source& s : answer_) count(s);
+  for (const Source& s : P.answer) count(s);
+  return plan;
 }
 
-Run::Run(const GrpcPipeline& p, std::vector<TensorIn> request, Clock::time_point deadline,
+Run::Run(const GrpcPipeline& p, std::shared_ptr<const Plan> plan, std::vector<TensorIn> request, Clock::time_point deadline,
          std::function<void(PipelineRunner::Result)> done)
-    : p_(p), request_(std::move(request)), deadline_(deadline), done_(std::move(done)), request_uses_(p.request_uses_),
-      out_uses_(p.out_uses_), left_(p.spec_.steps.size()) {
+    : p_(p), plan_(std::move(plan)), request_(std::move(request)), deadline_(deadline), done_(std::move(done)),
+      request_uses_(plan_->request_uses), out_uses_(plan_->out_uses), left_(p.spec_.steps.size()) {
   const size_t n = p_.spec_.steps.size();
   outs_.assign(n, {});
   waiting_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     calls_.push_back(std::make_unique<Call>());
     std::vector<int> producers;
-    for (const Source& s : p_.sources_[i])
+    for (const Source& s : plan_->sources[i])
       if (s.step >= 0 && std::find(producers.begin(), producers.end(), s.step) == producers.end()) producers.push_back(s.step);
     waiting_[i] = static_cast<int>(producers.size());
   }
@@ -291,7 +420,7 @@ void Run::launch(size_t i) {
     const PipelineStep& st = p_.spec_.steps[i];
     c.req.set_model_name(st.model);
     for (size_t k = 0; k < st.inputs.size(); ++k) {
-      const Source& s = p_.sources_[i][k];
+      const Source& s = plan_->sources[i][k];
       const TensorIn& t = s.step < 0 ? request_[s.index] : outs_[static_cast<size_t>(s.step)][s.index];
       auto* in = c.req.add_inputs();
       in->set_name(st.inputs[k].first);
@@ -299,7 +428,7 @@ void Run::launch(size_t i) {
       for (int64_t d : t.shape) in->add_shape(d);
       c.req.add_raw_input_contents(take(s));
     }
-    for (const auto& o : p_.needed_[i]) c.req.add_outputs()->set_name(o);
+    for (const auto& o : plan_->needed[i]) c.req.add_outputs()->set_name(o);
     c.started = true;
   }
   send(i, c);
@@ -357,8 +486,8 @@ void Run::on_done(size_t i, const grpc::Status& st) {
   if (!st.ok() && retry_elsewhere(i, st, lock)) return;
   if (!st.ok()) return fail(from_grpc(st.error_code()), p_.where(i, c.address) + ": " + st.error_message(), lock);
   std::vector<TensorIn> got;
-  for (size_t w = 0; w < p_.needed_[i].size(); ++w) {
-    const std::string& want = p_.needed_[i][w];
+  for (size_t w = 0; w < plan_->needed[i].size(); ++w) {
+    const std::string& want = plan_->needed[i][w];
     int k = 0;
     while (k < c.res.outputs_size() && c.res.outputs(k).name() != want) ++k;
     if (k == c.res.outputs_size() || k >= c.res.raw_output_contents_size())
@@ -366,7 +495,7 @@ void Run::on_done(size_t i, const grpc::Status& st) {
     const auto& o = c.res.outputs(k);
     got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, std::move(*c.res.mutable_raw_output_contents(k))});
     try {  // checked before it is passed on to a step or returned: a hop is another server
-      check_answer(p_.needed_desc_[i][w], got.back(), p_.where(i, c.address) + " answered output '" + want + "', which");
+      check_answer(plan_->needed_desc[i][w], got.back(), p_.where(i, c.address) + " answered output '" + want + "', which");
     } catch (const ServeError& e) {
       return fail(Status::kInternal, e.what(), lock);
     }
@@ -376,7 +505,7 @@ void Run::on_done(size_t i, const grpc::Status& st) {
   const int64_t avg = p_.ends_[i]->hop_us;
   p_.ends_[i]->hop_us = avg == 0 ? us : (7 * avg + us) / 8;
   std::vector<size_t> ready;
-  for (size_t j : p_.consumers_[i])
+  for (size_t j : plan_->consumers[i])
     if (--waiting_[j] == 0) ready.push_back(j);
   if (--left_ > 0) {
     lock.unlock();
@@ -384,10 +513,10 @@ void Run::on_done(size_t i, const grpc::Status& st) {
     return;
   }
   PipelineRunner::Result r;
-  for (size_t k = 0; k < p_.answer_.size(); ++k) {
-    const Source& s = p_.answer_[k];
+  for (size_t k = 0; k < plan_->answer.size(); ++k) {
+    const Source& s = plan_->answer[k];
     const TensorIn& t = outs_[static_cast<size_t>(s.step)][s.index];
-    r.outputs.push_back({p_.outputs_[k].name, t.datatype, t.shape, {}});
+    r.outputs.push_back({plan_->outputs[k].name, t.datatype, t.shape, {}});
     r.outputs.back().data = take(s);
   }
   finished_ = true;

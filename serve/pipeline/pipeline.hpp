@@ -41,8 +41,17 @@ class PipelineRunner {
  public:
   virtual ~PipelineRunner() = default;
   virtual const std::string& name() const = 0;
+  // Empty until the pipeline has been ready once (its steps' metadata makes them).
   virtual const std::vector<TensorDesc>& inputs() const = 0;
   virtual const std::vector<TensorDesc>& outputs() const = 0;
+  // Whether every step answers (and answered its metadata as the spec needs); `why` names the
+  // step and the fault when not.
+  virtual bool ready(std::string* why = nullptr) const = 0;
+  // Whether every step has answered its metadata once (the pipeline knows its inputs and
+  // outputs). A run before that answers kUnavailable at once; after it, a run is tried even
+  // while a step is not ready (it may be back before the next probe), and a hop that fails
+  // names its step.
+  virtual bool connected(std::string* why = nullptr) const = 0;
   struct Result {
     Status status = Status::kOk;
     std::string error;
@@ -57,11 +66,18 @@ class PipelineRunner {
   virtual std::shared_ptr<Cancel> run(std::vector<TensorIn> in, Clock::time_point deadline, std::function<void(Result)> done) = 0;
 };
 
+// Throws ServeError kUnavailable naming the pipeline and why, when `p` is not connected: what a
+// front end answers for its infer and metadata calls then.
+void require_connected(const PipelineRunner& p);
+
 // Connects to every step's service, reads its models' metadata (each step's inputs and outputs
-// must exist there) and returns the runner. A `service:` step whose hop finds nobody listening
-// (UNAVAILABLE) looks the service up again: when its controller has come back elsewhere, the
-// hop is sent there once more. Throws rt::Error naming the step that cannot be
-// reached or does not fit. `token`: sent as a bearer token to the services when not empty.
+// must exist there) and returns the runner. A step that cannot be reached or does not fit (yet)
+// leaves it not ready, naming the step, and a thread tries again with backoff: the steps may
+// start after the pipeline, in any order. Once ready, a step whose model stops answering makes
+// it not ready again until it is back (the server never exits for it). A `service:` step whose
+// hop finds nobody listening (UNAVAILABLE) looks the service up again: when its controller has
+// come back elsewhere, the hop is sent there once more. `token`: sent as a bearer token to the
+// services when not empty.
 // Every hop's answer is checked against its model's metadata (check_answer) before it is used;
 // a hop's messages may be up to `max_bytes` either way (the server's --max-request-bytes).
 std::unique_ptr<PipelineRunner> connect_pipeline(const PipelineSpec& spec, const std::string& token, int timeout_ms,

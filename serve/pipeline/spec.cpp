@@ -92,6 +92,11 @@ void order_steps(const std::string& file, PipelineSpec& p) {
 
 }  // namespace
 
+void require_connected(const PipelineRunner& p) {
+  std::string why;
+  if (!p.connected(&why)) throw ServeError(Status::kUnavailable, "pipeline " + p.name() + " is not ready: " + why);
+}
+
 PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir) {
   const YAML::Node root = spec_root(file, "InferencePipeline");
   PipelineSpec p;

@@ -3,6 +3,9 @@ multimodal case, examples/multimodal/: models exported by PyTorch), served by a 
 answers equal to PyTorch end to end and to the three services called one after another, over
 REST and gRPC (grpcio), concurrent callers each with their own answer, the caller's deadline
 kept, a step that is down named in the error; bad pipeline specs refused at load with one error.
+The pipeline starts before its steps (on Slurm they are replica jobs that start in any order):
+not ready, with the step named, until they answer; a step that goes away makes it not ready
+again, and the server stays up.
 
 usage: pipeline_test.py LOOM_SERVE SRC_DIR WORK_DIR
 """
@@ -11,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,9 +41,9 @@ check = Checks()
 procs = []
 
 
-def start(name, args):
+def start(name, args, grpc_port=0):
     log = os.path.join(work, name + ".log")
-    p = subprocess.Popen([serve, "--http-port", "0", "--grpc-port", "0"] + args, stderr=open(log, "w"))
+    p = subprocess.Popen([serve, "--http-port", "0", "--grpc-port", str(grpc_port)] + args, stderr=open(log, "w"))
     procs.append(p)
     for _ in range(600):
         text = open(log).read()
@@ -60,16 +64,51 @@ def pipeline_spec(path, ports, edit=lambda s: s):
 
 model = mm.export(os.path.join(work, "repo"))
 try:
-    services = {}
-    for name in ("text", "image", "fusion"):
-        p, addr, _ = start(name, ["--model-repository", os.path.join(work, "repo")])
-        services[name] = (p, addr)
-    ports = [services[n][1][1] for n in ("text", "image", "fusion")]
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def get(url):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def index(http_addr):
+        req = urllib.request.Request(f"http://{http_addr}/v2/repository/index", data=b"{}", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return {e["name"]: e for e in json.loads(r.read())}
+
+    def wait_ready(http_addr, want, seconds=20):
+        for _ in range(seconds * 10):
+            if (get(f"http://{http_addr}/v2/health/ready")[0] == 200) == want:
+                return True
+            time.sleep(0.1)
+        return False
+
+    # The pipeline first, its steps after it.
+    grpc_ports = [free_port() for _ in range(3)]
+    ports = [f"127.0.0.1:{q}" for q in grpc_ports]
     spec = pipeline_spec(os.path.join(work, "pipeline.yaml"), ports)
     pipe, (http, gaddr), log = start("pipeline", ["--spec", spec])
-    check(http is not None, f"the pipeline server did not start: {log}")
+    check(http is not None, f"the pipeline server did not start before its steps: {log}")
     check("pipeline multimodal from" in log and "steps text" in log, "the log does not list the pipeline's steps")
+    check("is not ready yet" in log and "step 'text'" in log, f"the log does not say the pipeline waits for its steps: {log}")
     base = f"http://{http}/v2/models"
+    st, _ = get(f"http://{http}/v2/health/ready")
+    check(st == 503, f"ready before its steps: {st}")
+    st, r = get(f"{base}/multimodal/ready")
+    check(st == 200 and r.get("ready") is False, f"the pipeline's own readiness before its steps: {st} {r}")
+    e = index(http).get("multimodal", {})
+    check(e.get("state") == "UNAVAILABLE" and "step 'text'" in e.get("reason", ""), f"the index before the steps: {e}")
+    services = {}
+    for name, q in zip(("text", "image", "fusion"), grpc_ports):
+        p, addr, _ = start(name, ["--model-repository", os.path.join(work, "repo")], grpc_port=q)
+        services[name] = (p, addr)
+    check(wait_ready(http, True), "the pipeline did not become ready once its steps answered")
+    check(index(http).get("multimodal", {}).get("state") == "READY", "the index does not say READY")
 
     def post(url, body):
         req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -173,9 +212,23 @@ try:
 
     refused("a source that names no tensor", lambda s: s.replace("text.embedding", "nope.embedding"), "names no known tensor (no step 'nope'")
     refused("a cycle", lambda s: s.replace("request.input_ids", "fusion.logits"), "form a cycle")
-    refused("an unreachable url", lambda s: s.replace(ports[2], "127.0.0.1:1"), "step 'fusion' (model fusion at 127.0.0.1:1) cannot be reached")
-    refused("an input the model lacks", lambda s: s.replace("{text: text.embedding", "{txt: text.embedding"), "the model has no input 'txt'")
-    refused("an output the step lacks", lambda s: s.replace("image: image.embedding}", "image: image.features}"), "has no output 'features'")
+    # What only the steps' metadata can tell: the server starts, not ready, and says why.
+    def not_ready(what, edit, message):
+        path = pipeline_spec(os.path.join(work, f"unready-{len(what)}.yaml"), ports, edit)
+        p, (h, _), text = start(f"unready-{len(what)}", ["--spec", path])
+        try:
+            reason = index(h).get("multimodal", {}).get("reason", "") if h else ""
+            check(h is not None and get(f"http://{h}/v2/health/ready")[0] == 503 and message in reason,
+                  f"{what}: {reason or text[-300:]}")
+            st, r, _ = rest(f"http://{h}/v2/models/multimodal/infer", {"input_ids": ids, "attention_mask": mask, "image": image})
+            check(st == 503 and message in r.get("error", ""), f"{what}: infer answered {st} {r}")
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+
+    not_ready("an unreachable url", lambda s: s.replace(ports[2], "127.0.0.1:1"), "step 'fusion' (model fusion at 127.0.0.1:1) cannot be reached")
+    not_ready("an input the model lacks", lambda s: s.replace("{text: text.embedding", "{txt: text.embedding"), "the model has no input 'txt'")
+    not_ready("an output the step lacks", lambda s: s.replace("image: image.embedding}", "image: image.features}"), "has no output 'features'")
     refused("a url that is not gRPC", lambda s: s.replace(f"grpc://{ports[0]}", f"http://{ports[0]}"), "must be grpc://host:port")
     refused("a service that no controller announced", lambda s: s.replace(f"url: grpc://{ports[2]}", "service: no-such-service"),
             "step 'fusion': service no-such-service is not announced in " + os.environ["LOOM_SERVICES_DIR"])
@@ -195,7 +248,14 @@ try:
         check(False, "the pipeline answered with a step down")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.UNAVAILABLE and "step 'image'" in e.details(), f"a step down over gRPC: {e}")
+    check(wait_ready(http, False, 10), "the pipeline still says ready with a step down")
+    check("step 'image'" in index(http).get("multimodal", {}).get("reason", ""), "the index does not name the step that is down")
     check(pipe.poll() is None, "the pipeline server exited")
+    # The step comes back on its port: ready again.
+    p, _, _ = start("image-again", ["--model-repository", os.path.join(work, "repo")], grpc_port=grpc_ports[1])
+    check(wait_ready(http, True), "the pipeline did not become ready again when its step came back")
+    st, r, got = rest(f"{base}/multimodal/infer", {"input_ids": ids, "attention_mask": mask, "image": image})
+    check(st == 200, f"after the step came back: {st} {r}")
 
 finally:
     for p in procs:
