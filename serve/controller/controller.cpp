@@ -324,6 +324,9 @@ std::string Controller::metrics_text() const {
   m << "# HELP loom_controller_routed_total Requests routed to each replica.\n# TYPE loom_controller_routed_total counter\n";
   for (const auto& r : all) m << "loom_controller_routed_total{job=\"" << r->job << "\"} " << r->routed.load() << "\n";
   m << "# TYPE loom_controller_rejected_total counter\nloom_controller_rejected_total " << pool_.rejected() << "\n"
+    << "# HELP loom_controller_broken_streams_total generate_stream answers whose replica stopped before the end.\n"
+    << "# TYPE loom_controller_broken_streams_total counter\nloom_controller_broken_streams_total " << pool_.broken_streams()
+    << "\n"
     << "# TYPE loom_controller_scale_events_total counter\n"
     << "loom_controller_scale_events_total{direction=\"up\"} " << up_.load() << "\n"
     << "loom_controller_scale_events_total{direction=\"down\"} " << down_.load() << "\n"

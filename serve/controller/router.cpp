@@ -17,6 +17,8 @@
 #include <functional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace loom::serve {
 
 namespace http = boost::beast::http;
@@ -246,7 +248,8 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
     if (err.empty() && a->parser.get().result_int() == 200 && a->parser.chunked()) {
       res.content_type = std::string(a->parser.get()[http::field::content_type]);
       const int timeout = timeout_ms_;
-      res.stream = [a, timeout](const std::function<bool(const std::string&)>& send) {
+      const std::string job = r.job;
+      res.stream = [this, a, timeout, job](const std::function<bool(const std::string&)>& send) {
         bool client = true;
         auto on_body = [&](std::uint64_t, boost::beast::string_view data, boost::beast::error_code& ec) {
           if (client && !data.empty()) client = send(std::string(data.data(), data.size()));
@@ -255,7 +258,16 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
         };
         a->parser.on_chunk_body(on_body);  // Beast keeps a reference: on_body outlives the reads
         bool late_body = false;
-        read_until(a->fd, a->parser, a->buf, timeout, [&] { return !client || a->parser.is_done(); }, &late_body);
+        const std::string err =
+            read_until(a->fd, a->parser, a->buf, timeout, [&] { return !client || a->parser.is_done(); }, &late_body);
+        if (client && !a->parser.is_done()) {
+          // The replica went away (or stalled) mid-stream: the client must not take what it got
+          // for the whole answer. One error event, as the protocol's stream carries errors.
+          broken_streams_.fetch_add(1);
+          const nlohmann::json e = {{"error", "replica " + job + " stopped before the stream's end: " +
+                                                  (err.empty() ? std::string("the connection closed") : err)}};
+          send("data: " + e.dump() + "\n\n");
+        }
       };
       return res;
     }

@@ -67,6 +67,9 @@ class ReplicaPool : public Forwarder {
   double take_concurrency();
   uint64_t take_refused();
   uint64_t rejected() const { return rejected_.load(); }
+  // generate_stream answers whose replica went away before the stream's end (the client got an
+  // error event, not a clean end).
+  uint64_t broken_streams() const { return broken_streams_.load(); }
 
   // Forwarder
   Response forward_http(const std::string& method, const std::string& target,
@@ -93,7 +96,7 @@ class ReplicaPool : public Forwarder {
   std::mutex conc_mu_;
   int total_outstanding_ = 0;
   double integral_ = 0, last_change_ = -1, window_start_ = -1;
-  std::atomic<uint64_t> refused_in_window_{0}, rejected_{0};
+  std::atomic<uint64_t> refused_in_window_{0}, rejected_{0}, broken_streams_{0};
   std::function<std::string()> metrics_;
   std::string model_;  // what the replicas serve (the spec's name): its own metrics label
 };

@@ -254,8 +254,9 @@ TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
 
 }  // namespace
 
-// A replica that answers generate_stream with two server-sent events 300 ms apart, or a 400.
-void stream_peer(int ls, bool ok) {
+// A replica that answers generate_stream with two server-sent events 300 ms apart, or a 400, or
+// (dies) one event and then its connection closes, as when the replica's job is killed.
+void stream_peer(int ls, bool ok, bool dies = false) {
   const int c = ::accept(ls, nullptr, nullptr);
   std::string req;
   char buf[4096];
@@ -270,6 +271,10 @@ void stream_peer(int ls, bool ok) {
   } else {
     put("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
     put("9\r\ndata: a\n\n\r\n");
+    if (dies) {
+      ::close(c);
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     put("9\r\ndata: b\n\n\r\n0\r\n\r\n");
   }
@@ -285,7 +290,7 @@ TEST(ReplicaPool, GenerateStreamPassesEachEventAsItComes) {
   r->host = "127.0.0.1";
   r->http_port = port;
   pool.put(r);
-  std::thread peer(stream_peer, ls, true);
+  std::thread peer(stream_peer, ls, true, false);
   auto res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{\"text_input\":\"x\"}");
   ASSERT_TRUE(res.stream) << res.status << " " << res.body;
   EXPECT_EQ(res.content_type, "text/event-stream");
@@ -302,11 +307,26 @@ TEST(ReplicaPool, GenerateStreamPassesEachEventAsItComes) {
   EXPECT_GT(got[1].second - got[0].second, 0.2) << "the first event waited for the second";
   res = {};  // the stream's lease goes with it
   EXPECT_EQ(r->outstanding.load(), 0);
-  std::thread refusing(stream_peer, ls, false);  // a replica's error comes back as it was, not as a stream
+  std::thread refusing(stream_peer, ls, false, false);  // a replica's error comes back as it was, not as a stream
   res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{}");
   refusing.join();
   EXPECT_FALSE(res.stream);
   EXPECT_EQ(res.status, 400);
   EXPECT_EQ(res.body, "{\"error\":\"nope\"}\n");
+  // The replica dies mid-stream: the client gets what came, then an error event, never a
+  // clean end (it took 461 events for the whole answer; issue 33, item 6).
+  std::thread dying(stream_peer, ls, true, true);
+  res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{}");
+  ASSERT_TRUE(res.stream);
+  got.clear();
+  res.stream([&](const std::string& piece) {
+    got.emplace_back(piece, 0.0);
+    return true;
+  });
+  dying.join();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, "data: a\n\n");
+  EXPECT_EQ(got[1].first.rfind("data: {\"error\":\"replica 9 stopped before the stream's end", 0), 0u) << got[1].first;
+  EXPECT_EQ(pool.broken_streams(), 1u);
   ::close(ls);
 }
