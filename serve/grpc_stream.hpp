@@ -1,7 +1,10 @@
 // grpc_stream.hpp — the server side of ModelStreamInfer (Triton's streaming extension of the
 // KServe v2 gRPC API), shared by loom-serve and the controller's router: requests are read as
-// they come and each is started at once (up to `max_in_flight`; beyond, reading pauses until one
-// answers), and the answers are written one at a time, in the order of the requests. The stream
+// they come and each is started at once, and the answers are written one at a time, in the order
+// of the requests. At most `max_in_flight` requests are held at once, counting those running,
+// those answered and waiting for their turn, and the one being written: beyond, reading pauses
+// until an answer has been written, so a client that sends and never reads holds a bounded
+// amount of the server's memory (flow control), however many requests it sends. The stream
 // ends with OK once the client has closed its side and every answer is written. Subclasses
 // start each request in dispatch() and call answer() once for it, from any thread. No gRPC
 // operation is started with the lock held (a reaction may run on the calling thread).
@@ -41,8 +44,7 @@ class OrderedStream : public grpc::ServerBidiReactor<Req, Resp> {
     std::unique_lock<std::mutex> lock(mu_);
     --in_flight_;
     if (!finished_) done_[seq] = std::move(r);
-    const bool resume = paused_ && !finished_ && in_flight_ < max_in_flight_;
-    if (resume) paused_ = false;
+    const bool resume = resume_if_room();  // only when the client is gone is the answer dropped
     if (delete_if_over(lock)) return;
     if (resume) {  // no read is outstanding while paused, so req_ is this thread's
       lock.unlock();
@@ -66,7 +68,7 @@ class OrderedStream : public grpc::ServerBidiReactor<Req, Resp> {
     }
     const uint64_t seq = next_read_++;
     ++in_flight_;
-    const bool more = in_flight_ < max_in_flight_;
+    const bool more = held() < max_in_flight_;
     paused_ = !more;
     lock.unlock();
     dispatch(std::move(req_), seq);
@@ -85,7 +87,21 @@ class OrderedStream : public grpc::ServerBidiReactor<Req, Resp> {
       this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
       return;
     }
+    if (resume_if_room()) {  // an answer has left: room for one more request
+      lock.unlock();
+      read_next();
+      lock.lock();
+    }
     next_step(lock);
+  }
+
+  // With mu_ held: the requests held now (running, answered and waiting, being written).
+  size_t held() const { return in_flight_ + done_.size() + (writing_ ? 1 : 0); }
+  // With mu_ held: true (and no longer paused) when reading was paused and there is room again.
+  bool resume_if_room() {
+    if (!paused_ || finished_ || held() >= max_in_flight_) return false;
+    paused_ = false;
+    return true;
   }
 
   void OnCancel() override { cancelled(); }
