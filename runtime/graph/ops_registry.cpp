@@ -133,7 +133,7 @@ const Tensor& need(const Node& n, const std::vector<const Tensor*>& in, size_t i
 std::vector<int64_t> ints_of(const Node& n, const Tensor& t) {
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
   if (t.dtype() == DType::kI64) {
-    std::memcpy(v.data(), t.data<int64_t>(), v.size() * sizeof(int64_t));
+    if (!v.empty()) std::memcpy(v.data(), t.data<int64_t>(), v.size() * sizeof(int64_t));  // memcpy of null: UB
   } else if (t.dtype() == DType::kI32) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int32_t>()[i];
   } else {

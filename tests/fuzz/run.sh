@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
-# model-file loaders (inputs that drive what an HDF5 file holds). By default a fixed
+# model-file loaders (inputs that drive what an HDF5 file holds), and the ONNX loader and
+# executor (inputs that build small graphs and the tensors they run on). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
 # here with the same inputs. LOOM_FUZZ_SECONDS=N explores instead: a random seed for N seconds
 # per target (`make fuzz`). Any crash, abort or timeout in Loom's code fails the test.
@@ -10,6 +11,7 @@ B=$LOOM_BUILDDIR/tests/fuzz
 [ -x "$B/fuzz_nvsmi" ] || skip "fuzz targets not built (configure --enable-fuzzing)"
 targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_http" ] && targets="$targets http model_file"
+[ -x "$B/fuzz_onnx" ] && targets="$targets onnx"
 for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
@@ -19,6 +21,7 @@ for target in $targets; do
     hwloc_xml) cp "$LOOM_FIXTURES"/local-*.xml "$LOOM_FIXTURES"/cpu-only.xml "$LOOM_FIXTURES"/crashers/*.xml "$LOOM_FIXTURES"/fuzz-regressions/*.xml "$corpus/" ;;
     http) cp "$LOOM_SRCDIR"/tests/fixtures/http/* "$corpus/" ;;
     model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
+    onnx) ;;  # the inputs build the graphs: libFuzzer grows its own corpus
   esac
   # Runs per target in make check, the same inputs every time (a fixed seed): about 5-15 s each
   # here (the model files go through HDF5 on /dev/shm, about 250 a second); `make fuzz` explores
@@ -29,6 +32,7 @@ for target in $targets; do
     hwloc_xml) runs=300 ;;
     http) runs=50000 ;;
     model_file) runs=3000 ;;
+    onnx) runs=40000 ;;
   esac
   # LOOM_FUZZ_SMOKE=1: at most 1000 inputs a target, to see that they build and run.
   [ "${LOOM_FUZZ_SMOKE:-0}" = 1 ] && runs=$((runs < 1000 ? runs : 1000))
@@ -43,7 +47,9 @@ for target in $targets; do
   # A memory limit per input: a request or file that makes the code allocate far beyond its own
   # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
   limits="-rss_limit_mb=2048"
-  case $target in http | model_file) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  case $target in http | model_file | onnx) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  # A graph run is bounded by its 64 MiB budget, whatever the request's shapes say.
+  [ "$target" = onnx ] && limits="$limits -max_len=512"
   ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 $limits \
     -artifact_prefix="$LOOM_TMP/" "$corpus" >"$LOOM_TMP/$target.log" 2>&1
   rc=$?
