@@ -7,10 +7,10 @@ cd "$LOOM_SRCDIR" || exit 99
 /usr/bin/python3 - <<'PY' && pass || fail "the layout rules (above)"
 import os, re, sys
 allowed = {  # folder -> folders of the runtime it may include
-    "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn", "graph"},
-    "train": {"tensor", "nn", "dist", "io", "graph", "train"},
-    "graph": {"tensor"},  # the ONNX graph, its reader and executor
-    "proc": set(),  # running programs: loom-sweep and the serving controller
+    "tensor": set(), "nn": {"tensor"}, "dist": {"tensor"}, "io": {"tensor", "nn", "graph", "proc"},
+    "train": {"tensor", "nn", "dist", "io", "graph", "train", "proc"},
+    "graph": {"tensor", "proc"},  # the ONNX graph, its reader and executor
+    "proc": set(),  # running programs and the one atomic file write: depends on nothing
     "sweep": {"proc"},  # loom-sweep runs programs and links none of the rest of the runtime
 }
 include = re.compile(r'#include "loom/rt/([a-z_]+)/')
