@@ -10,11 +10,7 @@ usage: pipeline_hops_test.py LOOM_SERVE SRC_DIR WORK_DIR
 """
 import json
 import os
-import re
-import struct
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from concurrent import futures
@@ -24,7 +20,7 @@ import numpy as np
 serve, src, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kserve_py import Checks, kserve_messages  # noqa: E402
+from kserve_py import Checks, kserve_messages, start_server  # noqa: E402
 
 pb = kserve_messages(f"{src}/serve/proto", work)
 import grpc  # noqa: E402
@@ -85,18 +81,10 @@ spec:
       inputs: {{x: request.x}}
   outputs: {{y: double.y}}
 """)
-log = os.path.join(work, "pipeline.log")
-p = subprocess.Popen([serve, "--spec", spec, "--http-port", "0", "--grpc-port", "0", "--max-request-bytes", str(BIG)],
-                     stderr=open(log, "w"))
+p, (http, gaddr), text = start_server([serve, "--spec", spec, "--http-port", "0", "--grpc-port", "0",
+                                      "--max-request-bytes", str(BIG)], os.path.join(work, "pipeline.log"))
 try:
-    for _ in range(600):
-        text = open(log).read()
-        if "listening:" in text or p.poll() is not None:
-            break
-        time.sleep(0.05)
-    m = re.search(r"http ([0-9.]+:[0-9]+) grpc ([0-9.]+:[0-9]+)", text)
-    check(m is not None, f"the pipeline did not start: {text}")
-    http, gaddr = m.group(1), m.group(2)
+    check(http is not None, f"the pipeline did not start: {text}")
 
     def rest(first, rows=2):
         x = np.full((rows, 4), 0.5, np.float32)

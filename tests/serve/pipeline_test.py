@@ -12,7 +12,6 @@ usage: pipeline_test.py LOOM_SERVE SRC_DIR WORK_DIR
 import concurrent.futures as cf
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -30,7 +29,7 @@ os.environ["LOOM_SERVICES_DIR"] = os.path.join(work, "services")  # service: ste
 sys.path.insert(0, os.path.join(src, "examples", "multimodal"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_models as mm  # noqa: E402
-from kserve_py import Checks, kserve_messages  # noqa: E402
+from kserve_py import Checks, kserve_messages, start_server  # noqa: E402
 
 pb = kserve_messages(f"{src}/serve/proto", work)
 import grpc  # noqa: E402
@@ -42,16 +41,10 @@ procs = []
 
 
 def start(name, args, grpc_port=0):
-    log = os.path.join(work, name + ".log")
-    p = subprocess.Popen([serve, "--http-port", "0", "--grpc-port", str(grpc_port)] + args, stderr=open(log, "w"))
+    p, addrs, text = start_server([serve, "--http-port", "0", "--grpc-port", str(grpc_port)] + args,
+                                  os.path.join(work, name + ".log"))
     procs.append(p)
-    for _ in range(600):
-        text = open(log).read()
-        if "listening:" in text or p.poll() is not None:
-            break
-        time.sleep(0.05)
-    m = re.search(r"http ([0-9.]+:[0-9]+) grpc ([0-9.]+:[0-9]+)", text)
-    return p, (m.group(1), m.group(2)) if m else (None, None), text
+    return p, addrs, text
 
 
 def pipeline_spec(path, ports, edit=lambda s: s):
