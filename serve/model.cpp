@@ -100,7 +100,7 @@ ServedModel::~ServedModel() = default;
 
 #ifdef LOOM_HAVE_ONNX
 // An ONNX graph on the CPU: the graph's inputs and outputs as its metadata; batched when every
-// input and output has a dynamic first dimension.
+// input and output has a dynamic first dimension and the rows are independent.
 void ServedModel::load_onnx(const std::string& device) {
   if (device == "cuda") throw rt::Error("--device cuda: ONNX models are served on the CPU in this build");
   graph_ = std::make_unique<rt::graph::Model>(rt::graph::Model::load(path_));
@@ -113,6 +113,12 @@ void ServedModel::load_onnx(const std::string& device) {
   for (const auto& t : graph_->inputs()) inputs_.push_back(desc(t));
   for (const auto& t : graph_->outputs()) outputs_.push_back(desc(t));
   if (inputs_.empty()) throw rt::Error(path_ + ": the graph has no inputs");
+  // A dynamic first dimension is not enough: requests share a run only when a pass proved that
+  // no row's answer depends on another row (x - ReduceMean(x, axes=[0]) would mix them).
+  if (batched_ && !graph_->row_independent()) {
+    batched_ = false;
+    not_batched_ = graph_->why_not_row_independent();
+  }
   config_ = "{\"type\": \"onnx\", \"opset\": " + std::to_string(graph_->opset()) + "}";
 }
 

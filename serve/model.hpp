@@ -53,6 +53,12 @@ class ServedModel {
   // Whether requests join into batches along dimension 0 (every input and output has a dynamic
   // first dimension); otherwise each request runs alone.
   bool batched() const { return batched_; }
+  // Why a model with a dynamic first dimension still runs one request at a time ("" else).
+  const std::string& not_batched() const { return not_batched_; }
+  // The model folder's word (Triton's max_batch_size 0): never join requests.
+  void never_batch(const std::string& why) {
+    if (batched_) batched_ = false, not_batched_ = why;
+  }
   int64_t opset() const;
   // An ONNX graph's shape after the load-time passes: "209 nodes, 133 folded, 60 fused".
   std::string graph_summary() const;
@@ -77,6 +83,7 @@ class ServedModel {
   InputSpec input_;
   std::vector<TensorDesc> inputs_, outputs_;
   bool batched_ = true;
+  std::string not_batched_;
   std::unique_ptr<rt::graph::Model> graph_;
   std::unique_ptr<rt::Mlp> mlp_;
   std::unique_ptr<rt::QuantMlp> int8_;

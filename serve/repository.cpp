@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "loom/rt/error.hpp"
+#include "model_config.hpp"
 #include "spec.hpp"
 
 namespace loom::serve {
@@ -102,19 +103,31 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   }
   auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
   model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
+  Options o = o_;  // a model folder's config.pbtxt may batch less, never more
+  ModelConfig cfg;
+  if (!dir_.empty()) {
+    struct stat st;
+    const std::string pbtxt = dir_ + "/" + name + "/config.pbtxt";
+    const std::string why = lstat(pbtxt.c_str(), &st) == 0 ? contained(pbtxt) : "";
+    if (!why.empty()) throw rt::Error(why);
+    cfg = read_model_config(dir_ + "/" + name);
+  }
+  if (cfg.max_batch_size == 0) model->never_batch("config.pbtxt says max_batch_size: 0");
+  if (cfg.max_batch_size > 0) o.max_batch_size = std::min(o.max_batch_size, cfg.max_batch_size);
   std::string what;
   if (model->generator()) {
     what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";
   } else if (model->opset()) {
     what = "onnx opset " + std::to_string(model->opset()) + ", " + model->graph_summary() + ", inputs";
     for (const auto& d : model->inputs()) what += " " + d.name;
-    what += model->batched() ? ", batched" : ", one request at a time";
+    what += model->batched() ? ", batched up to " + std::to_string(o.max_batch_size) + " rows"
+                             : ", one request at a time" + (model->not_batched().empty() ? "" : " (" + model->not_batched() + ")");
   } else {
     what = std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) + " outputs";
   }
   log_("info", "loaded model " + name + " version " + version + " from " + file + " (" + what +
                    ", " + model->precision() + ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
-  return std::make_shared<Batcher>(model, o_, metrics_);
+  return std::make_shared<Batcher>(model, o, metrics_);
 }
 
 void Repository::reload(bool initial) {

@@ -89,6 +89,7 @@ void Model::prepare() {
     }
   }
   nodes_ = std::move(kept);
+  not_row_independent_ = rows_independent(nodes_, constants_, input_ids_, inputs_, output_ids_, names_);
   fused_ = fuse_nodes(nodes_, constants_, output_ids_);
   // Each value's last reader releases it, unless it is an output or a constant.
   std::vector<int> last(names_.size(), -1);

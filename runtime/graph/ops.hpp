@@ -42,6 +42,11 @@ Tensor make_i64(const std::vector<int64_t>& v, const Shape& shape);
 
 // fuse.cpp: the load-time fusions over nodes in execution order; returns how many nodes went.
 int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids);
+// rows.cpp: "" when row i of every output provably depends on row i of the inputs alone (the
+// folded graph, before fusion), else the first reason it does not or may not.
+std::string rows_independent(const std::vector<Node>& nodes, const std::vector<Tensor>& constants,
+                             const std::vector<int>& input_ids, const std::vector<TensorInfo>& inputs,
+                             const std::vector<int>& output_ids, const std::vector<std::string>& names);
 
 // Kernel families, each in its file; the registry (ops_registry.cpp) names them.
 // ops_elementwise.cpp

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "kserve_json.hpp"
+#include "model_config.hpp"
 #include "pipeline/pipeline.hpp"
 #include "repository.hpp"
 #include "services.hpp"
@@ -373,6 +374,32 @@ TEST(Generate, RequestsAreCheckedStrictly) {
                           R"({"text_input":"a","max_tokens":1.5})", R"({"text_input":"a","temperature":"hot"})",
                           R"({"text_input":"a","seed":-1})", R"({"text_input":"a","parameters":[]})", "[]"})
     EXPECT_THROW(parse_generate_request(bad), loom::serve::ServeError) << bad;
+}
+
+// Triton's config.pbtxt: max_batch_size read at the top level only, everything else skipped
+// (nested messages, lists, comments, strings with braces), malformed text refused by line.
+TEST(ModelConfig, ReadsTritonsMaxBatchSizeAndSkipsTheRest) {
+  using loom::serve::parse_model_config;
+  const std::string triton = R"(name: "bert"  # a comment { with a brace
+platform: "onnxruntime_onnx"
+input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ -1 ] } ]
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
+parameters { key: "x" value: { string_value: "max_batch_size: 9 }" } }
+max_batch_size: 16
+)";
+  EXPECT_EQ(parse_model_config(triton, "c").max_batch_size, 16);
+  EXPECT_EQ(parse_model_config("max_batch_size: 0", "c").max_batch_size, 0);
+  EXPECT_EQ(parse_model_config("name: \"m\"", "c").max_batch_size, -1);
+  EXPECT_EQ(parse_model_config("", "c").max_batch_size, -1);
+  for (const char* bad : {"max_batch_size: -1", "max_batch_size: 99999999999", "max_batch_size: x",
+                          "input [ { name: \"a\" ", "name: \"open", "a { b { c ", "}", "max_batch_size:"})
+    EXPECT_THROW(parse_model_config(bad, "c"), loom::rt::Error) << bad;
+  try {
+    parse_model_config("name: \"m\"\n\nmax_batch_size: -3\n", "folder/config.pbtxt");
+    FAIL();
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("folder/config.pbtxt:3: max_batch_size"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

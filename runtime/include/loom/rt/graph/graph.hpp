@@ -68,6 +68,11 @@ class Model {
   // How many nodes the load-time passes removed: folded constants and fused patterns.
   int folded() const { return folded_; }
   int fused() const { return fused_; }
+  // Whether requests may be stacked along dimension 0 and run as one: a load-time pass proved
+  // that row i of every output depends on row i of the inputs alone (rows.cpp). When it could
+  // not, why_not_row_independent() names the node and the reason.
+  bool row_independent() const { return not_row_independent_.empty(); }
+  const std::string& why_not_row_independent() const { return not_row_independent_; }
   // Inputs in inputs() order, each of its declared dtype and rank (a fixed dimension must
   // match); answers in outputs() order. Throws rt::Error naming the input or the failing node;
   // AllocationRefused (naming the node) when the tensors alive at once would pass the run's
@@ -88,6 +93,7 @@ class Model {
   std::vector<std::vector<int>> release_;  // node -> values dead after it
   int64_t opset_ = 0;
   int folded_ = 0, fused_ = 0;
+  std::string not_row_independent_;
   size_t budget_ = kDefaultRunBudget;
   void prepare();  // fold, fuse, plan
   void run_node(const Node& n, std::vector<Tensor>& vals) const;

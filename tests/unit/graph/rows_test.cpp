@@ -1,0 +1,175 @@
+// rows_test.cpp — the pass that decides whether requests may share a run (rows.cpp): graphs
+// whose rows stay independent (the exporter's shape arithmetic included) are proven so; every
+// way a row can reach another (a reduction, a Gram matrix, a Reshape that merges the rows, a
+// constant with rows of its own, arithmetic on N) is refused, with the node named.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops.hpp"
+
+namespace {
+
+using loom::rt::DType;
+using loom::rt::Tensor;
+using loom::rt::graph::Attr;
+using loom::rt::graph::Node;
+using loom::rt::graph::TensorInfo;
+
+Attr ints(std::vector<int64_t> v) {
+  Attr a;
+  a.kind = Attr::kInts, a.ints = std::move(v);
+  return a;
+}
+Attr ai(int64_t v) {
+  Attr a;
+  a.kind = Attr::kInt, a.i = v;
+  return a;
+}
+
+// A graph by value names, as the loader builds it (folded: constants are values with tensors).
+struct G {
+  std::map<std::string, int> ids;
+  std::vector<std::string> names;
+  std::vector<Tensor> constants;
+  std::vector<Node> nodes;
+  std::vector<int> in_ids, out_ids;
+  std::vector<TensorInfo> inputs;
+  int v(const std::string& n) {
+    auto it = ids.find(n);
+    if (it != ids.end()) return it->second;
+    names.push_back(n);
+    constants.emplace_back();
+    return ids[n] = static_cast<int>(names.size()) - 1;
+  }
+  G& input(const std::string& n, std::vector<int64_t> shape) {
+    in_ids.push_back(v(n));
+    inputs.push_back({n, DType::kF32, shape});
+    return *this;
+  }
+  G& constant(const std::string& n, std::vector<int64_t> shape, std::vector<int64_t> vals = {}) {
+    Tensor t = Tensor::empty(shape, DType::kI64);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = i < static_cast<int64_t>(vals.size()) ? vals[i] : 1;
+    constants[static_cast<size_t>(v(n))] = t;
+    return *this;
+  }
+  G& node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+          std::map<std::string, Attr> attrs = {}) {
+    Node n;
+    n.op = op;
+    n.name = out[0];
+    for (auto& s : in) n.in.push_back(s.empty() ? -1 : v(s));
+    for (auto& s : out) n.out.push_back(v(s));
+    n.attrs = std::move(attrs);
+    nodes.push_back(n);
+    return *this;
+  }
+  std::string why(const std::string& output = "y") {
+    out_ids = {v(output)};
+    return loom::rt::graph::rows_independent(nodes, constants, in_ids, inputs, out_ids, names);
+  }
+};
+
+TEST(RowIndependence, RowWiseOperatorsAreProven) {
+  G g;
+  g.input("x", {-1, 4}).constant("w", {4, 3}).constant("b", {3});
+  g.node("MatMul", {"x", "w"}, {"m"}).node("Add", {"m", "b"}, {"a"}).node("Relu", {"a"}, {"r"});
+  g.node("Softmax", {"r"}, {"s"}, {{"axis", ai(-1)}});
+  g.node("ReduceMean", {"s"}, {"y"}, {{"axes", ints({1})}, {"keepdims", ai(1)}});
+  EXPECT_EQ(g.why(), "");
+}
+
+TEST(RowIndependence, TheExportersShapeArithmeticIsFollowed) {
+  // Shape -> Gather(0) -> Unsqueeze -> Concat([N], [S], [2], [2]) -> Reshape, then Transpose
+  // and attention's MatMul of two rows values, as torch.onnx.export writes BERT's heads.
+  G g;
+  g.input("x", {-1, -1, 4}).constant("zero", {}, {0}).constant("one", {}, {1}).constant("ax0", {1}, {0});
+  g.constant("heads", {2}, {2, 2});
+  g.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
+  g.node("Gather", {"shape", "one"}, {"s"}, {{"axis", ai(0)}});
+  g.node("Unsqueeze", {"n", "ax0"}, {"n1"}).node("Unsqueeze", {"s", "ax0"}, {"s1"});
+  g.node("Concat", {"n1", "s1", "heads"}, {"target"}, {{"axis", ai(0)}});
+  g.node("Reshape", {"x", "target"}, {"r"}).node("Transpose", {"r"}, {"q"}, {{"perm", ints({0, 2, 1, 3})}});
+  g.node("Transpose", {"r"}, {"k"}, {{"perm", ints({0, 2, 3, 1})}});
+  g.node("MatMul", {"q", "k"}, {"scores"}).node("Softmax", {"scores"}, {"p"}, {{"axis", ai(-1)}});
+  g.node("ConstantOfShape", {"shape"}, {"zeros"});  // token types: zeros of the input's shape
+  g.node("MatMul", {"p", "q"}, {"ctx"}).node("Transpose", {"ctx"}, {"t"}, {{"perm", ints({0, 2, 1, 3})}});
+  g.node("Reshape", {"t", "target3"}, {"y"});
+  g.constant("target3", {3}, {0, 0, 4});  // 0 copies N
+  EXPECT_EQ(g.why(), "");
+}
+
+TEST(RowIndependence, AReductionOverTheRowsIsRefused) {
+  G g;
+  g.input("x", {-1, 2});
+  g.node("ReduceMean", {"x"}, {"m"}, {{"axes", ints({0})}}).node("Sub", {"x", "m"}, {"y"});
+  EXPECT_NE(g.why().find("ReduceMean 'm': it runs over the rows"), std::string::npos) << g.why();
+}
+
+TEST(RowIndependence, AGramMatrixIsRefused) {
+  G g;
+  g.input("x", {-1, 2});
+  g.node("Transpose", {"x"}, {"xt"}, {{"perm", ints({1, 0})}}).node("MatMul", {"x", "xt"}, {"y"});
+  EXPECT_NE(g.why().find("MatMul"), std::string::npos) << g.why();
+}
+
+TEST(RowIndependence, ReshapesThatMayMergeRowsAreRefused) {
+  G a;  // [-1, 4] of [N, S, 2]: S is not known, so the rows may merge
+  a.input("x", {-1, -1, 2}).constant("t", {2}, {-1, 4}).node("Reshape", {"x", "t"}, {"y"});
+  EXPECT_NE(a.why().find("merge"), std::string::npos) << a.why();
+  G b;  // [-1, 4] of [N, 2, 2]: every other dimension known, so row i stays row i
+  b.input("x", {-1, 2, 2}).constant("t", {2}, {-1, 4}).node("Reshape", {"x", "t"}, {"y"});
+  EXPECT_EQ(b.why(), "");
+  G c;  // Flatten at axis 0 puts every row in one
+  c.input("x", {-1, 2}).node("Flatten", {"x"}, {"y"}, {{"axis", ai(0)}});
+  EXPECT_NE(c.why(), "");
+}
+
+TEST(RowIndependence, AConstantWithRowsOfItsOwnIsRefused) {
+  G a;  // x[N,2] + c[3,2]: row i gets c's row i, so its answer depends on its place
+  a.input("x", {-1, 2}).constant("c", {3, 2}).node("Add", {"x", "c"}, {"y"});
+  EXPECT_NE(a.why().find("several elements along the rows"), std::string::npos) << a.why();
+  G b;
+  b.input("x", {-1, 2}).constant("c", {1, 2}).node("Add", {"x", "c"}, {"y"});
+  EXPECT_EQ(b.why(), "");
+}
+
+TEST(RowIndependence, AxisOperatorsOverTheRowsAreRefused) {
+  auto one = [](const std::string& op, std::map<std::string, Attr> attrs, std::vector<std::string> extra = {}) {
+    G g;
+    g.input("x", {-1, 3}).constant("i", {1}, {0});
+    std::vector<std::string> in = {"x"};
+    in.insert(in.end(), extra.begin(), extra.end());
+    g.node(op, in, {"y"}, std::move(attrs));
+    return g.why();
+  };
+  EXPECT_NE(one("Softmax", {{"axis", ai(0)}}), "");
+  EXPECT_NE(one("Gather", {{"axis", ai(0)}}, {"i"}), "");  // picks rows
+  EXPECT_EQ(one("Gather", {{"axis", ai(1)}}, {"i"}), "");
+  EXPECT_NE(one("Squeeze", {}), "");  // no axes: squeezes N when it is 1
+  EXPECT_NE(one("Concat", {{"axis", ai(0)}}, {"x"}), "");
+  EXPECT_NE(one("Slice", {}, {"i", "i"}), "");  // starts and ends on axis 0
+  EXPECT_NE(one("ReduceSum", {{"keepdims", ai(1)}}), "");  // every axis
+  EXPECT_NE(one("Size", {}), "");
+}
+
+TEST(RowIndependence, ArithmeticOnTheNumberOfRowsIsRefused) {
+  G g;  // [N * S, 4]: the rows merged by a shape computed from N
+  g.input("x", {-1, -1, 4}).constant("zero", {}, {0}).constant("one", {}, {1}).constant("ax0", {1}, {0});
+  g.constant("four", {1}, {4});
+  g.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
+  g.node("Gather", {"shape", "one"}, {"s"}, {{"axis", ai(0)}}).node("Mul", {"n", "s"}, {"ns"});
+  g.node("Unsqueeze", {"ns", "ax0"}, {"ns1"}).node("Concat", {"ns1", "four"}, {"t"}, {{"axis", ai(0)}});
+  g.node("Reshape", {"x", "t"}, {"y"});
+  EXPECT_NE(g.why().find("Mul 'ns'"), std::string::npos) << g.why();
+}
+
+TEST(RowIndependence, AnOutputWithoutTheRowsIsRefused) {
+  G g;
+  g.input("x", {-1, 2}).node("Shape", {"x"}, {"y"});
+  EXPECT_NE(g.why().find("output 'y'"), std::string::npos) << g.why();
+}
+
+}  // namespace
