@@ -136,9 +136,29 @@ json tensor_json(const std::string& datatype, const char* data, size_t bytes) {
   throw ServeError(Status::kInternal, "an output of datatype " + datatype);
 }
 
+// The bytes rendering `bytes` of `datatype` as JSON numbers takes at most: a json value (16
+// bytes) and the longest text of one element with its comma, per element.
+size_t json_cost(const std::string& datatype, size_t bytes) {
+  const size_t width = datatype_width(datatype);
+  const size_t text = datatype == "FP32" ? 16 : datatype == "INT64" ? 21 : datatype == "INT32" ? 12 : 6;
+  return width ? bytes / width * (sizeof(json) + text) : 0;
+}
+
+// A JSON answer may take many times its tensors' bytes: counted in the request's memory budget
+// (--max-run-memory-mb) before any of it is built. The binary extension needs no rendering.
+void check_json_cost(const std::vector<const TensorIn*>& outs, size_t budget) {
+  size_t cost = 0;
+  for (const TensorIn* t : outs) cost += t->data.size() + json_cost(t->datatype, t->data.size());
+  if (budget && cost > budget)
+    throw ServeError(Status::kBadRequest, "the answer as JSON would take " + std::to_string(cost >> 20) +
+                                              " MiB to render, past --max-run-memory-mb " + std::to_string(budget >> 20) +
+                                              ": ask for the binary extension (\"binary_data_output\": true) or fewer rows");
+}
+
 // The infer answer: the outputs asked for, as JSON data or the binary extension.
 Reply infer_reply(const std::string& model, const std::string& version, const InferRequest& req,
-                  const std::vector<const TensorIn*>& outs) {
+                  const std::vector<const TensorIn*>& outs, size_t budget) {
+  if (!req.binary_out) check_json_cost(outs, budget);
   json res = {{"model_name", model}, {"model_version", version}};
   if (req.has_id) res["id"] = req.id;
   Reply r;
@@ -188,7 +208,7 @@ Reply infer_pipeline(Context& ctx, PipelineRunner& p, const std::string& body, c
   if (r.status != Status::kOk) throw ServeError(r.status, r.error);
   std::vector<const TensorIn*> outs;
   for (size_t k : wanted) outs.push_back(&r.outputs[k]);
-  return infer_reply(p.name(), "1", req, outs);
+  return infer_reply(p.name(), "1", req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
 }
 
 // POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
@@ -212,7 +232,7 @@ Reply infer(Context& ctx, const std::string& name, const std::string& version, c
   }
   std::vector<const TensorIn*> outs;
   for (const auto& t : tensors) outs.push_back(&t);
-  return infer_reply(m.name(), m.version(), req, outs);
+  return infer_reply(m.name(), m.version(), req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
 }
 
 // POST .../generate and .../generate_stream (the generate extension): {"text_input": "...",

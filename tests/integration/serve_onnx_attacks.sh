@@ -2,7 +2,8 @@
 # serve_onnx_attacks.sh — one hostile ONNX request or file against a real loom-serve (issue 33,
 # items 1-3): shapes computed from request data that wrap int64 (a heap read, or SIGSEGV
 # before), a rank-0 tensor reaching an axis operator (an abort, at load or per request), and
-# request-driven shapes with no cap (Expand, Pad, Range, ConstantOfShape). Each attack is checked
+# request-driven shapes with no cap (Expand, Pad, Range, ConstantOfShape), an answer whose JSON
+# rendering would pass the budget. Each attack is checked
 # for its status, the {"error": ...} body naming the operator, the time (< 2 s), the server's peak
 # memory (VmHWM grows < 200 MiB against a 1 GiB default budget, set to 64 MiB here) and that a
 # healthy model beside it keeps answering. The models are built with Debian's python3-onnx.
@@ -115,6 +116,13 @@ attack "Pad by 2^31 rows" pad "$(req x FP32 '[1,1]' '[1]' pads INT64 '[4]' "[$((
 attack "float Range of 10^12 values" frange "$(req a FP32 '[]' '[0]' b FP32 '[]' '[1e12]' d FP32 '[]' '[0]')" 400 "Range"
 attack "int Range of 2^31 values" irange "$(req a INT64 '[]' '[0]' b INT64 '[]' "[$((1 << 31))]" d INT64 '[]' '[0]')" \
   400 "Range"
+# Within the run's budget, but its JSON rendering (a json value and ~16 characters per float)
+# is not: refused before it is built; the binary extension still answers.
+attack "Expand to [2048, 2048] as JSON (16 MiB of floats, ~128 MiB of JSON)" expand \
+  "$(req x FP32 '[1]' '[1]' shape INT64 '[2]' '[2048, 2048]')" 400 "as JSON would take [0-9]+ MiB.*binary"
+expect_eq "the same answer in the binary extension" 200 "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+  "http://$http/v2/models/expand/infer" -d "$(req x FP32 '[1]' '[1]' shape INT64 '[2]' '[2048, 2048]' | \
+  sed 's/]}$/],"parameters":{"binary_data_output":true}}/')")"
 # Within the budget the same models still answer.
 expect_match "Expand within the budget" '"shape":\[2,3\]' \
   "$(curl -s -X POST "http://$http/v2/models/expand/infer" -d "$(req x FP32 '[1]' '[5]' shape INT64 '[2]' '[2, 3]')")"
