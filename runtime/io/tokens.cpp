@@ -49,7 +49,7 @@ struct TokenFiles::Mapping {
       const ssize_t r = ::pread(fd, buf.data() + got, buf.size() - got, at + static_cast<off_t>(got));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0)
-        throw Error(path + ": the token file changed while in use: " +
+        throw DataChanged(path + ": the token file changed while in use: " +
                     (r < 0 ? std::string(std::strerror(errno))
                            : "it ends before byte " + std::to_string(at + static_cast<off_t>(buf.size())) + " (truncated?)"));
       got += static_cast<size_t>(r);

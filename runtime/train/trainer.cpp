@@ -97,6 +97,7 @@ class Trainer {
   bool step(int64_t epoch, int64_t b);  // one step; true when the run stops on a signal
   void progress(int64_t epoch, double loss, double seconds);
   void checkpoint(int64_t epoch, int64_t b, const StepVotes& votes);
+  std::string save_before_failing(int64_t epoch, int64_t b);
   void evaluate(int64_t epoch);
   void finish(TrainResult* r);
   void export_to(const std::string& path);
@@ -122,6 +123,7 @@ class Trainer {
   StopSignal stop_;
   Position pos_;
   int64_t pos_first_ = 0;  // the step this run started at (> 0 after a resume)
+  int64_t saved_step_ = 0;  // the step of the newest checkpoint (this run's or the one it resumed)
   Eval ev_;
   bool evaluated_ = false;
   double train_seconds_ = 0, window_seconds_ = 0, eval_seconds_ = 0, last_loss_ = 0;
@@ -155,6 +157,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
            "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total_));
   pos_ = state_.resume(ckpt_, parts());
+  saved_step_ = pos_.step;
   LOOM_MLLOG(ml_, kPoint, "submission_benchmark", c.model == "gpt" ? "loom_gpt_text" : "loom_mlp_fashion_mnist");
   LOOM_MLLOG(ml_, kPoint, "submission_org", "Loom");
   LOOM_MLLOG(ml_, kPoint, "global_batch_size", c.global_batch);
@@ -232,7 +235,11 @@ bool Trainer::step(int64_t epoch, int64_t b) {
       precision_.grad_ready(params, i, pos_.step);
       if (send) send(i);
     };
-  mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), c_.global_batch, ready);
+  try {
+    mine.loss = task_->train_step(epoch, b * c_.global_batch + plan_.offset(), plan_.share(), c_.global_batch, ready);
+  } catch (const DataChanged& e) {
+    throw DataChanged(e.what() + save_before_failing(epoch, b));
+  }
   // Kernels run asynchronously: the balancer needs the GPU's own time. Its compute only: a device-
   // wide sync would also wait for the buckets NCCL is summing, which finish when the slowest rank
   // sends its own, and a fast rank would measure the slow one's time.
@@ -292,7 +299,28 @@ void Trainer::checkpoint(int64_t epoch, int64_t b, const StepVotes& votes) {
   if (!ckpt_.enabled() || !(votes.stop || ckpt_.due(done, votes.time_due) || done == total_)) return;
   // Every rank writes its slice (one rank: the whole state) and rank 0 the index.
   ckpt_.save(state_.snapshot(parts(), {done, epoch, b + 1}), done, /*sync=*/votes.stop || done == total_);
+  saved_step_ = done;
   if (votes.stop && c_.comm) c_.comm->barrier();  // no rank exits (and ends the job) before the index is down
+}
+
+// A data file broke in the middle of step (epoch, b): the steps finished since the last
+// checkpoint are written (the state as after the previous step; batch b again on resume) and the
+// sentence saying so returned. One rank only: with several, the others wait in the step's
+// collectives and a checkpoint needs every rank.
+std::string Trainer::save_before_failing(int64_t epoch, int64_t b) {
+  if (!ckpt_.enabled()) return " (no --ckpt-dir: the steps done are lost)";
+  if (pos_.step <= saved_step_) return " (the last checkpoint, step " + std::to_string(saved_step_) + ", holds every step done)";
+  if (ranks_.many()) return " (several ranks: the steps since the last checkpoint are lost)";
+  try {
+    precision_.leave(task_->params(), pos_.step);  // the master weights back, not their fp16 copies
+    ckpt_.finish();
+    ckpt_.save(state_.snapshot(parts(), {pos_.step, epoch, b}), pos_.step, /*sync=*/true);
+    ckpt_.finish();
+  } catch (const std::exception& w) {
+    return std::string(" (the checkpoint of the steps done failed too: ") + w.what() + ")";
+  }
+  return "; checkpoint " + ckpt_.path_for(pos_.step) + " holds the " + std::to_string(pos_.step) +
+         " steps done: repair the file and resume with --resume auto";
 }
 
 void Trainer::evaluate(int64_t epoch) {

@@ -4,7 +4,8 @@
 # 2 MPI ranks, with and without --ckpt-async); a 4-rank checkpoint resumes on 2 ranks and on 1
 # (resharding); truncated, corrupted, wrong-version and foreign checkpoints are refused and
 # --resume auto falls back to the previous good one; SIGKILL during writes never leaves a file
-# that would load; h5py, h5dump and PyTorch read the files.
+# that would load; h5py, h5dump and PyTorch read the files; a token file truncated mid-run fails
+# after a checkpoint of the steps done.
 . "$(dirname "$0")/lib.sh"
 T=$LOOM_BUILDDIR/loom-train
 [ -x "$T" ] || skip "loom-train not built"
@@ -319,6 +320,32 @@ m = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Lin
 m.load_state_dict({k.replace("fc1", "0").replace("fc2", "2").replace("fc3", "4"): v for k, v in sd.items()})
 assert state["step"] == 300
 PY
+
+# A token file truncated under a running job (issue 33, item 13; SIGBUS and no checkpoint before):
+# the run fails naming the file, after a checkpoint of the steps it finished (none was due);
+# with the file restored, --resume auto goes on from that step.
+/usr/bin/python3 - <<'PY' || exit 99
+import numpy as np
+h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240520, 1, 50000
+open("tk.bin", "wb").write(h.tobytes() + np.tile(np.arange(3, 203), 250).astype(np.uint16).tobytes())
+PY
+cp tk.bin tk.orig
+tk="--model gpt --data tokens:$LOOM_TMP/tk.bin --vocab 256 --context 32 --n-embd 32 --n-head 4 --global-batch 8 --seed 1 --log-every 1 --ckpt-dir tk.d --ckpt-every 1000000"
+"$T" $tk --steps 100000 --metrics-file tk.jsonl 2>tk.err &
+tpid=$! n=0
+until grep -q '"step":30,' tk.jsonl 2>/dev/null || [ $n -gt 3000 ]; do sleep 0.01; n=$((n + 1)); done
+truncate -s 2048 tk.bin
+wait $tpid
+expect_eq "a token file truncated while training: exit 1 (not SIGBUS)" 1 $?
+expect_match "the error names the file and the checkpoint of the steps done" \
+  "tk.bin: the token file changed while in use.*checkpoint .*tk.d/ckpt-[0-9]+.h5 holds the [0-9]+ steps done: repair the file and resume" \
+  "$(tail -3 tk.err)"
+done_steps=$(grep -oE 'holds the [0-9]+ steps done' tk.err | grep -oE '[0-9]+')
+[ "${done_steps:-0}" -ge 30 ] && pass || fail "the checkpoint holds ${done_steps:-no} steps, not the 30 or more logged"
+cp tk.orig tk.bin
+run_cmd "$T" $tk --steps $((done_steps + 5)) --resume auto
+expect_eq "resumed after the file was repaired: exit" 0 "$rc"
+expect_match "resumed at the step the failure saved" "resumed from .*ckpt-0*$done_steps.h5 at step $done_steps" "$err"
 
 # loom-bench checkpoint runs (the figures come from `make bench`; here only that it works).
 run_cmd "$LOOM_BUILDDIR/loom-bench" checkpoint --bytes 8388608 --dir "$LOOM_TMP" --reps 1 --format json

@@ -20,6 +20,13 @@ class InvalidInput : public Error {
   using Error::Error;
 };
 
+// An Error in a data file that was whole when training started (truncated or rewritten under a
+// running job): the trainer first checkpoints the steps it finished, then fails naming the file.
+class DataChanged : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
 
 }  // namespace loom::rt
