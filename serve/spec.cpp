@@ -91,7 +91,8 @@ void resources(const std::string& file, const YAML::Node& n, const std::string& 
 
 }  // namespace
 
-InferenceServiceSpec load_spec(const std::string& file) {
+namespace {
+InferenceServiceSpec read_service_spec(const std::string& file) {
   const YAML::Node root = spec_root(file, "InferenceService");
   InferenceServiceSpec s;
   s.name = root["metadata"]["name"].as<std::string>();
@@ -141,6 +142,11 @@ InferenceServiceSpec load_spec(const std::string& file) {
     }
   }
   return s;
+}
+}  // namespace
+
+InferenceServiceSpec load_spec(const std::string& file) {
+  return spec_guard(file, [&] { return read_service_spec(file); });
 }
 
 }  // namespace loom::serve

@@ -31,5 +31,16 @@ std::string spec_kind(const std::string& file);
 void spec_only(const std::string& file, const YAML::Node& n, const std::string& at, const std::set<std::string>& known);
 std::string spec_str(const std::string& file, const YAML::Node& n, const std::string& at);
 YAML::Node spec_root(const std::string& file, const std::string& kind);
+// read(), with yaml-cpp's own errors (a list or a map where a string belongs) as spec_error
+// naming the file, the line and the column.
+template <class Read>
+auto spec_guard(const std::string& file, Read read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const YAML::Exception& e) {
+    spec_error(file, "line " + std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
+                         ": a value of the wrong kind (" + e.msg + ")");
+  }
+}
 
 }  // namespace loom::serve

@@ -131,10 +131,15 @@ Spec parse_spec(const std::string& text) {
   if (!root.IsMap()) throw SpecError("expected a map of keys (command, metric, parameters, ...)");
   Spec s;
   s.text = text;
-  parse_top(s, root);
-  const YAML::Node params = root["parameters"];
-  if (!params.IsMap() || params.size() == 0) throw SpecError("'parameters' must be a non-empty map of name: {type, ...}");
-  for (const auto& kv : params) s.params.push_back(parse_param(kv.first.as<std::string>(), kv.second));
+  try {  // a list or a map where a scalar belongs: yaml-cpp's conversion error, with its place
+    parse_top(s, root);
+    const YAML::Node params = root["parameters"];
+    if (!params.IsMap() || params.size() == 0) throw SpecError("'parameters' must be a non-empty map of name: {type, ...}");
+    for (const auto& kv : params) s.params.push_back(parse_param(kv.first.as<std::string>(), kv.second));
+  } catch (const YAML::Exception& e) {
+    throw SpecError("line " + std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
+                    ": a value of the wrong kind (" + e.msg + ")");
+  }
   check_placeholders(s);
   const int dims = static_cast<int>(s.params.size());
   if (s.init_trials == 0) s.init_trials = std::max(s.parallel, 2 * dims + 1);

@@ -97,7 +97,8 @@ void require_connected(const PipelineRunner& p) {
   if (!p.connected(&why)) throw ServeError(Status::kUnavailable, "pipeline " + p.name() + " is not ready: " + why);
 }
 
-PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir) {
+namespace {
+PipelineSpec read_pipeline_spec(const std::string& file, const std::string& services_dir) {
   const YAML::Node root = spec_root(file, "InferencePipeline");
   PipelineSpec p;
   p.file = file;
@@ -138,6 +139,11 @@ PipelineSpec load_pipeline_spec(const std::string& file, const std::string& serv
     }
   }
   return p;
+}
+}  // namespace
+
+PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir) {
+  return spec_guard(file, [&] { return read_pipeline_spec(file, services_dir); });
 }
 
 }  // namespace loom::serve

@@ -2,7 +2,8 @@
 # run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
 # model-file loaders (inputs that drive what an HDF5 file holds), and the ONNX loader and
-# executor (inputs that build small graphs and the tensors they run on). By default a fixed
+# executor (inputs that build small graphs and the tensors they run on), and the spec readers,
+# config.pbtxt and a pipeline hop's answer (seeded with the examples and issue 33's attacks). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
 # here with the same inputs. LOOM_FUZZ_SECONDS=N explores instead: a random seed for N seconds
 # per target (`make fuzz`). Any crash, abort or timeout in Loom's code fails the test.
@@ -11,7 +12,26 @@ B=$LOOM_BUILDDIR/tests/fuzz
 [ -x "$B/fuzz_nvsmi" ] || skip "fuzz targets not built (configure --enable-fuzzing)"
 targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_http" ] && targets="$targets http model_file"
+[ -x "$B/fuzz_spec" ] && targets="$targets spec"
 [ -x "$B/fuzz_onnx" ] && targets="$targets onnx"
+# The spec target's seeds: its selector byte, then the examples as shipped, the attacks of issue
+# 33 (a sweep range no int holds, a pipeline step answering 3 bytes for FP32 [2,4], shapes [-7,4]
+# and [2^31,2^31], a datatype other than the metadata's) and a Triton config.pbtxt.
+spec_seeds() {
+  local c=$1 ex=$LOOM_SRCDIR/examples
+  { printf '\0'; cat "$ex/inferenceservice.yaml"; } >"$c/isvc"
+  { printf '\0'; cat "$ex/bert-serving.yaml"; } >"$c/isvc-bert"
+  { printf '\1'; cat "$ex/multimodal/pipeline.yaml"; } >"$c/pipeline"
+  { printf '\2'; cat "$ex/sweep.yaml"; } >"$c/sweep"
+  { printf '\2'; sed 's/^\(  *\)min: .*/\1min: 1e19/' "$ex/sweep.yaml"; } >"$c/sweep-int-range"
+  printf '\3name: "bert"\nmax_batch_size: 8\ninput [ { name: "x" dims: [ -1 ] } ]\ndynamic_batching { }\n' >"$c/pbtxt"
+  # 4: want FP32 [2,4]; got FP32 [2,4] with 3 bytes / INT64 / [-7,4] / [2^31,2^31]
+  local d2='\0\0\0\0\0\0\0\12\0' d4='\0\0\0\0\0\0\0\14\0' big='\0\0\0\0\200\0\0\0\1'
+  printf "\\4\\0\\2$d2$d4\\0\\2$d2${d4}abc" >"$c/hop-short"
+  printf "\\4\\0\\2$d2$d4\\1\\2$d2$d4" >"$c/hop-type"
+  printf "\\4\\0\\2$d2$d4\\0\\2\\0\\0\\0\\0\\0\\0\\0\\1\\0$d4" >"$c/hop-negative"
+  printf "\\4\\0\\2$d2$d4\\0\\2$big$big" >"$c/hop-huge"
+}
 for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
@@ -22,6 +42,7 @@ for target in $targets; do
     http) cp "$LOOM_SRCDIR"/tests/fixtures/http/* "$corpus/" ;;
     model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
     onnx) ;;  # the inputs build the graphs: libFuzzer grows its own corpus
+    spec) spec_seeds "$corpus" ;;
   esac
   # Runs per target in make check, the same inputs every time (a fixed seed): about 5-15 s each
   # here (the model files go through HDF5 on /dev/shm, about 250 a second); `make fuzz` explores
@@ -33,6 +54,7 @@ for target in $targets; do
     http) runs=50000 ;;
     model_file) runs=3000 ;;
     onnx) runs=40000 ;;
+    spec) runs=20000 ;;
   esac
   # LOOM_FUZZ_SMOKE=1: at most 1000 inputs a target, to see that they build and run.
   [ "${LOOM_FUZZ_SMOKE:-0}" = 1 ] && runs=$((runs < 1000 ? runs : 1000))
@@ -47,7 +69,7 @@ for target in $targets; do
   # A memory limit per input: a request or file that makes the code allocate far beyond its own
   # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
   limits="-rss_limit_mb=2048"
-  case $target in http | model_file | onnx) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  case $target in http | model_file | onnx | spec) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
   # A graph run is bounded by its 64 MiB budget, whatever the request's shapes say.
   [ "$target" = onnx ] && limits="$limits -max_len=512"
   ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 $limits \
