@@ -199,6 +199,7 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
   expect_bad("format: loom-hdf5", "format: ONNX", "format ONNX needs spec.model.path to name a .onnx file");
   expect_bad("format: loom-hdf5", "format: tensorflow", "format 'tensorflow' is not supported (loom-hdf5 or ONNX)");
   expect_bad("/model.h5", "/model.onnx", "names a .onnx file: say spec.model.format: ONNX");
+  expect_bad("  model:\n", "  [model]:\n", "spec.yaml: line 6, column 3: a value of the wrong kind");  // yaml-cpp's own
   std::string onnx = good;
   onnx.replace(onnx.find("/model.h5\n    format: loom-hdf5"), 31, "/model.onnx\n    format: onnx");
   EXPECT_EQ(loom::serve::load_spec(write(onnx)).format, "ONNX");

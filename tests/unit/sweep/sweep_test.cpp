@@ -113,6 +113,7 @@ TEST(Spec, RefusesBadSpecsWithOneClearError) {
   expect_spec_error(with("type: log", "type: exponential"), "unknown type 'exponential'");
   expect_spec_error(with("min: 16, max: 20", "min: 20, max: 16"), "min must be below max");
   expect_spec_error(with("min: 0.001", "min: 0"), "log parameter needs min > 0");
+  expect_spec_error(with("  lr: {", "  [lr]: {"), "line 7, column 3: a value of the wrong kind");  // yaml-cpp's own
   expect_spec_error(with("--out {metrics_file}", "--out m.json"), "has no {metrics_file}");
   expect_spec_error(with("--opt {opt}", "--opt {optimiser}"), "{optimiser}, which is not a parameter");
   expect_spec_error(with("trials: 8", "trails: 8"), "unknown key 'trails'");
