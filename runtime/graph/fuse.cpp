@@ -10,18 +10,6 @@
 namespace loom::rt::graph {
 namespace {
 
-Attr int_attr(int64_t v) {
-  Attr a;
-  a.kind = Attr::kInt, a.i = v;
-  return a;
-}
-
-Attr float_attr(float v) {
-  Attr a;
-  a.kind = Attr::kFloat, a.f = v;
-  return a;
-}
-
 struct Graph {
   std::vector<Node>& nodes;
   const std::vector<Tensor>& constants;
@@ -52,7 +40,7 @@ int fuse_relu(Graph& g) {
     if ((p.op != "Gemm" && p.op != "Conv") || p.out.size() != 1) continue;
     Node* r = g.sole_reader(p.out[0], i);
     if (!r || r->op != "Relu") continue;
-    p.attrs["loom.relu"] = int_attr(1);
+    p.attrs["loom.relu"] = Attr::of(int64_t{1});
     p.out[0] = r->out[0];
     r->op.clear();
     ++n;
@@ -80,14 +68,14 @@ int fuse_affine(Graph& g) {
     f.fn = op_affine;
     f.in = {x};
     f.out = {add->out[0]};
-    f.attrs["loom.scale"] = float_attr(a);
-    f.attrs["loom.shift"] = float_attr(b);
+    f.attrs["loom.scale"] = Attr::of(float{a});
+    f.attrs["loom.shift"] = Attr::of(float{b});
     for (size_t j = 0; j < i; ++j) {  // a Cast uint8 -> float read by the Mul alone
       Node& c = g.nodes[j];
       if (c.op == "Cast" && c.out.size() == 1 && c.out[0] == x && g.uses[static_cast<size_t>(x)] == 1 &&
           attr_i(c, "to", 0) == onnx_dtype(DType::kF32)) {
         f.in = c.in;
-        f.attrs["loom.from_u8"] = int_attr(1);
+        f.attrs["loom.from_u8"] = Attr::of(int64_t{1});
         c.op.clear();
         ++n;
       }
@@ -175,9 +163,7 @@ int fuse_matmul_scale(Graph& g) {
     float c;
     if (!d || (d->op != "Div" && d->op != "Mul") || !other_scalar(g, *d, m.out[0], &c) || c == 0.0f) continue;
     if (d->op == "Div" && d->in[0] != m.out[0]) continue;  // c / MatMul is no scale
-    Attr a;
-    a.kind = Attr::kFloat, a.f = d->op == "Div" ? 1.0f / c : c;
-    m.attrs["loom.alpha"] = a;
+    m.attrs["loom.alpha"] = Attr::of(d->op == "Div" ? 1.0f / c : c);
     m.out = d->out;
     d->op.clear();
     ++n;
@@ -193,7 +179,7 @@ int fuse_matmul_gelu(Graph& g) {
     if (m.op != "MatMul" || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
     Node* e = g.sole_reader(m.out[0], i);
     if (!e || e->op != "Loom.Gelu") continue;
-    m.attrs["loom.gelu"] = int_attr(1);
+    m.attrs["loom.gelu"] = Attr::of(int64_t{1});
     m.out = e->out;
     e->op.clear();
     ++n;
@@ -259,8 +245,8 @@ int fuse_layer_norm(Graph& g) {
     f.in = {x, gamma};
     if (beta >= 0) f.in.push_back(beta);
     f.out = beta >= 0 ? add->out : mul->out;
-    f.attrs["axis"] = int_attr(-1);
-    f.attrs["epsilon"] = float_attr(eps);
+    f.attrs["axis"] = Attr::of(int64_t{-1});
+    f.attrs["epsilon"] = Attr::of(float{eps});
     for (Node* k : {s, p, dv, r2, a, q, mul}) k->op.clear();
     if (beta >= 0) add->op.clear();
     r1 = std::move(f);
@@ -295,18 +281,14 @@ int fuse_matmul_transposes(Graph& g) {
       Node* t = producer(g, m.in[static_cast<size_t>(k)], i);
       if (!t || t->op != "Transpose" || !rank4_perm(*t, &perm) || g.uses[static_cast<size_t>(t->out[0])] != 1) continue;
       if (perm[3] != 3 && perm[2] != 3) continue;
-      Attr a;
-      a.kind = Attr::kInts, a.ints = perm;
-      m.attrs[k == 0 ? "loom.perm_a" : "loom.perm_b"] = a;
+      m.attrs[k == 0 ? "loom.perm_a" : "loom.perm_b"] = Attr::of(perm);
       m.in[static_cast<size_t>(k)] = t->in[0];
       t->op.clear();
       ++n;
     }
     Node* t = g.sole_reader(m.out[0], i);
     if (t && t->op == "Transpose" && rank4_perm(*t, &perm) && perm[3] == 3) {
-      Attr a;
-      a.kind = Attr::kInts, a.ints = perm;
-      m.attrs["loom.perm_y"] = a;
+      m.attrs["loom.perm_y"] = Attr::of(perm);
       m.out = t->out;
       t->op.clear();
       ++n;

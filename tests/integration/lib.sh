@@ -65,6 +65,13 @@ require_onnx_serve() {
   [ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
 }
 
+# require_onnx_graph: loom-serve built with ONNX, and Debian's python3-onnx to build models with.
+require_onnx_graph() {
+  [ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
+  [ -x "$LOOM_BUILDDIR/loom-serve" ] || skip "loom-serve not built"
+  /usr/bin/python3 -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
+}
+
 finish() {
   if [ "$failures" -gt 0 ]; then
     echo "$LOOM_TEST_NAME: $failures of $((checks + failures)) checks failed"

@@ -6,10 +6,8 @@
 # still batches; a folder's Triton config.pbtxt with max_batch_size 0 never batches, and 2 caps
 # a batch at 2 rows (a request of 3 rows: 400). The models are built with Debian's python3-onnx.
 . "$(dirname "$0")/lib.sh"
-[ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
-[ -x "$LOOM_BUILDDIR/loom-serve" ] || skip "loom-serve not built"
+require_onnx_graph
 PY=/usr/bin/python3
-$PY -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
 cd "$LOOM_TMP" || exit 99
 
 $PY - <<'PY' || exit 99

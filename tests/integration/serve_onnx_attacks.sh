@@ -9,10 +9,8 @@
 # healthy model beside it keeps answering. The models are built with Debian's python3-onnx.
 . "$(dirname "$0")/lib.sh"
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
-[ -x "$LOOM_BUILDDIR/tests/parity/onnx_run" ] || skip "loom-serve built without ONNX (libonnx-dev)"
-[ -x "$LOOM_BUILDDIR/loom-serve" ] || skip "loom-serve not built"
+require_onnx_graph
 PY=/usr/bin/python3
-$PY -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
 cd "$LOOM_TMP" || exit 99
 
 # The models: each in its own folder of one repository, with one healthy model beside them.

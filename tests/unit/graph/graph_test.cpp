@@ -37,26 +37,10 @@ Tensor iota(std::vector<int64_t> shape, float scale = 1.0f) {
   return t;
 }
 
-Attr ai(int64_t v) {
-  Attr a;
-  a.kind = Attr::kInt, a.i = v;
-  return a;
-}
-Attr af(float v) {
-  Attr a;
-  a.kind = Attr::kFloat, a.f = v;
-  return a;
-}
-Attr ints(std::vector<int64_t> v) {
-  Attr a;
-  a.kind = Attr::kInts, a.ints = std::move(v);
-  return a;
-}
-Attr as(std::string v) {
-  Attr a;
-  a.kind = Attr::kString, a.s = std::move(v);
-  return a;
-}
+Attr ai(int64_t v) { return Attr::of(v); }
+Attr af(float v) { return Attr::of(v); }
+Attr ints(std::vector<int64_t> v) { return Attr::of(std::move(v)); }
+Attr as(std::string v) { return Attr::of(std::move(v)); }
 
 std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& args, std::map<std::string, Attr> attrs = {},
                         size_t outs = 1) {

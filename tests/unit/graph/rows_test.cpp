@@ -18,16 +18,8 @@ using loom::rt::graph::Attr;
 using loom::rt::graph::Node;
 using loom::rt::graph::TensorInfo;
 
-Attr ints(std::vector<int64_t> v) {
-  Attr a;
-  a.kind = Attr::kInts, a.ints = std::move(v);
-  return a;
-}
-Attr ai(int64_t v) {
-  Attr a;
-  a.kind = Attr::kInt, a.i = v;
-  return a;
-}
+Attr ints(std::vector<int64_t> v) { return Attr::of(std::move(v)); }
+Attr ai(int64_t v) { return Attr::of(v); }
 
 // A graph by value names, as the loader builds it (folded: constants are values with tensors).
 struct G {

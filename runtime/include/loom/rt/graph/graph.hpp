@@ -36,6 +36,26 @@ struct Attr {
   std::vector<int64_t> ints;
   std::vector<float> floats;
   Tensor t;
+  static Attr of(int64_t v) {
+    Attr a;
+    a.kind = kInt, a.i = v;
+    return a;
+  }
+  static Attr of(float v) {
+    Attr a;
+    a.kind = kFloat, a.f = v;
+    return a;
+  }
+  static Attr of(std::vector<int64_t> v) {
+    Attr a;
+    a.kind = kInts, a.ints = std::move(v);
+    return a;
+  }
+  static Attr of(std::string v) {
+    Attr a;
+    a.kind = kString, a.s = std::move(v);
+    return a;
+  }
 };
 
 struct Node;
