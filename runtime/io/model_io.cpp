@@ -72,14 +72,6 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& pat
   return std::string(buf.c_str());
 }
 
-void fsync_file(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open for fsync: " + std::strerror(errno));
-  int rc = fsync(fd);
-  close(fd);
-  if (rc != 0) throw Error(path + ": fsync failed: " + std::strerror(errno));
-}
-
 }  // namespace
 
 namespace {
@@ -184,7 +176,6 @@ void write_atomic(const std::string& path, const std::vector<std::pair<std::stri
       }
       h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
     }
-    fsync_file(tmp);
     commit_file(tmp, path);
   } catch (...) {
     std::remove(tmp.c_str());

@@ -135,7 +135,6 @@ void write_file_atomic(const std::string& path, const std::string& text, mode_t 
       done += static_cast<size_t>(n);
     }
     if (::fchmod(fd, mode) != 0) io_failed(tmp + ": cannot set its mode");
-    if (::fsync(fd) != 0) io_failed(tmp + ": fsync failed");
     if (::close(fd) != 0) {
       ::unlink(tmp.c_str());
       io_failed(tmp + ": cannot close");
@@ -149,6 +148,15 @@ void write_file_atomic(const std::string& path, const std::string& text, mode_t 
 }
 
 void commit_file(const std::string& tmp, const std::string& path) {
+  const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = e;
+    io_failed(tmp + ": fsync failed");
+  }
+  ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/prometheus.hpp"
 #include "loom/rt/train/train_config.hpp"
 
 namespace loom::rt {
@@ -23,10 +24,6 @@ namespace {
 constexpr size_t kMaxRequest = 8192;
 constexpr size_t kMaxClients = 16;
 constexpr auto kRequestDeadline = std::chrono::seconds(2);
-
-void gauge(std::ostringstream& o, const char* name, const char* help, const std::string& value, const char* type = "gauge") {
-  o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << value << '\n';
-}
 
 // The answer is a few KiB: it fits the socket's buffer, so a non-blocking send writes it whole
 // unless the client stopped reading long ago (then it is dropped, never waited for).
@@ -47,20 +44,20 @@ std::string response(const char* status, const char* type, const std::string& bo
 }  // namespace
 
 std::string prometheus_text(const TrainGauges& g) {
-  std::ostringstream o;
-  o << "# HELP loom_train_info The training run (value 1).\n# TYPE loom_train_info gauge\n"
-    << "loom_train_info{model=\"" << g.model << "\",ranks=\"" << g.ranks << "\"} 1\n";
-  gauge(o, "loom_train_step", "Optimizer steps done.", std::to_string(g.step));
-  gauge(o, "loom_train_steps_planned", "Steps the run will make in all.", std::to_string(g.steps_planned));
-  gauge(o, "loom_train_epoch", "The epoch being trained.", std::to_string(g.epoch));
-  gauge(o, "loom_train_loss", "Training loss of the last step.", num(g.loss));
-  gauge(o, "loom_train_samples_per_second", "Training samples per second of the whole job (last step).", num(g.samples_per_s));
-  gauge(o, "loom_train_loss_scale", "The AMP loss scale (1 without fp16).", num(g.loss_scale));
-  gauge(o, "loom_train_comm_bytes_total", "Gradient bytes sent per rank, summed over the run.", std::to_string(g.comm_bytes),
-        "counter");
-  o << "# HELP loom_train_rank_batch Rows of the global batch each rank trains on.\n# TYPE loom_train_rank_batch gauge\n";
-  for (size_t r = 0; r < g.shares.size(); ++r) o << "loom_train_rank_batch{rank=\"" << r << "\"} " << g.shares[r] << '\n';
-  if (g.test_accuracy >= 0) gauge(o, "loom_train_test_accuracy", "Test accuracy of the last evaluation.", num(g.test_accuracy));
+  PrometheusText o;
+  o.family("loom_train_info", "gauge", "The training run (value 1).");
+  o.sample("loom_train_info", {{"model", g.model}, {"ranks", std::to_string(g.ranks)}}, 1);
+  o.single("loom_train_step", "gauge", "Optimizer steps done.", static_cast<double>(g.step));
+  o.single("loom_train_steps_planned", "gauge", "Steps the run will make in all.", static_cast<double>(g.steps_planned));
+  o.single("loom_train_epoch", "gauge", "The epoch being trained.", static_cast<double>(g.epoch));
+  o.single("loom_train_loss", "gauge", "Training loss of the last step.", g.loss);
+  o.single("loom_train_samples_per_second", "gauge", "Training samples per second of the whole job (last step).", g.samples_per_s);
+  o.single("loom_train_loss_scale", "gauge", "The AMP loss scale (1 without fp16).", g.loss_scale);
+  o.single("loom_train_comm_bytes_total", "counter", "Gradient bytes sent per rank, summed over the run.",
+           static_cast<double>(g.comm_bytes));
+  o.family("loom_train_rank_batch", "gauge", "Rows of the global batch each rank trains on.");
+  for (size_t r = 0; r < g.shares.size(); ++r) o.sample("loom_train_rank_batch", {{"rank", std::to_string(r)}}, g.shares[r]);
+  if (g.test_accuracy >= 0) o.single("loom_train_test_accuracy", "gauge", "Test accuracy of the last evaluation.", g.test_accuracy);
   return o.str();
 }
 

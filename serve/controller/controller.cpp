@@ -21,6 +21,7 @@
 #include "grpc_router.hpp"
 #endif
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/prometheus.hpp"
 
 namespace loom::serve {
 
@@ -305,34 +306,34 @@ void Controller::shutdown_replicas(double wait_s) {
 }
 
 std::string Controller::metrics_text() const {
-  std::ostringstream m;
+  rt::PrometheusText m;
   const auto all = pool_.all();
-  m << "# HELP loom_controller_replicas Replica jobs by state.\n# TYPE loom_controller_replicas gauge\n";
+  m.family("loom_controller_replicas", "gauge", "Replica jobs by state.");
   for (auto s : {ReplicaState::kPending, ReplicaState::kStarting, ReplicaState::kReady, ReplicaState::kDraining}) {
     int n = 0;
     for (const auto& r : all) n += r->state == s;
-    m << "loom_controller_replicas{state=\"" << state_name(s) << "\"} " << n << "\n";
+    m.sample("loom_controller_replicas", {{"state", state_name(s)}}, n);
   }
-  m << "# HELP loom_controller_desired_replicas What the autoscaler asks for.\n# TYPE loom_controller_desired_replicas gauge\n"
-    << "loom_controller_desired_replicas " << last_.desired << "\n"
-    << "# TYPE loom_controller_panic gauge\nloom_controller_panic " << (last_.panic ? 1 : 0) << "\n"
-    << "# TYPE loom_controller_concurrency gauge\n"
-    << "loom_controller_concurrency{window=\"stable\"} " << last_.stable_concurrency << "\n"
-    << "loom_controller_concurrency{window=\"panic\"} " << last_.panic_concurrency << "\n"
-    << "# TYPE loom_controller_replica_outstanding gauge\n";
-  for (const auto& r : all) m << "loom_controller_replica_outstanding{job=\"" << r->job << "\"} " << r->outstanding.load() << "\n";
-  m << "# HELP loom_controller_routed_total Requests routed to each replica.\n# TYPE loom_controller_routed_total counter\n";
-  for (const auto& r : all) m << "loom_controller_routed_total{job=\"" << r->job << "\"} " << r->routed.load() << "\n";
-  m << "# TYPE loom_controller_rejected_total counter\nloom_controller_rejected_total " << pool_.rejected() << "\n"
-    << "# HELP loom_controller_broken_streams_total generate_stream answers whose replica stopped before the end.\n"
-    << "# TYPE loom_controller_broken_streams_total counter\nloom_controller_broken_streams_total " << pool_.broken_streams()
-    << "\n"
-    << "# TYPE loom_controller_scale_events_total counter\n"
-    << "loom_controller_scale_events_total{direction=\"up\"} " << up_.load() << "\n"
-    << "loom_controller_scale_events_total{direction=\"down\"} " << down_.load() << "\n"
-    << "# TYPE loom_controller_replaced_total counter\nloom_controller_replaced_total " << replaced_.load() << "\n"
-    << "# TYPE loom_controller_submit_failures_total counter\nloom_controller_submit_failures_total "
-    << submit_failures_.load() << "\n";
+  m.single("loom_controller_desired_replicas", "gauge", "What the autoscaler asks for.", last_.desired);
+  m.single("loom_controller_panic", "gauge", "1 while the autoscaler is in its panic window.", last_.panic ? 1 : 0);
+  m.family("loom_controller_concurrency", "gauge", "Average requests in flight over the stable and the panic window.");
+  m.sample("loom_controller_concurrency", {{"window", "stable"}}, last_.stable_concurrency);
+  m.sample("loom_controller_concurrency", {{"window", "panic"}}, last_.panic_concurrency);
+  m.family("loom_controller_replica_outstanding", "gauge", "Requests in flight at each replica.");
+  for (const auto& r : all) m.sample("loom_controller_replica_outstanding", {{"job", r->job}}, r->outstanding.load());
+  m.family("loom_controller_routed_total", "counter", "Requests routed to each replica.");
+  for (const auto& r : all) m.sample("loom_controller_routed_total", {{"job", r->job}}, static_cast<double>(r->routed.load()));
+  m.single("loom_controller_rejected_total", "counter", "Requests refused with no replica ready or every one full.",
+           static_cast<double>(pool_.rejected()));
+  m.single("loom_controller_broken_streams_total", "counter",
+           "generate_stream answers whose replica stopped before the end.", static_cast<double>(pool_.broken_streams()));
+  m.family("loom_controller_scale_events_total", "counter", "Replicas the autoscaler added or drained.");
+  m.sample("loom_controller_scale_events_total", {{"direction", "up"}}, static_cast<double>(up_.load()));
+  m.sample("loom_controller_scale_events_total", {{"direction", "down"}}, static_cast<double>(down_.load()));
+  m.single("loom_controller_replaced_total", "counter", "Replica jobs that ended and were submitted again.",
+           static_cast<double>(replaced_.load()));
+  m.single("loom_controller_submit_failures_total", "counter", "sbatch calls that failed.",
+           static_cast<double>(submit_failures_.load()));
   return m.str();
 }
 

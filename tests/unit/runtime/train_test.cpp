@@ -1,5 +1,5 @@
 // train_test.cpp — loom-train's own parts at their seams (doc/runtime.md): the Prometheus
-// endpoint against a slow client.
+// endpoint against a slow client, and the one Prometheus text writer.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 
+#include "loom/rt/io/prometheus.hpp"
 #include "loom/rt/train/metrics_http.hpp"
 
 namespace {
@@ -68,4 +70,25 @@ TEST(MetricsServer, ASlowClientHoldsNeitherScrapesNorExit) {
   server.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t2, std::chrono::milliseconds(500));
   for (int fd : slow) ::close(fd);
+}
+
+// The one Prometheus writer: HELP and TYPE once per family, label values escaped, integers
+// without a point, other numbers in their shortest exact form, histograms cumulative.
+TEST(PrometheusText, WritesTheExpositionFormat) {
+  loom::rt::PrometheusText p;
+  p.family("x_total", "counter", "Things.");
+  p.sample("x_total", {{"model", "a\"b\\c\nd"}}, 3);
+  p.single("y", "gauge", "Y.", 0.1);
+  p.family("h", "histogram", "H.");
+  p.histogram("h", {{"m", "k"}}, {0.5, 2}, {1, 0, 4}, 7.25, 5);
+  EXPECT_EQ(p.str(),
+            "# HELP x_total Things.\n# TYPE x_total counter\nx_total{model=\"a\\\"b\\\\c\\nd\"} 3\n"
+            "# HELP y Y.\n# TYPE y gauge\ny 0.1\n"
+            "# HELP h H.\n# TYPE h histogram\n"
+            "h_bucket{m=\"k\",le=\"0.5\"} 1\nh_bucket{m=\"k\",le=\"2\"} 1\nh_bucket{m=\"k\",le=\"+Inf\"} 5\n"
+            "h_sum{m=\"k\"} 7.25\nh_count{m=\"k\"} 5\n");
+  EXPECT_EQ(loom::rt::PrometheusText::number(1e-05), "1e-05");
+  EXPECT_EQ(loom::rt::PrometheusText::number(-INFINITY), "-Inf");
+  EXPECT_EQ(loom::rt::PrometheusText::number(NAN), "NaN");
+  EXPECT_EQ(loom::rt::PrometheusText::number(1e20), "1e+20");
 }

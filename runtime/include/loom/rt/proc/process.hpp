@@ -27,8 +27,8 @@ std::string comment_text(std::string s);
 // the folder: a reader sees the old file or the new one, never a part, and a crash leaves one of
 // the two. Throws rt::Error naming the file and the system's reason. The one atomic write.
 void write_file_atomic(const std::string& path, const std::string& text, mode_t mode = 0644);
-// The last half of that, for a writer that made and synced `tmp` itself (an HDF5 file): renames
-// it onto `path` (removing it when that fails) and syncs the folder.
+// The last half of that, for a writer that made `tmp` itself beside `path` (HDF5 wants a file
+// name): syncs it, renames it onto `path` (removing it when anything fails) and syncs the folder.
 void commit_file(const std::string& tmp, const std::string& path);
 
 }  // namespace loom::rt
