@@ -129,7 +129,8 @@ YAML
   squeue -n loom-fashion-mlp -o "%.8i %.18j %.8T %.10m %R"
   /usr/bin/python3 "$src/tests/serve/load_http.py" "$http" fashion-mlp 784 4 8 | sed 's/^/4 clients for 8 s through the router: /' |
     tee "$build/routed.txt"
-  note "replicas: $(grep -c 'ready at' "$build/controller.log") replica job(s) came up; $(sed 's/^4 clients/4 clients/' "$build/routed.txt" | head -1)"
+  note "replicas: $(grep -c 'ready at' "$build/controller.log") replica job(s) came up; through the router, $(sed 's/^[^{]*//' "$build/routed.txt" |
+    /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); c = r['counts']; print('%d answers 200 to 4 clients in 8 s, p50 %.1f ms, other codes %s' % (c.get('200', 0), r['p50_ms'], sorted(k for k in c if k != '200') or 'none'))")"
   grep -E "scale |ready at" "$build/controller.log" | sed 's/^loom-serve: //'
   curl -s "$http/metrics" | grep -E '^loom_controller_(replicas|desired|routed)'
   kill -TERM "$ctl_pid" && wait "$ctl_pid" && echo "the controller stopped on SIGTERM and ended its replica jobs"
