@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "loom/rt/error.hpp"
+#include "loom/rt/proc/slurm.hpp"
 #include "spec.hpp"
 #include "trial.hpp"
 
@@ -28,31 +30,23 @@ class SlurmLauncher : public Launcher {
       : dir_(std::move(dir)), args_(std::move(args)), job_(std::move(job)) {}
 
   void start(const std::string& ids, int parallel) override {
-    std::vector<std::string> argv = {"sbatch", "--parsable", "--job-name=loom-sweep",
-                                     "--array=" + ids + "%" + std::to_string(parallel),
-                                     "--output=" + dir_ + "/logs/trial-%a.out"};
-    argv.insert(argv.end(), args_.begin(), args_.end());
-    argv.push_back(dir_ + "/trial.sh");
-    std::string out;
-    const int rc = run_program(argv, out);
-    if (rc == 127) throw std::runtime_error("sbatch not found: run loom-sweep where Slurm's commands are, or --executor local");
-    const std::string id = out.substr(0, out.find_first_of(";\n"));
-    if (rc != 0 || id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
-      throw std::runtime_error("sbatch refused the array job (status " + std::to_string(rc) + ")" +
-                               (out.empty() ? "" : ": " + out));
-    job_ = id;
+    std::vector<std::string> options = {"--job-name=loom-sweep", "--array=" + ids + "%" + std::to_string(parallel),
+                                        "--output=" + dir_ + "/logs/trial-%a.out"};
+    options.insert(options.end(), args_.begin(), args_.end());
+    job_ = rt::slurm::submit(options, dir_ + "/trial.sh", "run loom-sweep where Slurm's commands are, or --executor local");
   }
   void launched(int) override {}
 
   std::vector<int> lost(const std::vector<int>& started) override {
     if (started.empty()) return {};
-    std::string out;
-    if (run_program({"squeue", "-h", "-j", job_, "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%K"}, out) != 0)
-      return {};  // the controller did not answer: decide next time
     std::set<int> running;
-    std::istringstream in(out);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty() && line.find_first_not_of("0123456789") == std::string::npos) running.insert(std::stoi(line));
+    try {
+      for (const auto& j : rt::slurm::query({"-j", job_, "-t", "RUNNING,COMPLETING,CONFIGURING"}))
+        if (!j.array_task.empty() && j.array_task.find_first_not_of("0123456789") == std::string::npos)
+          running.insert(std::stoi(j.array_task));
+    } catch (const rt::Error&) {
+      return {};  // the controller did not answer: decide next time
+    }
     std::vector<int> gone;
     for (int id : started)
       if (!running.count(id) && !has_rc(dir_, id)) gone.push_back(id);
@@ -62,14 +56,15 @@ class SlurmLauncher : public Launcher {
   bool alive() override {
     // Queued or running only: a cancelled array stays in squeue while its tasks complete, and a
     // resume that attached to it would wait for tasks that never come.
-    std::string out;
-    return !job_.empty() &&
-           run_program({"squeue", "-h", "-j", job_, "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED", "-o", "%i"}, out) == 0 &&
-           out.find_first_not_of(" \n") != std::string::npos;
+    if (job_.empty()) return false;
+    try {
+      return !rt::slurm::query({"-j", job_, "-t", "PENDING,RUNNING,CONFIGURING,SUSPENDED"}).empty();
+    } catch (const rt::Error&) {
+      return false;
+    }
   }
   void cancel() override {
-    std::string out;
-    if (!job_.empty()) run_program({"scancel", job_}, out);
+    if (!job_.empty()) rt::slurm::cancel(job_);
   }
   std::string job() const override { return job_; }
 

@@ -1,4 +1,4 @@
-// slurm.cpp — slurm.hpp: sbatch, squeue and scancel, run without a shell.
+// slurm.cpp — slurm.hpp: the replicas' jobs through the one Slurm client (rt::slurm).
 #include "slurm.hpp"
 
 #include <dirent.h>
@@ -11,6 +11,7 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/proc/process.hpp"
+#include "loom/rt/proc/slurm.hpp"
 
 namespace loom::serve {
 
@@ -84,64 +85,25 @@ void write_replica_script(const std::string& state_dir, const std::string& loom_
   rt::write_file_atomic(state_dir + "/replica.sh", s.str(), 0755);
 }
 
-namespace {
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  return s;
-}
-
-std::string run_or_throw(const std::vector<std::string>& argv) {
-  std::string out;
-  const int rc = rt::run_program(argv, out);
-  if (rc != 0)
-    throw rt::Error(argv[0] + (rc == 127 ? ": not found (is Slurm installed?)" : " failed (exit " + std::to_string(rc) + "): " + trim(out)));
-  return out;
-}
-
-}  // namespace
-
 std::string SlurmJobs::submit() const {
-  std::vector<std::string> argv = {"sbatch", "--parsable", "--job-name=" + job_name(), "--comment=" + comment(),
-                                   "--ntasks=1", "--cpus-per-task=" + std::to_string(s_.cpus),
-                                   "--output=" + s_.state_dir + "/replicas/%j.log", "--open-mode=append"};
-  if (s_.gpus > 0) argv.push_back("--gpus=" + std::to_string(s_.gpus));
-  if (!s_.mem.empty()) argv.push_back("--mem=" + s_.mem);
-  if (!s_.partition.empty()) argv.push_back("--partition=" + s_.partition);
-  argv.push_back(s_.state_dir + "/replica.sh");
-  std::string id = trim(run_or_throw(argv));
-  id = id.substr(0, id.find(';'));  // "ID;cluster" on a federation
-  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
-    throw rt::Error("sbatch answered '" + id + "', not a job ID");
-  return id;
+  std::vector<std::string> options = {"--job-name=" + job_name(), "--comment=" + comment(), "--ntasks=1",
+                                      "--cpus-per-task=" + std::to_string(s_.cpus),
+                                      "--output=" + s_.state_dir + "/replicas/%j.log", "--open-mode=append"};
+  if (s_.gpus > 0) options.push_back("--gpus=" + std::to_string(s_.gpus));
+  if (!s_.mem.empty()) options.push_back("--mem=" + s_.mem);
+  if (!s_.partition.empty()) options.push_back("--partition=" + s_.partition);
+  return rt::slurm::submit(options, s_.state_dir + "/replica.sh");
 }
 
 std::vector<JobInfo> SlurmJobs::list() const {
-  const std::string user = std::to_string(::getuid());
-  const std::string out = run_or_throw({"squeue", "-h", "-t", "all", "-u", user, "--name=" + job_name(), "-o", "%i|%T|%r|%N|%k"});
   std::vector<JobInfo> jobs;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> f;
-    std::istringstream ls(line);
-    for (std::string x; std::getline(ls, x, '|');) f.push_back(x);
-    if (f.size() < 5) continue;
-    std::string c = f[4];
-    for (size_t i = 5; i < f.size(); ++i) c += "|" + f[i];  // a comment may hold '|'
-    if (trim(c) != comment()) continue;  // another controller's, or someone's own job of that name
-    jobs.push_back({f[0], f[1], f[2], f[3]});
-  }
+  for (const auto& j : rt::slurm::query({"-t", "all", "-u", std::to_string(::getuid()), "--name=" + job_name()}))
+    if (j.comment == comment()) jobs.push_back({j.id, j.state, j.reason, j.node});  // not another controller's
   return jobs;
 }
 
-void SlurmJobs::terminate(const std::string& id) const {
-  std::string out;
-  rt::run_program({"scancel", "--batch", "--signal=TERM", id}, out);
-}
+void SlurmJobs::terminate(const std::string& id) const { rt::slurm::cancel(id, {"--batch", "--signal=TERM"}); }
 
-void SlurmJobs::cancel(const std::string& id) const {
-  std::string out;
-  rt::run_program({"scancel", id}, out);
-}
+void SlurmJobs::cancel(const std::string& id) const { rt::slurm::cancel(id); }
 
 }  // namespace loom::serve

@@ -19,6 +19,7 @@
 #include "launcher.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/proc/process.hpp"
+#include "loom/rt/proc/slurm.hpp"
 #include "propose.hpp"
 #include "spec.hpp"
 #include "trial.hpp"
@@ -259,4 +260,58 @@ TEST(Bayes, BeatsRandomSearchOnBraninIn24Trials) {
     EXPECT_LT(median(bayes), median(random));
     EXPECT_LT(median(bayes), 0.8);
   }
+}
+
+// The one Slurm client (rt::slurm), against stand-ins for sbatch, squeue and scancel on PATH
+// that record their arguments: the ID from --parsable (a federation's "ID;cluster" too), Slurm's
+// own words when it refuses, squeue's fields (a comment holding '|'), and "not found".
+TEST(SlurmClient, SubmitsQueriesAndCancelsWithSlurmsOwnWords) {
+  char tmpl[] = "/tmp/loom-slurm-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  auto tool = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + "/" + name) << "#!/bin/sh\necho \"$@\" >>" << dir << "/" << name << ".args\n" << body << "\n";
+    ::chmod((dir + "/" + name).c_str(), 0755);
+  };
+  tool("sbatch", "echo '4242;cluster'");
+  tool("squeue", "printf '7_1|RUNNING|None|n1|1|loom:a|b\\n7_[2-3]|PENDING|JobArrayTaskLimit||N/A|loom:a|b\\n'");
+  tool("scancel", "exit 0");
+  const std::string path = ::getenv("PATH");
+  ::setenv("PATH", (dir + ":" + path).c_str(), 1);
+  namespace slurm = loom::rt::slurm;
+  EXPECT_EQ(slurm::submit({"--job-name=x", "--array=0-3%2"}, "/s/trial.sh"), "4242");
+  std::ifstream args(dir + "/sbatch.args");
+  std::string line;
+  std::getline(args, line);
+  EXPECT_EQ(line, "--parsable --job-name=x --array=0-3%2 /s/trial.sh");
+  const auto jobs = slurm::query({"-j", "7"});
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].id, "7_1");
+  EXPECT_EQ(jobs[0].array_task, "1");
+  EXPECT_EQ(jobs[0].comment, "loom:a|b");
+  EXPECT_EQ(jobs[1].reason, "JobArrayTaskLimit");
+  EXPECT_TRUE(slurm::cancel("7", {"--batch", "--signal=TERM"}));
+  std::ifstream cargs(dir + "/scancel.args");
+  std::getline(cargs, line);
+  EXPECT_EQ(line, "--batch --signal=TERM 7");
+  tool("sbatch", "echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination' >&2; exit 1");
+  try {
+    slurm::submit({}, "/s/x.sh");
+    ADD_FAILURE() << "a refused submission returned";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sbatch failed (exit 1): sbatch: error: Batch job submission failed: Invalid account"),
+              std::string::npos) << e.what();
+  }
+  tool("sbatch", "echo 'Submitted batch job 12'");  // without --parsable's form
+  EXPECT_THROW(slurm::submit({}, "/s/x.sh"), loom::rt::Error);
+  ::setenv("PATH", "/nonexistent", 1);
+  try {
+    slurm::submit({}, "/s/x.sh", "or --executor local");
+    ADD_FAILURE() << "a missing sbatch returned";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sbatch: not found (is Slurm installed?); or --executor local"), std::string::npos)
+        << e.what();
+  }
+  ::setenv("PATH", path.c_str(), 1);
+  for (const char* f : {"sbatch", "squeue", "scancel", "sbatch.args", "squeue.args", "scancel.args"}) ::unlink((dir + "/" + f).c_str());
+  ::rmdir(dir.c_str());
 }
