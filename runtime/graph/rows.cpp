@@ -7,133 +7,10 @@
 // know) makes the model run one request at a time, and the reason is kept for the log.
 #include <algorithm>
 
-#include "ops.hpp"
+#include "rows_pass.hpp"
 
 namespace loom::rt::graph {
-namespace {
-
-constexpr int64_t kRowsDim = -2;  // the dimension that is the rows (N)
-constexpr int64_t kAnyDim = -1;   // a dimension the pass does not know
-
-// What the pass knows of one value.
-struct Fact {
-  enum Kind {
-    kUnknown,  // not followed: nothing may depend on it
-    kUniform,  // the same whether the request runs alone or beside others (constants, shapes
-               // computed from dimensions past the rows, which joined requests share)
-    kRows,     // row `at` of it depends on that row of the inputs alone
-    kSize,     // a scalar equal to N
-    kSizes,    // a 1-D int vector whose element `at` is N, the others uniform
-  } kind = kUnknown;
-  bool ranked = false;         // dims is the value's shape (kAnyDim where unknown)
-  std::vector<int64_t> dims;   // kRowsDim at the rows' axis
-  int at = -1;
-  int rank() const { return static_cast<int>(dims.size()); }
-};
-
-Fact uniform_unranked() {
-  Fact f;
-  f.kind = Fact::kUniform;
-  return f;
-}
-
-Fact uniform(std::vector<int64_t> dims) {
-  Fact f;
-  f.kind = Fact::kUniform, f.ranked = true, f.dims = std::move(dims);
-  return f;
-}
-
-Fact rows(std::vector<int64_t> dims, int at) {
-  Fact f;
-  f.kind = Fact::kRows, f.ranked = true, f.dims = std::move(dims), f.at = at;
-  f.dims[static_cast<size_t>(at)] = kRowsDim;
-  return f;
-}
-
-Fact rows_of_rank(int rank, int at) { return rows(std::vector<int64_t>(static_cast<size_t>(rank), kAnyDim), at); }
-
-Fact sizes(int64_t length, int at) {
-  Fact f;
-  f.kind = Fact::kSizes, f.ranked = true, f.dims = {length}, f.at = at;
-  return f;
-}
-
-// The refusal a handler returns: the reason for the log.
-struct Refused {
-  std::string why;
-};
-
-class Pass {
- public:
-  Pass(const std::vector<Tensor>& constants, size_t values) : constants_(constants), facts_(values) {
-    for (size_t v = 0; v < values; ++v)
-      if (constants_[v].defined()) facts_[v] = uniform(constants_[v].shape());
-  }
-  Fact& fact(int v) { return facts_[static_cast<size_t>(v)]; }
-  // Follows one node; the reason when it cannot.
-  std::string follow(const Node& n);
-
- private:
-  const std::vector<Tensor>& constants_;
-  std::vector<Fact> facts_;
-
-  const Fact& in(const Node& n, size_t i) {
-    static const Fact absent = uniform_unranked();
-    return i < n.in.size() && n.in[i] >= 0 ? fact(n.in[i]) : absent;
-  }
-  // The values of constant input i (false when it is not a constant int tensor).
-  bool const_ints(const Node& n, size_t i, std::vector<int64_t>* out) const {
-    if (i >= n.in.size() || n.in[i] < 0) return false;
-    const Tensor& t = constants_[static_cast<size_t>(n.in[i])];
-    if (!t.defined() || (t.dtype() != DType::kI64 && t.dtype() != DType::kI32)) return false;
-    *out = ints_of(n, t);
-    return true;
-  }
-  // Axes from attribute `name` or else constant input `input` (opset 13's move); false when
-  // neither says (the op's own default then applies).
-  bool axes_of(const Node& n, const char* name, size_t input, std::vector<int64_t>* axes) const {
-    if (has_attr(n, name)) {
-      *axes = attr_ints(n, name);
-      return true;
-    }
-    if (input < n.in.size() && n.in[input] >= 0) {
-      if (!const_ints(n, input, axes)) throw Refused{"its axes are computed at run time"};
-      return true;
-    }
-    return false;
-  }
-  void set(const Node& n, size_t i, Fact f) {
-    if (i < n.out.size() && n.out[i] >= 0) fact(n.out[i]) = std::move(f);
-  }
-  void set_all(const Node& n, const Fact& f) {
-    for (size_t i = 0; i < n.out.size(); ++i) set(n, i, f);
-  }
-  void uniform_node(const Node& n);
-  void sizes_node(const Node& n);
-  void rows_node(const Node& n);
-  void elementwise(const Node& n);
-  void matmul(const Node& n);
-  void reshape(const Node& n, const Fact& x);
-  void expand(const Node& n);
-  void gather(const Node& n);
-  void unsqueeze(const Node& n, const Fact& x);
-};
-
-int norm(int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank) throw Refused{"axis " + std::to_string(axis) + " is outside rank " + std::to_string(rank)};
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
-const Fact& need_ranked(const Fact& f) {
-  if (!f.ranked) throw Refused{"the rank of an input is not known here"};
-  return f;
-}
-
-// Rows only along `at`, and nowhere in `axes` (normalized for `rank`).
-void not_over_rows(const std::vector<int64_t>& axes, int rank, int at, const char* what) {
-  for (int64_t a : axes)
-    if (norm(a, rank) == at) throw Refused{std::string(what) + " runs over the rows (dimension " + std::to_string(at) + ")"};
-}
+namespace rows_pass {
 
 std::string Pass::follow(const Node& n) {
   bool any_rows = false, any_size = false;
@@ -161,113 +38,7 @@ std::string Pass::follow(const Node& n) {
   }
 }
 
-// Every input uniform: so are the outputs; their shape where cheap to know (what a later node
-// beside the rows needs: the rank, and whether dimension `at` is 1).
-void Pass::uniform_node(const Node& n) {
-  const Fact& x = in(n, 0);
-  const std::string& op = n.op;
-  Fact f = uniform_unranked();
-  static const char* same[] = {"Cast", "Identity", "Relu", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg", "Exp", "Log",
-                               "Reciprocal", "Abs", "Not", "Clip", "Softmax", "LogSoftmax", "Trilu"};
-  if (std::find(std::begin(same), std::end(same), op) != std::end(same)) {
-    f = x;
-  } else if (op == "Unsqueeze" && x.ranked) {
-    std::vector<int64_t> axes;
-    if (axes_of(n, "axes", 1, &axes)) {
-      const int r = x.rank() + static_cast<int>(axes.size());
-      std::vector<bool> added(static_cast<size_t>(r), false);
-      for (int64_t a : axes) added[static_cast<size_t>(norm(a, r))] = true;
-      std::vector<int64_t> d;
-      for (int i = 0, k = 0; i < r; ++i) d.push_back(added[static_cast<size_t>(i)] ? 1 : x.dims[static_cast<size_t>(k++)]);
-      f = uniform(d);
-    }
-  } else if (op == "Slice" && x.ranked) {
-    std::vector<int64_t> axes, starts;
-    if (!const_ints(n, 3, &axes)) {
-      axes.clear();
-      if (in(n, 1).ranked && in(n, 1).rank() == 1 && in(n, 1).dims[0] >= 0)
-        for (int64_t i = 0; i < in(n, 1).dims[0]; ++i) axes.push_back(i);
-      else
-        for (int i = 0; i < x.rank(); ++i) axes.push_back(i);
-    }
-    f = x;
-    for (int64_t a : axes) f.dims[static_cast<size_t>(norm(a, x.rank()))] = kAnyDim;
-  } else if (op == "Gather" && x.ranked && in(n, 1).ranked) {
-    const int g = norm(attr_i(n, "axis", 0), x.rank());
-    std::vector<int64_t> d(x.dims.begin(), x.dims.begin() + g);
-    d.insert(d.end(), in(n, 1).dims.begin(), in(n, 1).dims.end());
-    d.insert(d.end(), x.dims.begin() + g + 1, x.dims.end());
-    f = uniform(d);
-  } else if (op == "Range") {
-    f = uniform({kAnyDim});
-  } else if (op == "Shape" && x.ranked) {
-    f = uniform({kAnyDim});
-  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Where" ||
-             op == "Equal" || op == "Less" || op == "Greater") {
-    size_t r = 0;
-    for (size_t i = 0; i < n.in.size(); ++i) r = std::max(r, in(n, i).dims.size());
-    std::vector<int64_t> d(r, 1);
-    bool ranked = true;
-    for (size_t i = 0; i < n.in.size(); ++i) {
-      const Fact& a = in(n, i);
-      ranked = ranked && a.ranked;
-      for (size_t k = 0; ranked && k < a.dims.size(); ++k) {
-        int64_t& o = d[r - a.dims.size() + k];
-        o = o == 1 ? a.dims[k] : a.dims[k] == 1 || a.dims[k] == o ? o : kAnyDim;
-      }
-    }
-    if (ranked) f = uniform(d);
-  }
-  f.kind = Fact::kUniform;
-  f.at = -1;
-  set_all(n, f);
-}
-
-// A value that holds N, and no rows: the exporter's shape arithmetic.
-void Pass::sizes_node(const Node& n) {
-  const Fact& x = in(n, 0);
-  const std::string& op = n.op;
-  std::vector<int64_t> idx;
-  if ((op == "Cast" || op == "Identity") && n.in.size() == 1) {
-    set_all(n, x);
-  } else if (op == "Gather" && x.kind == Fact::kSizes && const_ints(n, 1, &idx) && attr_i(n, "axis", 0) == 0) {
-    const int len = static_cast<int>(x.dims[0]);
-    int found = -1, count = 0;
-    for (size_t j = 0; j < idx.size(); ++j)
-      if (norm(idx[j], len) == x.at) found = static_cast<int>(j), ++count;
-    const bool scalar = constants_[static_cast<size_t>(n.in[1])].ndim() == 0;
-    if (count > 1) throw Refused{"N is taken twice"};
-    if (count == 0) set(n, 0, uniform(scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(idx.size())}));
-    else if (scalar) set(n, 0, [] { Fact f; f.kind = Fact::kSize, f.ranked = true; return f; }());
-    else set(n, 0, sizes(static_cast<int64_t>(idx.size()), found));
-  } else if (op == "Unsqueeze" && x.kind == Fact::kSize && x.rank() == 0) {
-    set(n, 0, sizes(1, 0));
-  } else if (op == "Squeeze" && x.kind == Fact::kSizes && x.dims[0] == 1) {
-    Fact f;
-    f.kind = Fact::kSize, f.ranked = true;
-    set(n, 0, f);
-  } else if (op == "Concat" && norm(attr_i(n, "axis", 0), 1) == 0) {
-    int64_t offset = 0;
-    int at = -1;
-    for (size_t i = 0; i < n.in.size(); ++i) {
-      const Fact& p = in(n, i);
-      if (!p.ranked || p.rank() != 1 || p.dims[0] < 0) throw Refused{"a piece of the shape has no known length"};
-      if (p.kind == Fact::kSizes) {
-        if (at >= 0) throw Refused{"N appears twice in a shape"};
-        at = static_cast<int>(offset + p.at);
-      }
-      offset += p.dims[0];
-    }
-    set(n, 0, sizes(offset, at));
-  } else if (op == "ConstantOfShape" && x.kind == Fact::kSizes) {
-    set(n, 0, rows_of_rank(static_cast<int>(x.dims[0]), x.at));
-  } else if (op == "Expand" && in(n, 1).kind == Fact::kSizes) {
-    expand(n);
-  } else {
-    throw Refused{"it computes with the number of rows"};
-  }
-}
-
+// At least one input holds the rows: where they go, or the reason they may mix.
 void Pass::rows_node(const Node& n) {
   const std::string& op = n.op;
   const Fact& x = in(n, 0);
@@ -284,13 +55,22 @@ void Pass::rows_node(const Node& n) {
       throw Refused{"input " + std::to_string(i) + " depends on the rows"};
   if (x.kind != Fact::kRows) throw Refused{"its first input is not the rows"};
   const int r = need_ranked(x).rank();
-  std::vector<int64_t> axes;
   if (op == "Shape") {  // opset 15's start and end clamp to the rank
     auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
     const int64_t s = clamp(attr_i(n, "start", 0)), e = has_attr(n, "end") ? clamp(attr_i(n, "end", r)) : r;
     const int64_t len = std::max<int64_t>(0, e - s);
     return set(n, 0, x.at >= s && x.at < e ? sizes(len, static_cast<int>(x.at - s)) : uniform({len}));
   }
+  static const char* layout_ops[] = {"Reshape", "Unsqueeze", "Transpose", "Squeeze", "Flatten", "Concat", "Split", "Slice"};
+  if (std::find(std::begin(layout_ops), std::end(layout_ops), op) != std::end(layout_ops)) return layout_op(n, x);
+  return axis_op(n, x);
+}
+
+// Operators that move dimensions about: where the rows go, and whether they stay whole.
+void Pass::layout_op(const Node& n, const Fact& x) {
+  const std::string& op = n.op;
+  const int r = x.rank();
+  std::vector<int64_t> axes;
   if (op == "Reshape") return reshape(n, x);
   if (op == "Unsqueeze") return unsqueeze(n, x);
   if (op == "Transpose") {
@@ -348,6 +128,13 @@ void Pass::rows_node(const Node& n) {
     for (int64_t a : axes) f.dims[static_cast<size_t>(norm(a, r))] = kAnyDim;
     return set(n, 0, f);
   }
+}
+
+// Operators along an axis or over a batch: never along the rows.
+void Pass::axis_op(const Node& n, const Fact& x) {
+  const std::string& op = n.op;
+  const int r = x.rank();
+  std::vector<int64_t> axes;
   if (op == "Softmax" || op == "LogSoftmax") {
     not_over_rows({attr_i(n, "axis", -1)}, r, x.at, "it");
     return set(n, 0, x);
@@ -398,8 +185,6 @@ void Pass::rows_node(const Node& n) {
   throw Refused{"the pass does not follow rows through " + op};
 }
 
-// numpy broadcasting: every rows input meets the others at one axis, and no uniform input has
-// more than one element there (which would make a row's answer depend on its place).
 void Pass::elementwise(const Node& n) {
   int r = 0;
   for (size_t i = 0; i < n.in.size(); ++i)
@@ -519,7 +304,12 @@ void Pass::unsqueeze(const Node& n, const Fact& x) {
   set(n, 0, rows(d, at));
 }
 
-}  // namespace
+}  // namespace rows_pass
+
+using rows_pass::Fact;
+using rows_pass::kAnyDim;
+using rows_pass::Pass;
+using rows_pass::rows;
 
 std::string rows_independent(const std::vector<Node>& nodes, const std::vector<Tensor>& constants,
                              const std::vector<int>& input_ids, const std::vector<TensorInfo>& inputs,
