@@ -27,7 +27,10 @@
 namespace {
 
 std::string temp_file(const std::string& text) {
-  static const std::string path = "/tmp/loom-fuzz-spec-" + std::to_string(getpid()) + ".yaml";
+  static const std::string path = [] {
+    std::atexit([] { ::unlink(("/tmp/loom-fuzz-spec-" + std::to_string(getpid()) + ".yaml").c_str()); });
+    return "/tmp/loom-fuzz-spec-" + std::to_string(getpid()) + ".yaml";
+  }();
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   return path;
 }
