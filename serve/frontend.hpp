@@ -1,5 +1,5 @@
 // frontend.hpp — what the HTTP and gRPC front ends share: the repository, metrics, limits, the
-// token, readiness, and the request flow common to both (find, decode, batch, answer).
+// token and readiness. The request flow common to both (find, decode, batch, answer) is infer.hpp.
 #pragma once
 
 #include <atomic>

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "frontend.hpp"
+#include "infer.hpp"
 #include "grpc_service.grpc.pb.h"
 #include "grpc_stream.hpp"
 
@@ -197,78 +198,25 @@ class Service final
     if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
     std::shared_ptr<PipelineRunner::Cancel> run;
     const grpc::Status st = run_guarded([&] {
-      if (p) run = infer_pipeline(*p, req, res, deadline, finish);
-      else infer_model(req, res, deadline, finish);
+      InferCall call{req.model_name(), req.model_version(), tensors_of(req), {}, deadline};
+      for (const auto& o : req.outputs()) call.outputs.push_back(o.name());
+      run = start_inference(ctx_, std::move(call), [res, finish, id = req.id()](InferAnswer a) {
+        if (a.status != Status::kOk) return finish(to_grpc(a.status, a.error));
+        res->set_model_name(a.model);
+        res->set_model_version(a.version);
+        res->set_id(id);
+        for (TensorIn& t : a.outputs) {
+          auto* out = res->add_outputs();
+          out->set_name(t.name);
+          out->set_datatype(t.datatype);
+          for (int64_t d : t.shape) out->add_shape(d);
+          res->add_raw_output_contents(std::move(t.data));
+        }
+        finish(grpc::Status::OK);
+      });
     });
     if (!st.ok()) finish(st);  // refused before it started
     return run;
-  }
-
-  template <class Finish>
-  void infer_model(const inference::ModelInferRequest& req, inference::ModelInferResponse* res, Clock::time_point deadline,
-                   Finish finish) {
-    int rows = 0;
-    std::shared_ptr<Batcher> batcher;
-    std::vector<size_t> wanted;
-    std::vector<rt::Tensor> x = decode(req, &batcher, &rows, &wanted);
-    const ServedModel& m = batcher->model();
-    std::string name = m.name(), version = m.version(), id = req.id();
-    std::vector<TensorDesc> descs;
-    for (size_t k : wanted) descs.push_back(m.outputs()[k]);
-    batcher->submit(std::move(x), rows, deadline, [res, finish, wanted, descs, name, version, id](Batcher::Outcome o) {
-      if (o.status != Status::kOk) return finish(to_grpc(o.status, o.error));
-      res->set_model_name(name);
-      res->set_model_version(version);
-      res->set_id(id);
-      for (size_t i = 0; i < wanted.size(); ++i) {
-        const rt::Tensor& t = o.outputs.at(wanted[i]);
-        auto* out = res->add_outputs();
-        out->set_name(descs[i].name);
-        out->set_datatype(descs[i].datatype);
-        for (int64_t d : t.shape()) out->add_shape(d);
-        res->add_raw_output_contents(std::string(t.data<char>(), t.bytes()));
-      }
-      finish(grpc::Status::OK);
-    });
-  }
-
-  template <class Finish>
-  std::shared_ptr<PipelineRunner::Cancel> infer_pipeline(PipelineRunner& p, const inference::ModelInferRequest& req,
-                                                         inference::ModelInferResponse* res, Clock::time_point deadline,
-                                                         Finish finish) {
-    require_connected(p);
-    std::vector<TensorIn> inputs = tensors_of(req);
-    const std::string name = p.name();
-    std::vector<size_t> wanted;
-    for (const auto& o : req.outputs()) {
-      size_t k = 0;
-      while (k < p.outputs().size() && p.outputs()[k].name != o.name()) ++k;
-      if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o.name() + "' of pipeline " + name);
-      wanted.push_back(k);
-    }
-    if (wanted.empty())
-      for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
-    int rows = 0;
-    std::vector<TensorIn> in;
-    for (const TensorIn* t : check_named(p.inputs(), inputs, INT32_MAX, false, &rows))
-      in.push_back(std::move(inputs[static_cast<size_t>(t - inputs.data())]));
-    const std::string id = req.id();
-    return p.run(std::move(in), deadline, [res, finish, wanted, name, id](PipelineRunner::Result r) {
-      if (r.status != Status::kOk) return finish(to_grpc(r.status, r.error));
-      res->set_model_name(name);
-      res->set_model_version("1");
-      res->set_id(id);
-      for (size_t i = 0; i < wanted.size(); ++i) {
-        TensorIn& t = r.outputs[wanted[i]];
-        auto* out = res->add_outputs();
-        out->set_name(t.name);
-        out->set_datatype(t.datatype);
-        for (int64_t d : t.shape) out->add_shape(d);
-        const bool again = std::find(wanted.begin() + static_cast<long>(i) + 1, wanted.end(), wanted[i]) != wanted.end();
-        res->add_raw_output_contents(again ? t.data : std::move(t.data));
-      }
-      finish(grpc::Status::OK);
-    });
   }
 
   // The token check: OK, or UNAUTHENTICATED when a token is set and the call lacks it.
@@ -357,19 +305,6 @@ class Service final
       inputs.push_back(std::move(t));
     }
     return inputs;
-  }
-
-  // The request's inputs as the model's tensors, the batcher that will run them, and the
-  // outputs asked for.
-  std::vector<rt::Tensor> decode(const inference::ModelInferRequest& req, std::shared_ptr<Batcher>* batcher, int* rows,
-                                 std::vector<size_t>* wanted) {
-    *batcher = ctx_.repo->find(req.model_name(), req.model_version());
-    const ServedModel& m = (*batcher)->model();
-    const std::vector<TensorIn> inputs = tensors_of(req);
-    std::vector<std::string> names;
-    for (const auto& o : req.outputs()) names.push_back(o.name());
-    *wanted = m.output_indices(names);
-    return m.decode(inputs, ctx_.options.max_batch_size, rows);
   }
 
   Context& ctx_;

@@ -15,6 +15,7 @@
 
 #include "frontend.hpp"
 #include "http_decode.hpp"
+#include "infer.hpp"
 #include "kserve_json.hpp"
 
 namespace loom::serve {
@@ -183,56 +184,18 @@ Reply infer_reply(const std::string& model, const std::string& version, const In
   return r;
 }
 
-// POST .../infer of a pipeline: the request's tensors checked against its inputs, the run
-// waited for (the caller's deadline bounds every hop).
-Reply infer_pipeline(Context& ctx, PipelineRunner& p, const std::string& body, const std::string& header_length) {
-  require_connected(p);
-  InferRequest req = parse_infer_request(body, header_length);
-  std::vector<size_t> wanted;
-  for (const auto& o : req.outputs) {
-    size_t k = 0;
-    while (k < p.outputs().size() && p.outputs()[k].name != o) ++k;
-    if (k == p.outputs().size()) throw ServeError(Status::kBadRequest, "unknown output '" + o + "' of pipeline " + p.name());
-    wanted.push_back(k);
-  }
-  if (req.outputs.empty())
-    for (size_t k = 0; k < p.outputs().size(); ++k) wanted.push_back(k);
-  int rows = 0;
-  std::vector<TensorIn> in;
-  for (const TensorIn* t : check_named(p.inputs(), req.inputs, INT32_MAX, false, &rows)) in.push_back(*t);
-  auto promise = std::make_shared<std::promise<PipelineRunner::Result>>();
-  auto future = promise->get_future();
-  p.run(std::move(in), Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms),
-        [promise](PipelineRunner::Result r) { promise->set_value(std::move(r)); });
-  const PipelineRunner::Result r = future.get();
-  if (r.status != Status::kOk) throw ServeError(r.status, r.error);
-  std::vector<const TensorIn*> outs;
-  for (size_t k : wanted) outs.push_back(&r.outputs[k]);
-  return infer_reply(p.name(), "1", req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
-}
-
-// POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes.
+// POST .../infer: JSON, or JSON + binary tensors after Inference-Header-Content-Length bytes,
+// through the one request flow (infer.hpp).
 Reply infer(Context& ctx, const std::string& name, const std::string& version, const std::string& body,
             const std::string& header_length) {
-  if (PipelineRunner* p = ctx.pipeline(name)) return infer_pipeline(ctx, *p, body, header_length);
-  auto batcher = ctx.repo->find(name, version);  // an unknown model is a 404 whatever the body
-  const ServedModel& m = batcher->model();
-  if (m.generator())
-    throw ServeError(Status::kBadRequest, "model " + name + " is a gpt: use POST /v2/models/" + name + "/generate");
-  const InferRequest req = parse_infer_request(body, header_length);
-  const std::vector<size_t> wanted = m.output_indices(req.outputs);
-  int rows = 0;
-  std::vector<rt::Tensor> x = m.decode(req.inputs, ctx.options.max_batch_size, &rows);
-  auto out = batcher->run(std::move(x), rows, Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms));
-  if (out.status != Status::kOk) throw ServeError(out.status, out.error);
-  std::vector<TensorIn> tensors;
-  for (size_t k : wanted) {
-    const rt::Tensor& t = out.outputs.at(k);
-    tensors.push_back({m.outputs()[k].name, m.outputs()[k].datatype, t.shape(), std::string(t.data<char>(), t.bytes())});
-  }
+  check_target(ctx, name, version);  // an unknown model is a 404 whatever the body
+  InferRequest req = parse_infer_request(body, header_length);
+  InferCall call{name, version, std::move(req.inputs), req.outputs,
+                 Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms)};
+  const InferAnswer a = run_inference(ctx, std::move(call));
   std::vector<const TensorIn*> outs;
-  for (const auto& t : tensors) outs.push_back(&t);
-  return infer_reply(m.name(), m.version(), req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
+  for (const auto& t : a.outputs) outs.push_back(&t);
+  return infer_reply(a.model, a.version, req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
 }
 
 // POST .../generate and .../generate_stream (the generate extension): {"text_input": "...",

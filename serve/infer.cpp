@@ -1,0 +1,93 @@
+// infer.cpp — infer.hpp: models through their batcher, pipelines through their runner.
+#include "infer.hpp"
+
+#include <algorithm>
+#include <future>
+
+#include "batcher.hpp"
+
+namespace loom::serve {
+namespace {
+
+// The indices of the outputs asked for among `all` (every one when none is asked for).
+std::vector<size_t> wanted_outputs(const std::vector<TensorDesc>& all, const std::vector<std::string>& names,
+                                   const std::string& what) {
+  std::vector<size_t> wanted;
+  for (const auto& n : names) {
+    size_t k = 0;
+    while (k < all.size() && all[k].name != n) ++k;
+    if (k == all.size()) throw ServeError(Status::kBadRequest, "unknown output '" + n + "' of " + what);
+    wanted.push_back(k);
+  }
+  if (names.empty())
+    for (size_t k = 0; k < all.size(); ++k) wanted.push_back(k);
+  return wanted;
+}
+
+std::shared_ptr<PipelineRunner::Cancel> start_pipeline(PipelineRunner& p, InferCall call,
+                                                       std::function<void(InferAnswer)> done) {
+  const std::vector<size_t> wanted = wanted_outputs(p.outputs(), call.outputs, "pipeline " + p.name());
+  int rows = 0;
+  std::vector<TensorIn> in;
+  for (const TensorIn* t : check_named(p.inputs(), call.inputs, INT32_MAX, false, &rows))
+    in.push_back(std::move(call.inputs[static_cast<size_t>(t - call.inputs.data())]));
+  const std::string name = p.name();
+  return p.run(std::move(in), call.deadline, [done, wanted, name](PipelineRunner::Result r) {
+    InferAnswer a;
+    a.status = r.status, a.error = std::move(r.error), a.model = name, a.version = "1";
+    if (a.status == Status::kOk)
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        const bool again = std::find(wanted.begin() + static_cast<long>(i) + 1, wanted.end(), wanted[i]) != wanted.end();
+        a.outputs.push_back(again ? r.outputs[wanted[i]] : std::move(r.outputs[wanted[i]]));
+      }
+    done(std::move(a));
+  });
+}
+
+void start_model(Context& ctx, InferCall call, std::function<void(InferAnswer)> done) {
+  std::shared_ptr<Batcher> batcher = ctx.repo->find(call.model, call.version);
+  const ServedModel& m = batcher->model();
+  const std::vector<size_t> wanted = m.output_indices(call.outputs);
+  int rows = 0;
+  std::vector<rt::Tensor> x = m.decode(call.inputs, ctx.options.max_batch_size, &rows);
+  std::vector<TensorDesc> descs;
+  for (size_t k : wanted) descs.push_back(m.outputs()[k]);
+  const std::string name = m.name(), version = m.version();
+  batcher->submit(std::move(x), rows, call.deadline, [done, wanted, descs, name, version](Batcher::Outcome o) {
+    InferAnswer a;
+    a.status = o.status, a.error = std::move(o.error), a.model = name, a.version = version;
+    if (a.status == Status::kOk)
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        const rt::Tensor& t = o.outputs.at(wanted[i]);
+        a.outputs.push_back({descs[i].name, descs[i].datatype, t.shape(), std::string(t.data<char>(), t.bytes())});
+      }
+    done(std::move(a));
+  });
+}
+
+}  // namespace
+
+void check_target(Context& ctx, const std::string& model, const std::string& version) {
+  if (PipelineRunner* p = ctx.pipeline(model)) return require_connected(*p);
+  const ServedModel& m = ctx.repo->find(model, version)->model();
+  if (m.generator())
+    throw ServeError(Status::kBadRequest, "model " + m.name() + " is a gpt: use POST /v2/models/" + m.name() + "/generate");
+}
+
+std::shared_ptr<PipelineRunner::Cancel> start_inference(Context& ctx, InferCall call, std::function<void(InferAnswer)> done) {
+  check_target(ctx, call.model, call.version);
+  if (PipelineRunner* p = ctx.pipeline(call.model)) return start_pipeline(*p, std::move(call), std::move(done));
+  start_model(ctx, std::move(call), std::move(done));
+  return nullptr;
+}
+
+InferAnswer run_inference(Context& ctx, InferCall call) {
+  auto promise = std::make_shared<std::promise<InferAnswer>>();
+  auto future = promise->get_future();
+  start_inference(ctx, std::move(call), [promise](InferAnswer a) { promise->set_value(std::move(a)); });
+  InferAnswer a = future.get();  // every admitted call is answered, timeouts included
+  if (a.status != Status::kOk) throw ServeError(a.status, a.error);
+  return a;
+}
+
+}  // namespace loom::serve
