@@ -1,0 +1,77 @@
+// context.cpp — frontend.hpp's Context: readiness, the token check, metrics labels, pipelines
+// by name, and the server's and a model's metadata.
+#include <nlohmann/json.hpp>
+
+#include "frontend.hpp"
+#include "kserve_json.hpp"
+
+namespace loom::serve {
+
+using json = nlohmann::json;
+
+bool Context::authorized(const std::string& authorization) const {
+  if (token.empty()) return true;
+  const std::string want = "Bearer " + token;
+  if (authorization.size() != want.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(authorization[i] ^ want[i]);
+  return diff == 0;
+}
+
+bool Context::is_ready() const {
+  if (forward) return ready.load() && !stopping.load() && forward->any_ready();
+  for (const auto& p : pipelines)
+    if (!p->ready()) return false;
+  return ready.load() && !stopping.load() && (!strict_readiness || repo->all_ready());
+}
+
+std::string Context::metrics_label(const std::string& name) const {
+  return (repo && repo->loaded(name)) || pipeline(name) || (forward && forward->serves(name)) ? name : kUnknownModelLabel;
+}
+
+PipelineRunner* Context::pipeline(const std::string& name) const {
+  for (const auto& p : pipelines)
+    if (p->name() == name) return p.get();
+  return nullptr;
+}
+
+std::string Context::server_metadata_json() const {
+  return dump_json({{"name", kServerName}, {"version", kServerVersion}, {"extensions", {"binary_tensor_data", "model_repository"}}});
+}
+
+namespace {
+
+json descs_json(const std::vector<TensorDesc>& ds) {
+  json a = json::array();
+  for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
+  return a;
+}
+
+}  // namespace
+
+std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
+  if (const PipelineRunner* p = pipeline(name)) {
+    require_connected(*p);
+    return dump_json({{"name", name}, {"versions", {"1"}}, {"platform", "loom-pipeline"},
+                      {"inputs", descs_json(p->inputs())}, {"outputs", descs_json(p->outputs())}});
+  }
+  auto b = repo->find(name, version);
+  const ServedModel& m = b->model();
+  if (m.generator())
+    return dump_json({{"name", m.name()},
+                      {"versions", repo->versions(name)},
+                      {"platform", "loom-hdf5"},
+                      {"inputs", {{{"name", "text_input"}, {"datatype", "BYTES"}, {"shape", {1}}}}},
+                      {"outputs", {{{"name", "text_output"}, {"datatype", "BYTES"}, {"shape", {1}}}}}});
+  json params = {{"precision", m.precision()}};
+  if (m.opset()) params["opset"] = m.opset();
+  return json{{"name", m.name()},
+              {"versions", repo->versions(name)},
+              {"platform", m.platform()},
+              {"parameters", params},
+              {"inputs", descs_json(m.inputs())},
+              {"outputs", descs_json(m.outputs())}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace loom::serve

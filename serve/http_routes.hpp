@@ -1,0 +1,35 @@
+// http_routes.hpp — the REST front end's endpoints (http_routes.cpp) as the transport
+// (http.cpp) calls them: a request in, a Reply out.
+#pragma once
+
+#include <boost/beast/http.hpp>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frontend.hpp"
+
+namespace loom::serve {
+
+namespace http = boost::beast::http;
+
+struct Reply {
+  Status kind = Status::kOk;  // what the metrics count
+  http::status status = http::status::ok;
+  std::string body, content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Set for a streamed answer (server-sent events): called with a function that sends one
+  // chunk (false once the client is gone); the body is not used.
+  std::function<void(const std::function<bool(const std::string&)>&)> stream;
+};
+
+// The protocol's error answer ({"error": msg}) for `s`, or HTTP `code` when given. Never throws
+// for what a client sent: bytes that are not UTF-8 are replaced.
+Reply error_reply(Status s, const std::string& msg, int code = 0);
+
+// The answer to one request (token, health and metrics endpoints included); the model a
+// request named, for the metrics, in *model_for_metrics.
+Reply route(Context& ctx, const http::request<http::string_body>& req, std::string* model_for_metrics);
+
+}  // namespace loom::serve
