@@ -3,7 +3,7 @@
 // steps' outputs; steps whose inputs are ready run at once (in parallel), tensors pass between
 // hops as raw bytes, the caller's deadline bounds every hop and a cancelled call cancels its
 // hops; a failed step answers with its name and status. The spec's reader is pure; the runner
-// (pipeline.cpp) needs gRPC.
+// (pipeline_plan.cpp, pipeline_run.cpp) needs gRPC.
 #pragma once
 
 #include <functional>
