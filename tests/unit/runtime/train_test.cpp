@@ -1,5 +1,5 @@
 // train_test.cpp — loom-train's own parts at their seams (doc/runtime.md): the Prometheus
-// endpoint against a slow client, and the one Prometheus text writer.
+// endpoint against a slow client, the one Prometheus text writer, and the resume choice.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -9,9 +9,14 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <cstdio>
 #include <string>
+#include <vector>
 
+#include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/prometheus.hpp"
+#include "loom/rt/train/checkpoint_writer.hpp"
+#include "loom/rt/train/train_config.hpp"
 #include "loom/rt/train/metrics_http.hpp"
 
 namespace {
@@ -91,4 +96,43 @@ TEST(PrometheusText, WritesTheExpositionFormat) {
   EXPECT_EQ(loom::rt::PrometheusText::number(-INFINITY), "-Inf");
   EXPECT_EQ(loom::rt::PrometheusText::number(NAN), "NaN");
   EXPECT_EQ(loom::rt::PrometheusText::number(1e20), "1e+20");
+}
+
+// CheckpointWriter's resume choice at its seam: the newest checkpoint that verifies (a truncated
+// newer one is skipped and named), keys that may differ ignored, another configuration refused.
+TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration) {
+  using namespace loom::rt;
+  char tmpl[] = "/tmp/loom-resume-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  TrainConfig c;
+  c.ckpt_dir = dir;
+  c.resume = "auto";
+  std::vector<std::string> said;
+  CheckpointWriter w(c, nullptr, [&](const std::string& human, const std::string&) { said.push_back(human); });
+  Checkpoint k;
+  k.model_config = "{}";
+  k.train_config = R"({"lr":0.1,"total_steps":10})";
+  k.state_json = "{}";
+  k.params = {{"w", Tensor::zeros({2, 3})}};
+  k.opt_m = {{"w", Tensor::zeros({2, 3})}};
+  k.opt_v = {{"w", Tensor::zeros({2, 3})}};
+  save_checkpoint(w.path_for(5), k);
+  save_checkpoint(w.path_for(9), k);
+  ASSERT_EQ(::truncate(w.path_for(9).c_str(), 200), 0);
+  const auto r = w.find_resume(R"({"lr":0.1,"total_steps":20})", {"total_steps"});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, w.path_for(5));
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("skipping a checkpoint that does not verify: " + w.path_for(9)), std::string::npos) << said[0];
+  try {
+    w.find_resume(R"({"lr":0.2,"total_steps":10})");
+    ADD_FAILURE() << "resumed a checkpoint of another configuration";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint of another configuration"), std::string::npos) << e.what();
+  }
+  c.resume = "never";
+  CheckpointWriter never(c, nullptr, [](const std::string&, const std::string&) {});
+  EXPECT_FALSE(never.find_resume(k.train_config).has_value());
+  for (int64_t step : {5, 9}) std::remove(w.path_for(step).c_str());
+  ::rmdir(dir.c_str());
 }
