@@ -2,7 +2,7 @@
 // gRPC (Contract 5), with a dynamic batcher per model version.
 //
 //   loom-serve --model-repository DIR [--spec FILE]... [--bind 127.0.0.1] [--http-port 8000]
-//              [--grpc-port 8001] [--max-batch-size 32] [--max-queue-delay-us 500]
+//              [--grpc-port 8001] [--max-batch-size 32] [--max-queue-delay-us 0]
 //              [--max-queue-size 256] [--request-timeout-ms 30000] [--max-request-bytes 67108864]
 //              [--auth-token-file F] [--threads N] [--device auto|cpu|cuda] [--poll-s S]
 //              [--log-format text|json] [--strict-readiness] [--exit-on-error] [--allow-symlinks]
@@ -115,7 +115,7 @@ po::options_description describe(Cli& c, Context& ctx) {
       "http-port", po::value(&c.http_port)->default_value(8000), "HTTP port (0: any free one, printed)")(
       "grpc-port", po::value(&c.grpc_port)->default_value(8001), "gRPC port (0: any free one; -1: no gRPC)")(
       "max-batch-size", po::value(&ctx.options.max_batch_size)->default_value(32), "rows per batch")(
-      "max-queue-delay-us", po::value(&ctx.options.max_queue_delay_us)->default_value(500),
+      "max-queue-delay-us", po::value(&ctx.options.max_queue_delay_us)->default_value(0),
       "how long a batch waits for more requests")(
       "max-queue-size", po::value(&ctx.options.max_queue_size)->default_value(256),
       "requests waiting per model version before 503 / UNAVAILABLE")(

@@ -9,7 +9,7 @@ namespace loom::serve {
 
 struct Options {
   int max_batch_size = 32;
-  int64_t max_queue_delay_us = 500;
+  int64_t max_queue_delay_us = 0;  // Triton's default: no wait; batches form from what queued meanwhile
   int max_queue_size = 256;      // requests waiting per model version; beyond: 503 at once
   int64_t request_timeout_ms = 30000;
   int threads = 1;               // BLAS threads of each model's forward pass

@@ -276,7 +276,7 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   std::string server = self.substr(0, self.find_last_of('/') + 1) + "loom-serve", format = "text";
   double seconds = 4;
   int threads = 1;
-  int64_t delay_us = 500;  // loom-serve's default --max-queue-delay-us
+  int64_t delay_us = 0;  // loom-serve's default --max-queue-delay-us
   std::string compare_a, compare_b, compare_model = "tiny";
   int compare_features = 784;
   for (int i = 2; i + 1 < argc; i += 2) {
