@@ -154,6 +154,26 @@ void check_operators(const onnx::GraphProto& g, const std::string& path) {
   }
 }
 
+// ONNX's checker over the graph, as checker::check_model does it, with two differences: the
+// model's folder is known (external data is checked where it lies, without reading the file
+// again), and a model newer than this libonnx (PyTorch 2.9+'s exporter writes IR 10; Debian's
+// libonnx 1.12 knows IR 8) is checked by the rules of the newest IR it knows instead of being
+// refused outright. What the newer IRs added and this executor does not run (new datatypes) is
+// refused by its own reader, naming the tensor.
+void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
+  if (!m.has_ir_version()) throw std::runtime_error("the model has no ir_version");
+  onnx::checker::CheckerContext ctx;
+  ctx.set_ir_version(static_cast<int>(std::min<int64_t>(m.ir_version(), onnx::IR_VERSION)));
+  std::unordered_map<std::string, int> opsets;
+  for (const auto& o : m.opset_import()) opsets[o.domain()] = static_cast<int>(o.version());
+  if (opsets.empty()) throw std::runtime_error("the model imports no opset");
+  ctx.set_opset_imports(opsets);
+  ctx.set_model_dir(dir);
+  onnx::checker::LexicalScopeContext lex;
+  onnx::checker::check_graph(m.graph(), ctx, lex);
+  onnx::checker::check_model_local_functions(m, ctx, lex);
+}
+
 }  // namespace
 
 Model Loader::load(const std::string& path) {
@@ -181,13 +201,8 @@ Model Loader::load(const std::string& path) {
     model.constants_[static_cast<size_t>(id)] = read_tensor(t, dir, path + ": initializer '" + t.name() + "'");
   }
   // Initializers first: their sizes are checked before ONNX's passes read them.
-  bool external = false;
-  for (const auto& t : g.initializer()) external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
   try {
-    // With external data the checker must know the model's folder, which only its path form
-    // sets (the file is read again; its data was read and checked above).
-    if (external) onnx::checker::check_model(path);
-    else onnx::checker::check_model(m);
+    check_with_onnx(m, dir);
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
   } catch (const std::exception& e) {
     throw Error(path + ": ONNX's checker refuses the model: " + e.what());

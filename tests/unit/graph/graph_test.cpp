@@ -3,11 +3,16 @@
 // the attributes' defaults, and the errors that name the node.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <onnx/onnx_pb.h>
 
 #include "loom/rt/graph/graph.hpp"
 
@@ -376,6 +381,63 @@ TEST(GraphModel, RefusesAFileThatIsNotOnnx) {
   }
   std::remove(path.c_str());
   EXPECT_THROW(loom::rt::graph::Model::load("/nonexistent/model.onnx"), loom::rt::Error);
+}
+
+// PyTorch 2.9+'s exporter writes IR 10 (Debian's libonnx 1.12 knows IR 8) and its weights as
+// external data beside the file: such a model loads, is checked where its data lies, and runs;
+// a datatype the newer IRs added (FLOAT8) is refused naming the tensor.
+TEST(GraphModel, LoadsAModelOfANewerIrWithItsWeightsBesideIt) {
+  char tmpl[] = "/tmp/loom-graph-ir10-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  auto write = [&](int32_t weight_type) {
+    onnx::ModelProto m;
+    m.set_ir_version(10);
+    auto* op = m.add_opset_import();
+    op->set_domain("");
+    op->set_version(17);
+    auto* g = m.mutable_graph();
+    g->set_name("g");
+    auto* n = g->add_node();
+    n->set_op_type("Add");
+    n->add_input("x");
+    n->add_input("w");
+    n->add_output("y");
+    auto* w = g->add_initializer();
+    w->set_name("w");
+    w->set_data_type(weight_type);
+    w->add_dims(2);
+    w->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [k, v] : {std::pair<const char*, const char*>{"location", "model.onnx.data"}, {"offset", "0"}, {"length", "8"}}) {
+      auto* e = w->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    for (const char* name : {"x", "y"}) {
+      auto* v = name[0] == 'x' ? g->add_input() : g->add_output();
+      v->set_name(name);
+      auto* t = v->mutable_type()->mutable_tensor_type();
+      t->set_elem_type(1);
+      t->mutable_shape()->add_dim()->set_dim_param("batch");
+      t->mutable_shape()->add_dim()->set_dim_value(2);
+    }
+    std::ofstream(dir + "/model.onnx", std::ios::binary) << m.SerializeAsString();
+    const float data[2] = {1.0f, 2.0f};
+    std::ofstream(dir + "/model.onnx.data", std::ios::binary).write(reinterpret_cast<const char*>(data), sizeof data);
+  };
+  write(1);
+  const auto model = loom::rt::graph::Model::load(dir + "/model.onnx");
+  EXPECT_TRUE(model.row_independent()) << model.why_not_row_independent();
+  expect_f(model.run({F({1, 2}, {10, 20})}).at(0), {1, 2}, {11, 22});
+  write(17);  // FLOAT8E4M3FN: IR 9
+  try {
+    loom::rt::graph::Model::load(dir + "/model.onnx");
+    ADD_FAILURE() << "a FLOAT8 weight loaded";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+  }
+  std::remove((dir + "/model.onnx").c_str());
+  std::remove((dir + "/model.onnx.data").c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace
