@@ -100,10 +100,10 @@ struct NicChooser {
 
 }  // namespace
 
-Placement place(const Topology& t, const PlaceRequest& req) {
-  if (req.ntasks <= 0) throw Error("the number of tasks must be positive, not " + std::to_string(req.ntasks));
-  if (req.ntasks > 4096) throw Error("too many tasks for one node: " + std::to_string(req.ntasks));
+namespace {
 
+// The request's GPUs (every GPU of the node when none were given), each checked.
+std::vector<int> allowed_gpus(const Topology& t, const PlaceRequest& req) {
   std::vector<int> gpus = req.gpus;
   if (req.gpus_given && gpus.empty()) throw Error("the allowed GPU set is empty");
   if (!req.gpus_given)
@@ -112,7 +112,12 @@ Placement place(const Topology& t, const PlaceRequest& req) {
     if (t.gpu_pos(g) < 0)
       throw Error("GPU " + std::to_string(g) + " is not on this node (it has " + std::to_string(t.gpus.size()) +
                   " GPUs)");
+  return gpus;
+}
 
+// The request's CPUs (every CPU of the node when none were given), each checked, and enough of
+// them for the tasks unless they may share.
+std::set<int> allowed_cpus(const Topology& t, const PlaceRequest& req) {
   const std::vector<int> node_cpus = t.all_cpus();
   std::set<int> allowed(req.cpus.begin(), req.cpus.end());
   if (req.cpus_given && allowed.empty()) throw Error("the allowed CPU set is empty");
@@ -124,52 +129,107 @@ Placement place(const Topology& t, const PlaceRequest& req) {
   if (static_cast<size_t>(req.ntasks) > allowed.size() && !req.oversubscribe)
     throw Error("more tasks (" + std::to_string(req.ntasks) + ") than allowed CPUs (" +
                 std::to_string(allowed.size()) + "); allow sharing to oversubscribe");
+  return allowed;
+}
 
-  int fixed_nic = -1;
-  if (req.nic != "auto" && req.nic != "none") {
+// Sets each task's NIC: the request's fixed one, none, or the one `chooser` picks near it.
+class NicSetter {
+ public:
+  NicSetter(const Topology& t, const PlaceRequest& req) : chooser(t), t_(t), req_(req) {
+    if (req.nic == "auto" || req.nic == "none") return;
     for (size_t n = 0; n < t.nics.size(); ++n)
-      if (t.nics[n].name == req.nic) fixed_nic = static_cast<int>(n);
-    if (fixed_nic < 0) throw Error("NIC '" + req.nic + "' is not on this node");
+      if (t.nics[n].name == req.nic) fixed_ = static_cast<int>(n);
+    if (fixed_ < 0) throw Error("NIC '" + req.nic + "' is not on this node");
   }
+  void set(TaskPlacement& task, int nic, int gpu_pos) const {
+    if (req_.nic == "none") return;
+    if (fixed_ >= 0) nic = fixed_;
+    if (nic < 0) return;
+    task.nic = t_.nics[nic].name;
+    if (gpu_pos >= 0) task.nic_path = path_word(t_.gpu_nic_paths[gpu_pos][nic]);
+  }
+  NicChooser chooser;
 
+ private:
+  const Topology& t_;
+  const PlaceRequest& req_;
+  int fixed_ = -1;
+};
+
+// Mode numa: tasks spread over the NUMA nodes that hold allowed CPUs, each with its node's CPUs,
+// GPUs and NIC.
+void place_on_numa(const Topology& t, const PlaceRequest& req, const std::vector<int>& gpus,
+                   const std::set<int>& allowed, NicSetter& nics, Placement& pl) {
+  std::vector<int> nodes;
+  for (const auto& n : t.numa_nodes)
+    for (int c : n.cpus)
+      if (allowed.count(c)) {
+        nodes.push_back(n.id);
+        break;
+      }
+  if (!gpus.empty()) pl.ring = best_ring(t, gpus);
+  std::map<int, int> nic_of_node;
+  for (int i = 0; i < req.ntasks; ++i) {
+    TaskPlacement& task = pl.tasks[i];
+    if (nodes.empty()) {
+      task.cpus.assign(allowed.begin(), allowed.end());
+      continue;
+    }
+    int node = nodes[static_cast<size_t>(i) * nodes.size() / req.ntasks];
+    task.numa = node;
+    for (int c : allowed)
+      if (t.numa_of_cpu(c) == node) task.cpus.push_back(c);
+    for (int g : gpus)
+      if (t.gpu_by_index(g)->numa == node) task.gpus.push_back(g);
+    if (!nic_of_node.count(node)) nic_of_node[node] = nics.chooser.for_numa(node);
+    nics.set(task, nic_of_node[node], task.gpus.empty() ? -1 : t.gpu_pos(task.gpus[0]));
+  }
+}
+
+// CPUs: each NUMA node's allowed CPUs shared fairly by the tasks whose GPU sits there; tasks
+// whose node has no allowed CPU share what no GPU-local task uses (or everything).
+void share_cpus(const Topology& t, const std::set<int>& allowed, const std::map<int, std::vector<int>>& tasks_by_numa,
+                Placement& pl) {
+  std::vector<int> homeless;
+  std::set<int> used_nodes;
+  for (const auto& [numa, tasks] : tasks_by_numa) {
+    auto cores = numa >= 0 ? cores_of(t, allowed, numa) : std::vector<std::vector<int>>{};
+    if (cores.empty()) {
+      homeless.insert(homeless.end(), tasks.begin(), tasks.end());
+      continue;
+    }
+    used_nodes.insert(numa);
+    auto parts = split(cores, tasks.size());
+    for (size_t k = 0; k < tasks.size(); ++k) pl.tasks[tasks[k]].cpus = parts[k];
+  }
+  if (homeless.empty()) return;
+  std::set<int> spare;
+  for (int c : allowed)
+    if (!used_nodes.count(t.numa_of_cpu(c))) spare.insert(c);
+  if (spare.empty()) spare = allowed;
+  std::sort(homeless.begin(), homeless.end());
+  auto parts = split(cores_of(t, spare, -1), homeless.size());
+  for (size_t k = 0; k < homeless.size(); ++k) {
+    TaskPlacement& task = pl.tasks[homeless[k]];
+    task.cpus = parts[k];
+    if (!task.cpus.empty()) task.numa = t.numa_of_cpu(task.cpus[0]);
+  }
+}
+
+}  // namespace
+
+Placement place(const Topology& t, const PlaceRequest& req) {
+  if (req.ntasks <= 0) throw Error("the number of tasks must be positive, not " + std::to_string(req.ntasks));
+  if (req.ntasks > 4096) throw Error("too many tasks for one node: " + std::to_string(req.ntasks));
+  std::vector<int> gpus = allowed_gpus(t, req);
+  const std::set<int> allowed = allowed_cpus(t, req);
+  NicSetter nics(t, req);
   Placement pl;
   pl.mode = req.mode;
   pl.tasks.resize(req.ntasks);
   for (int i = 0; i < req.ntasks; ++i) pl.tasks[i].local_rank = i;
-  NicChooser nics(t);
-  auto set_nic = [&](TaskPlacement& task, int nic, int gpu_pos) {
-    if (req.nic == "none") return;
-    if (fixed_nic >= 0) nic = fixed_nic;
-    if (nic < 0) return;
-    task.nic = t.nics[nic].name;
-    if (gpu_pos >= 0) task.nic_path = path_word(t.gpu_nic_paths[gpu_pos][nic]);
-  };
-
   if (req.mode == BindMode::kNuma) {
-    std::vector<int> nodes;
-    for (const auto& n : t.numa_nodes)
-      for (int c : n.cpus)
-        if (allowed.count(c)) { nodes.push_back(n.id); break; }
-    std::set<int> no_numa;  // allowed CPUs the model places on no NUMA node
-    for (int c : allowed)
-      if (t.numa_of_cpu(c) < 0) no_numa.insert(c);
-    if (!gpus.empty()) pl.ring = best_ring(t, gpus);
-    std::map<int, int> nic_of_node;
-    for (int i = 0; i < req.ntasks; ++i) {
-      TaskPlacement& task = pl.tasks[i];
-      if (nodes.empty()) {
-        task.cpus.assign(allowed.begin(), allowed.end());
-        continue;
-      }
-      int node = nodes[static_cast<size_t>(i) * nodes.size() / req.ntasks];
-      task.numa = node;
-      for (int c : allowed)
-        if (t.numa_of_cpu(c) == node) task.cpus.push_back(c);
-      for (int g : gpus)
-        if (t.gpu_by_index(g)->numa == node) task.gpus.push_back(g);
-      if (!nic_of_node.count(node)) nic_of_node[node] = nics.for_numa(node);
-      set_nic(task, nic_of_node[node], task.gpus.empty() ? -1 : t.gpu_pos(task.gpus[0]));
-    }
+    place_on_numa(t, req, gpus, allowed, nics, pl);
     return pl;
   }
 
@@ -193,36 +253,10 @@ Placement place(const Topology& t, const PlaceRequest& req) {
     task.gpus = {g};
     task.numa = t.gpu_by_index(g)->numa;
     tasks_by_numa[task.numa].push_back(i);
-    if (!nic_of_gpu.count(g)) nic_of_gpu[g] = nics.for_gpu(t.gpu_pos(g));
-    set_nic(task, nic_of_gpu[g], t.gpu_pos(g));
+    if (!nic_of_gpu.count(g)) nic_of_gpu[g] = nics.chooser.for_gpu(t.gpu_pos(g));
+    nics.set(task, nic_of_gpu[g], t.gpu_pos(g));
   }
-  // CPUs: each NUMA node's allowed CPUs shared fairly by the tasks whose GPU sits there; tasks
-  // whose node has no allowed CPU share what no GPU-local task uses (or everything).
-  std::vector<int> homeless;
-  std::set<int> used_nodes;
-  for (const auto& [numa, tasks] : tasks_by_numa) {
-    auto cores = numa >= 0 ? cores_of(t, allowed, numa) : std::vector<std::vector<int>>{};
-    if (cores.empty()) {
-      homeless.insert(homeless.end(), tasks.begin(), tasks.end());
-      continue;
-    }
-    used_nodes.insert(numa);
-    auto parts = split(cores, tasks.size());
-    for (size_t k = 0; k < tasks.size(); ++k) pl.tasks[tasks[k]].cpus = parts[k];
-  }
-  if (!homeless.empty()) {
-    std::set<int> spare;
-    for (int c : allowed)
-      if (!used_nodes.count(t.numa_of_cpu(c))) spare.insert(c);
-    if (spare.empty()) spare = allowed;
-    std::sort(homeless.begin(), homeless.end());
-    auto parts = split(cores_of(t, spare, -1), homeless.size());
-    for (size_t k = 0; k < homeless.size(); ++k) {
-      TaskPlacement& task = pl.tasks[homeless[k]];
-      task.cpus = parts[k];
-      if (!task.cpus.empty()) task.numa = t.numa_of_cpu(task.cpus[0]);
-    }
-  }
+  share_cpus(t, allowed, tasks_by_numa, pl);
   return pl;
 }
 
