@@ -9,24 +9,19 @@
 namespace loom::serve {
 namespace {
 
-// The indices of the outputs asked for among `all` (every one when none is asked for).
-std::vector<size_t> wanted_outputs(const std::vector<TensorDesc>& all, const std::vector<std::string>& names,
-                                   const std::string& what) {
-  std::vector<size_t> wanted;
-  for (const auto& n : names) {
-    size_t k = 0;
-    while (k < all.size() && all[k].name != n) ++k;
-    if (k == all.size()) throw ServeError(Status::kBadRequest, "unknown output '" + n + "' of " + what);
-    wanted.push_back(k);
-  }
-  if (names.empty())
-    for (size_t k = 0; k < all.size(); ++k) wanted.push_back(k);
-  return wanted;
+// The model's batcher, or what refuses it by name: unknown (404), a gpt (400: it answers
+// generate, not infer).
+std::shared_ptr<Batcher> infer_model(Context& ctx, const std::string& model, const std::string& version) {
+  std::shared_ptr<Batcher> b = ctx.repo->find(model, version);
+  if (b->model().generator())
+    throw ServeError(Status::kBadRequest, "model " + b->model().name() + " is a gpt: use POST /v2/models/" +
+                                              b->model().name() + "/generate");
+  return b;
 }
 
 std::shared_ptr<PipelineRunner::Cancel> start_pipeline(PipelineRunner& p, InferCall call,
                                                        std::function<void(InferAnswer)> done) {
-  const std::vector<size_t> wanted = wanted_outputs(p.outputs(), call.outputs, "pipeline " + p.name());
+  const std::vector<size_t> wanted = output_indices(p.outputs(), call.outputs);
   int rows = 0;
   std::vector<TensorIn> in;
   for (const TensorIn* t : check_named(p.inputs(), call.inputs, INT32_MAX, false, &rows))
@@ -44,10 +39,10 @@ std::shared_ptr<PipelineRunner::Cancel> start_pipeline(PipelineRunner& p, InferC
   });
 }
 
-void start_model(Context& ctx, InferCall call, std::function<void(InferAnswer)> done) {
-  std::shared_ptr<Batcher> batcher = ctx.repo->find(call.model, call.version);
+void start_model(Context& ctx, const std::shared_ptr<Batcher>& batcher, InferCall call,
+                 std::function<void(InferAnswer)> done) {
   const ServedModel& m = batcher->model();
-  const std::vector<size_t> wanted = m.output_indices(call.outputs);
+  const std::vector<size_t> wanted = output_indices(m.outputs(), call.outputs);
   int rows = 0;
   std::vector<rt::Tensor> x = m.decode(call.inputs, ctx.options.max_batch_size, &rows);
   std::vector<TensorDesc> descs;
@@ -69,15 +64,16 @@ void start_model(Context& ctx, InferCall call, std::function<void(InferAnswer)> 
 
 void check_target(Context& ctx, const std::string& model, const std::string& version) {
   if (PipelineRunner* p = ctx.pipeline(model)) return require_connected(*p);
-  const ServedModel& m = ctx.repo->find(model, version)->model();
-  if (m.generator())
-    throw ServeError(Status::kBadRequest, "model " + m.name() + " is a gpt: use POST /v2/models/" + m.name() + "/generate");
+  infer_model(ctx, model, version);
 }
 
 std::shared_ptr<PipelineRunner::Cancel> start_inference(Context& ctx, InferCall call, std::function<void(InferAnswer)> done) {
-  check_target(ctx, call.model, call.version);
-  if (PipelineRunner* p = ctx.pipeline(call.model)) return start_pipeline(*p, std::move(call), std::move(done));
-  start_model(ctx, std::move(call), std::move(done));
+  if (PipelineRunner* p = ctx.pipeline(call.model)) {
+    require_connected(*p);
+    return start_pipeline(*p, std::move(call), std::move(done));
+  }
+  const std::shared_ptr<Batcher> batcher = infer_model(ctx, call.model, call.version);  // before `call` moves
+  start_model(ctx, batcher, std::move(call), std::move(done));
   return nullptr;
 }
 

@@ -162,23 +162,6 @@ std::vector<rt::Tensor> ServedModel::decode(const std::vector<TensorIn>& in, int
   return out;
 }
 
-std::vector<size_t> ServedModel::output_indices(const std::vector<std::string>& names) const {
-  std::vector<size_t> idx;
-  for (const auto& n : names) {
-    size_t k = 0;
-    while (k < outputs_.size() && outputs_[k].name != n) ++k;
-    if (k == outputs_.size()) {
-      std::string all;
-      for (const auto& o : outputs_) all += (all.empty() ? "'" : ", '") + o.name + "'";
-      throw ServeError(Status::kBadRequest, "unknown output '" + n + "': the model's outputs are " + all);
-    }
-    idx.push_back(k);
-  }
-  if (names.empty())
-    for (size_t k = 0; k < outputs_.size(); ++k) idx.push_back(k);
-  return idx;
-}
-
 std::vector<rt::Tensor> ServedModel::forward(const std::vector<rt::Tensor>& in) {
 #ifdef LOOM_HAVE_ONNX
   if (graph_) return graph_->run(in);

@@ -70,9 +70,6 @@ class ServedModel {
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
   // ServeError kBadRequest naming what is wrong.
   std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const;
-  // The indices in outputs() of the names a request asks for (all when none). Throws ServeError
-  // kBadRequest for a name the model does not have.
-  std::vector<size_t> output_indices(const std::vector<std::string>& names) const;
   // The inputs (rows stacked) to the outputs (outputs() order); one caller at a time (the batcher).
   std::vector<rt::Tensor> forward(const std::vector<rt::Tensor>& in);
 

@@ -151,6 +151,23 @@ void check_answer(const TensorDesc& want, const TensorIn& got, const std::string
         " needs " + std::to_string(static_cast<size_t>(n) * width));
 }
 
+std::vector<size_t> output_indices(const std::vector<TensorDesc>& outputs, const std::vector<std::string>& names) {
+  std::vector<size_t> idx;
+  for (const auto& n : names) {
+    size_t k = 0;
+    while (k < outputs.size() && outputs[k].name != n) ++k;
+    if (k == outputs.size()) {
+      std::string all;
+      for (const auto& o : outputs) all += (all.empty() ? "'" : ", '") + o.name + "'";
+      throw ServeError(Status::kBadRequest, "unknown output '" + n + "': the outputs are " + all);
+    }
+    idx.push_back(k);
+  }
+  if (names.empty())
+    for (size_t k = 0; k < outputs.size(); ++k) idx.push_back(k);
+  return idx;
+}
+
 std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, const std::vector<TensorIn>& inputs,
                                          int max_rows, bool batched, int* rows) {
   std::vector<const TensorIn*> out(want.size(), nullptr);

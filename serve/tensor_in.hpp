@@ -50,6 +50,9 @@ size_t kserve_type_width(const std::string& datatype);
 // counted without overflow, and (for fixed-size types) exactly the bytes the shape needs. Throws
 // ServeError kInternal naming `what` and the fault, before the tensor is used or passed on.
 void check_answer(const TensorDesc& want, const TensorIn& got, const std::string& what);
+// The indices in `outputs` of the names a request asks for (every output when none). Throws
+// ServeError kBadRequest for a name that is not there, listing the ones that are.
+std::vector<size_t> output_indices(const std::vector<TensorDesc>& outputs, const std::vector<std::string>& names);
 
 // Checks a request's tensors against a graph model's inputs: each input once by name, of its
 // datatype and rank, fixed dimensions equal, at most 2^31 elements, data of the size the shape

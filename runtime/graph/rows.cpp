@@ -314,7 +314,7 @@ using rows_pass::rows;
 std::string rows_independent(const std::vector<Node>& nodes, const std::vector<Tensor>& constants,
                              const std::vector<int>& input_ids, const std::vector<TensorInfo>& inputs,
                              const std::vector<int>& output_ids, const std::vector<std::string>& names) {
-  Pass pass(constants, constants.size());
+  Pass pass(constants);
   for (size_t k = 0; k < input_ids.size(); ++k) {
     std::vector<int64_t> dims = inputs[k].shape;
     if (dims.empty()) return "input '" + inputs[k].name + "' is a scalar";

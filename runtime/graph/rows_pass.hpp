@@ -62,8 +62,8 @@ struct Refused {
 
 class Pass {
  public:
-  Pass(const std::vector<Tensor>& constants, size_t values) : constants_(constants), facts_(values) {
-    for (size_t v = 0; v < values; ++v)
+  explicit Pass(const std::vector<Tensor>& constants) : constants_(constants), facts_(constants.size()) {
+    for (size_t v = 0; v < constants.size(); ++v)
       if (constants_[v].defined()) facts_[v] = uniform(constants_[v].shape());
   }
   Fact& fact(int v) { return facts_[static_cast<size_t>(v)]; }
