@@ -38,9 +38,13 @@ std::string Run::take(const Source& s) {
 void Run::launch(size_t i) {
   Call& c = *calls_[i];
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (finished_) return;
     const PipelineStep& st = p_.spec_.steps[i];
+    // gRPC enforces a deadline by a timer with some slack: a hop past the caller's deadline is
+    // never sent, however fast the steps are.
+    if (Clock::now() >= deadline_)
+      return fail(Status::kTimeout, "pipeline " + p_.spec_.name + ": the deadline passed before step '" + st.name + "'", lock);
     c.req.set_model_name(st.model);
     for (size_t k = 0; k < st.inputs.size(); ++k) {
       const Source& s = plan_->sources[i][k];
