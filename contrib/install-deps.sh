@@ -21,7 +21,7 @@ packages=(
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libyaml-cpp-dev nlohmann-json3-dev
   # data, peers and tools used by tests and benchmarks
-  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-grpcio
+  dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-torchvision python3-grpcio
   hyperfine fio wrk iproute2 curl procps util-linux
 )
 

@@ -22,19 +22,19 @@ libslurm_pkg=$(dpkg -S "$(readlink -f "$(${CC:-gcc} -print-file-name=libslurm.so
 stage=$build/deb-stage
 rm -rf "$stage"
 make -C "$build" install DESTDIR="$stage" prefix=/usr sysconfdir=/etc >/dev/null
-rm -f "$stage$plugindir"/*.la
+find "$stage" -name '*.la' -delete  # libtool's notes: the plugin's and loom.torch's
 install -D -m 0644 "$src/contrib/slurm/plugstack.conf.d/loom.conf" "$stage/etc/slurm/plugstack.conf.d/loom.conf"
 sed -i "s|optional [^ ]*/spank_loom.so|optional $plugindir/spank_loom.so|" "$stage/etc/slurm/plugstack.conf.d/loom.conf"
 install -D -m 0644 "$src/contrib/loom-serve.service" "$stage/lib/systemd/system/loom-serve.service"
 sed -i 's|/usr/local/bin/loom-serve|/usr/bin/loom-serve|' "$stage/lib/systemd/system/loom-serve.service"
 find "$stage/usr/share/man" -type f ! -name '*.gz' -exec gzip -9n {} +
 # As dh_strip does: no debug sections in the package.
-find "$stage/usr/bin" "$stage$plugindir" -type f -exec strip --strip-unneeded {} +
+find "$stage/usr/bin" "$stage$plugindir" "$stage/usr/lib" -type f \( -perm -u+x -o -name '*.so' \) -exec strip --strip-unneeded {} +
 # Shared-library dependencies, as debhelper would compute them (CUDA's runtime, found through
 # the binaries' rpath under /usr/local/cuda, is no Debian package and is left out).
 mkdir -p "$stage/DEBIAN" "$build/deb-shlibs/debian"
 printf 'Source: loom\n\nPackage: loom\nArchitecture: any\n' >"$build/deb-shlibs/debian/control"
-bins=$(find "$stage/usr/bin" "$stage$plugindir" -type f -perm -u+x -o -name '*.so' -type f | sort -u)
+bins=$(find "$stage/usr/bin" "$stage$plugindir" "$stage/usr/lib" -type f \( -perm -u+x -o -name '*.so' \) | sort -u)
 shlibs=$(cd "$build/deb-shlibs" && dpkg-shlibdeps -O --ignore-missing-info -l/usr/local/cuda/lib64 $bins 2>/dev/null |
   sed -n 's/^shlibs:Depends=//p')
 depends="${shlibs:+$shlibs, }slurm-wlm-basic-plugins (>= $major), slurm-wlm-basic-plugins (<< $next)${libslurm_pkg:+, $libslurm_pkg}"
@@ -54,7 +54,8 @@ Description: topology-aware placement, training and serving for Slurm clusters o
  hwloc/NVLink topology (loaded through /etc/slurm/plugstack.conf.d/loom.conf). loom-topo writes
  gres.conf and slurm.conf lines; loom-train trains data-parallel across mixed GPUs with MPI;
  loom-compress prunes and quantizes; loom-serve serves models over KServe v2 HTTP and gRPC;
- loom-sweep runs Bayesian hyperparameter sweeps as Slurm job arrays; loom-bench measures.
+ loom-sweep runs Bayesian hyperparameter sweeps as Slurm job arrays; loom-bench measures;
+ the Python package loom.torch gives PyTorch scripts the same balanced data parallelism.
  Built for Slurm $slurm (a SPANK plugin loads only into its own Slurm release).
 CTRL
 echo /etc/slurm/plugstack.conf.d/loom.conf >"$stage/DEBIAN/conffiles"

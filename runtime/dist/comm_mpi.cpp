@@ -94,6 +94,12 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 std::unique_ptr<Transport> make_mpi_transport() { return std::make_unique<MpiTransport>(); }
 
 std::vector<int> mpi_node_ids() {

@@ -224,6 +224,7 @@ Allocator::~Allocator() {
 
 Storage::~Storage() {
   if (account) account->refund(bytes);
+  if (!owned) return;
   if (data && device == Device::kCpu) Allocator::cpu().release(data, bytes);
 #ifdef LOOM_HAVE_CUDA
   if (data && device == Device::kCuda) cuda::device_free(data, bytes);
@@ -291,6 +292,19 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
   }
 #endif
   t.storage_->data = Allocator::cpu().allocate(t.storage_->bytes);
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, DType dtype, Device device) {
+  const int64_t n = checked_numel(shape);
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>();
+  t.storage_->data = data;
+  t.storage_->bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  t.storage_->device = device;
+  t.storage_->owned = false;
   return t;
 }
 

@@ -228,15 +228,6 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
 
 }  // namespace
 
-#ifdef LOOM_HAVE_MPI
-// Started by mpirun or srun --mpi=pmix: these launchers tell every process its rank.
-bool launched_as_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-#endif
-
 std::atomic<int> g_stop{0};
 
 // Preemption (SIGTERM) and Slurm's warning signal (--signal=USR1@T) ask for a checkpoint and a
@@ -334,7 +325,7 @@ int main(int argc, char** argv) {
   watch_stop_signals();  // before MPI starts its threads
   std::unique_ptr<loom::rt::Communicator> comm;
 #ifdef LOOM_HAVE_MPI
-  if (launched_as_mpi()) {
+  if (loom::rt::launched_by_mpi()) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);  // overlap needs SERIALIZED
     comm = std::make_unique<loom::rt::Communicator>(loom::rt::make_mpi_transport(), c.comm_timeout);

@@ -128,6 +128,8 @@ std::vector<int> ring_rank_order(const std::vector<std::pair<int, int>>& place);
 std::vector<std::unique_ptr<Transport>> make_inproc_group(int n);
 
 #ifdef LOOM_HAVE_MPI
+// Started by mpirun or srun --mpi=pmix: these launchers tell every process its rank.
+bool launched_by_mpi();
 // MPI point-to-point (MPI_Isend/MPI_Irecv polled against the deadline) on MPI_COMM_WORLD.
 std::unique_ptr<Transport> make_mpi_transport();
 // Which node each rank of MPI_COMM_WORLD runs on, as small ids (collective): ranks with the same

@@ -115,6 +115,7 @@ struct Storage {
   size_t bytes = 0;
   Device device = Device::kCpu;
   std::shared_ptr<BudgetAccount> account;  // refunded when the storage goes (AllocationBudget)
+  bool owned = true;  // false: memory another framework owns and frees (Tensor::borrow)
   ~Storage();
 };
 
@@ -123,6 +124,9 @@ class Tensor {
   Tensor() = default;
   static Tensor empty(std::vector<int64_t> shape, DType dtype = DType::kF32, Device device = Device::kCpu);
   static Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::kF32, Device device = Device::kCpu);
+  // A tensor over memory another framework owns (a PyTorch gradient): never freed here, valid
+  // only while that owner keeps it.
+  static Tensor borrow(void* data, std::vector<int64_t> shape, DType dtype, Device device);
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(static_cast<size_t>(i < 0 ? i + static_cast<int>(shape_.size()) : i)); }

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# torch_dp.sh — loom.torch under real mpirun ranks, with Debian's PyTorch and torchvision: a plain
+# training script (tests/torch/train.py) on 2 ranks with uneven static shares ends where one
+# process on the same global batches ends (a ResNet-18 on Fashion-MNIST and a transformer LM);
+# fp16 and PowerSGD payloads; dynamic shares that follow an emulated slow rank; and the faults:
+# parameters that differ between ranks, an unused parameter, a hung rank, step() without
+# backward(), a global batch smaller than the world. On the local cluster: srun --mpi=pmix.
+. "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || skip "mpirun missing"
+lib=$LOOM_BUILDDIR/torch/.libs/libloomtorch.so
+[ -f "$lib" ] || skip "loom.torch not built (configure found no python3 or no runtime)"
+/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || skip "python3-torch and python3-torchvision are needed"
+export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/torch:$LOOM_SRCDIR/tests/torch
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+T=$LOOM_SRCDIR/tests/torch
+P=/usr/bin/python3
+cd "$LOOM_TMP" || exit 99
+mpi() { timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH_LIB "$@"; }
+# Two ranks of device weights 1 and 3 (as the plugin would set for a slow and a fast GPU).
+uneven() { mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$T/train.py" "$@" : -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$T/train.py" "$@"; }
+field() { $P -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1" <<<"$out"; }
+
+# 1. Uneven static shares = one process on the global batch (the update of each step is the
+# same sum of per-sample gradients; only the order of additions differs).
+for cfg in "transformer --global-batch 24 --lr 0.05 --momentum 0.9" "resnet --global-batch 16 --samples 256 --lr 0.001 --momentum 0"; do
+  set -- $cfg
+  m=$1
+  run_cmd timeout 300 $P "$T/train.py" --model $cfg --out one-$m.pt --init-out init-$m.pt
+  expect_eq "$m: one process exit ($err)" 0 "$rc"
+  run_cmd uneven --model $cfg --out two-$m.pt
+  expect_eq "$m: 2 ranks exit ($(tail -3 <<<"$err"))" 0 "$rc"
+  expect_eq "$m: static shares from LOOM_DEVICE_WEIGHT 1 and 3" "$([ $m = resnet ] && echo '[5, 11]' || echo '[7, 17]')" "$(field shares)"
+  run_cmd $P "$T/compare.py" two-$m.pt one-$m.pt init-$m.pt 1e-5
+  echo "$m, 2 uneven ranks against 1 process: $out"
+  expect_eq "$m: 2 uneven ranks = 1 process within 1e-5 ($out $err)" 0 "$rc"
+done
+
+# 2. fp16 payloads: the same within fp16's rounding; PowerSGD: a tenth of the bytes, and learning.
+run_cmd uneven --model transformer --compression fp16 --out fp16.pt
+expect_eq "fp16 exit" 0 "$rc"
+run_cmd $P "$T/compare.py" fp16.pt one-transformer.pt init-transformer.pt 5e-5
+echo "transformer, fp16 payloads against 1 process in fp32: $out"
+expect_eq "fp16 within its rounding ($out $err)" 0 "$rc"
+run_cmd uneven --model transformer --compression powersgd --steps 40
+expect_eq "powersgd exit ($(tail -3 <<<"$err"))" 0 "$rc"
+stats=$(field stats)
+echo "transformer, PowerSGD rank 2 from step 5: $stats"
+expect_eq "powersgd sends under a tenth of plain fp32" 1 \
+  "$($P -c 'import ast, sys; s = ast.literal_eval(sys.argv[1]); print(int(10 * s["last_bytes"] < s["plain_bytes"]))' "$stats")"
+expect_eq "powersgd learns" 1 "$($P -c 'import ast, sys; l = ast.literal_eval(sys.argv[1]); print(int(sum(l[-5:]) < sum(l[:5])))' "$(field losses)")"
+
+# 3. Dynamic shares follow an emulated slow rank (speed 0.4): the slow rank's part of the batch
+# ends near 0.4 / 1.4 of it.
+run_cmd mpi -np 1 $P "$T/train.py" --balance dynamic --steps 60 --global-batch 64 --samples 2048 : \
+  -np 1 -x LOOM_EMULATE_SPEED=0.4 $P "$T/train.py" --balance dynamic --steps 60 --global-batch 64 --samples 2048
+expect_eq "dynamic exit" 0 "$rc"
+echo "dynamic shares with rank 1 at speed 0.4: from $(field first_shares) to $(field shares)"
+expect_eq "the slow rank's share near 0.4/1.4 of 64 (12..23)" 1 \
+  "$($P -c 'import ast, sys; s = ast.literal_eval(sys.argv[1]); print(int(12 <= s[1] <= 23 and sum(s) == 64))' "$(field shares)")"
+
+# 4. Faults: each a clear error on the rank that sees it, and no hang.
+run_cmd mpi -np 2 $P "$T/train.py" --steps 3 --fault mismatch
+expect_ne "differing parameters exit" 0 "$rc"
+expect_eq "differing parameters named on both ranks" 2 \
+  "$(grep -c "parameters differ at position 26: rank 0 has head.weight \[64, 64\].*rank 1 has head.weight \[65, 64\]" <<<"$err")"
+run_cmd mpi -np 2 $P "$T/train.py" --steps 3 --fault unused
+expect_eq "an unused parameter: the steps complete" 0 "$rc"
+run_cmd mpi -np 2 $P "$T/train.py" --steps 4 --fault no-backward
+expect_ne "step() without backward() exit" 0 "$rc"
+expect_match "step() without backward() named" "step\(\) without backward\(\)" "$err"
+run_cmd mpi -np 2 $P "$T/train.py" --steps 3 --global-batch 1
+expect_ne "a global batch smaller than the world exit" 0 "$rc"
+expect_match "a global batch smaller than the world named" "global_batch_size 1 is smaller than the world \(2 ranks\)" "$err"
+t0=$SECONDS
+run_cmd mpi -np 2 -x LOOM_COMM_TIMEOUT=5 $P "$T/train.py" --steps 6 --fault hang-at-3
+expect_ne "a hung rank: exit" 0 "$rc"
+expect_match "a hung rank: named by the rank that waited" "rank 0: timed out waiting for rank 1" "$err"
+expect_eq "a hung rank: the job ends within the timeout (+15 s)" 1 "$([ $((SECONDS - t0)) -le 20 ] && echo 1 || echo 0)"
+
+# 5. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
+if [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" != 1 ] && [ -n "${SLURM_CONF:-}" ] && sinfo -h >/dev/null 2>&1; then
+  for nodes in 1 2; do
+    run_cmd timeout 300 srun -N$nodes -n2 --mpi=pmix --export=ALL $P "$T/train.py" --steps 10 --out srun-$nodes.pt
+    expect_eq "srun -N$nodes -n2 --mpi=pmix exit ($(tail -3 <<<"$err"))" 0 "$rc"
+    expect_match "srun -N$nodes: a world of 2" '"world": 2' "$out"
+  done
+fi
+finish

@@ -1,0 +1,187 @@
+"""Who this process is among the ranks, and the collectives on tensors and Python objects."""
+import atexit
+import ctypes
+import io
+import os
+import pickle
+import sys
+import time
+
+import torch
+
+from . import _core
+
+Average = "average"
+Sum = "sum"
+
+_world = None
+
+
+def init(comm_timeout=None):
+    """Joins the ranks: MPI's world under mpirun or srun --mpi=pmix, else a world of one.
+    `comm_timeout` (default $LOOM_COMM_TIMEOUT, else 120 s): how long a collective waits for a
+    peer before failing with an error that names it. Calling it again does nothing."""
+    global _world
+    if _world is not None:
+        return
+    if comm_timeout is None:
+        text = os.environ.get("LOOM_COMM_TIMEOUT", "120")
+        try:
+            comm_timeout = float(text)
+        except ValueError:
+            raise ValueError(f"LOOM_COMM_TIMEOUT must be a number of seconds, not {text!r}") from None
+    h = ctypes.c_void_p()
+    _core.check(_core.lib.lt_init(float(comm_timeout), ctypes.byref(h)))
+    _world = h
+    atexit.register(shutdown)
+    if size() > 1:
+        _abort_on_uncaught_errors()
+
+
+def _abort_on_uncaught_errors():
+    """A rank that dies of an exception ends the job (MPI_Abort, as loom-train does): a clean
+    shutdown would wait forever for peers that wait for it, or that it timed out on."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        time.sleep(1.0)  # the peers that failed too (a check every rank makes) report theirs
+        if _world is not None:
+            _core.lib.lt_abort(_world, 1)
+
+    sys.excepthook = hook
+
+
+def _w():
+    if _world is None:
+        raise ValueError("loom.torch has not been initialised: call loom.torch.init() first")
+    return _world
+
+
+def is_initialized():
+    return _world is not None
+
+
+def rank():
+    return _core.lib.lt_rank(_w())
+
+
+def size():
+    return _core.lib.lt_size(_w())
+
+
+def local_rank():
+    return _core.lib.lt_local_rank(_w())
+
+
+def local_size():
+    return _core.lib.lt_local_size(_w())
+
+
+def describe():
+    buf = ctypes.create_string_buffer(256)
+    _core.check(_core.lib.lt_describe(_w(), buf, len(buf)))
+    return buf.value.decode()
+
+
+def shutdown():
+    """Leaves the ranks (MPI_Finalize where init started MPI)."""
+    global _world
+    if _world is not None:
+        h, _world = _world, None
+        _core.check(_core.lib.lt_shutdown(h))
+
+
+def device():
+    """This rank's torch.device: under srun --loom-bind the plugin lists the task's own GPU first
+    in CUDA_VISIBLE_DEVICES; otherwise GPU local_rank() where there are enough; else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    if os.environ.get("LOOM_GPU"):
+        return torch.device("cuda", 0)
+    n = torch.cuda.device_count()
+    return torch.device("cuda", local_rank()) if local_rank() < n else torch.device("cpu")
+
+
+def _sum_host(t, half=False):
+    """Sums a contiguous host tensor over the ranks, in place."""
+    if t.dtype == torch.float32:
+        _core.check(_core.lib.lt_allreduce_sum(_w(), t.data_ptr(), t.numel(), 1 if half else 0))
+    elif t.dtype == torch.float64:
+        _core.check(_core.lib.lt_allreduce_sum_f64(_w(), t.data_ptr(), t.numel()))
+    else:
+        raise TypeError(f"allreduce sums float32 and float64 tensors (and the others as float64), not {t.dtype}")
+
+
+def allreduce(tensor, op=Average, name=None):
+    """The sum (op=Sum) or mean (op=Average) of `tensor` over the ranks, as a new tensor on its
+    device and of its dtype (integers and halves are summed as float64). `name` is accepted as
+    Horovod's is; collectives are matched by the order every rank calls them in."""
+    if op not in (Average, Sum):
+        raise ValueError(f"op must be loom.torch.Average or loom.torch.Sum, not {op!r}")
+    work_dtype = torch.float32 if tensor.dtype == torch.float32 else torch.float64
+    t = tensor.detach().to("cpu", work_dtype).contiguous().clone()
+    _sum_host(t)
+    if op == Average:
+        t /= size()
+    return t.to(tensor.device, tensor.dtype)
+
+
+def allreduce_(tensor, op=Average, name=None):
+    """allreduce in place."""
+    with torch.no_grad():
+        tensor.copy_(allreduce(tensor, op, name))
+    return tensor
+
+
+def broadcast_(tensor, root_rank):
+    """Every rank's `tensor` becomes root_rank's, in place."""
+    if tensor.is_cuda or not tensor.is_contiguous():
+        host = tensor.detach().to("cpu").contiguous()
+        broadcast_(host, root_rank)
+        with torch.no_grad():
+            tensor.copy_(host)
+        return tensor
+    _core.check(_core.lib.lt_broadcast(_w(), tensor.data_ptr(), tensor.numel() * tensor.element_size(), root_rank))
+    return tensor
+
+
+def broadcast_object(obj, root_rank=0):
+    """root_rank's picklable object, on every rank."""
+    data = pickle.dumps(obj) if rank() == root_rank else b""
+    n = torch.tensor([len(data)], dtype=torch.int64)
+    broadcast_(n, root_rank)
+    buf = torch.zeros(int(n.item()), dtype=torch.uint8)
+    if rank() == root_rank:
+        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    broadcast_(buf, root_rank)
+    return obj if rank() == root_rank else pickle.loads(buf.numpy().tobytes())
+
+
+def allgather_object(obj):
+    """Every rank's picklable object, in rank order, on every rank."""
+    return [broadcast_object(obj if r == rank() else None, r) for r in range(size())]
+
+
+def broadcast_parameters(params, root_rank):
+    """Every rank takes root_rank's values: `params` is a state_dict, a list of (name, tensor)
+    pairs (model.named_parameters()) or of tensors. Every rank must pass the same names in the
+    same order."""
+    if isinstance(params, dict):
+        items = list(params.items())
+    else:
+        items = [p if isinstance(p, tuple) else (str(i), p) for i, p in enumerate(params)]
+    for _, t in items:
+        if torch.is_tensor(t):
+            broadcast_(t.data if isinstance(t, torch.nn.Parameter) else t, root_rank)
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """Every rank's optimizer takes root_rank's state (moments, step counts, hyperparameters)."""
+    buf = io.BytesIO()
+    if rank() == root_rank:
+        torch.save(optimizer.state_dict(), buf)
+    data = broadcast_object(buf.getvalue(), root_rank)
+    if rank() != root_rank:
+        optimizer.load_state_dict(torch.load(io.BytesIO(data), map_location="cpu"))

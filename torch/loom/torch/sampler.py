@@ -1,0 +1,101 @@
+"""BalancedSampler: this rank's share of each global batch, the shares planned by loom-train's
+balancer (runtime/dist/balancer) from device weights (static) or measured step times (dynamic)."""
+import math
+import os
+
+import torch
+
+from . import _core
+from . import collectives as C
+
+_active = None
+
+
+def active_sampler():
+    """The BalancedSampler made last in this process: DistributedOptimizer weights by its shares."""
+    return _active
+
+
+def _device_weight():
+    text = os.environ.get("LOOM_DEVICE_WEIGHT", "1")
+    try:
+        w = float(text)
+    except ValueError:
+        w = -1.0
+    if not (w > 0 and math.isfinite(w)):
+        raise ValueError(f"LOOM_DEVICE_WEIGHT must be a positive number, not {text!r}")
+    return w
+
+
+class BalancedSampler(torch.utils.data.Sampler):
+    """A batch sampler (DataLoader(dataset, batch_sampler=...)): each global batch of
+    `global_batch_size` samples is the same whatever the world size and the shares (a world of
+    one with the same seed sees the same batches), and this rank yields its share of it. Every
+    rank yields the same number of batches. balance: "dynamic" (shares follow measured step
+    times, re-planned every `replan_every` steps), "static" (from each rank's
+    $LOOM_DEVICE_WEIGHT, as srun --loom-bind sets it), "off" (even). drop_last=False pads the
+    last global batch with the epoch's first samples, as DistributedSampler pads."""
+
+    def __init__(self, dataset, global_batch_size, shuffle=True, seed=0, drop_last=True, balance="dynamic",
+                 replan_every=10):
+        global _active
+        if balance not in ("dynamic", "static", "off"):
+            raise ValueError(f"balance must be 'dynamic', 'static' or 'off', not {balance!r}")
+        self.n, self.global_batch = len(dataset), int(global_batch_size)
+        if self.global_batch < C.size():
+            raise ValueError(f"global_batch_size {self.global_batch} is smaller than the world ({C.size()} ranks): "
+                             "every rank needs at least one sample of each global batch")
+        if self.global_batch > self.n:
+            raise ValueError(f"global_batch_size {self.global_batch} is larger than the dataset ({self.n} samples)")
+        self.shuffle, self.seed, self.drop_last, self.balance = shuffle, int(seed), drop_last, balance
+        self.epoch = 0
+        weights = C.allgather_object(_device_weight() if balance != "off" else 1.0)
+        self._bal = _core.Balancer(balance, self.global_batch, C.size(), weights, replan_every)
+        self._schedule = [(0, self._bal.shares())]  # (the first batch they apply to, the shares)
+        self._handed = -1  # batches handed out so far, counted over epochs, minus one
+        _active = self
+
+    def __len__(self):
+        return self.n // self.global_batch if self.drop_last else -(-self.n // self.global_batch)
+
+    def set_epoch(self, epoch):
+        """The epoch's permutation (seed + epoch), as DistributedSampler.set_epoch."""
+        self.epoch = int(epoch)
+
+    def shares_at(self, batch):
+        for start, shares in reversed(self._schedule):
+            if start <= batch:
+                return shares
+        return self._schedule[0][1]
+
+    def shares(self):
+        return self._schedule[-1][1]
+
+    def share_of(self, batch):
+        """This rank's part of global batch number `batch` (counted over epochs)."""
+        return self.shares_at(batch)[C.rank()] / self.global_batch
+
+    def handed_out(self):
+        return self._handed
+
+    def __iter__(self):
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        perm = torch.randperm(self.n, generator=g).tolist() if self.shuffle else list(range(self.n))
+        steps = len(self)
+        perm += perm[: steps * self.global_batch - self.n]  # drop_last=False: padded
+        me = C.rank()
+        for i in range(steps):
+            k = self._handed + 1
+            shares = self.shares_at(k)
+            at = i * self.global_batch + sum(shares[:me])
+            self._handed = k
+            yield perm[at: at + shares[me]]
+
+    def observe(self, next_batch, seconds, handed_max, passes=1):
+        """Every rank's compute seconds of a step (the same numbers on every rank, from the
+        exchange): new shares apply from the first step whose batches no rank's loader has
+        fetched yet (a step takes `passes` batches)."""
+        if self._bal.observe(seconds):
+            ahead = max(0, handed_max + 1 - next_batch)
+            self._schedule.append((next_batch + -(-ahead // passes) * passes, self._bal.shares()))
