@@ -9,6 +9,7 @@
 #              one must win: the machine's CUDA libraries may need it)
 #   DIR/data   Fashion-MNIST's 10k test images and labels (trained on as well as tested)
 #   DIR/parity, DIR/bench  the PyTorch peers' scripts and the heterogeneous bench
+#   DIR/python, DIR/torch-tests  loom.torch (its library inside) and its training script
 #   DIR/mpi    an Open MPI wheel, when LOOM_BUNDLE_MPI_WHEEL names one (the machine has no MPI)
 #   DIR/run.sh tests/gpu/run.sh, which runs every GPU test and benchmark from the bundle
 # and DIR.tar.xz, the same compressed (~30 MiB; oneDNN and OpenBLAS alone are 75 MiB unpacked):
@@ -30,15 +31,26 @@ tests=""
 for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu/multirank_cuda_test gpu/nccl_test gpu/gemm_cuda_bench parity/parity_tool; do
   grep -q "tests/$t\$(EXEEXT)" Makefile && tests="$tests tests/$t"
 done
-make -j"$(nproc)" $programs $tests >/dev/null
+torch_lib=
+grep -q '^torch/libloomtorch.la:' Makefile && torch_lib=torch/libloomtorch.la
+make -j"$(nproc)" $programs $tests $torch_lib >/dev/null
 
 rm -rf "$dir"
 mkdir -p "$dir/bin" "$dir/lib/fallback" "$dir/data/fashion-mnist" "$dir/parity" "$dir/bench"
 for p in $programs $tests; do strip --strip-unneeded -o "$dir/bin/$(basename "$p")" "$p"; done
+# loom.torch: the package with its library inside, and the training script that tests it.
+if [ -n "$torch_lib" ]; then
+  mkdir -p "$dir/python/loom/torch" "$dir/torch-tests"
+  cp "$srcdir/torch/loom/__init__.py" "$dir/python/loom/"
+  cp "$srcdir"/torch/loom/torch/*.py "$dir/python/loom/torch/"
+  strip --strip-unneeded -o "$dir/python/loom/torch/libloomtorch.so" torch/.libs/libloomtorch.so
+  cp "$srcdir"/tests/torch/*.py "$dir/torch-tests/"
+fi
 
 # Libraries: what ldd resolves for every binary, less the ones the machine has.
 skip='^(ld-linux.*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia-.*)\.so'
-for b in "$dir"/bin/*; do
+for b in "$dir"/bin/* "$dir"/python/loom/torch/libloomtorch.so; do
+  [ -f "$b" ] || continue
   ldd "$b" | awk '/=> \//{print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue

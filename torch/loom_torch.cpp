@@ -16,6 +16,7 @@
 #include "loom/rt/dist/comm.hpp"
 #include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/tensor/ops.hpp"
+#include "torch_abi.hpp"
 
 using loom::rt::Error;
 
@@ -41,27 +42,15 @@ struct lt_balancer {
   int ranks;
 };
 
+std::string& lt::last_error() {
+  thread_local std::string message;
+  return message;
+}
+
 namespace {
 
-thread_local std::string t_error;
-
-// Runs `body`, turning any exception into -1 and the message lt_last_error() returns.
-template <class F>
-int guarded(F&& body) {
-  try {
-    body();
-    return 0;
-  } catch (const std::exception& e) {
-    t_error = e.what();
-  } catch (...) {
-    t_error = "unknown error";
-  }
-  return -1;
-}
-
-void need(const void* p, const char* what) {
-  if (!p) throw Error(std::string(what) + " is null");
-}
+using lt::guarded;
+using lt::need;
 
 // The ranks that share this rank's node: its index among them, and how many there are.
 void local_place(lt_world* w, const std::vector<int>& node_of_rank) {
@@ -126,7 +115,7 @@ void check_param(const lt_exchange* x, int param) {
 
 extern "C" {
 
-const char* lt_last_error(void) { return t_error.c_str(); }
+const char* lt_last_error(void) { return lt::last_error().c_str(); }
 
 int lt_init(double timeout_s, lt_world** out) {
   return guarded([&] {

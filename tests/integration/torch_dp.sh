@@ -77,7 +77,39 @@ expect_ne "a hung rank: exit" 0 "$rc"
 expect_match "a hung rank: named by the rank that waited" "rank 0: timed out waiting for rank 1" "$err"
 expect_eq "a hung rank: the job ends within the timeout (+15 s)" 1 "$([ $((SECONDS - t0)) -le 20 ] && echo 1 || echo 0)"
 
-# 5. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
+# 5. Checkpoints: SIGUSR1 on one rank stops every rank at the same step with a checkpoint and
+# exit 75; the resumed run ends bitwise where the uninterrupted run ends; another world size
+# resumes too; a damaged newest checkpoint is skipped; another model's checkpoint is refused.
+ck="--steps 30 --ckpt-every 10"
+run_cmd mpi -np 2 $P "$T/train.py" $ck --ckpt-dir full --out full.pt --init-out ck-init.pt
+expect_eq "checkpointed run exit" 0 "$rc"
+expect_eq "every 10 steps, 3 kept" "ckpt-0000000010.h5 ckpt-0000000020.h5 ckpt-0000000030.h5" "$(ls full | tr '\n' ' ' | sed 's/ $//')"
+run_cmd mpi -np 2 $P "$T/train.py" $ck --ckpt-dir stopped --signal-at 13
+expect_eq "SIGUSR1: exit 75 (REQUEUE)" 75 "$rc"
+expect_match "SIGUSR1: stopped with a checkpoint" "stopping at step 15 \(signal SIGUSR1\); checkpoint .*ckpt-0000000015.h5; exit 75" "$err"
+run_cmd "$LOOM_BUILDDIR/loom-train" --inspect stopped/ckpt-0000000015.h5
+expect_match "loom-train --inspect verifies it" "Loom checkpoint, format version [0-9]+, every checksum verified" "$out"
+cp -r stopped other-world
+cp -r stopped damaged
+head -c 4000 stopped/ckpt-0000000015.h5 >damaged/ckpt-0000000015.h5
+run_cmd mpi -np 2 $P "$T/train.py" $ck --ckpt-dir stopped --out resumed.pt
+expect_match "resumed from step 15" "resumed from .*ckpt-0000000015.h5 \(step 15\)" "$err"
+run_cmd $P "$T/compare.py" resumed.pt full.pt ck-init.pt 0
+expect_eq "stopped and resumed = never stopped, bitwise ($out)" 0 "$rc"
+run_cmd timeout 300 $P "$T/train.py" $ck --ckpt-dir other-world --out one-rank.pt
+expect_match "2 ranks' checkpoint resumed by 1" "resumed from .*ckpt-0000000015.h5" "$err"
+run_cmd $P "$T/compare.py" one-rank.pt full.pt ck-init.pt 1e-5
+expect_eq "resumed on another world size, within 1e-5 ($out)" 0 "$rc"
+run_cmd mpi -np 2 $P "$T/train.py" $ck --ckpt-dir damaged --out from-10.pt
+expect_match "a damaged checkpoint is skipped, named" "skipping .*ckpt-0000000015.h5" "$err"
+expect_match "and the one before it taken" "resumed from .*ckpt-0000000010.h5 \(step 10\)" "$err"
+run_cmd $P "$T/compare.py" from-10.pt full.pt ck-init.pt 0
+expect_eq "resumed from step 10 = never stopped ($out)" 0 "$rc"
+run_cmd timeout 300 $P "$T/train.py" --model resnet --samples 256 --global-batch 16 --steps 2 --ckpt-dir full
+expect_ne "another model's checkpoint: exit" 0 "$rc"
+expect_match "another model's checkpoint: the first tensor named" "ckpt-0000000030.h5 is from a different model: it has no tensor conv1.weight" "$err"
+
+# 6. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
 if [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" != 1 ] && [ -n "${SLURM_CONF:-}" ] && sinfo -h >/dev/null 2>&1; then
   for nodes in 1 2; do
     run_cmd timeout 300 srun -N$nodes -n2 --mpi=pmix --export=ALL $P "$T/train.py" --steps 10 --out srun-$nodes.pt

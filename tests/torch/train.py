@@ -3,6 +3,8 @@ under mpirun each rank trains its share of every global batch. Rank 0 saves the 
 (--out) and prints one JSON line of what happened."""
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 
@@ -23,10 +25,19 @@ ap.add_argument("--balance", default="static")
 ap.add_argument("--out", default="")
 ap.add_argument("--init-out", default="", help="where rank 0 saves the weights it starts from")
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--device", default="cpu", help="cpu, cuda, or auto (loom.torch.device())")
+ap.add_argument("--plain", action="store_true", help="no DistributedOptimizer: PyTorch's own step (a world of one)")
+ap.add_argument("--ckpt-dir", default="")
+ap.add_argument("--ckpt-every", type=int, default=None)
+ap.add_argument("--signal-at", type=int, default=-1, help="rank 0 sends itself SIGUSR1 after this step")
+ap.add_argument("--deterministic", action="store_true", help="PyTorch's deterministic kernels (a GPU's too)")
 ap.add_argument("--fault", default="", help="test faults: mismatch | hang-at-3 | no-backward | unused")
 a = ap.parse_args()
 
 torch.set_num_threads(1)
+if a.deterministic:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
 lt.init()  # LOOM
 torch.manual_seed(a.seed)
 model, data, loss_fn = build(a.model, a.samples)
@@ -35,28 +46,39 @@ if a.fault == "mismatch" and lt.rank() == 1:
 extra = torch.nn.Linear(4, 4) if a.fault == "unused" else None  # a branch that never runs
 if extra is not None:
     model.add_module("unused_branch", extra)
+dev = lt.device() if a.device == "auto" else torch.device(a.device)
+model.to(dev)
 sampler = lt.BalancedSampler(data, a.global_batch, seed=a.seed, balance=a.balance)  # LOOM
 loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
 opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
 comp = {"none": lt.Compression.none, "fp16": lt.Compression.fp16}.get(a.compression)
 if comp is None and a.compression.startswith("powersgd"):
     comp = lt.Compression.powersgd(rank=2, start=5)
-opt = lt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=comp)  # LOOM
+if not a.plain:
+    opt = lt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=comp)  # LOOM
 lt.broadcast_parameters(model.state_dict(), root_rank=0)  # LOOM
 if a.init_out and lt.rank() == 0:
-    torch.save(model.state_dict(), a.init_out)
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, a.init_out)
 
-step, losses, shares, t0 = 0, [], [], time.perf_counter()
+ckpt = None
+if a.ckpt_dir:  # LOOM: checkpoints that a requeued job resumes from
+    ckpt = lt.Checkpoint(a.ckpt_dir, model=model, optimizer=opt, sampler=sampler, every_steps=a.ckpt_every)
+step, losses, shares, t0 = ckpt.restore() if ckpt else 0, [], [], time.perf_counter()
 while step < a.steps:
     sampler.set_epoch(step // len(sampler))
     for x, y in loader:
         if a.fault == "hang-at-3" and step == 3 and lt.rank() == 1:
             time.sleep(600)
+        x, y = x.to(dev), y.to(dev)
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         if not (a.fault == "no-backward" and step == 2):
             loss.backward()
         opt.step()
+        if step == a.signal_at and lt.rank() == 0:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        if ckpt:
+            ckpt.step()  # LOOM: writes when due; after SIGUSR1/SIGTERM writes and exits 75
         # the global batch's loss: each rank's mean, weighted by its share
         losses.append(lt.allreduce(loss.detach() * len(x) / a.global_batch, op=lt.Sum).item())
         shares.append(sampler.shares())
@@ -65,7 +87,8 @@ while step < a.steps:
             break
 if lt.rank() == 0:
     if a.out:
-        torch.save(model.state_dict(), a.out)
-    print(json.dumps({"world": lt.size(), "losses": losses, "shares": shares[-1], "first_shares": shares[0],
-                      "seconds": time.perf_counter() - t0, "stats": opt.loom_stats()}))
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, a.out)
+    print(json.dumps({"world": lt.size(), "losses": losses, "shares": shares[-1] if shares else None, "first_shares": shares[0] if shares else None,
+                      "seconds": time.perf_counter() - t0, "device": str(dev),
+                      "stats": opt.loom_stats() if hasattr(opt, "loom_stats") else {}}))
 sys.stdout.flush()

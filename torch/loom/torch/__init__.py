@@ -17,10 +17,9 @@ from .collectives import (Average, Sum, allgather_object, allreduce, allreduce_,
                           local_rank, local_size, rank, shutdown, size)
 from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
-
-REQUEUE = 75  # the exit status after a checkpoint on SIGUSR1/SIGTERM: the batch script requeues
+from .checkpoint import REQUEUE, Checkpoint
 
 __all__ = ["Average", "Sum", "allgather_object", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
            "local_rank", "local_size", "rank", "shutdown", "size", "Compression", "DistributedOptimizer",
-           "BalancedSampler", "LoomError", "REQUEUE"]
+           "BalancedSampler", "Checkpoint", "LoomError", "REQUEUE"]

@@ -9,6 +9,7 @@ import torch
 
 from . import _core
 from . import collectives as C
+from . import stop
 
 
 class Compression:
@@ -89,6 +90,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         _check_same_parameters([(names[id(p)], p) for p in plist])
         self._loom = _State(plist, [names[id(p)] for p in plist], compression, backward_passes_per_step, bucket_mb)
         self._loom.hook_all()
+        stop.exchanging()
 
     def step(self, closure=None):
         self._loom.exchange()
@@ -193,17 +195,20 @@ class _State:
         from .sampler import active_sampler
         s = active_sampler()
         n = C.size()
-        extras = (ctypes.c_float * (2 * n))()
+        # Beside the gradients: every rank's compute time and loader position, and a stop request.
+        extras = (ctypes.c_float * (2 * n + 1))()
         extras[C.rank()] = compute
         extras[n + C.rank()] = float(s.handed_out() if s is not None else 0)
+        extras[2 * n] = stop.requested()
         t0 = time.perf_counter()
-        _core.check(_core.lib.lt_exchange_finish(self.handle, extras, 2 * n, self.step_no))
+        _core.check(_core.lib.lt_exchange_finish(self.handle, extras, 2 * n + 1, self.step_no))
+        stop.settle(extras[2 * n] > 0)
         for i, p in enumerate(self.params):
             if not p.is_cuda:
                 _core.check(_core.lib.lt_exchange_result(self.handle, i, p.grad.data_ptr()))
         self.last = {"compute_s": compute, "exchange_s": time.perf_counter() - t0}
         if s is not None:
-            s.observe((self.step_no + 1) * self.passes, list(extras[:n]), max(int(v) for v in extras[n:]), self.passes)
+            s.observe((self.step_no + 1) * self.passes, list(extras[:n]), max(int(v) for v in extras[n:2 * n]), self.passes)
         self.fired = [0] * len(self.params)
         self.sent = [False] * len(self.params)
         self.step_no += 1

@@ -53,6 +53,7 @@ class BalancedSampler(torch.utils.data.Sampler):
         self._bal = _core.Balancer(balance, self.global_batch, C.size(), weights, replan_every)
         self._schedule = [(0, self._bal.shares())]  # (the first batch they apply to, the shares)
         self._handed = -1  # batches handed out so far, counted over epochs, minus one
+        self._resume = None  # restored: the batches already trained on
         _active = self
 
     def __len__(self):
@@ -85,12 +86,33 @@ class BalancedSampler(torch.utils.data.Sampler):
         steps = len(self)
         perm += perm[: steps * self.global_batch - self.n]  # drop_last=False: padded
         me = C.rank()
-        for i in range(steps):
+        first = 0
+        if self._resume is not None and self._resume // steps == self.epoch:  # resumed inside this epoch
+            first = self._resume % steps
+        self._resume = None
+        for i in range(first, steps):
             k = self._handed + 1
             shares = self.shares_at(k)
             at = i * self.global_batch + sum(shares[:me])
             self._handed = k
             yield perm[at: at + shares[me]]
+
+    def state(self, batches):
+        """For a checkpoint after `batches` batches: where the data stands and the shares."""
+        return {"batches": int(batches), "epoch": self.epoch, "shares": self.shares(), "seed": self.seed,
+                "global_batch": self.global_batch}
+
+    def restore(self, state, same_world=True):
+        """Continues after state["batches"] batches (the rest of that epoch first, once its
+        set_epoch is called). The same world keeps its shares; another world plans afresh."""
+        if state["global_batch"] != self.global_batch or state["seed"] != self.seed:
+            raise ValueError(f"the checkpoint's sampler had global batch {state['global_batch']} and seed "
+                             f"{state['seed']}, this one {self.global_batch} and {self.seed}")
+        self._handed = state["batches"] - 1
+        self._resume = state["batches"]
+        self.epoch = state["epoch"]
+        if same_world:
+            self._schedule = [(0, list(state["shares"]))]
 
     def observe(self, next_batch, seconds, handed_max, passes=1):
         """Every rank's compute seconds of a step (the same numbers on every rank, from the
