@@ -272,7 +272,7 @@ torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 
   for m in transformer resnet; do
     local common="--model $m --device cuda --steps 30 --deterministic --samples 512"
     [ $m = resnet ] && common="$common --global-batch 16 --lr 0.001 --momentum 0" || common="$common --global-batch 24"
-    env $envs "$py" "$tr" $common --plain --out "$d/plain-$m.pt" | cut -c 1-160 || return 1
+    env $envs "$py" "$tr" $common --plain --out "$d/plain-$m.pt" | tail -c 200 || return 1
     env $envs "$py" "$tr" $common --out "$d/one-$m.pt" --init-out "$d/init-$m.pt" | tail -c 300 || return 1
     echo "$m on cuda, loom.torch's world of one against PyTorch alone:"
     env $envs "$py" "$cmp" "$d/one-$m.pt" "$d/plain-$m.pt" "$d/init-$m.pt" 1e-6 || return 1
