@@ -267,7 +267,7 @@ torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 
   [ -f "$lib" ] || { echo "SKIP: loom.torch is not in this bundle"; return 77; }
   mkdir -p "$d"
   # The library needs the bundle's libraries; PyTorch brings its own CUDA ones.
-  local envs="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHONPATH=$B/python:$B/torch-tests"
+  local envs="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHONPATH=$B/python:$B/torch-tests LOOM_FASHION_MNIST=$B/data/fashion-mnist"
   local tr=$B/torch-tests/train.py cmp=$B/torch-tests/compare.py
   for m in transformer resnet; do
     local common="--model $m --device cuda --steps 30 --deterministic --samples 512"
