@@ -109,7 +109,17 @@ run_cmd timeout 300 $P "$T/train.py" --model resnet --samples 256 --global-batch
 expect_ne "another model's checkpoint: exit" 0 "$rc"
 expect_match "another model's checkpoint: the first tensor named" "ckpt-0000000030.h5 is from a different model: it has no tensor conv1.weight" "$err"
 
-# 6. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
+# 6. The examples run as written (a few steps each).
+E=$LOOM_SRCDIR/examples/torch
+run_cmd mpi -np 2 $P "$E/transformer_lm.py" --steps 60 --ckpt-dir lm-ckpt
+expect_eq "examples/torch/transformer_lm.py exit ($(tail -3 <<<"$err"))" 0 "$rc"
+expect_match "transformer_lm.py reports its steps" "step 50 loss [0-9.]+ sent [0-9]+ of [0-9]+ bytes" "$out"
+run_cmd env LOOM_CKPT_DIR=rn-ckpt timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH_LIB -x LOOM_CKPT_DIR -np 2 $P \
+  "$E/resnet_fashion_mnist.py" --steps 2 --global-batch 16
+expect_eq "examples/torch/resnet_fashion_mnist.py exit ($(tail -3 <<<"$err"))" 0 "$rc"
+expect_match "resnet_fashion_mnist.py saves its model" "saved resnet18-fashion-mnist.pt" "$err"
+
+# 7. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
 if [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" != 1 ] && [ -n "${SLURM_CONF:-}" ] && sinfo -h >/dev/null 2>&1; then
   for nodes in 1 2; do
     run_cmd timeout 300 srun -N$nodes -n2 --mpi=pmix --export=ALL $P "$T/train.py" --steps 10 --out srun-$nodes.pt

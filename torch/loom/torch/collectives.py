@@ -15,6 +15,7 @@ Average = "average"
 Sum = "sum"
 
 _world = None
+_at_shutdown = []  # what must go before the world does (each optimizer's exchange and its thread)
 
 
 def init(comm_timeout=None):
@@ -88,6 +89,8 @@ def describe():
 def shutdown():
     """Leaves the ranks (MPI_Finalize where init started MPI)."""
     global _world
+    while _at_shutdown:
+        _at_shutdown.pop()()
     if _world is not None:
         h, _world = _world, None
         _core.check(_core.lib.lt_shutdown(h))

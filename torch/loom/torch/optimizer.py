@@ -153,6 +153,12 @@ class _State:
             dev.index if dev.type == "cuda" and dev.index is not None else (torch.cuda.current_device() if dev.type == "cuda" else -1),
             ctypes.byref(h)))
         self.handle = h
+        C._at_shutdown.append(self.free)
+
+    def free(self):
+        if self.handle is not None:
+            _core.lib.lt_exchange_free(self.handle)
+            self.handle = None
 
     def hand_over(self, i, g):
         """Gives the exchange parameter i's gradient, weighted."""
