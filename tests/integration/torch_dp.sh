@@ -119,12 +119,19 @@ run_cmd env LOOM_CKPT_DIR=rn-ckpt timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH
 expect_eq "examples/torch/resnet_fashion_mnist.py exit ($(tail -3 <<<"$err"))" 0 "$rc"
 expect_match "resnet_fashion_mnist.py saves its model" "saved resnet18-fashion-mnist.pt" "$err"
 
-# 7. Under Slurm: srun --mpi=pmix starts the ranks (one node and two).
+# 7. Under Slurm: srun --mpi=pmix --loom-bind=ring on an A100 and a V100 (the local cluster's
+# devices): the plugin's LOOM_DEVICE_WEIGHT (312, 125) sets the static shares, and the run is
+# still the single process's; on two nodes where the cluster has them.
 if [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" != 1 ] && [ -n "${SLURM_CONF:-}" ] && sinfo -h >/dev/null 2>&1; then
-  for nodes in 1 2; do
-    run_cmd timeout 300 srun -N$nodes -n2 --mpi=pmix --export=ALL $P "$T/train.py" --steps 10 --out srun-$nodes.pt
-    expect_eq "srun -N$nodes -n2 --mpi=pmix exit ($(tail -3 <<<"$err"))" 0 "$rc"
-    expect_match "srun -N$nodes: a world of 2" '"world": 2' "$out"
-  done
+  run_cmd timeout 300 srun -n2 --mpi=pmix --gres=gpu:a100:1,gpu:v100:1 --loom-bind=ring $P "$T/train.py" --out srun.pt
+  expect_eq "srun --loom-bind=ring exit ($(tail -3 <<<"$err"))" 0 "$rc"
+  expect_eq "srun: shares from the plugin's device weights 312 and 125" "[17, 7]" "$(field shares)"
+  run_cmd $P "$T/compare.py" srun.pt one-transformer.pt init-transformer.pt 1e-5
+  expect_eq "srun: an A100 and a V100 = 1 process within 1e-5 ($out)" 0 "$rc"
+  if [ "$(sinfo -h -N -o %N | sort -u | wc -l)" -ge 2 ]; then
+    run_cmd timeout 300 srun -N2 -n2 --mpi=pmix $P "$T/train.py" --steps 10
+    expect_eq "srun -N2 exit ($(tail -3 <<<"$err"))" 0 "$rc"
+    expect_match "srun -N2: a world of 2" '"world": 2' "$out"
+  fi
 fi
 finish
