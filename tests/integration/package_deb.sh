@@ -34,6 +34,12 @@ expect_match "it points at the installed plugin" "^optional $plugindir/spank_loo
   "$(grep -v '^#' /etc/slurm/plugstack.conf.d/loom.conf)"
 run_cmd /usr/bin/loom-sweep --version
 expect_match "the installed programs run" "^loom-sweep \(Loom\)" "$out"
+if [ -f "$LOOM_BUILDDIR/torch/.libs/libloomtorch.so" ]; then
+  # loom.torch where Debian's python3 finds it, its library inside (no PYTHONPATH, no LOOM_TORCH_LIB).
+  run_cmd env -u PYTHONPATH -u LOOM_TORCH_LIB /usr/bin/python3 -c \
+    'import loom.torch as lt; lt.init(); print(lt.size(), lt.describe(), lt.__file__)'
+  expect_match "python3 imports the installed loom.torch" "^1 one process /usr/lib/python3[.0-9]*/dist-packages/loom/torch/__init__.py" "$out $err"
+fi
 run_cmd man -w loom-train
 expect_match "man finds the pages" "/usr/share/man/man1/loom-train.1.gz" "$out"
 if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ]; then
