@@ -37,6 +37,17 @@ parts() { "$PY" -c 'import json, sys; d = json.loads(sys.argv[1])
 print("compute %.1f ms + exposed communication %.1f ms + update %.1f ms%s" % (d["compute_ms"], d["comm_ms"], d["update_ms"],
       ", shares %s" % d["shares"] if "shares" in d else ""))' "$1"; }
 ratio() { "$PY" -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$1" "$2"; }
+# PowerSGD: loom.torch's against PyTorch's powerSGD_hook on DDP, the same model, rank and start,
+# 2 equal ranks: bytes per step and the loss (rank 0's, mean of each 10 steps) side by side.
+psgd() { "$PY" -c 'import json, sys; d = json.loads(sys.argv[1]); print(d.get("bytes_per_step"), d["losses_every_10"])' "$1"; }
+a="--global-batch 64 --steps 100 --warmup 0 --lr 0.1"
+loom=$(ROUNDS=1 run 1 loom textlm $a --balance static --powersgd 2,10)
+ddp=$(ROUNDS=1 run 1 ddp textlm $a --powersgd 2,10)
+plain=$(ROUNDS=1 run 1 ddp textlm $a)
+echo "torch transformer on GPL-3's bytes, PowerSGD rank 2 from step 10, bytes per step and losses every 10 steps:"
+echo "  loom.torch:            $(psgd "$loom")"
+echo "  DDP powerSGD_hook:     $(psgd "$ddp")"
+echo "  DDP fp32 (reference):  $(psgd "$plain" | sed 's/^None/all gradients/')"
 for spec in "transformer --global-batch 64 --steps 40" "resnet --global-batch 32 --steps 20 --warmup 15"; do
   set -- $spec
   m=$1

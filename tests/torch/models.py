@@ -51,6 +51,13 @@ def token_windows(n, context=32, vocab=64, seed=0):
     return torch.utils.data.TensorDataset(x[:, :-1], x[:, 1:])
 
 
+def text_windows(n, context=32, path="/usr/share/common-licenses/GPL-3"):
+    raw = torch.tensor(list(open(path, "rb").read()), dtype=torch.long)
+    starts = torch.arange(0, len(raw) - context - 1, (len(raw) - context - 1) // n)[:n]
+    x = torch.stack([raw[s:s + context + 1] for s in starts.tolist()])
+    return torch.utils.data.TensorDataset(x[:, :-1], x[:, 1:])
+
+
 def build(kind, n):
     """(model, dataset, loss function) for 'resnet' or 'transformer'."""
     if kind == "resnet":
@@ -59,4 +66,8 @@ def build(kind, n):
         def lm_loss(logits, y):
             return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         return TinyLM(), token_windows(n), lm_loss
+    if kind == "textlm":  # the same transformer over a real text's bytes: a loss that falls
+        def lm_loss(logits, y):
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return TinyLM(vocab=256), text_windows(n), lm_loss
     raise SystemExit(f"unknown model {kind}")
