@@ -20,6 +20,13 @@ mpi() { timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH_LIB "$@"; }
 uneven() { mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$T/train.py" "$@" : -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$T/train.py" "$@"; }
 field() { $P -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1" <<<"$out"; }
 
+# 0. The collectives on tensors and objects, alone and on 2 and 3 ranks.
+for np in 1 2 3; do
+  run_cmd mpi -np $np $P "$T/collectives_test.py"
+  expect_eq "collectives on $np rank(s) ($out $(tail -3 <<<"$err"))" 0 "$rc"
+  expect_eq "collectives on $np rank(s): every rank's checks" "$np" "$(grep -c 'all collectives checks passed' <<<"$out")"
+done
+
 # 1. Uneven static shares = one process on the global batch (the update of each step is the
 # same sum of per-sample gradients; only the order of additions differs).
 for cfg in "transformer --global-batch 24 --lr 0.05 --momentum 0.9" "resnet --global-batch 16 --samples 256 --lr 0.001 --momentum 0"; do
