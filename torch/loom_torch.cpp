@@ -7,6 +7,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -28,10 +30,13 @@ struct lt_world {
 
 struct lt_exchange {
   lt_world* w;
+  std::unique_ptr<loom::rt::DeviceCollectives> nccl;  // before ex: it outlives the exchange that uses it
+  std::string route;                                  // how CUDA gradients travel, and why
   loom::rt::GradExchange ex;
   std::vector<loom::rt::Param> params;
   std::vector<std::vector<int64_t>> shapes;  // as the exchange sees them
   std::vector<char> cuda, seen;
+  bool powersgd = false;
   int gpu = -1;
   bool begun = false;
   lt_exchange(lt_world* world, loom::rt::CompressConfig c, double bucket_mb) : w(world), ex(std::move(c), bucket_mb) {}
@@ -95,6 +100,26 @@ std::vector<int64_t> exchange_shape(const int64_t* dims, int ndim) {
   }
   if (s.empty()) s = {1};
   return s;
+}
+
+// Several ranks' CUDA gradients: summed by NCCL in device memory where it can be used (as
+// loom-train does), else staged through host memory over the ranks' transport.
+void route_cuda_gradients(lt_exchange* x) {
+  if (x->gpu < 0) {
+    x->route = "host memory";
+    return;
+  }
+  std::string why = "one rank";
+  if (x->w->comm->size() > 1) {
+    loom::rt::ops::use_gpu(x->gpu);
+    x->nccl = loom::rt::gpu_collectives(*x->w->comm, x->w->comm->timeout(), x->powersgd, &why);
+  }
+  if (x->nccl) {
+    x->ex.set_device_comm(x->nccl.get());
+    x->route = "nccl: " + x->nccl->describe();
+  } else {
+    x->route = "GPU gradients staged through host memory: " + why;
+  }
 }
 
 void start_step(lt_exchange* x) {
@@ -173,9 +198,8 @@ int lt_allreduce_sum(lt_world* w, float* data, size_t n, int half_payload) {
   });
 }
 
-// Doubles as two floats each would lose their sum: summed exactly as a hi/lo float pair is not
-// exact either, so each rank's doubles travel whole (a broadcast from each rank) and are added in
-// rank order, the same sum on every rank.
+// Doubles (metadata, integers up to 2^53) travel whole, one broadcast from each rank, and are
+// added in rank order: the same sum on every rank. Not for gradients (those are float32).
 int lt_allreduce_sum_f64(lt_world* w, double* data, size_t n) {
   return guarded([&] {
     need(w, "the world");
@@ -207,7 +231,9 @@ int lt_exchange_new(lt_world* w, const char* compress, double bucket_mb, int n_p
     need(ndims, "ndims");
     need(shapes, "shapes");
     need(on_cuda, "on_cuda");
-    auto x = std::make_unique<lt_exchange>(w, loom::rt::parse_grad_compress(compress ? compress : "none"), bucket_mb);
+    const loom::rt::CompressConfig cc = loom::rt::parse_grad_compress(compress ? compress : "none");
+    auto x = std::make_unique<lt_exchange>(w, cc, bucket_mb);
+    x->powersgd = cc.kind == "powersgd";
     const int64_t* dims = shapes;
     for (int i = 0; i < n_params; ++i) {
       std::vector<int64_t> s = exchange_shape(dims, ndims[i]);
@@ -227,6 +253,7 @@ int lt_exchange_new(lt_world* w, const char* compress, double bucket_mb, int n_p
     }
     x->seen.assign(x->params.size(), 0);
     x->gpu = on_cuda[0] ? cuda_device : -1;
+    route_cuda_gradients(x.get());
     *out = x.release();
   });
 }
@@ -282,6 +309,15 @@ int lt_exchange_stats(const lt_exchange* x, size_t* last_bytes, size_t* plain_by
     if (last_bytes) *last_bytes = x->ex.last_bytes();
     if (plain_bytes) *plain_bytes = x->ex.plain_bytes();
     if (buckets) *buckets = x->ex.buckets();
+  });
+}
+
+int lt_exchange_route(const lt_exchange* x, char* out, size_t cap) {
+  return guarded([&] {
+    need(x, "the exchange");
+    need(out, "lt_exchange_route's out");
+    if (cap == 0) throw Error("lt_exchange_route needs room");
+    std::snprintf(out, cap, "%s", x->route.c_str());
   });
 }
 

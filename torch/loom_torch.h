@@ -59,6 +59,9 @@ int lt_exchange_finish(lt_exchange* x, float* extras, size_t n_extras, int64_t s
 int lt_exchange_result(lt_exchange* x, int param, void* dst);
 /* Bytes this rank sent in the last step, what plain fp32 would have sent, the buckets. */
 int lt_exchange_stats(const lt_exchange* x, size_t* last_bytes, size_t* plain_bytes, size_t* buckets);
+/* How the gradients travel: "host memory", "nccl: ..." (several ranks' CUDA gradients summed in
+ * device memory), or "GPU gradients staged through host memory: <why NCCL is not used>". */
+int lt_exchange_route(const lt_exchange* x, char* out, size_t cap);
 void lt_exchange_free(lt_exchange* x);
 
 /* The balancer of loom-train --balance: shares of a global batch among ranks of unequal speed.

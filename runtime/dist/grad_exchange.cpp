@@ -10,6 +10,11 @@
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/ops.hpp"
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
+#include <cstring>
+
+#include "loom/rt/dist/comm_nccl.hpp"
+#endif
 
 namespace loom::rt {
 
@@ -34,6 +39,31 @@ CompressConfig parse_grad_compress(const std::string& text) {
   }
   if (c.rank <= 0) throw Error("--grad-compress: rank must be positive");
   return c;
+}
+
+std::unique_ptr<DeviceCollectives> gpu_collectives(Communicator& comm, double timeout_s, bool powersgd, std::string* why) {
+#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
+  if (std::strcmp(comm.backend(), "mpi") != 0) {
+    *why = std::string("the ranks are not MPI processes (") + comm.backend() + "): NCCL's id travels through MPI";
+    return nullptr;
+  }
+  if (powersgd) {
+    *why = "PowerSGD sums its small P and Q factors over the host transport in this build";
+    return nullptr;
+  }
+  *why = NcclCommunicator::shared_gpu();
+  if (!why->empty()) {
+    *why += ", and NCCL refuses two ranks on one GPU";
+    return nullptr;
+  }
+  return NcclCommunicator::create(timeout_s);
+#else
+  (void)comm;
+  (void)timeout_s;
+  (void)powersgd;
+  *why = "this build of Loom has no NCCL (configure found no nccl.h, or no MPI to pass its id)";
+  return nullptr;
+#endif
 }
 
 GradExchange::GradExchange(CompressConfig c, double bucket_mb) : c_(std::move(c)) {

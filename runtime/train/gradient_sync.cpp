@@ -1,12 +1,7 @@
 // gradient_sync.cpp — the gradient allreduce of each step and the votes that ride with it.
 #include "loom/rt/train/gradient_sync.hpp"
 
-#include <cstring>
-
 #include "loom/rt/train/train_config.hpp"
-#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
-#include "loom/rt/dist/comm_nccl.hpp"
-#endif
 
 namespace loom::rt {
 
@@ -15,27 +10,7 @@ std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainC
     *why = "the gradients are not on a GPU (--device " + c.device + " chose the CPU; --device cuda puts them there)";
     return nullptr;
   }
-  // Every test below comes out alike on every rank (the same build, options and launcher), so
-  // every rank calls the collective shared_gpu() or none does.
-#if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
-  if (std::strcmp(c.comm->backend(), "mpi") != 0) {
-    *why = std::string("the ranks are not MPI processes (") + c.comm->backend() + "): NCCL's id travels through MPI";
-    return nullptr;
-  }
-  if (powersgd_) {
-    *why = "PowerSGD sums its small P and Q factors over the host transport in this build";
-    return nullptr;
-  }
-  *why = NcclCommunicator::shared_gpu();
-  if (!why->empty()) {
-    *why += ", and NCCL refuses two ranks on one GPU";
-    return nullptr;
-  }
-  return NcclCommunicator::create(c.comm_timeout);
-#else
-  *why = "this build of Loom has no NCCL (configure found no nccl.h, or no MPI to pass its id)";
-  return nullptr;
-#endif
+  return gpu_collectives(*c.comm, c.comm_timeout, powersgd_, why);
 }
 
 GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device)

@@ -282,7 +282,11 @@ torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 
   common="--model transformer --device cuda --steps 30 --deterministic --samples 512 --global-batch 24"
   env $envs OPAL_PREFIX="$mpi" LD_LIBRARY_PATH="$mpi/lib:$LD_LIBRARY_PATH" "$mpi/bin/mpirun" -x PYTHONPATH -x LD_LIBRARY_PATH \
     -x OPAL_PREFIX -np 1 -x LOOM_DEVICE_WEIGHT=1 "$py" "$tr" $common --out "$d/two.pt" : \
-    -np 1 -x LOOM_DEVICE_WEIGHT=3 "$py" "$tr" $common --out "$d/two.pt" | tail -c 400 || return 1
+    -np 1 -x LOOM_DEVICE_WEIGHT=3 "$py" "$tr" $common --out "$d/two.pt" >"$d/two.json" || { tail -c 600 "$d/two.json"; return 1; }
+  tail -c 600 "$d/two.json"
+  # One GPU: NCCL refuses two ranks on it, so the exchange says it staged them through host memory.
+  grep -q '"route": "GPU gradients staged through host memory: .*NCCL refuses two ranks on one GPU' "$d/two.json" ||
+    { echo "FAIL: the exchange did not say how the 2 ranks' CUDA gradients travelled"; return 1; }
   echo "transformer on cuda, 2 uneven ranks against loom.torch's world of one:"
   env $envs "$py" "$cmp" "$d/two.pt" "$d/one-transformer.pt" "$d/init-transformer.pt" 1e-5
 }

@@ -54,6 +54,28 @@ PY
     nsenter --net="/run/netns/ln$i" tc qdisc del dev eth0 root 2>/dev/null
   done
 }
+# loom.torch as the same heterogeneous job: a PyTorch script (tests/torch/train.py) on 2 A100
+# ranks and 2 V100 ranks; shares from the plugin's weights, and the weights of one process.
+torch_hetjob() {
+  local lib=$LOOM_BUILDDIR/torch/.libs/libloomtorch.so T=$LOOM_SRCDIR/tests/torch
+  [ -f "$lib" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "cluster_multinode: loom.torch check skipped (not built, or no PyTorch)"; return; }
+  export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/torch:$T
+  run_cmd /usr/bin/python3 "$T/train.py" --out "$LOOM_TMP/t-one.pt" --init-out "$LOOM_TMP/t-init.pt"
+  cat >"$LOOM_TMP/torch.sbatch" <<JOB
+#!/bin/bash
+#SBATCH -N1 -n2 -c1 --gpus=a100:2 -o $LOOM_TMP/torch.out -e $LOOM_TMP/torch.err
+#SBATCH hetjob
+#SBATCH -N1 -n2 -c1 --gpus=v100:2
+timeout -k 5 90 srun --het-group=0,1 --mpi=pmix --loom-bind=ring /usr/bin/python3 $T/train.py --out $LOOM_TMP/t-het.pt
+JOB
+  sbatch --parsable "$LOOM_TMP/torch.sbatch" >/dev/null
+  for _ in $(seq 1000); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
+  expect_match "hetjob loom.torch: a world of 4, shares by GPU class" '"world": 4, .*"shares": \[8, 8, 4, 4\]' \
+    "$(cat "$LOOM_TMP/torch.out" 2>/dev/null) $(tail -5 "$LOOM_TMP/torch.err" 2>/dev/null)"
+  run_cmd /usr/bin/python3 "$T/compare.py" "$LOOM_TMP/t-het.pt" "$LOOM_TMP/t-one.pt" "$LOOM_TMP/t-init.pt" 1e-5
+  echo "cluster_multinode: loom.torch on 2 nodes (2 A100 + 2 V100 ranks) against 1 process: $out"
+  expect_eq "hetjob loom.torch: the weights of 1 process within 1e-5 ($err)" 0 "$rc"
+}
 [ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces and slurmd"
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
 LC=$LOOM_SRCDIR/contrib/local-cluster.sh
@@ -144,6 +166,7 @@ JOB
     h5diff -d 2e-6 "$LOOM_TMP/one.h5" "$LOOM_TMP/het4.h5" /params /params >/dev/null && pass ||
       { fail "hetjob loom-train: weights differ from 1 process"; tail -20 "$LOOM_TMP/train.out" >&2; }
 
+    torch_hetjob
     mpi_srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
     expect_eq "two nodes x 2 ranks exit" 0 "$rc"
     expect_eq "each node's ranks get its two GPUs" 4 "$(grep -cE 'host n1 .*gpus (0,1|1,0) loom ring a100|host n2 .*gpus (0,1|1,0) loom ring v100' <<<"$out")"

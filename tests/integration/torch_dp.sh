@@ -20,6 +20,19 @@ mpi() { timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH_LIB "$@"; }
 uneven() { mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$T/train.py" "$@" : -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$T/train.py" "$@"; }
 field() { $P -c 'import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])[sys.argv[1]])' "$1" <<<"$out"; }
 
+# In distcheck: the tarball's package and scripts work (the rest ran in make check of the same
+# sources: contrib/check.sh).
+if [ "${LOOM_DISTCHECK:-0}" = 1 ]; then
+  run_cmd mpi -np 2 $P "$T/collectives_test.py"
+  expect_eq "distcheck: collectives on 2 ranks ($out $(tail -3 <<<"$err"))" 0 "$rc"
+  run_cmd mpi -np 2 $P "$T/train.py" --steps 3
+  expect_eq "distcheck: 3 steps on 2 ranks ($(tail -3 <<<"$err"))" 0 "$rc"
+  for f in resnet_fashion_mnist.py transformer_lm.py torch-hetero.sbatch torch-requeue.sbatch; do
+    [ -f "$LOOM_SRCDIR/examples/torch/$f" ] && pass || fail "the tarball lacks examples/torch/$f"
+  done
+  finish
+fi
+
 # 0. The collectives on tensors and objects, alone and on 2 and 3 ranks.
 for np in 1 2 3; do
   run_cmd mpi -np $np $P "$T/collectives_test.py"

@@ -40,6 +40,7 @@ for name, args in {
     "lt_exchange_finish": [_p, _fp, ctypes.c_size_t, ctypes.c_int64],
     "lt_exchange_result": [_p, ctypes.c_int, _p],
     "lt_exchange_stats": [_p, _szp, _szp, _szp],
+    "lt_exchange_route": [_p, ctypes.c_char_p, ctypes.c_size_t],
     "lt_balancer_new": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, _dp, ctypes.POINTER(_p)],
     "lt_balancer_shares": [_p, _ip],
     "lt_balancer_observe": [_p, _dp, _ip],

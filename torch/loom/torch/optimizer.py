@@ -10,6 +10,7 @@ import torch
 from . import _core
 from . import collectives as C
 from . import stop
+from .sampler import active_sampler
 
 
 class Compression:
@@ -132,7 +133,6 @@ class _State:
     def weight(self):
         """What this rank's gradient counts for: its share of the global batch (BalancedSampler),
         else 1/size; over backward_passes_per_step passes, a pass's part of that."""
-        from .sampler import active_sampler
         s = active_sampler()
         w = s.share_of(self.step_no * self.passes) if s is not None else 1.0 / C.size()
         return w / self.passes
@@ -198,7 +198,6 @@ class _State:
         if self.speed < 1.0:  # a slow device, emulated: this rank's compute takes 1/speed as long
             time.sleep(compute * (1.0 / self.speed - 1.0))
             compute /= self.speed
-        from .sampler import active_sampler
         s = active_sampler()
         n = C.size()
         # Beside the gradients: every rank's compute time and loader position, and a stop request.
@@ -225,7 +224,10 @@ class _State:
             return {"last_bytes": 0, "plain_bytes": 0, "buckets": 0, **self.last}
         a, b, c = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
         _core.check(_core.lib.lt_exchange_stats(self.handle, ctypes.byref(a), ctypes.byref(b), ctypes.byref(c)))
-        return {"last_bytes": a.value, "plain_bytes": b.value, "buckets": c.value, **self.last}
+        route = ctypes.create_string_buffer(512)
+        _core.check(_core.lib.lt_exchange_route(self.handle, route, len(route)))
+        return {"last_bytes": a.value, "plain_bytes": b.value, "buckets": c.value, "route": route.value.decode(),
+                **self.last}
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +28,12 @@ struct CompressConfig {
 
 // "none", "fp16", "powersgd", "powersgd:rank=4,start=100"; throws Error naming what is wrong.
 CompressConfig parse_grad_compress(const std::string& text);
+
+// Where several ranks' CUDA gradients can be summed in device memory: NCCL, when the ranks are
+// MPI processes each driving a GPU of its own and the payload is not PowerSGD's (collective:
+// every rank calls it alike). Otherwise null, and *why says why the gradients are staged through
+// host memory instead.
+std::unique_ptr<DeviceCollectives> gpu_collectives(Communicator& comm, double timeout_s, bool powersgd, std::string* why);
 
 // CPU: makes params[i].*member, for i in `order`, views of consecutive places of *flat (made
 // with `floats` floats when undefined), copying in the values of any tensor that is not already
