@@ -89,7 +89,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         _check_same_parameters([(names[id(p)], p) for p in plist])
-        self._loom = _State(plist, [names[id(p)] for p in plist], compression, backward_passes_per_step, bucket_mb)
+        self._loom = _State(plist, compression, backward_passes_per_step, bucket_mb)
         self._loom.hook_all()
         stop.exchanging()
 
@@ -107,11 +107,11 @@ class _State:
     """What the wrapper keeps beside the optimizer (one attribute, so no name of the wrapped
     optimizer's is shadowed)."""
 
-    def __init__(self, params, names, compression, passes, bucket_mb):
-        self.params, self.names = params, names
+    def __init__(self, params, compression, passes, bucket_mb):
+        self.params = params
         self.compression = compression.spec if hasattr(compression, "spec") else str(compression)
         self.passes, self.bucket_mb = passes, float(bucket_mb)
-        self.index = {id(p): i for i, p in enumerate(params)}
+        self.w = None  # this step's weight, found at its first gradient
         self.fired = [0] * len(params)
         self.sent = [False] * len(params)
         self.handle = None
@@ -132,10 +132,12 @@ class _State:
 
     def weight(self):
         """What this rank's gradient counts for: its share of the global batch (BalancedSampler),
-        else 1/size; over backward_passes_per_step passes, a pass's part of that."""
-        s = active_sampler()
-        w = s.share_of(self.step_no * self.passes) if s is not None else 1.0 / C.size()
-        return w / self.passes
+        else 1/size; over backward_passes_per_step passes, a pass's part of that. Once a step."""
+        if self.w is None:
+            s = active_sampler()
+            w = s.share_of(self.step_no * self.passes) if s is not None else 1.0 / C.size()
+            self.w = w / self.passes
+        return self.w
 
     def ensure_exchange(self):
         if self.handle is not None:
@@ -143,15 +145,14 @@ class _State:
         dev = self.params[0].device
         if any(p.device != dev for p in self.params):
             raise ValueError("loom.torch: every parameter must live on one device")
+        gpu = -1 if dev.type != "cuda" else dev.index if dev.index is not None else torch.cuda.current_device()
         ndims = [p.dim() for p in self.params]
         dims = [d for p in self.params for d in p.shape]
         on_cuda = [1 if p.is_cuda else 0 for p in self.params]
         h = ctypes.c_void_p()
         _core.check(_core.lib.lt_exchange_new(
             C._w(), self.compression.encode(), self.bucket_mb, len(self.params), _core.ints(ndims),
-            (ctypes.c_int64 * max(1, len(dims)))(*dims), _core.ints(on_cuda),
-            dev.index if dev.type == "cuda" and dev.index is not None else (torch.cuda.current_device() if dev.type == "cuda" else -1),
-            ctypes.byref(h)))
+            (ctypes.c_int64 * max(1, len(dims)))(*dims), _core.ints(on_cuda), gpu, ctypes.byref(h)))
         self.handle = h
         C._at_shutdown.append(self.free)
 
@@ -216,6 +217,7 @@ class _State:
             s.observe((self.step_no + 1) * self.passes, list(extras[:n]), max(int(v) for v in extras[n:2 * n]), self.passes)
         self.fired = [0] * len(self.params)
         self.sent = [False] * len(self.params)
+        self.w = None
         self.step_no += 1
         self.t_last = time.perf_counter()
 

@@ -121,3 +121,5 @@ class BalancedSampler(torch.utils.data.Sampler):
         if self._bal.observe(seconds):
             ahead = max(0, handed_max + 1 - next_batch)
             self._schedule.append((next_batch + -(-ahead // passes) * passes, self._bal.shares()))
+        while len(self._schedule) > 1 and self._schedule[1][0] <= next_batch:  # plans no batch still asks for
+            self._schedule.pop(0)

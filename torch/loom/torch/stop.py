@@ -4,7 +4,7 @@ the same step and checkpoints it (Checkpoint.step)."""
 import signal
 import threading
 
-_state = {"requested": 0, "agreed": False, "watching": False}
+_state = {"requested": 0, "agreed": False, "watching": False, "exchanging": False}
 
 
 def watch_signals():
@@ -30,7 +30,7 @@ def settle(any_rank_asked):
 
 def agreed():
     # Without an exchange (no DistributedOptimizer) this process's own request decides.
-    return _state["agreed"] or (_state["requested"] and not _state.get("exchanging"))
+    return _state["agreed"] or (_state["requested"] and not _state["exchanging"])
 
 
 def exchanging():
