@@ -23,6 +23,9 @@ packages=(
   # data, peers and tools used by tests and benchmarks
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-torchvision python3-grpcio
   hyperfine fio wrk iproute2 curl procps util-linux
+  # test peers from PyPI go into a virtual environment (tests/integration/lib.sh peer_venv);
+  # Triton's perf_analyzer (in tritonclient's wheel) needs libb64
+  python3-venv libb64-0d
 )
 
 SUDO=""

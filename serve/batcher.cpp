@@ -4,17 +4,20 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <stdexcept>
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "metrics.hpp"
 
 namespace loom::serve {
 
-Batcher::Batcher(std::shared_ptr<ServedModel> model, const Options& o, Metrics* metrics)
-    : model_(std::move(model)), o_(o), metrics_(metrics) {
-  if (metrics_) metrics_->set_info(model_->name(), model_->version(), model_->precision());
+Batcher::Batcher(std::vector<std::shared_ptr<ServedModel>> instances, const Options& o, Metrics* metrics,
+                 inference::ModelConfig config)
+    : instances_(std::move(instances)), o_(o), metrics_(metrics), config_(std::move(config)) {
+  if (instances_.empty()) throw std::logic_error("a batcher needs a model");
+  if (metrics_) metrics_->set_info(model().name(), model().version(), model().precision());
   answer_thread_ = std::thread([this] { answer_loop(); });
-  thread_ = std::thread([this] { loop(); });
+  for (auto& m : instances_) threads_.emplace_back([this, &m] { loop(*m); });
 }
 
 Batcher::~Batcher() {
@@ -23,7 +26,7 @@ Batcher::~Batcher() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();  // every admitted request computed (or timed out) ...
+  for (auto& t : threads_) t.join();  // every admitted request computed (or timed out) ...
   {
     std::lock_guard<std::mutex> lock(answer_mu_);
     answers_done_ = true;
@@ -52,19 +55,18 @@ size_t Batcher::queued() const {
 
 void Batcher::submit(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline, Done done) {
   if (rows > o_.max_batch_size)
-    throw ServeError(Status::kBadRequest, "the request has " + std::to_string(rows) + " rows; --max-batch-size is " +
-                                              std::to_string(o_.max_batch_size));
+    throw ServeError(Status::kBadRequest, too_many_rows(rows, o_.max_batch_size));
   size_t n;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) throw ServeError(Status::kUnavailable, "model " + model_->name() + " is being unloaded");
+    if (stop_) throw ServeError(Status::kUnavailable, "model " + model().name() + " is being unloaded");
     if (queue_.size() >= static_cast<size_t>(o_.max_queue_size))
-      throw ServeError(Status::kUnavailable, "model " + model_->name() + ": queue full (" +
+      throw ServeError(Status::kUnavailable, "model " + model().name() + ": queue full (" +
                                                  std::to_string(o_.max_queue_size) + " requests waiting); retry later");
     queue_.push_back({std::move(x), rows, Clock::now(), deadline, std::move(done)});
     n = queue_.size();
   }
-  if (metrics_) metrics_->set_queue(model_->name(), n);
+  if (metrics_) metrics_->set_queue(model().name(), n);
   cv_.notify_one();
 }
 
@@ -76,6 +78,10 @@ Batcher::Outcome Batcher::run(std::vector<rt::Tensor> x, int rows, Clock::time_p
 }
 
 namespace {
+
+uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count()));
+}
 
 // Requests join one batch when every input agrees beyond dimension 0 (a BERT's sequence length).
 bool joinable(const std::vector<rt::Tensor>& a, const std::vector<rt::Tensor>& b) {
@@ -104,8 +110,15 @@ rt::Tensor stack(const std::vector<std::vector<rt::Tensor>*>& xs, size_t k, int 
 
 }  // namespace
 
+// The wait for more rows can end: the batch is full, or holds a preferred batch size.
+bool Batcher::enough(int rows) const {
+  return rows >= o_.max_batch_size ||
+         std::find(o_.preferred_batch_sizes.begin(), o_.preferred_batch_sizes.end(), rows) != o_.preferred_batch_sizes.end();
+}
+
 // With the lock held: waits up to max_queue_delay_us for rows, then takes the requests that
-// fit one batch (those that can join the first, in order; the rest stay queued).
+// fit one batch (those that can join the first, in order; the rest stay queued). Empty when
+// another instance took the queue meanwhile.
 std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock) {
   const auto until = queue_.front().arrived + std::chrono::microseconds(o_.max_queue_delay_us);
   auto rows_queued = [this] {
@@ -113,10 +126,11 @@ std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock
     for (const auto& j : queue_) r += j.rows;
     return r;
   };
-  const bool batched = model_->batched();
-  while (batched && !stop_ && rows_queued() < o_.max_batch_size && Clock::now() < until)
+  const bool batched = model().batched();
+  while (batched && !stop_ && !queue_.empty() && !enough(rows_queued()) && Clock::now() < until)
     if (cv_.wait_until(lock, until) == std::cv_status::timeout) break;
   std::vector<Job> batch;
+  if (queue_.empty()) return batch;
   batch.push_back(std::move(queue_.front()));
   queue_.pop_front();
   int rows = batch[0].rows;
@@ -132,7 +146,7 @@ std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock
   return batch;
 }
 
-void Batcher::loop() {
+void Batcher::loop(ServedModel& model) {
   rt::cpu::set_threads(o_.threads);
   for (;;) {
     std::vector<Job> batch;
@@ -141,7 +155,8 @@ void Batcher::loop() {
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
       batch = take_batch(lock);
-      if (metrics_) metrics_->set_queue(model_->name(), queue_.size());
+      if (batch.empty()) continue;
+      if (metrics_) metrics_->set_queue(model.name(), queue_.size());
     }
     const auto start = Clock::now();
     // Requests whose deadline passed while queued are answered, not computed.
@@ -153,18 +168,19 @@ void Batcher::loop() {
         o.error = "request timed out after " +
                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(start - j.arrived).count()) +
                   " ms in the queue";
+        stats_.answered(false, 0, ns_between(j.arrived, start));
         j.done(std::move(o));
       } else {
         live.push_back(std::move(j));
       }
     }
-    if (!live.empty()) compute(live, start);
+    if (!live.empty()) compute(model, live, start);
   }
 }
 
 // One forward pass over the live requests; each gets its rows of every output (views of the
 // batch's outputs, no copies).
-void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
+void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start) {
   int rows = 0;
   std::vector<std::vector<rt::Tensor>*> xs;
   for (auto& j : live) {
@@ -174,11 +190,14 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
   std::string error;
   Status failed = Status::kInternal;
   std::vector<rt::Tensor> outs;
+  Clock::time_point stacked = start, inferred = start;
   try {
     std::vector<rt::Tensor> in;
     for (size_t k = 0; k < live[0].x.size(); ++k) in.push_back(stack(xs, k, rows));
-    outs = model_->forward(in);
-    if (model_->batched() && live.size() > 1)
+    stacked = Clock::now();
+    outs = model.forward(in);
+    inferred = Clock::now();
+    if (model.batched() && live.size() > 1)
       for (const auto& o : outs)
         if (o.ndim() == 0 || o.dim(0) != rows)
           throw rt::Error("an output has " + o.shape_str() + " for a batch of " + std::to_string(rows) + " rows");
@@ -189,8 +208,8 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
     error = e.what();
   }
   const double compute = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<Outcome> outcomes;
   int64_t at = 0;
-  bool first = true;
   for (auto& j : live) {
     Outcome o;
     o.queue_s = std::chrono::duration<double>(start - j.arrived).count();
@@ -205,10 +224,17 @@ void Batcher::compute(std::vector<Job>& live, Clock::time_point start) {
       for (const auto& t : outs) o.outputs.push_back(t.rows(at, at + j.rows));
     }
     at += j.rows;
-    if (metrics_) metrics_->observe(model_->name(), o.queue_s, compute, rows, first);
-    first = false;
-    std::lock_guard<std::mutex> lock(answer_mu_);
-    answers_.emplace_back(std::move(j.done), std::move(o));
+    outcomes.push_back(std::move(o));
+  }
+  const auto end = Clock::now();
+  if (error.empty())
+    stats_.executed(rows, static_cast<int>(live.size()), ns_between(start, stacked), ns_between(stacked, inferred), ns_between(inferred, end));
+  std::lock_guard<std::mutex> lock(answer_mu_);
+  for (size_t i = 0; i < live.size(); ++i) {
+    Job& j = live[i];
+    stats_.answered(error.empty(), ns_between(j.arrived, start), ns_between(j.arrived, end));
+    if (metrics_) metrics_->observe(model.name(), outcomes[i].queue_s, compute, rows, i == 0);
+    answers_.emplace_back(std::move(j.done), std::move(outcomes[i]));
   }
   answer_cv_.notify_one();
 }

@@ -1,5 +1,5 @@
 // batcher.hpp — the dynamic batcher of one model version: requests queue, batches form and
-// run on the batcher's thread, and answers go back on a thread of their own.
+// run on one thread per instance of the model, and answers go back on a thread of their own.
 #pragma once
 
 #include <condition_variable>
@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "model.hpp"
+#include "model_config.pb.h"
 #include "options.hpp"
+#include "stats.hpp"
 #include "status.hpp"
 
 namespace loom::serve {
@@ -20,8 +22,9 @@ namespace loom::serve {
 class Metrics;
 
 // Forms batches of up to max_batch_size rows, waiting at most max_queue_delay_us after the
-// first request of a batch, runs them through the model on its own thread and hands each
-// request its rows. The queue is bounded: submit() refuses at once when it is full.
+// first request of a batch (less once a preferred batch size has queued), runs them through the
+// model, one thread per instance (Triton's instance_group count: batches run side by side), and
+// hands each request its rows. The queue is bounded: submit() refuses at once when it is full.
 class Batcher {
  public:
   struct Outcome {
@@ -32,7 +35,10 @@ class Batcher {
     int batch_rows = 0;
   };
   using Done = std::function<void(Outcome)>;
-  Batcher(std::shared_ptr<ServedModel> model, const Options& o, Metrics* metrics);
+  // `instances`: copies of one model version (at least one); `config`: what it runs with, as
+  // the model_configuration extension reports it.
+  Batcher(std::vector<std::shared_ptr<ServedModel>> instances, const Options& o, Metrics* metrics,
+          inference::ModelConfig config = {});
   ~Batcher();  // drains: every admitted request gets its answer
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -42,7 +48,10 @@ class Batcher {
   // Blocking convenience for the synchronous front ends.
   Outcome run(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline);
   size_t queued() const;
-  const ServedModel& model() const { return *model_; }
+  const ServedModel& model() const { return *instances_[0]; }
+  const inference::ModelConfig& config() const { return config_; }
+  int max_rows() const { return o_.max_batch_size; }  // the rows a request or a batch may hold
+  ModelStats& stats() { return stats_; }
 
  private:
   struct Job {
@@ -51,18 +60,21 @@ class Batcher {
     Clock::time_point arrived, deadline;
     Done done;
   };
-  void loop();
+  void loop(ServedModel& model);
   std::vector<Job> take_batch(std::unique_lock<std::mutex>& lock);
-  void compute(std::vector<Job>& live, Clock::time_point start);
+  bool enough(int rows) const;
+  void compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start);
   void answer_loop();
-  std::shared_ptr<ServedModel> model_;
+  std::vector<std::shared_ptr<ServedModel>> instances_;
   Options o_;
   Metrics* metrics_;
+  inference::ModelConfig config_;
+  ModelStats stats_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stop_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
   // Answers go out on a thread of their own: sending responses (gRPC may write inline) does
   // not hold up the next batch's forward pass.
   std::mutex answer_mu_;

@@ -2,8 +2,10 @@
 // by name, and the server's and a model's metadata.
 #include <nlohmann/json.hpp>
 
+#include "batcher.hpp"
 #include "frontend.hpp"
 #include "kserve_json.hpp"
+#include "model_config.hpp"
 
 namespace loom::serve {
 
@@ -35,8 +37,59 @@ PipelineRunner* Context::pipeline(const std::string& name) const {
   return nullptr;
 }
 
+const std::vector<std::string>& server_extensions() {
+  static const std::vector<std::string> all = {"binary_tensor_data", "model_repository", "model_configuration", "statistics"};
+  return all;
+}
+
 std::string Context::server_metadata_json() const {
-  return dump_json({{"name", kServerName}, {"version", kServerVersion}, {"extensions", {"binary_tensor_data", "model_repository"}}});
+  return dump_json({{"name", kServerName}, {"version", kServerVersion}, {"extensions", server_extensions()}});
+}
+
+inference::ModelConfig Context::model_config(const std::string& name, const std::string& version) const {
+  if (const PipelineRunner* p = pipeline(name)) {
+    require_connected(*p);
+    return described_config(name, "loom-pipeline", p->inputs(), p->outputs());
+  }
+  return repo->find(name, version)->config();
+}
+
+inference::ModelStatisticsResponse Context::statistics(const std::string& name, const std::string& version) const {
+  if (!name.empty() && pipeline(name))
+    throw ServeError(Status::kBadRequest, "pipeline " + name + " keeps no statistics of its own: its steps' servers do");
+  if (!name.empty()) repo->find(name, version);  // 404 naming the model or the version
+  inference::ModelStatisticsResponse r;
+  for (const auto& v : repo->loaded_versions()) {
+    if ((!name.empty() && v.name != name) || (!version.empty() && v.version != version)) continue;
+    inference::ModelStatistics* s = r.add_model_stats();
+    s->set_name(v.name);
+    s->set_version(v.version);
+    v.batcher->stats().fill(s);
+  }
+  return r;
+}
+
+std::string Context::metrics_text() const {
+  std::string out = metrics->text();
+  if (repo) {
+    std::vector<Repository::Loaded> loaded = repo->loaded_versions();  // holds the batchers while read
+    std::vector<std::pair<std::pair<std::string, std::string>, const ModelStats*>> all;
+    for (auto& v : loaded) all.push_back({{v.name, v.version}, &v.batcher->stats()});
+    rt::PrometheusText text;
+    stats_prometheus(text, all);
+    out += text.str();
+  }
+  return out + (forward ? forward->metrics_text() : "");
+}
+
+std::vector<Repository::State> Context::repository_index() const {
+  std::vector<Repository::State> out = repo->index();
+  for (const auto& p : pipelines) {  // a pipeline that waits for its steps says for which
+    std::string why;
+    const bool ready = p->ready(&why);
+    out.push_back({p->name(), "1", ready ? "READY" : "UNAVAILABLE", why});
+  }
+  return out;
 }
 
 namespace {

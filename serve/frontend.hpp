@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "grpc_service.pb.h"
 #include "pipeline/pipeline.hpp"
 #include "repository.hpp"
 
@@ -63,7 +64,22 @@ struct Context {
   // The model's metadata as the protocol's JSON object (HTTP) — gRPC builds the same fields.
   std::string model_metadata_json(const std::string& name, const std::string& version) const;
   std::string server_metadata_json() const;
+  // The model_configuration extension: what `name` at `version` runs with (Triton's
+  // ModelConfig). Throws ServeError kNotFound naming an unknown model or version.
+  inference::ModelConfig model_config(const std::string& name, const std::string& version) const;
+  // The statistics extension: every loaded model (`name` empty), every version of `name`
+  // (`version` empty), or one. Throws ServeError kNotFound naming what is unknown.
+  inference::ModelStatisticsResponse statistics(const std::string& name, const std::string& version) const;
+  // The repository extension's index: every model version found, READY or UNAVAILABLE with
+  // why, and every pipeline.
+  std::vector<Repository::State> repository_index() const;
+  // /metrics: loom-serve's own families, Triton's nv_inference_* counters of every loaded model
+  // version (the statistics extension's numbers), and the controller's.
+  std::string metrics_text() const;
 };
+
+// The protocol extensions both front ends implement, as the server metadata lists them.
+const std::vector<std::string>& server_extensions();
 
 constexpr const char* kServerName = "loom-serve";
 constexpr const char* kUnknownModelLabel = "_unknown";

@@ -56,7 +56,28 @@ class Service final
     return guarded(sc, [&] {
       res->set_name(kServerName);
       res->set_version(kServerVersion);
-      res->add_extensions("binary_tensor_data");
+      for (const auto& e : server_extensions()) res->add_extensions(e);
+    });
+  }
+  grpc::Status ModelConfig(grpc::ServerContext* sc, const inference::ModelConfigRequest* req,
+                           inference::ModelConfigResponse* res) override {
+    return guarded(sc, [&] { *res->mutable_config() = ctx_.model_config(req->name(), req->version()); });
+  }
+  grpc::Status ModelStatistics(grpc::ServerContext* sc, const inference::ModelStatisticsRequest* req,
+                               inference::ModelStatisticsResponse* res) override {
+    return guarded(sc, [&] { *res = ctx_.statistics(req->name(), req->version()); });
+  }
+  grpc::Status RepositoryIndex(grpc::ServerContext* sc, const inference::RepositoryIndexRequest* req,
+                               inference::RepositoryIndexResponse* res) override {
+    return guarded(sc, [&] {
+      for (const auto& st : ctx_.repository_index()) {
+        if (req->ready() && st.state != "READY") continue;
+        auto* m = res->add_models();
+        m->set_name(st.name);
+        m->set_version(st.version);
+        m->set_state(st.state);
+        m->set_reason(st.reason);
+      }
     });
   }
   grpc::Status ModelMetadata(grpc::ServerContext* sc, const inference::ModelMetadataRequest* req,

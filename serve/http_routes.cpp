@@ -10,6 +10,7 @@
 #include "http_decode.hpp"
 #include "infer.hpp"
 #include "kserve_json.hpp"
+#include "model_config.hpp"
 
 namespace loom::serve {
 
@@ -177,19 +178,21 @@ Reply method_not_allowed(const char* allowed) {
 // and why it is not ready.
 Reply repository_index(Context& ctx) {
   json list = json::array();
-  for (const auto& st : ctx.repo->index()) {
+  for (const auto& st : ctx.repository_index()) {
     json e = {{"name", st.name}, {"version", st.version}, {"state", st.state}};
     if (!st.reason.empty()) e["reason"] = st.reason;
     list.push_back(e);
   }
-  for (const auto& p : ctx.pipelines) {  // a pipeline that waits for its steps says for which
-    std::string why;
-    json e = {{"name", p->name()}, {"version", "1"}, {"state", p->ready(&why) ? "READY" : "UNAVAILABLE"}};
-    if (!why.empty()) e["reason"] = why;
-    list.push_back(e);
-  }
   Reply r;
   r.body = dump_json(list);
+  return r;
+}
+
+// GET .../config and .../stats (Triton's model_configuration and statistics extensions), in
+// Triton's JSON.
+Reply proto_reply(const google::protobuf::Message& m) {
+  Reply r;
+  r.body = dump_json(proto_json(m));
   return r;
 }
 
@@ -248,7 +251,7 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
   if (p.size() == 1 && p[0] == "metrics") {
     if (!get) return method_not_allowed("GET");
     Reply r;
-    r.body = ctx.metrics->text() + (ctx.forward ? ctx.forward->metrics_text() : "");
+    r.body = ctx.metrics_text();
     r.content_type = "text/plain; version=0.0.4";
     return r;
   }
@@ -265,6 +268,10 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
   if (p.size() == 3 && p[0] == "v2" && p[1] == "repository" && p[2] == "index") {
     if (!post) return method_not_allowed("POST");
     return repository_index(ctx);
+  }
+  if (p.size() == 3 && p[0] == "v2" && p[1] == "models" && p[2] == "stats") {
+    if (!get) return method_not_allowed("GET");
+    return proto_reply(ctx.statistics("", ""));
   }
   if (p.size() >= 3 && p[0] == "v2" && p[1] == "models") {
     const std::string name = p[2];
@@ -288,6 +295,11 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
       const PipelineRunner* pipe = ctx.pipeline(name);
       if (!pipe) ctx.repo->find(name, version);  // 404 when unknown
       return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load() && (!pipe || pipe->ready())}});
+    }
+    if (p.size() == rest + 1 && (p[rest] == "config" || p[rest] == "stats")) {
+      if (!get) return method_not_allowed("GET");
+      if (p[rest] == "config") return proto_reply(ctx.model_config(name, version));
+      return proto_reply(ctx.statistics(name, version));
     }
     if (p.size() == rest + 1 && (p[rest] == "generate" || p[rest] == "generate_stream")) {
       if (!post) return method_not_allowed("POST");

@@ -44,7 +44,14 @@ void start_model(Context& ctx, const std::shared_ptr<Batcher>& batcher, InferCal
   const ServedModel& m = batcher->model();
   const std::vector<size_t> wanted = output_indices(m.outputs(), call.outputs);
   int rows = 0;
-  std::vector<rt::Tensor> x = m.decode(call.inputs, ctx.options.max_batch_size, &rows);
+  const auto arrived = Clock::now();
+  std::vector<rt::Tensor> x;
+  try {
+    x = m.decode(call.inputs, batcher->max_rows(), &rows);
+  } catch (const ServeError&) {  // the statistics extension counts it failed, as Triton does
+    batcher->stats().refused(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - arrived).count()));
+    throw;
+  }
   std::vector<TensorDesc> descs;
   for (size_t k : wanted) descs.push_back(m.outputs()[k]);
   const std::string name = m.name(), version = m.version();

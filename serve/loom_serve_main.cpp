@@ -213,7 +213,6 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
       services.push_back(file);
       continue;
     }
-#ifdef LOOM_HAVE_GRPC
     const PipelineSpec p = load_pipeline_spec(file, services_dir);
     if (ctx.pipeline(p.name)) throw loom::rt::Error(file + ": a second pipeline named " + p.name);
     ctx.pipelines.push_back(connect_pipeline(p, ctx.token, 5000, static_cast<int>(std::min<size_t>(ctx.max_request_bytes, INT32_MAX))));
@@ -226,9 +225,6 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
     if (!ctx.pipelines.back()->ready(&why))
       log_line("warning", "pipeline " + p.name + " is not ready yet (" + why +
                               "); it tries again until every step answers");
-#else
-    throw loom::rt::Error(file + ": pipelines call their steps over gRPC, and this loom-serve is built without it");
-#endif
   }
   return services;
 }
@@ -242,22 +238,14 @@ int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
   ctx.log = log_line;
   if (!c.repo_dir.empty() || !services.empty()) repo.reload(true);
   HttpServer http(ctx, c.bind, c.http_port);
-#ifdef LOOM_HAVE_GRPC
   std::unique_ptr<GrpcServer> grpc;
   if (c.grpc_port >= 0) grpc = std::make_unique<GrpcServer>(ctx, c.bind, c.grpc_port);
   const std::string grpc_text = grpc ? c.bind + ":" + std::to_string(grpc->port()) : "off";
-#else
-  const std::string grpc_text = "off (not built)";
-#endif
   ctx.ready = true;
   log_line("info", "listening: http " + c.bind + ":" + std::to_string(http.port()) + " grpc " + grpc_text +
                        (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
                        std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
-#ifdef LOOM_HAVE_GRPC
   if (!c.ready_file.empty()) write_announcement(c.ready_file, c.bind, http.port(), grpc ? grpc->port() : -1);
-#else
-  if (!c.ready_file.empty()) write_announcement(c.ready_file, c.bind, http.port(), -1);
-#endif
   for (;;) {
     const int sig = next_signal(set, poll ? c.poll_s : 0);
     if (sig != SIGHUP) break;
@@ -271,9 +259,7 @@ int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
   ctx.stopping = true;
   if (!c.ready_file.empty()) ::unlink(c.ready_file.c_str());
   http.stop_accepting();
-#ifdef LOOM_HAVE_GRPC
   if (grpc) grpc->shutdown();
-#endif
   http.wait_idle();
   repo.stop();
   log_line("info", "stopped");
@@ -330,12 +316,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom-serve: %s\n", bad.c_str());
     return 2;
   }
-#ifndef LOOM_HAVE_GRPC
-  if (c.grpc_port >= 0) {
-    log_line("warning", "this build has no gRPC (libgrpc++-dev was missing at configure time): HTTP only");
-    c.grpc_port = -1;
-  }
-#endif
   const sigset_t set = block_stop_signals();
   try {
     if (!c.token_file.empty()) ctx.token = read_token(c.token_file);

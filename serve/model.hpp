@@ -59,6 +59,8 @@ class ServedModel {
   void never_batch(const std::string& why) {
     if (batched_) batched_ = false, not_batched_ = why;
   }
+  // The shape input k takes, where the model's configuration fixes a dim the graph leaves free.
+  void narrow_input(size_t k, std::vector<int64_t> shape) { inputs_.at(k).shape = std::move(shape); }
   int64_t opset() const;
   // An ONNX graph's shape after the load-time passes: "209 nodes, 133 folded, 60 fused".
   std::string graph_summary() const;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::serve {
 
@@ -17,6 +18,10 @@ struct Options {
   bool allow_symlinks = false;   // serve model files that resolve outside the repository
   bool exit_on_error = false;    // a model that fails to load at start fails the start (Triton's flag)
   int64_t max_run_memory_mb = 1024;  // an ONNX graph's tensors alive at once in one run; past it: 400
+  // A model's own, from its config.pbtxt: batch sizes worth stopping the wait for (dynamic_batching's
+  // preferred_batch_size) and copies of the model running at once (instance_group's count).
+  std::vector<int> preferred_batch_sizes;
+  int instances = 1;
 };
 
 }  // namespace loom::serve

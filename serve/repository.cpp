@@ -68,6 +68,18 @@ std::string Repository::contained(const std::string& file) const {
   return "";
 }
 
+// Every version folder of `model`, or those its config.pbtxt's version_policy names. A config
+// that does not read serves them all here: loading each then fails with the config's error.
+std::vector<std::string> Repository::served_versions(const std::string& model) const {
+  std::vector<std::string> found = subdirs(dir_ + "/" + model);
+  inference::ModelConfig c;
+  try {
+    if (read_model_config(dir_ + "/" + model, &c, nullptr)) return policy_versions(c, found);
+  } catch (const std::exception&) {
+  }
+  return found;
+}
+
 Repository::Wanted Repository::scan() {
   Wanted want;
   if (!dir_.empty()) {
@@ -75,7 +87,7 @@ Repository::Wanted Repository::scan() {
     if (stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw rt::Error("--model-repository " + dir_ + ": not a folder");
     for (const auto& m : subdirs(dir_))
-      for (const auto& v : subdirs(dir_ + "/" + m)) {
+      for (const auto& v : served_versions(m)) {
         for (const char* file : {"model.h5", "model.onnx"}) {  // Triton's layout; an HDF5 file first
           const std::string f = dir_ + "/" + m + "/" + v + "/" + file;
           int64_t t, s;
@@ -101,19 +113,26 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   } else {
     warn_writable(file, log_);
   }
-  auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
-  model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
-  Options o = o_;  // a model folder's config.pbtxt may batch less, never more
-  ModelConfig cfg;
+  inference::ModelConfig file_config;
+  bool has_config = false;
   if (!dir_.empty()) {
     struct stat st;
     const std::string pbtxt = dir_ + "/" + name + "/config.pbtxt";
     const std::string why = lstat(pbtxt.c_str(), &st) == 0 ? contained(pbtxt) : "";
     if (!why.empty()) throw rt::Error(why);
-    cfg = read_model_config(dir_ + "/" + name);
+    has_config = read_model_config(dir_ + "/" + name, &file_config, [&](const std::string& w) { log_("warning", w); });
   }
-  if (cfg.max_batch_size == 0) model->never_batch("config.pbtxt says max_batch_size: 0");
-  if (cfg.max_batch_size > 0) o.max_batch_size = std::min(o.max_batch_size, cfg.max_batch_size);
+  auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
+  model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
+  Options o = o_;  // a model folder's config.pbtxt sets its own batching, within the server's limits
+  inference::ModelConfig config = settle_config(has_config ? &file_config : nullptr, name, *model, &o);
+  std::vector<std::shared_ptr<ServedModel>> instances = {model};
+  for (int i = 1; i < o.instances; ++i) {  // the same file again, checked the same way
+    instances.push_back(std::make_shared<ServedModel>(name, version, file, o_.device));
+    instances.back()->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
+    Options same = o_;
+    settle_config(has_config ? &file_config : nullptr, name, *instances.back(), &same);
+  }
   std::string what;
   if (model->generator()) {
     what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";
@@ -125,9 +144,10 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   } else {
     what = std::to_string(model->in_features()) + " inputs, " + std::to_string(model->out_features()) + " outputs";
   }
+  if (o.instances > 1) what += ", " + std::to_string(o.instances) + " instances";
   log_("info", "loaded model " + name + " version " + version + " from " + file + " (" + what +
                    ", " + model->precision() + ", " + (model->on_cuda() ? "CUDA" : "CPU") + ")");
-  return std::make_shared<Batcher>(model, o, metrics_);
+  return std::make_shared<Batcher>(std::move(instances), o, metrics_, std::move(config));
 }
 
 void Repository::reload(bool initial) {
@@ -149,6 +169,9 @@ void Repository::reload(bool initial) {
         t.version = v.first;
         t.file = v.second;
         stat_file(t.file, &t.mtime_ns, &t.size);
+        int64_t config_ns = 0, config_size = 0;  // a changed config.pbtxt reloads the model too
+        if (!dir_.empty() && stat_file(dir_ + "/" + t.name + "/config.pbtxt", &config_ns, &config_size))
+          t.mtime_ns ^= config_ns, t.size += config_size << 32;
         auto mi = models_.find(m.first);
         const Entry* e = mi == models_.end() || !mi->second.count(v.first) ? nullptr : &mi->second.at(v.first);
         if (!(e && e->batcher && e->path == t.file && e->mtime_ns == t.mtime_ns && e->size == t.size)) pending.push_back(t);
@@ -250,6 +273,14 @@ bool Repository::loaded(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto m = models_.find(name);
   return m != models_.end() && !m->second.empty();
+}
+
+std::vector<Repository::Loaded> Repository::loaded_versions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Loaded> out;
+  for (const auto& m : models_)
+    for (const auto& v : m.second) out.push_back({m.first, v.first, v.second.batcher});
+  return out;
 }
 
 std::vector<Repository::State> Repository::index() const {

@@ -37,17 +37,24 @@ class Repository {
     std::string name, version, state, reason;
   };
   std::vector<State> index() const;
+  // Every loaded version's batcher, by name then version (the statistics extension, /metrics).
+  struct Loaded {
+    std::string name, version;
+    std::shared_ptr<Batcher> batcher;
+  };
+  std::vector<Loaded> loaded_versions() const;
   bool all_ready() const;  // every model version found is loaded (--strict-readiness)
   void stop();  // drains and drops every batcher
 
  private:
   struct Entry {
     std::string path;
-    int64_t mtime_ns = 0, size = 0;
+    int64_t mtime_ns = 0, size = 0;  // of the model file and, when there is one, its config.pbtxt
     std::shared_ptr<Batcher> batcher;
   };
   using Wanted = std::map<std::string, std::map<std::string, std::string>>;  // name -> version -> file
   Wanted scan();
+  std::vector<std::string> served_versions(const std::string& model) const;
   std::string contained(const std::string& file) const;  // "" when it may be served, else why not
   std::shared_ptr<Batcher> load(const std::string& name, const std::string& version, const std::string& file);
   void unload_gone(const Wanted& want);  // with mu_ held

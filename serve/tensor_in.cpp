@@ -40,8 +40,7 @@ std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>&
     throw ServeError(Status::kBadRequest, "input shape: each row must hold " + std::to_string(m.features) +
                                               " values, not " + std::to_string(features));
   if (t.shape[0] > max_rows)
-    throw ServeError(Status::kBadRequest, "the request has " + std::to_string(t.shape[0]) + " rows; --max-batch-size is " +
-                                              std::to_string(max_rows));
+    throw ServeError(Status::kBadRequest, too_many_rows(t.shape[0], max_rows));
   const int64_t n = t.shape[0];
   const size_t count = static_cast<size_t>(n * features);
   const size_t width = t.datatype == "FP32" ? 4 : t.datatype == "UINT8" ? 1 : 0;
@@ -61,6 +60,11 @@ std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>&
   }
   *rows = static_cast<int>(n);
   return x;
+}
+
+std::string too_many_rows(int64_t rows, int64_t max_rows) {
+  return "the request has " + std::to_string(rows) + " rows; the model takes at most " + std::to_string(max_rows) +
+         " (max_batch_size; the server's --max-batch-size)";
 }
 
 size_t datatype_width(const std::string& d) {
@@ -192,8 +196,7 @@ std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, co
                                                 want[0].name + "' " + std::to_string(*rows));
   }
   if (batched && *rows > max_rows)
-    throw ServeError(Status::kBadRequest, "the request has " + std::to_string(*rows) + " rows; --max-batch-size is " +
-                                              std::to_string(max_rows));
+    throw ServeError(Status::kBadRequest, too_many_rows(*rows, max_rows));
   return out;
 }
 

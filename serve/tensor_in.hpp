@@ -41,6 +41,9 @@ struct TensorDesc {
 // BOOL); 0 for any other.
 size_t datatype_width(const std::string& datatype);
 
+// What refuses a request of more rows than a model takes (its max_batch_size).
+std::string too_many_rows(int64_t rows, int64_t max_rows);
+
 // Bytes per element of any fixed-size KServe datatype (BOOL, UINT8..UINT64, INT8..INT64, FP16,
 // BF16, FP32, FP64); 0 for BYTES and names KServe does not define.
 size_t kserve_type_width(const std::string& datatype);

@@ -17,9 +17,7 @@
 
 #include "../services.hpp"
 #include "../spec.hpp"
-#ifdef LOOM_HAVE_GRPC
 #include "grpc_router.hpp"
-#endif
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
 
@@ -353,17 +351,8 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   pool.set_metrics_text([&c] { return c.metrics_text(); });
   ctx.forward = &pool;
   HttpServer http(ctx, bind, http_port);
-#ifdef LOOM_HAVE_GRPC
   std::unique_ptr<GrpcRouter> grpc;
   if (grpc_port >= 0) grpc = std::make_unique<GrpcRouter>(ctx, pool, bind, grpc_port);
-#else
-  struct NoGrpc {
-    int port() const { return -1; }
-    void shutdown() {}
-  };
-  std::unique_ptr<NoGrpc> grpc;
-  (void)grpc_port;
-#endif
   ctx.ready = true;
   log("info", "controller listening: http " + bind + ":" + std::to_string(http.port()) + " grpc " +
                   (grpc ? bind + ":" + std::to_string(grpc->port()) : std::string("off")) + "; replicas as Slurm jobs " +

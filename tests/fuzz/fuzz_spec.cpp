@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: loom::serve::load_spec(temp_file(text)); break;
       case 1: loom::serve::load_pipeline_spec(temp_file(text), "/nonexistent/loom-fuzz-services"); break;
       case 2: loom::sweep::parse_spec(text); break;
-      case 3: loom::serve::parse_model_config(text, "config.pbtxt"); break;
+      case 3: loom::serve::parse_model_config(text, "config.pbtxt", nullptr); break;
       case 4: hop_answer(text); break;
     }
   } catch (const loom::rt::Error&) {

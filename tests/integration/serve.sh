@@ -52,7 +52,7 @@ run_cmd "$G" "$grpc" health
 expect_eq "gRPC ServerLive/Ready/Metadata" '{"live":true,"ready":true,"name":"loom-serve"}' "$out"
 
 # Metadata and readiness, every model and version.
-expect_match "GET /v2" '"extensions":\["binary_tensor_data","model_repository"\],"name":"loom-serve"' "$(curl -s "${auth[@]}" "$http/v2")"
+expect_match "GET /v2" '"extensions":\["binary_tensor_data","model_repository","model_configuration","statistics"\],"name":"loom-serve"' "$(curl -s "${auth[@]}" "$http/v2")"
 expect_match "model metadata" '"inputs":\[\{"datatype":"FP32","name":"input","shape":\[-1,784\]\}\].*"versions":\["1","2"\]' \
   "$(curl -s "${auth[@]}" "$http/v2/models/fashion")"
 expect_eq "version metadata" 200 "$(code "${auth[@]}" "$http/v2/models/fashion/versions/2")"
@@ -168,7 +168,7 @@ bad "unknown output" 400 "unknown output 'probs'" "{\"inputs\":[{\"name\":\"inpu
 h='{"inputs":[{"name":"input","shape":[1,784],"datatype":"UINT8","parameters":{"binary_data_size":784}}]}'
 bad "binary size past the body" 400 "exceeds the body" "$h" -H "Inference-Header-Content-Length: ${#h}"
 h='{"inputs":[{"name":"input","shape":[33,784],"datatype":"UINT8","parameters":{"binary_data_size":25872}}]}'
-bad "rows beyond --max-batch-size" 400 "--max-batch-size is 32" "$h$(head -c 25872 /dev/zero | tr '\0' 'a')" \
+bad "rows beyond --max-batch-size" 400 "the model takes at most 32 \\(max_batch_size" "$h$(head -c 25872 /dev/zero | tr '\0' 'a')" \
   -H "Inference-Header-Content-Length: ${#h}"
 head -c 2000000 /dev/zero >big.bin
 got=$(curl -s -w '\n%{http_code}' "${auth[@]}" -X POST "$infer" --data-binary @big.bin)

@@ -31,8 +31,8 @@ save("colmean", mean(0))
 save("gram", [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), h.make_node("MatMul", ["x", "xt"], ["y"])])
 save("rowmean", mean(1))
 save("never", mean(1), 'name: "never"\nplatform: "onnxruntime_onnx"  # as Triton writes it\nmax_batch_size: 0\n'
-     'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
-save("two", mean(1), 'max_batch_size: 2\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n')
+     'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n')
+save("two", mean(1), 'max_batch_size: 2\ndynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n')
 save("badcfg", mean(1), 'max_batch_size: -4\n')
 PY
 chmod -R go-w repo
@@ -44,7 +44,7 @@ expect_match "so does the Gram matrix" "gram.*one request at a time \(MatMul" "$
 expect_match "the row-wise model batches" "rowmean.*batched up to 8 rows" "$(cat main.log)"
 expect_match "max_batch_size 0 never batches" "never.*one request at a time \(config.pbtxt" "$(cat main.log)"
 expect_match "max_batch_size 2 caps the batch" "two.*batched up to 2 rows" "$(cat main.log)"
-expect_match "a bad config.pbtxt is refused, with the file and line" "cannot load model badcfg.*config.pbtxt:1: max_batch_size" "$(cat main.log)"
+expect_match "a bad config.pbtxt is refused, naming the model" "cannot load model badcfg.*config.pbtxt max_batch_size -4 is negative" "$(cat main.log)"
 
 # Clients A and B at once, each answer compared with A's alone; then the batch histogram.
 out=$($PY - "$http" <<'PY'

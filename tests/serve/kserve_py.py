@@ -8,9 +8,10 @@ import time
 
 
 def kserve_messages(proto_dir, work):
-    """protoc --python_out of grpc_service.proto into `work`; returns the grpc_service_pb2 module."""
+    """protoc --python_out of grpc_service.proto (and the model_config.proto it imports) into
+    `work`; returns the grpc_service_pb2 module."""
     os.makedirs(work, exist_ok=True)
-    subprocess.run(["protoc", f"-I{proto_dir}", f"--python_out={work}", "grpc_service.proto"], check=True)
+    subprocess.run(["protoc", f"-I{proto_dir}", f"--python_out={work}", "grpc_service.proto", "model_config.proto"], check=True)
     sys.path.insert(0, work)
     import grpc_service_pb2  # noqa: E402
     return grpc_service_pb2
