@@ -6,7 +6,7 @@
 #include <future>
 #include <stdexcept>
 
-#include "loom/rt/tensor/kernels.hpp"
+#include "compute_pool.hpp"
 #include "metrics.hpp"
 
 namespace loom::serve {
@@ -17,6 +17,7 @@ Batcher::Batcher(std::vector<std::shared_ptr<ServedModel>> instances, const Opti
   if (instances_.empty()) throw std::logic_error("a batcher needs a model");
   if (metrics_) metrics_->set_info(model().name(), model().version(), model().precision());
   answer_thread_ = std::thread([this] { answer_loop(); });
+  ComputePool::shared().reserve(static_cast<int>(instances_.size()));
   for (auto& m : instances_) threads_.emplace_back([this, &m] { loop(*m); });
 }
 
@@ -147,7 +148,6 @@ std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock
 }
 
 void Batcher::loop(ServedModel& model) {
-  rt::cpu::set_threads(o_.threads);
   for (;;) {
     std::vector<Job> batch;
     {
@@ -195,7 +195,7 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
     std::vector<rt::Tensor> in;
     for (size_t k = 0; k < live[0].x.size(); ++k) in.push_back(stack(xs, k, rows));
     stacked = Clock::now();
-    outs = model.forward(in);
+    ComputePool::shared().run([&] { outs = model.forward(in); }, o_.threads);
     inferred = Clock::now();
     if (model.batched() && live.size() > 1)
       for (const auto& o : outs)

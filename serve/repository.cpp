@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <future>
 
 #include "loom/rt/error.hpp"
 #include "model_config.hpp"
@@ -179,7 +180,9 @@ void Repository::reload(bool initial) {
   }
   for (auto& t : pending) {  // outside the lock: requests to every loaded model go on meanwhile
     try {
-      t.batcher = load(t.name, t.version, t.file);
+      // On a thread of its own, which ends: the OpenMP team a model's check runs open goes with
+      // it, instead of staying beside the compute pool's (compute_pool.hpp).
+      t.batcher = std::async(std::launch::async, [&] { return load(t.name, t.version, t.file); }).get();
     } catch (const std::exception& e) {
       t.error = e.what();
     }

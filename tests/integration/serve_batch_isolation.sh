@@ -32,7 +32,7 @@ save("gram", [h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), h.make_node(
 save("rowmean", mean(1))
 save("never", mean(1), 'name: "never"\nplatform: "onnxruntime_onnx"  # as Triton writes it\nmax_batch_size: 0\n'
      'input [ { name: "x" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]\n')
-save("two", mean(1), 'max_batch_size: 2\ndynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n')
+save("two", mean(1), 'max_batch_size: 2\ndynamic_batching { max_queue_delay_microseconds: 300000 }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n')
 save("badcfg", mean(1), 'max_batch_size: -4\n')
 PY
 chmod -R go-w repo
