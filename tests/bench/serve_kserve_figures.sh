@@ -17,13 +17,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/loom-kserve-figures.XXXXXX")
 pids=()
 trap 'kill ${pids[@]+"${pids[@]}"} 2>/dev/null || true; rm -rf "$work"' EXIT
 command -v wrk >/dev/null || { echo "serve_kserve_figures: wrk is needed (contrib/install-deps.sh)"; exit 0; }
-peer=${LOOM_PEER_VENVS:-$B/peers}/kserve
-if [ ! -f "$peer/.complete" ]; then
-  rm -rf "$peer"
-  /usr/bin/python3 -m venv "$peer" && "$peer/bin/pip" install -q --disable-pip-version-check kserve onnxruntime numpy >"$work/pip.log" 2>&1 ||
-    { echo "serve_kserve_figures: no KServe peer (pip install kserve onnxruntime failed: $(tail -n 1 "$work/pip.log"))"; exit 0; }
-  touch "$peer/.complete"
-fi
+peer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" kserve kserve onnxruntime numpy) ||
+  { echo "serve_kserve_figures: no KServe peer, nothing measured"; exit 0; }
 echo "peer: $("$peer/bin/python" -c 'import kserve, onnxruntime as o; from importlib.metadata import version as v; print("kserve", v("kserve"), "+ onnxruntime", o.__version__)' 2>/dev/null)"
 
 # The models (torch.onnx.export by Debian's PyTorch) and the request bodies.
@@ -136,3 +131,29 @@ for r in "${rows[@]}"; do
     "$1" "$2" "$lr" "$lp50" "$orr" "$op50" "$(echo "$lr $orr" | awk '{print $1/$2}')" "$(echo "$lp50 $op50" | awk '{print $1/$2}')"
 done
 echo "targets: p50 at concurrency 1 within 1.10x of batching off; mlp at 16 >= 1.0x batching off; bert at 8 >= 1.3x batching off"
+
+# Triton-style figures of loom-serve alone: Triton's perf_analyzer (tritonclient 2.41's wheel),
+# HTTP and gRPC, concurrency 1 to 16, batch 1, shapes from the model configuration.
+tpeer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" triton 'tritonclient[http,grpc]==2.41.1' nvidia-cuda-runtime-cu12 numpy) ||
+  { echo "serve_kserve_figures: no perf_analyzer (tritonclient), no Triton-style figures"; exit 0; }
+cudart=$(dirname "$(find "$tpeer/" -name 'libcudart.so.12' | head -n 1)")
+hport=$(free_port) gport=$(free_port)
+"$B/loom-serve" --model-repository "$work/repo" --http-port "$hport" --grpc-port "$gport" --threads "$THREADS" 2>"$work/pa.log" &
+pids+=($!)
+wait_ready "http://127.0.0.1:$hport/v2/models/bert/ready"
+echo "== perf_analyzer against loom-serve (--threads $THREADS): infer/sec and p50/p99 latency (us), batch 1"
+# Zeros for data: perf_analyzer's random FP32 are random bits, and loom-serve refuses NaN inputs.
+# BERT's sequence length is its own dynamic dimension: 128, as above.
+declare -A shapes=([mlp]="" [bert]="--shape input_ids:128 --shape attention_mask:128")
+for model in mlp bert; do
+  for proto in http grpc; do
+    url=127.0.0.1:$hport
+    [ $proto = grpc ] && url=127.0.0.1:$gport
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=$cudart "$tpeer/bin/perf_analyzer" -m $model -u "$url" -i $proto --concurrency-range 1:16:5 --input-data zero ${shapes[$model]} \
+      --measurement-interval 2000 --percentile 50 -f "$work/pa.csv" >"$work/pa.out" 2>&1 ||
+      { echo "perf_analyzer $model $proto failed: $(tail -n 3 "$work/pa.out")"; continue; }
+    awk -F, -v m=$model -v p=$proto 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+      {printf "%-5s %-4s concurrency %2d: %8.0f infer/s, p50 %7d us, p99 %7d us\n", m, p, $c["Concurrency"], $c["Inferences/Second"], $c["p50 latency"], $c["p99 latency"]}' "$work/pa.csv"
+  done
+done

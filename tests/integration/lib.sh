@@ -72,21 +72,10 @@ require_onnx_graph() {
   /usr/bin/python3 -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
 }
 
-# peer_venv NAME PACKAGE...: a virtual environment of test peers from PyPI (Triton's client,
-# ONNX Runtime, ...), never a dependency of Loom itself: made once under $LOOM_BUILDDIR/peers/NAME
-# (LOOM_PEER_VENVS elsewhere) with Debian's python3; skips the test, saying why, when PyPI cannot
-# be reached. Sets $peer (the environment's folder).
+# peer_venv NAME PACKAGE...: test peers from PyPI in a virtual environment (contrib/peer-venv.sh);
+# skips the test, saying why, when it cannot be made. Sets $peer (the environment's folder).
 peer_venv() {
-  local name=$1
-  shift
-  peer=${LOOM_PEER_VENVS:-$LOOM_BUILDDIR/peers}/$name
-  if [ ! -f "$peer/.complete" ]; then
-    rm -rf "$peer"
-    /usr/bin/python3 -m venv "$peer" >/dev/null 2>&1 || skip "python3 -m venv failed (python3-venv is needed)"
-    "$peer/bin/pip" install -q --disable-pip-version-check "$@" >"$peer/pip.log" 2>&1 ||
-      skip "pip install $* failed (no PyPI here?): $(tail -n 2 "$peer/pip.log" | tr '\n' ' ')"
-    touch "$peer/.complete"
-  fi
+  peer=$("${LOOM_SRCDIR:-$(dirname "$0")/../..}/contrib/peer-venv.sh" "$@" 2>"$LOOM_TMP/peer.err") || skip "$(cat "$LOOM_TMP/peer.err")"
 }
 
 finish() {
