@@ -21,8 +21,13 @@ namespace loom::serve {
 
 class Metrics;
 
+// How long a batch may wait for more rows when no delay is set: a tenth of the last batch's forward
+// pass when that batch held more than one row (its clients come back together), else none.
+Clock::duration adaptive_wait(int last_rows, Clock::duration last_compute);
+
 // Forms batches of up to max_batch_size rows, waiting at most max_queue_delay_us after the
-// first request of a batch (less once a preferred batch size has queued), runs them through the
+// first request of a batch (less once a preferred batch size has queued; with no delay, only
+// for the clients the last batch answered, see take_batch), runs them through the
 // model, one thread per instance (Triton's instance_group count: batches run side by side), and
 // hands each request its rows. The queue is bounded: submit() refuses at once when it is full.
 class Batcher {
@@ -74,6 +79,8 @@ class Batcher {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool stop_ = false;
+  int last_rows_ = 0;                // the last batch's rows and forward pass (the adaptive wait)
+  Clock::duration last_compute_{};
   std::vector<std::thread> threads_;
   // Answers go out on a thread of their own: sending responses (gRPC may write inline) does
   // not hold up the next batch's forward pass.

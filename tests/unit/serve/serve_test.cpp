@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "kserve_json.hpp"
 #include "model_config.hpp"
@@ -114,6 +115,41 @@ TEST_F(ServeCore, RefusesBeyondTheQueueBoundAndTooManyRows) {
     EXPECT_EQ(e.status, Status::kBadRequest);
   }
   while (answered.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+// The default batcher (no delay) waits only after a batch of several rows, a tenth of its compute.
+TEST(Batching, WaitsOnlyForClientsALargerBatchAnswered) {
+  using loom::serve::adaptive_wait;
+  using std::chrono::milliseconds;
+  EXPECT_EQ(adaptive_wait(0, milliseconds(40)), Clock::duration::zero());  // nothing ran yet
+  EXPECT_EQ(adaptive_wait(1, milliseconds(40)), Clock::duration::zero());  // one client: never waits
+  EXPECT_EQ(adaptive_wait(8, milliseconds(40)), milliseconds(4));
+}
+
+// After a batch of several rows, a request arriving within a tenth of that batch's compute joins
+// the one queued before it; after a batch of one row, a request runs at once, alone.
+TEST_F(ServeCore, DefaultBatcherGathersTheClientsOfTheLastBatch) {
+  loom::rt::Mlp big({784, 2048, 2048, 10}, 5);  // a batch of 512 rows: tens of milliseconds
+  loom::rt::save_model(dir_ + "/big.h5", big.config_json(), big.params());
+  Options o;  // max_queue_delay_us 0
+  o.max_batch_size = 512;
+  Batcher b({std::make_shared<ServedModel>("big", "1", dir_ + "/big.h5")}, o, nullptr);
+  std::remove((dir_ + "/big.h5").c_str());
+  auto pair = [&](std::chrono::microseconds gap) {  // two one-row requests, `gap` apart: rows of the first's batch
+    auto p = std::make_shared<std::promise<Batcher::Outcome>>();
+    auto f = p->get_future();
+    b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(30), [p](Batcher::Outcome out) { p->set_value(std::move(out)); });
+    std::this_thread::sleep_for(gap);
+    Batcher::Outcome second = b.run(rows(1, 0), 1, Clock::now() + std::chrono::seconds(30));
+    EXPECT_EQ(second.status, Status::kOk);
+    return f.get().batch_rows;
+  };
+  const Batcher::Outcome large = b.run(rows(512, 0), 512, Clock::now() + std::chrono::seconds(30));
+  ASSERT_EQ(large.status, Status::kOk);
+  ASSERT_GT(large.compute_s, 0.02) << "the large batch was too quick to leave a wait worth testing";
+  const auto gap = std::chrono::microseconds(static_cast<int64_t>(large.compute_s * 1e6 / 40));  // a quarter of the wait
+  EXPECT_EQ(pair(gap), 2) << "a request " << gap.count() << " us after another did not join it after a batch of 512";
+  EXPECT_EQ(pair(gap), 1) << "after batches of one or two rows, the first request should not wait that long";
 }
 
 TEST_F(ServeCore, AnswersRequestsPastTheirDeadlineWithoutComputingThem) {
