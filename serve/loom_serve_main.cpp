@@ -203,6 +203,14 @@ sigset_t block_stop_signals() {
   return set;
 }
 
+// A spec in KServe's or the seed's dialect may hold fields Loom does not act on: named once.
+void warn_ignored(const std::string& file, const InferenceServiceSpec& s) {
+  if (s.ignored.empty()) return;
+  std::string list;
+  for (const auto& f : s.ignored) list += (list.empty() ? "" : ", ") + f;
+  log_line("warning", file + ": fields loom-serve does not act on, ignored: " + list);
+}
+
 // The --spec files that are pipelines are connected (each step's service reached and its model's
 // inputs and outputs checked); the others are InferenceServices for the repository.
 std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs, const std::string& services_dir,
@@ -210,6 +218,7 @@ std::vector<std::string> connect_pipelines(const std::vector<std::string>& specs
   std::vector<std::string> services;
   for (const auto& file : specs) {
     if (spec_kind(file) != "InferencePipeline") {
+      warn_ignored(file, load_spec(file));
       services.push_back(file);
       continue;
     }
@@ -272,6 +281,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
   ctx.metrics = &metrics;
   ctx.log = log_line;
   c.ctl.spec_file = c.specs[0];
+  warn_ignored(c.ctl.spec_file, load_spec(c.ctl.spec_file));
   c.ctl.token_file = c.token_file;
   c.ctl.services_dir = services_dir(c.services_dir);
   char self[PATH_MAX];

@@ -1,7 +1,9 @@
-// spec.cpp — the declarative InferenceService spec (examples/inferenceservice.yaml), validated
-// field by field; unknown fields are errors that name them (a typo must not pass silently).
+// spec.cpp — the declarative InferenceService spec (examples/inferenceservice.yaml) and what every
+// spec reader shares, validated field by field; in Loom's dialect unknown fields are errors that
+// name them (a typo must not pass silently). KServe's dialect is spec_kserve.cpp.
 #include "spec.hpp"
 
+#include <cctype>
 #include <set>
 
 #include "tensor_in.hpp"
@@ -12,15 +14,20 @@ namespace loom::serve {
   throw ServeError(Status::kBadRequest, file + ": " + msg);
 }
 
-void spec_only(const std::string& file, const YAML::Node& n, const std::string& at, const std::set<std::string>& known) {
+void spec_only(const std::string& file, const YAML::Node& n, const std::string& at, const std::set<std::string>& known,
+               std::vector<std::string>* ignored) {
   if (!n.IsMap()) spec_error(file, at + " must be a mapping");
   for (const auto& kv : n) {
     const std::string key = kv.first.as<std::string>();
-    if (!known.count(key)) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      spec_error(file, "unknown field " + (at.empty() ? key : at + "." + key) + " (known here: " + list + ")");
+    if (known.count(key)) continue;
+    const std::string path = at.empty() ? key : at + "." + key;
+    if (ignored) {
+      ignored->push_back(path);
+      continue;
     }
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    spec_error(file, "unknown field " + path + " (known here: " + list + ")");
   }
 }
 
@@ -29,7 +36,7 @@ std::string spec_str(const std::string& file, const YAML::Node& n, const std::st
   return n.as<std::string>();
 }
 
-YAML::Node spec_root(const std::string& file, const std::string& kind) {
+YAML::Node spec_root(const std::string& file, const std::string& kind, std::vector<std::string>* ignored) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(file);
@@ -38,29 +45,35 @@ YAML::Node spec_root(const std::string& file, const std::string& kind) {
   } catch (const YAML::Exception& e) {
     spec_error(file, std::string("not valid YAML: ") + e.what());
   }
-  spec_only(file, root, "", {"apiVersion", "kind", "metadata", "spec"});
-  if (spec_str(file, root["apiVersion"], "apiVersion") != "loom.ai/v1")
-    spec_error(file, "apiVersion must be loom.ai/v1, not '" + root["apiVersion"].as<std::string>() + "'");
+  if (!root.IsMap()) spec_error(file, "not a spec: a mapping with apiVersion, kind, metadata and spec");
+  const std::string api = spec_str(file, root["apiVersion"], "apiVersion");
+  const bool loom = api == kLoomApi;
+  if (!ignored && !loom) spec_error(file, "apiVersion must be " + std::string(kLoomApi) + ", not '" + api + "'");
+  if (!loom && api != kKServeApi && api != kSeedApi)
+    spec_error(file, "apiVersion '" + api + "' is not one loom-serve reads (" + kLoomApi + ", " + kKServeApi + ", " + kSeedApi + ")");
+  std::vector<std::string>* note = loom ? nullptr : ignored;  // Loom's own dialect stays strict
+  spec_only(file, root, "", {"apiVersion", "kind", "metadata", "spec"}, note);
   if (!kind.empty() && spec_str(file, root["kind"], "kind") != kind)
     spec_error(file, "kind must be " + kind + ", not '" + root["kind"].as<std::string>() + "'");
   if (!root["metadata"]) spec_error(file, "metadata is missing");
-  spec_only(file, root["metadata"], "metadata", {"name"});
+  spec_only(file, root["metadata"], "metadata", {"name"}, note);
   const std::string name = spec_str(file, root["metadata"]["name"], "metadata.name");
   if (!valid_name(name)) spec_error(file, "metadata.name '" + name + "' must be letters, digits, '-', '_' or '.'");
   return root;
 }
 
 std::string spec_kind(const std::string& file) {
-  const YAML::Node root = spec_root(file, "");
+  std::vector<std::string> ignored;
+  const YAML::Node root = spec_root(file, "", &ignored);
   const std::string kind = spec_str(file, root["kind"], "kind");
   if (kind != "InferenceService" && kind != "InferencePipeline")
     spec_error(file, "kind must be InferenceService or InferencePipeline, not '" + kind + "'");
+  if (kind == "InferencePipeline" && root["apiVersion"].as<std::string>() != kLoomApi)
+    spec_error(file, "an InferencePipeline is Loom's own: apiVersion must be " + std::string(kLoomApi));
   return kind;
 }
 
-namespace {
-
-int integer(const std::string& file, const YAML::Node& n, const std::string& at, int lo, int hi) {
+int spec_int(const std::string& file, const YAML::Node& n, const std::string& at, int lo, int hi) {
   if (!n || !n.IsScalar()) spec_error(file, at + " is missing or not a number");
   int v = 0;
   try {
@@ -72,7 +85,7 @@ int integer(const std::string& file, const YAML::Node& n, const std::string& at,
   return v;
 }
 
-std::string quantity(const std::string& file, const YAML::Node& n, const std::string& at) {
+std::string spec_quantity(const std::string& file, const YAML::Node& n, const std::string& at) {
   const std::string q = spec_str(file, n, at);
   size_t digits = 0;
   while (digits < q.size() && std::isdigit(static_cast<unsigned char>(q[digits]))) ++digits;
@@ -82,65 +95,98 @@ std::string quantity(const std::string& file, const YAML::Node& n, const std::st
   return q;
 }
 
-void resources(const std::string& file, const YAML::Node& n, const std::string& at, int* gpu, std::string* memory) {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// onnx, ONNX, Onnx -> ONNX; hdf5, HDF5, loom-hdf5 -> loom-hdf5 (formats as users write them).
+std::string model_format(const std::string& file, const std::string& written, const std::string& at) {
+  std::string f;
+  for (char c : written) f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (f == "onnx") return "ONNX";
+  if (f == "hdf5" || f == "loom-hdf5") return "loom-hdf5";
+  spec_error(file, at + " '" + written + "' is not a format loom-serve runs (onnx, or hdf5 / loom-hdf5 for Loom's models; "
+                                           "export other frameworks' models to ONNX)");
+}
+
+}  // namespace
+
+void spec_model(const std::string& file, const std::string& location, const std::string& format, const std::string& at,
+                const std::string& format_at, InferenceServiceSpec* s) {
+  s->format = model_format(file, format, format_at);
+  std::string path = location;
+  const size_t colon = path.find("://");
+  if (colon != std::string::npos) {
+    const std::string scheme = path.substr(0, colon);
+    if (scheme != "file")
+      spec_error(file, at + ": scheme " + scheme + ":// is not supported (a file path or file://, on a file system the replicas' nodes mount)");
+    path = path.substr(colon + 3);
+  }
+  if (path.empty() || path[0] != '/') spec_error(file, at + " must be an absolute path");
+  const bool onnx_file = ends_with(path, ".onnx"), h5_file = ends_with(path, ".h5");
+  if (!onnx_file && !h5_file) path += s->format == "ONNX" ? "/model.onnx" : "/model.h5";  // a folder, as KServe's storageUri
+  if (s->format == "ONNX" && h5_file) spec_error(file, format_at + " ONNX needs " + at + " to name a .onnx file or a folder");
+  if (s->format == "loom-hdf5" && onnx_file) spec_error(file, at + " names a .onnx file: say " + format_at + ": onnx");
+  s->path = path;
+}
+
+namespace {
+
+void resources(const std::string& file, const YAML::Node& n, const std::string& at, int* gpu, std::string* memory,
+               std::vector<std::string>* ignored) {
   if (!n) return;
-  spec_only(file, n, at, {"gpu", "memory"});
-  if (n["gpu"]) *gpu = integer(file, n["gpu"], at + ".gpu", 0, 64);
-  if (n["memory"]) *memory = quantity(file, n["memory"], at + ".memory");
+  spec_only(file, n, at, {"gpu", "memory"}, ignored);
+  if (n["gpu"]) *gpu = spec_int(file, n["gpu"], at + ".gpu", 0, 64);
+  if (n["memory"]) *memory = spec_quantity(file, n["memory"], at + ".memory");
 }
 
 }  // namespace
 
 namespace {
-InferenceServiceSpec read_service_spec(const std::string& file) {
-  const YAML::Node root = spec_root(file, "InferenceService");
-  InferenceServiceSpec s;
-  s.name = root["metadata"]["name"].as<std::string>();
+// Loom's own dialect, and the seed's ai.baidu.com/v1 written the same way (its unknown fields
+// noted in `ignored` instead of refused).
+void read_loom_spec(const std::string& file, const YAML::Node& root, InferenceServiceSpec* s) {
+  std::vector<std::string>* note = root["apiVersion"].as<std::string>() == kLoomApi ? nullptr : &s->ignored;
   const YAML::Node spec = root["spec"];
   if (!spec) spec_error(file, "spec is missing");
-  spec_only(file, spec, "spec", {"model", "resources", "autoscaling"});
+  spec_only(file, spec, "spec", {"model", "resources", "autoscaling"}, note);
   if (!spec["model"]) spec_error(file, "spec.model is missing");
-  spec_only(file, spec["model"], "spec.model", {"path", "format"});
-  s.path = spec_str(file, spec["model"]["path"], "spec.model.path");
-  const size_t colon = s.path.find("://");
-  if (colon != std::string::npos) {
-    const std::string scheme = s.path.substr(0, colon);
-    if (scheme != "file") spec_error(file, "spec.model.path: scheme " + scheme + ":// is not supported (a file path or file://)");
-    s.path = s.path.substr(colon + 3);
-  }
-  if (s.path.empty() || s.path[0] != '/') spec_error(file, "spec.model.path must be an absolute path");
-  s.format = spec["model"]["format"] ? spec_str(file, spec["model"]["format"], "spec.model.format") : "loom-hdf5";
-  const bool onnx_file = s.path.size() > 5 && s.path.compare(s.path.size() - 5, 5, ".onnx") == 0;
-  if (s.format == "ONNX" || s.format == "onnx") {
-    s.format = "ONNX";
-    if (!onnx_file) spec_error(file, "spec.model.format ONNX needs spec.model.path to name a .onnx file");
-  } else if (s.format == "loom-hdf5") {
-    if (onnx_file) spec_error(file, "spec.model.path names a .onnx file: say spec.model.format: ONNX");
-  } else {
-    spec_error(file, "spec.model.format '" + s.format + "' is not supported (loom-hdf5 or ONNX)");
-  }
+  spec_only(file, spec["model"], "spec.model", {"path", "format"}, note);
+  spec_model(file, spec_str(file, spec["model"]["path"], "spec.model.path"),
+             spec["model"]["format"] ? spec_str(file, spec["model"]["format"], "spec.model.format") : "loom-hdf5", "spec.model.path",
+             "spec.model.format", s);
   if (spec["resources"]) {
-    spec_only(file, spec["resources"], "spec.resources", {"requests", "limits"});
-    resources(file, spec["resources"]["requests"], "spec.resources.requests", &s.requests_gpu, &s.requests_memory);
-    resources(file, spec["resources"]["limits"], "spec.resources.limits", &s.limits_gpu, &s.limits_memory);
-    if (s.limits_gpu && s.requests_gpu > s.limits_gpu) spec_error(file, "spec.resources: requests.gpu exceeds limits.gpu");
+    spec_only(file, spec["resources"], "spec.resources", {"requests", "limits"}, note);
+    resources(file, spec["resources"]["requests"], "spec.resources.requests", &s->requests_gpu, &s->requests_memory, note);
+    resources(file, spec["resources"]["limits"], "spec.resources.limits", &s->limits_gpu, &s->limits_memory, note);
   }
   if (const YAML::Node a = spec["autoscaling"]) {
-    spec_only(file, a, "spec.autoscaling", {"minReplicas", "maxReplicas", "metrics"});
-    if (a["minReplicas"]) s.min_replicas = integer(file, a["minReplicas"], "spec.autoscaling.minReplicas", 0, 1000);
-    if (a["maxReplicas"]) s.max_replicas = integer(file, a["maxReplicas"], "spec.autoscaling.maxReplicas", 1, 1000);
-    if (s.min_replicas > s.max_replicas) spec_error(file, "spec.autoscaling: minReplicas exceeds maxReplicas");
+    spec_only(file, a, "spec.autoscaling", {"minReplicas", "maxReplicas", "metrics"}, note);
+    if (a["minReplicas"]) s->min_replicas = spec_int(file, a["minReplicas"], "spec.autoscaling.minReplicas", 0, 1000);
+    if (a["maxReplicas"]) s->max_replicas = spec_int(file, a["maxReplicas"], "spec.autoscaling.maxReplicas", 1, 1000);
     if (const YAML::Node m = a["metrics"]) {
       if (!m.IsSequence()) spec_error(file, "spec.autoscaling.metrics must be a list");
       for (size_t i = 0; i < m.size(); ++i) {
         const std::string at = "spec.autoscaling.metrics[" + std::to_string(i) + "]";
-        spec_only(file, m[i], at, {"type", "queueLength"});
+        spec_only(file, m[i], at, {"type", "queueLength"}, note);
         if (spec_str(file, m[i]["type"], at + ".type") != "Requests")
           spec_error(file, at + ".type must be Requests, not '" + m[i]["type"].as<std::string>() + "'");
-        s.queue_length = integer(file, m[i]["queueLength"], at + ".queueLength", 1, 1000000);
+        s->queue_length = spec_int(file, m[i]["queueLength"], at + ".queueLength", 1, 1000000);
       }
     }
   }
+}
+
+InferenceServiceSpec read_service_spec(const std::string& file) {
+  InferenceServiceSpec s;
+  const YAML::Node root = spec_root(file, "InferenceService", &s.ignored);
+  s.name = root["metadata"]["name"].as<std::string>();
+  if (root["apiVersion"].as<std::string>() == kKServeApi) read_kserve_spec(file, root, &s);
+  else read_loom_spec(file, root, &s);
+  if (s.limits_gpu && s.requests_gpu > s.limits_gpu) spec_error(file, "resources: the GPUs requested exceed the limit");
+  if (s.min_replicas > s.max_replicas) spec_error(file, "minReplicas exceeds maxReplicas");
   return s;
 }
 }  // namespace

@@ -90,7 +90,8 @@ void announce(const ControllerOptions& o, const std::string& name, const std::st
 }  // namespace
 
 Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
-    : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)) {
+    : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)),
+      metric_(spec.metric) {
   write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args,
                        spec.requests_gpu > 0 ? spec.requests_gpu : spec.limits_gpu);
 }
@@ -125,9 +126,10 @@ void Controller::tick(double now) {
   for (const auto& r : pool_.all()) check(*r, now);
   // Refused requests with no replica at all say there is demand (a service scaled to zero must
   // start one), not how much: clients retrying a 503 in a loop would ask for every one allowed.
-  double concurrency = pool_.take_concurrency();
-  if (pool_.take_refused() > 0 && pool_.all().empty()) concurrency = std::max(concurrency, 1.0);
-  scaler_.sample(now, concurrency);
+  const ReplicaPool::Load load = pool_.take_load();
+  double demand = metric_ == "rps" ? load.rate : load.concurrency;  // what scaleTarget counts per replica
+  if (pool_.take_refused() > 0 && pool_.all().empty()) demand = std::max(demand, 1.0);
+  scaler_.sample(now, demand);
   const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
   scale(d, now);
   last_ = d;

@@ -49,6 +49,7 @@ class Controller {
   EventLog log_;
   SlurmJobs jobs_;
   Autoscaler scaler_;
+  std::string metric_;  // concurrency or rps: what the spec's target counts per replica
   ScaleDecision last_{};
   std::map<std::string, std::string> ended_by_us_;  // job -> why (not replaced)
   bool pruned_ = false;  // replicas/ holds no file of an ended job beyond the logs kept

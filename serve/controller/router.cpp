@@ -353,20 +353,24 @@ void ReplicaPool::change_outstanding(int delta) {
   if (last_change_ >= 0) integral_ += total_outstanding_ * (now - last_change_);
   last_change_ = now;
   total_outstanding_ += delta;
+  if (delta > 0) begun_ += static_cast<uint64_t>(delta);
 }
 
 uint64_t ReplicaPool::take_refused() { return refused_in_window_.exchange(0); }
 
-double ReplicaPool::take_concurrency() {
+ReplicaPool::Load ReplicaPool::take_load() {
   const double now = monotonic_s();
   std::lock_guard<std::mutex> lock(conc_mu_);
   if (last_change_ >= 0) integral_ += total_outstanding_ * (now - last_change_);
   last_change_ = now;
   const double span = window_start_ < 0 ? 0 : now - window_start_;
-  const double mean = span > 0 ? integral_ / span : total_outstanding_;
+  Load l;
+  l.concurrency = span > 0 ? integral_ / span : total_outstanding_;
+  l.rate = span > 0 ? static_cast<double>(begun_) / span : 0;
   integral_ = 0;
+  begun_ = 0;
   window_start_ = now;
-  return mean;
+  return l;
 }
 
 bool ReplicaPool::any_ready() const {

@@ -63,8 +63,12 @@ class ReplicaPool : public Forwarder {
   // null when none is ready or all are full (counted as refused).
   std::shared_ptr<Replica> acquire();
   void release(Replica& r);
-  // Mean outstanding requests since the last call; requests refused since the last call.
-  double take_concurrency();
+  // Since the last call: the mean of outstanding requests (concurrency) and requests begun per
+  // second (rps); requests refused.
+  struct Load {
+    double concurrency = 0, rate = 0;
+  };
+  Load take_load();
   uint64_t take_refused();
   uint64_t rejected() const { return rejected_.load(); }
   // generate_stream answers whose replica went away before the stream's end (the client got an
@@ -92,9 +96,10 @@ class ReplicaPool : public Forwarder {
   int cap_, timeout_ms_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Replica>> replicas_;
-  // The time integral of outstanding requests since the last take_concurrency().
+  // The time integral of outstanding requests, and the requests begun, since the last take_load().
   std::mutex conc_mu_;
   int total_outstanding_ = 0;
+  uint64_t begun_ = 0;
   double integral_ = 0, last_change_ = -1, window_start_ = -1;
   std::atomic<uint64_t> refused_in_window_{0}, rejected_{0}, broken_streams_{0};
   std::function<std::string()> metrics_;

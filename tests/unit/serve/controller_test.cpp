@@ -193,14 +193,16 @@ TEST(ReplicaPool, FewestOutstandingReadyBelowTheCap) {
 TEST(ReplicaPool, ConcurrencyIsTheTimeAverageOfOutstanding) {
   ReplicaPool pool(100, 1000);
   pool.put(replica("1", ReplicaState::kReady, 0));
-  pool.take_concurrency();
+  pool.take_load();
   auto a = pool.acquire();
   auto b = pool.acquire();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   pool.release(*a);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const double c = pool.take_concurrency();  // 2 for half the time, 1 for the other half
-  EXPECT_NEAR(c, 1.5, 0.2);
+  const ReplicaPool::Load l = pool.take_load();  // 2 for half the time, 1 for the other half
+  EXPECT_NEAR(l.concurrency, 1.5, 0.2);
+  EXPECT_NEAR(l.rate, 10.0, 2.0) << "2 requests begun in 0.2 s";  // KServe's scaleMetric: rps
+  EXPECT_EQ(pool.take_load().rate, 0.0) << "none begun since";
   pool.release(*b);
 }
 
