@@ -132,17 +132,13 @@ void spec_model(const std::string& file, const std::string& location, const std:
   s->path = path;
 }
 
-namespace {
-
-void resources(const std::string& file, const YAML::Node& n, const std::string& at, int* gpu, std::string* memory,
-               std::vector<std::string>* ignored) {
+void spec_resources(const std::string& file, const YAML::Node& n, const std::string& at, const std::string& gpu_key, int* gpu,
+                    std::string* memory, std::vector<std::string>* ignored) {
   if (!n) return;
-  spec_only(file, n, at, {"gpu", "memory"}, ignored);
-  if (n["gpu"]) *gpu = spec_int(file, n["gpu"], at + ".gpu", 0, 64);
+  spec_only(file, n, at, {gpu_key, "memory"}, ignored);
+  if (n[gpu_key]) *gpu = spec_int(file, n[gpu_key], at + "." + gpu_key, 0, 64);
   if (n["memory"]) *memory = spec_quantity(file, n["memory"], at + ".memory");
 }
-
-}  // namespace
 
 namespace {
 // Loom's own dialect, and the seed's ai.baidu.com/v1 written the same way (its unknown fields
@@ -159,8 +155,8 @@ void read_loom_spec(const std::string& file, const YAML::Node& root, InferenceSe
              "spec.model.format", s);
   if (spec["resources"]) {
     spec_only(file, spec["resources"], "spec.resources", {"requests", "limits"}, note);
-    resources(file, spec["resources"]["requests"], "spec.resources.requests", &s->requests_gpu, &s->requests_memory, note);
-    resources(file, spec["resources"]["limits"], "spec.resources.limits", &s->limits_gpu, &s->limits_memory, note);
+    spec_resources(file, spec["resources"]["requests"], "spec.resources.requests", "gpu", &s->requests_gpu, &s->requests_memory, note);
+    spec_resources(file, spec["resources"]["limits"], "spec.resources.limits", "gpu", &s->limits_gpu, &s->limits_memory, note);
   }
   if (const YAML::Node a = spec["autoscaling"]) {
     spec_only(file, a, "spec.autoscaling", {"minReplicas", "maxReplicas", "metrics"}, note);

@@ -50,6 +50,9 @@ YAML::Node spec_root(const std::string& file, const std::string& kind, std::vect
 // as users write it (onnx, ONNX, hdf5, loom-hdf5), into s->path and s->format.
 int spec_int(const std::string& file, const YAML::Node& n, const std::string& at, int lo, int hi);
 std::string spec_quantity(const std::string& file, const YAML::Node& n, const std::string& at);
+// requests or limits: GPUs under `gpu_key` (gpu; KServe's nvidia.com/gpu) and memory.
+void spec_resources(const std::string& file, const YAML::Node& n, const std::string& at, const std::string& gpu_key, int* gpu,
+                    std::string* memory, std::vector<std::string>* ignored);
 void spec_model(const std::string& file, const std::string& location, const std::string& format, const std::string& at,
                 const std::string& format_at, InferenceServiceSpec* s);
 // KServe's InferenceService (spec_kserve.cpp): `root` as spec_root read it.

@@ -3,7 +3,7 @@
 // the older spec.predictor.onnx, the replica bounds, scaleMetric/scaleTarget. What KServe has and
 // Loom does not act on (namespaces, annotations, transformers, runtimes, cpu requests, ...) is
 // listed for one warning, not refused: the file is the user's, written for KServe.
-#include <set>
+#include <algorithm>
 
 #include "spec.hpp"
 
@@ -13,15 +13,6 @@ namespace {
 // Knative's defaults when scaleTarget is not given: 100 requests in flight, 200 per second.
 constexpr int kDefaultConcurrency = 100;
 constexpr int kDefaultRps = 200;
-
-// requests/limits: nvidia.com/gpu and memory; cpu and the rest noted.
-void kserve_resources(const std::string& file, const YAML::Node& n, const std::string& at, int* gpu, std::string* memory,
-                      std::vector<std::string>* ignored) {
-  if (!n) return;
-  spec_only(file, n, at, {"nvidia.com/gpu", "memory"}, ignored);
-  if (n["nvidia.com/gpu"]) *gpu = spec_int(file, n["nvidia.com/gpu"], at + ".nvidia.com/gpu", 0, 64);
-  if (n["memory"]) *memory = spec_quantity(file, n["memory"], at + ".memory");
-}
 
 // The predictor's model: spec.predictor.model with modelFormat, or spec.predictor.onnx.
 void kserve_model(const std::string& file, const YAML::Node& p, InferenceServiceSpec* s) {
@@ -48,8 +39,9 @@ void kserve_model(const std::string& file, const YAML::Node& p, InferenceService
              at + (model ? ".modelFormat.name" : ""), s);
   if (const YAML::Node r = m["resources"]) {
     spec_only(file, r, at + ".resources", {"requests", "limits"}, &s->ignored);
-    kserve_resources(file, r["requests"], at + ".resources.requests", &s->requests_gpu, &s->requests_memory, &s->ignored);
-    kserve_resources(file, r["limits"], at + ".resources.limits", &s->limits_gpu, &s->limits_memory, &s->ignored);
+    // nvidia.com/gpu and memory; cpu and the rest noted.
+    spec_resources(file, r["requests"], at + ".resources.requests", "nvidia.com/gpu", &s->requests_gpu, &s->requests_memory, &s->ignored);
+    spec_resources(file, r["limits"], at + ".resources.limits", "nvidia.com/gpu", &s->limits_gpu, &s->limits_memory, &s->ignored);
   }
 }
 

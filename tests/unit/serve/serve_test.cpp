@@ -48,6 +48,21 @@ class ServeCore : public ::testing::Test {
     std::remove((dir_ + "/spec.yaml").c_str());
     rmdir(dir_.c_str());
   }
+  std::string write_spec(const std::string& text) {
+    std::ofstream(dir_ + "/spec.yaml") << text;
+    return dir_ + "/spec.yaml";
+  }
+  // `text` with `from` replaced by `to` is refused, the error holding `what`.
+  void expect_spec_refused(const std::string& text, const std::string& from, const std::string& to, const char* what) {
+    std::string bad = text;
+    bad.replace(bad.find(from), from.size(), to);
+    try {
+      loom::serve::load_spec(write_spec(bad));
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ServeError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
   std::vector<loom::rt::Tensor> rows(int n, float base) {  // the model's one input, n rows
     loom::rt::Tensor x = loom::rt::Tensor::empty({n, 784});
     for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = base + static_cast<float>(i % 97) * 0.01f;
@@ -201,10 +216,7 @@ TEST_F(ServeCore, DecodesUint8WithTheModelsPreprocessingAndChecksShapes) {
 }
 
 TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
-  auto write = [&](const std::string& text) {
-    std::ofstream(dir_ + "/spec.yaml") << text;
-    return dir_ + "/spec.yaml";
-  };
+  auto write = [&](const std::string& text) { return write_spec(text); };
   const std::string good =
       "apiVersion: loom.ai/v1\nkind: InferenceService\nmetadata:\n  name: fm\nspec:\n  model:\n    path: file://" + dir_ +
       "/model.h5\n    format: loom-hdf5\n  resources:\n    requests: {gpu: 1, memory: 8Gi}\n"
@@ -216,16 +228,7 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
   EXPECT_EQ(s.requests_memory, "8Gi");
   EXPECT_EQ(s.max_replicas, 10);
   EXPECT_EQ(s.queue_length, 5);
-  auto expect_bad = [&](const std::string& from, const std::string& to, const char* what) {
-    std::string text = good;
-    text.replace(text.find(from), from.size(), to);
-    try {
-      loom::serve::load_spec(write(text));
-      ADD_FAILURE() << "accepted: " << what;
-    } catch (const ServeError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
+  auto expect_bad = [&](const std::string& from, const std::string& to, const char* what) { expect_spec_refused(good, from, to, what); };
   expect_bad("queueLength", "queueLenght", "unknown field spec.autoscaling.metrics[0].queueLenght");
   expect_bad("file://", "https://", "scheme https:// is not supported");
   expect_bad("gpu: 1", "gpu: one", "spec.resources.requests.gpu must be an integer");
@@ -245,10 +248,7 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
 // as users write them, storageUri a folder or a file, replica bounds, scaleMetric/scaleTarget,
 // nvidia.com/gpu; what Loom does not act on named, not refused; other schemes and formats refused.
 TEST_F(ServeCore, ReadsKServesAndTheSeedsInferenceServices) {
-  auto write = [&](const std::string& text) {
-    std::ofstream(dir_ + "/spec.yaml") << text;
-    return dir_ + "/spec.yaml";
-  };
+  auto write = [&](const std::string& text) { return write_spec(text); };
   const std::string kserve = "apiVersion: serving.kserve.io/v1beta1\nkind: InferenceService\nmetadata:\n  name: bert\n"
                              "  namespace: ml\n  annotations: {a: b}\nspec:\n  predictor:\n    minReplicas: 0\n    maxReplicas: 3\n"
                              "    scaleMetric: rps\n    scaleTarget: 40\n    model:\n      modelFormat: {name: ONNX, version: \"1\"}\n"
@@ -267,16 +267,7 @@ TEST_F(ServeCore, ReadsKServesAndTheSeedsInferenceServices) {
   EXPECT_EQ(s.requests_memory, "4Gi");
   EXPECT_EQ(s.ignored, std::vector<std::string>({"metadata.namespace", "metadata.annotations", "spec.transformer",
                                                  "spec.predictor.model.modelFormat.version", "spec.predictor.model.resources.requests.cpu"}));
-  auto bad = [&](const std::string& from, const std::string& to, const char* what) {
-    std::string text = kserve;
-    text.replace(text.find(from), from.size(), to);
-    try {
-      loom::serve::load_spec(write(text));
-      ADD_FAILURE() << "accepted: " << what;
-    } catch (const ServeError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
+  auto bad = [&](const std::string& from, const std::string& to, const char* what) { expect_spec_refused(kserve, from, to, what); };
   bad("file:///models", "gs://models", "storageUri: scheme gs:// is not supported");
   bad("name: ONNX", "name: sklearn", "modelFormat.name 'sklearn' is not a format loom-serve runs");
   bad("scaleMetric: rps", "scaleMetric: cpu", "scaleMetric 'cpu' is not one the controller scales on (concurrency or rps)");
