@@ -89,10 +89,15 @@ Comm allreduce(const Cluster& c, const Allocation& a, double bytes, const Model&
   const double alpha = nodes > 1 ? m.alpha_net_s : m.alpha_intra_s;
   const double ring = 2 * (P - 1) / P * bytes / (bw * 1e9) + 2 * (P - 1) * alpha;
   // NCCL's tree (across nodes only): a chain inside each node, a double binary tree between
-  // nodes; each node's NICs carry the message once each way, latency grows with log2(nodes).
+  // nodes, latency growing with log2(nodes). On two nodes each node's NICs carry the message once
+  // each way, fewer bytes than the ring's (NCCL issue 812; nccl-tests issue 22: twice the ring's
+  // speed). On more, a node is inner in one tree and a leaf in the other and its NICs carry it
+  // twice: NCCL's own tuner takes the tree's algorithm bandwidth as 0.92 x 0.5 of the link's.
   double tree = kInf;
-  if (nodes > 1)
-    tree = bytes / (bw * 1e9) + 2 * std::ceil(std::log2(nodes)) * m.alpha_net_s + 2 * (most_local - 1) * m.alpha_intra_s;
+  if (nodes > 1) {
+    const double tree_bw = nodes == 2 ? bw : m.tree_efficiency * 0.5 * bw;
+    tree = bytes / (tree_bw * 1e9) + 2 * std::ceil(std::log2(nodes)) * m.alpha_net_s + 2 * (most_local - 1) * m.alpha_intra_s;
+  }
   const bool use_tree = algo == "tree" ? nodes > 1 : algo == "ring" ? false : tree < ring;
   r.algo = use_tree ? "tree" : "ring";
   r.allreduce_s = use_tree ? tree : ring;

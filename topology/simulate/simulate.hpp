@@ -35,6 +35,7 @@ struct Model {
   double nvlink_efficiency = 0.78;  // NCCL busbw / NVLink line rate inside a node
   double pcie_efficiency = 0.80;    // ... over PCIe and the SMP interconnect
   double net_efficiency = 0.94;     // ... per NIC (46-48 GB/s of a 400 Gb/s NIC)
+  double tree_efficiency = 0.92;    // NCCL's tuner: a tree's bus bandwidth against the link's
   double alpha_intra_s = 2e-6;      // per ring step inside a node
   double alpha_net_s = 6e-6;        // per ring step or tree level across the network
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "loom/topo/topology.hpp"
 #include "simulate/simulate.hpp"
@@ -61,6 +62,31 @@ TEST(SimulateAnchors, PublishedNcclTestsFiguresWithin30Percent) {
   expect_within(busbw(a100_4, whole_nodes(a100_4, 0, 2)), 91, 0.3, "DGX A100 x2, 4x HDR 200 Gb/s");
   const Cluster v100 = cluster_of("dgx1v", 2, 4, 100);
   expect_within(busbw(v100, whole_nodes(v100, 0, 2)), 47, 0.3, "DGX-1V x2, 4x EDR 100 Gb/s");
+}
+
+// NCCL chooses itself (--algo auto): on 3 or more nodes neither algorithm may beat the network's
+// line rate. Each figure is cited in doc/simulate.md; a 1 GiB allreduce over whole nodes.
+TEST(SimulateAnchors, MultiNodeFiguresWithNcclsOwnChoiceWithin30Percent) {
+  auto auto_busbw = [](const Cluster& c, int nodes) { return allreduce(c, whole_nodes(c, 0, nodes), 1 << 30, Model{}).busbw_gbps; };
+  const Cluster a100 = cluster_of("dgxa100", 16, 8, 200);
+  for (int nodes : {4, 8, 16}) {
+    const std::string what = "DGX A100 x" + std::to_string(nodes) + ", 8x HDR (auto)";
+    expect_within(auto_busbw(a100, nodes), 192, 0.3, what.c_str());
+  }
+  const Cluster a100_4 = cluster_of("dgxa100", 3, 4, 200);
+  expect_within(auto_busbw(a100_4, 3), 90, 0.3, "A100 x3, 4x HDR (auto)");
+  const Cluster v100 = cluster_of("dgx1v", 8, 4, 100), v100_1 = cluster_of("dgx1v", 8, 1, 100);
+  for (int nodes : {4, 8}) {
+    expect_within(auto_busbw(v100, nodes), 48, 0.3, ("DGX-1V x" + std::to_string(nodes) + ", 4x EDR (auto)").c_str());
+    expect_within(auto_busbw(v100_1, nodes), 12.2, 0.3, ("DGX-1V x" + std::to_string(nodes) + ", 1x EDR (auto)").c_str());
+  }
+  expect_within(busbw(v100_1, whole_nodes(v100_1, 0, 2)), 12.2, 0.3, "DGX-1V x2, 1x EDR 100 Gb/s");
+  const Cluster a800 = cluster_of("dgxa100", 12, 1, 200);  // A800s: the A100's NVLink board, one HDR NIC
+  expect_within(auto_busbw(a800, 12), 24, 0.3, "A800 x12, 1x HDR (auto)");
+  // On two nodes the tree moves fewer bytes than the ring and NCCL takes it: about twice the ring.
+  const Comm two = allreduce(a100, whole_nodes(a100, 0, 2), 1 << 30, Model{});
+  EXPECT_EQ(two.algo, "tree");
+  EXPECT_NEAR(two.busbw_gbps / busbw(a100, whole_nodes(a100, 0, 2)), 1.875, 0.1);
 }
 
 TEST(SimulateInvariants, MoreBandwidthIsNeverSlower) {
