@@ -94,9 +94,11 @@ void parse_top(Spec& s, const YAML::Node& root) {
   s.command = scalar<std::string>(root["command"], "command");
   s.metric = scalar<std::string>(root["metric"], "metric");
   if (s.metric.empty()) throw SpecError("'metric' is empty");
+  // Loom's min|max, and minimize|maximize as Optuna's direction and W&B sweeps' goal spell them.
   const std::string goal = root["goal"] ? scalar<std::string>(root["goal"], "goal") : "min";
-  if (goal != "min" && goal != "max") throw SpecError("'goal': '" + goal + "' (min or max)");
-  s.maximise = goal == "max";
+  if (goal != "min" && goal != "max" && goal != "minimize" && goal != "maximize")
+    throw SpecError("'goal': '" + goal + "' (min or max; minimize or maximize)");
+  s.maximise = goal == "max" || goal == "maximize";
   const std::string method = root["method"] ? scalar<std::string>(root["method"], "method") : "bayes";
   if (method != "bayes" && method != "random") throw SpecError("'method': '" + method + "' (bayes or random)");
   s.bayes = method == "bayes";

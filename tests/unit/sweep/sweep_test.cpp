@@ -119,6 +119,9 @@ TEST(Spec, RefusesBadSpecsWithOneClearError) {
   expect_spec_error(with("--opt {opt}", "--opt {optimiser}"), "{optimiser}, which is not a parameter");
   expect_spec_error(with("trials: 8", "trails: 8"), "unknown key 'trails'");
   expect_spec_error(with("goal: max", "goal: up"), "'goal'");
+  // Optuna's and W&B's spellings are taken as they come.
+  EXPECT_TRUE(parse_spec(with("goal: max", "goal: maximize")).maximise);
+  EXPECT_FALSE(parse_spec(with("goal: max", "goal: minimize")).maximise);
   expect_spec_error(with("parallel: 2", "parallel: 9"), "'parallel'");
   expect_spec_error(with("values: [sgd, \"adam w\"]", "values: []"), "non-empty list");
   expect_spec_error(with("min: 16", "min: 16.5"), "integer min and max");
