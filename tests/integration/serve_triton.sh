@@ -5,7 +5,8 @@
 # --shape, from the configuration alone. The repository is laid out as Triton's: a model with a
 # Triton config.pbtxt (platform onnxruntime_onnx, two version folders of which the policy serves
 # the latest, dynamic batching, two instances, a field Loom does not act on), one without, and
-# one folder for each config a Triton user can get wrong, each refused by name while the rest serve.
+# one folder for each config a Triton user can get wrong, each refused by name while the rest serve;
+# then the client's everyday calls (tests/serve/triton_client_check.py) and a bearer token.
 . "$(dirname "$0")/lib.sh"
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 require_onnx_graph
@@ -91,8 +92,10 @@ if ! LD_LIBRARY_PATH=$cudart ldd "$pa" 2>/dev/null | grep -q "not found"; then
   for proto in http grpc; do
     url=$http
     [ $proto = grpc ] && url=$grpc
+    # A check that it runs, not a figure (those are make bench's): any window counts as stable,
+    # so a busy machine cannot fail it.
     run_cmd env LD_LIBRARY_PATH="$cudart" timeout 120 "$pa" -m tab -u "$url" -i $proto -b 4 --concurrency-range 2 --input-data zero \
-      --measurement-interval 1000 --stability-percentage 50 --max-trials 4
+      --measurement-interval 500 --stability-percentage 1000 --max-trials 3
     expect_eq "perf_analyzer over $proto, -b 4, no --shape: exit status" 0 "$rc"
     expect_match "perf_analyzer over $proto reports throughput" "Concurrency: 2, throughput: [0-9.]+ infer/sec" "$out"
     [ "$rc" = 0 ] || echo "$out $err" | tail -n 8
@@ -104,6 +107,36 @@ stats=$(curl -s "$http/v2/models/tab/stats")
 expect_match "perf_analyzer's requests are in tab's statistics, 4 rows each" '"inference_count":[1-9][0-9]*' "$stats"
 expect_match "and in tab's version 2 only" '"name":"tab","version":"2"' "$stats"
 
+kill "$pid"
+wait "$pid"
+
+# A bearer token, as Triton's clients send one: headers on each call; none is refused.
+printf 's3cret-token\n' >token
+chmod 600 token
+serve_start tok --model-repository repo --grpc-port 0 --auth-token-file token
+run_cmd "$peer/bin/python" - "$http" "$grpc" <<'PY'
+import sys
+import numpy as np
+import tritonclient.grpc as g
+import tritonclient.http as h
+from tritonclient.utils import InferenceServerException
+auth = {"authorization": "Bearer s3cret-token"}  # gRPC metadata keys are lower case
+for name, mod, url in (("http", h, sys.argv[1]), ("grpc", g, sys.argv[2])):
+    c = mod.InferenceServerClient(url)
+    t = mod.InferInput("x", [1, 4], "FP32")
+    t.set_data_from_numpy(np.ones((1, 4), np.float32))
+    print(name, "with", c.infer("plain", [t], headers=dict(auth)).as_numpy("y").shape)  # the HTTP client adds to the dict
+    try:
+        c.infer("plain", [t])
+        print(name, "without answered")
+    except InferenceServerException as e:
+        print(name, "without refused:", e.status(), str(e)[:80])
+PY
+[ -n "$err" ] && echo "$err" | tail -n 5
+expect_match "with the token, HTTP answers" "^http with \(1, 3\)" "$out"
+expect_match "with the token, gRPC answers" "grpc with \(1, 3\)" "$out"
+expect_match "without it, HTTP refuses (401)" "http without refused: 401" "$out"
+expect_match "without it, gRPC refuses (UNAUTHENTICATED)" "grpc without refused: StatusCode.UNAUTHENTICATED" "$out"
 kill "$pid"
 wait "$pid"
 finish
