@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# ort_figures.sh — the graph executor against ONNX Runtime (issue 38 item 4), in one run: the
+# ResNet, BERT and GPT-2 of tests/parity/onnx_models.py (exported by torch.onnx.export, opset 17;
+# sequence 16, their longest) at batch 1 and 32, on 1 and 2 threads (ORT's intra_op_num_threads
+# the same, inter-op 1), each side the best of 40 runs on the same input shapes. Target: loom >=
+# 0.8x ORT in every row (ratio = ORT's time / loom's).
+# Usage: LOOM_BUILDDIR=_build LOOM_SRCDIR=. tests/bench/ort_figures.sh   (about a minute)
+set -euo pipefail
+B=$(cd "${LOOM_BUILDDIR:-.}" && pwd)
+S=$(cd "${LOOM_SRCDIR:-$(dirname "$0")/../..}" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/loom-ort-figures.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+[ -x "$B/tests/parity/onnx_run" ] || { echo "ort_figures: loom built without ONNX, nothing measured"; exit 0; }
+peer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" ort onnxruntime numpy) || { echo "ort_figures: no ONNX Runtime peer, nothing measured"; exit 0; }
+/usr/bin/python3 - "$S/tests/parity" "$work" <<'PY' 2>/dev/null
+import sys
+sys.path.insert(0, sys.argv[1])
+import onnx_models as om
+for fam in ("resnet", "bert", "gpt2"):
+    om.export(fam, f"{sys.argv[2]}/{fam}.onnx", 17)
+PY
+declare -A vocab=([resnet]=1 [bert]=100 [gpt2]=96)
+echo "== loom's executor against ONNX Runtime $("$peer/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)'), best of 40 runs (ms)"
+printf '%-7s %5s %7s | %9s %9s | %6s\n' model batch threads loom ORT ratio
+for fam in resnet bert gpt2; do
+  for batch in 1 32; do
+    for threads in 1 2; do
+      loom_ms=$("$B/loom-bench" infer --onnx "$work/$fam.onnx" --batch $batch --seq 16 --int-max "${vocab[$fam]}" --threads $threads \
+        --reps 40 --format json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
+      ort_ms=$("$peer/bin/python" - "$work/$fam.onnx" $batch $threads "${vocab[$fam]}" <<'PY'
+import sys, time
+import numpy as np
+import onnxruntime as ort
+path, batch, threads, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+so = ort.SessionOptions()
+so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(1)
+feeds = {}
+for i in s.get_inputs():
+    shape = [batch if k == 0 else (16 if not isinstance(d, int) else d) for k, d in enumerate(i.shape)]
+    if i.type == "tensor(float)":
+        feeds[i.name] = rng.random(shape, dtype=np.float32)
+    else:
+        feeds[i.name] = np.ones(shape, np.int64) if "mask" in i.name else rng.integers(0, vocab, shape)
+for _ in range(3):
+    s.run(None, feeds)
+best = 1e9
+for _ in range(40):
+    t = time.perf_counter()
+    s.run(None, feeds)
+    best = min(best, time.perf_counter() - t)
+print(f"{best * 1e3:.3f}")
+PY
+      )
+      printf '%-7s %5d %7d | %9.3f %9.3f | %5.2fx%s\n' $fam $batch $threads "$loom_ms" "$ort_ms" \
+        "$(echo "$ort_ms $loom_ms" | awk '{print $1/$2}')" "$(echo "$ort_ms $loom_ms" | awk '{print ($1/$2 >= 0.8) ? "" : "  (target 0.8x: missed)"}')"
+    done
+  done
+done
