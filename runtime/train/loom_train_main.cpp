@@ -173,6 +173,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
   }
   if (model != "mlp" && model != "gpt") throw Usage{"--model must be mlp or gpt, not '" + model + "'"};
   c.model = model;
+  c.config_path = config;
   if (data.empty()) {
     if (model == "gpt") throw Usage{"--model gpt needs --data text:FILE or --data tokens:FILE"};
     data = "fashion-mnist";

@@ -87,6 +87,19 @@ PY
 )
   expect_eq "loom-bench's MLLOG lines" ok "$verdict"
 fi
+# loom-train --mllog against MLCommons' own compliance checker (PyPI mlperf-logging, training
+# rules): every common and open-division rule passes; only the benchmark-specific ones, which
+# name MLPerf's reference models, cannot (tests/train/mllog_compliance.py).
+if peer=$("$LOOM_SRCDIR/contrib/peer-venv.sh" mllog mlperf-logging 2>peer.err); then
+  run_cmd "$T" --layers 784,32,10 --steps 5 --global-batch 32 --mllog run.mllog
+  expect_eq "loom-train --mllog exit" 0 "$rc"
+  run_cmd "$peer/bin/python" "$LOOM_SRCDIR/tests/train/mllog_compliance.py" run.mllog
+  echo "$out" | tail -n 2 | sed 's/^/  /'
+  expect_eq "MLCommons' checker: the common and division rules pass" 0 "$rc"
+  expect_match "MLCommons' checker: only the benchmark-specific rules are left" "verdict: common and division rules pass; 2 benchmark-specific" "$out"
+else
+  echo "SKIP (part): no MLCommons checker: $(cat peer.err)"
+fi
 # Every program says its version; loom-bench --help is help, not an error.
 for p in loom-train loom-serve loom-compress loom-bench loom-topo loom-sweep; do
   [ -x "$LOOM_BUILDDIR/$p" ] || continue

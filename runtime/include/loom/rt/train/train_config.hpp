@@ -51,6 +51,7 @@ struct TrainConfig {
   int metrics_port = -1;                  // --metrics-port: Prometheus endpoint on rank 0 (-1: none, 0: any port)
   std::string metrics_bind = "127.0.0.1";
   std::string mllog_path;  // --mllog: MLPerf-style :::MLLOG lines (rank 0)
+  std::string config_path;  // --config FILE, when given (the MLPerf log's config_filename)
   std::string export_path;
   // mlp: start from a model file's weights (its widths must equal --layers) instead of random ones.
   std::string init_path;
