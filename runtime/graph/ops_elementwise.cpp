@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops.hpp"
+#include "ops_fused.hpp"
 
 namespace loom::rt::graph {
 namespace {
@@ -184,16 +185,23 @@ void op_where(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
   const uint8_t* pc = c.data<uint8_t>();
   const char *px = x.data<char>(), *py = y.data<char>();
   char* pr = r.data<char>();
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t o = 0, total = r.numel(); o < total; ++o) {
+  // Each run of the last dimension at once (its three strides fixed), the outer index stepped after.
+  const size_t nd = shape.size();
+  const int64_t inner = nd ? shape[nd - 1] : 1, total = r.numel();
+  const int64_t ic = nd ? sc[nd - 1] : 0, ix = nd ? sx[nd - 1] : 0, iy = nd ? sy[nd - 1] : 0;
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t o = 0; inner > 0 && o < total; o += inner) {
     int64_t oc = 0, ox = 0, oy = 0;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      oc += idx[d] * sc[d];
-      ox += idx[d] * sx[d];
-      oy += idx[d] * sy[d];
+    for (size_t d = 0; d + 1 < nd; ++d) oc += idx[d] * sc[d], ox += idx[d] * sx[d], oy += idx[d] * sy[d];
+    if (es == 4) {
+      const auto *fx = reinterpret_cast<const uint32_t*>(px), *fy = reinterpret_cast<const uint32_t*>(py);
+      uint32_t* fr = reinterpret_cast<uint32_t*>(pr) + o;
+      for (int64_t j = 0; j < inner; ++j) fr[j] = pc[oc + j * ic] ? fx[ox + j * ix] : fy[oy + j * iy];
+    } else {
+      for (int64_t j = 0; j < inner; ++j)
+        std::memcpy(pr + (o + j) * es, pc[oc + j * ic] ? px + (ox + j * ix) * es : py + (oy + j * iy) * es, es);
     }
-    std::memcpy(pr + o * es, pc[oc] ? px + ox * es : py + oy * es, es);
-    for (size_t d = shape.size(); d-- > 0;) {
+    for (size_t d = nd ? nd - 1 : 0; d-- > 0;) {  // the dimensions above the last
       if (++idx[d] < shape[d]) break;
       idx[d] = 0;
     }
@@ -270,20 +278,16 @@ void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
   float* r = y.f32();
   const int64_t total = a.numel();
   const std::string& op = n.op;
+  if (unary_rows(op.c_str(), x, r, total)) {
+    out[0] = y;
+    return;
+  }
   if (op == "Relu") {
     for (int64_t i = 0; i < total; ++i) r[i] = x[i] > 0 ? x[i] : 0.0f;
   } else if (op == "Sqrt") {
     for (int64_t i = 0; i < total; ++i) r[i] = std::sqrt(x[i]);
-  } else if (op == "Erf") {
-    for (int64_t i = 0; i < total; ++i) r[i] = std::erf(x[i]);
-  } else if (op == "Tanh") {
-    for (int64_t i = 0; i < total; ++i) r[i] = std::tanh(x[i]);
-  } else if (op == "Sigmoid") {
-    for (int64_t i = 0; i < total; ++i) r[i] = 1.0f / (1.0f + std::exp(-x[i]));
   } else if (op == "Neg") {
     for (int64_t i = 0; i < total; ++i) r[i] = -x[i];
-  } else if (op == "Exp") {
-    for (int64_t i = 0; i < total; ++i) r[i] = std::exp(x[i]);
   } else if (op == "Log") {
     for (int64_t i = 0; i < total; ++i) r[i] = std::log(x[i]);
   } else if (op == "Reciprocal") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "ops.hpp"
 #include "loom/rt/tensor/vec.hpp"
@@ -14,6 +15,44 @@ namespace loom::rt::graph {
 
 LOOM_VEC void gelu_rows(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * vec::normal_cdf(x[i]);
+}
+
+namespace {
+
+// tanh from one exponential, odd: 1 - 2 / (e^2a + 1) for a = |x|, and its Taylor polynomial
+// where that loses digits (|x| < 0.0625), chosen without a branch.
+__attribute__((always_inline)) inline float tanh_one(float x) {
+  const float a = std::fabs(x), e = vec::exp(2 * a), big = 1 - 2 / (e + 1);
+  const float x2 = a * a, small = a * (1 + x2 * (-1.0f / 3 + x2 * (2.0f / 15 - x2 * 17.0f / 315)));
+  return std::copysign(a < 0.0625f ? small : big, x);
+}
+
+LOOM_VEC void tanh_rows(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = tanh_one(x[i]);
+}
+LOOM_VEC void sigmoid_rows(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1 / (1 + vec::exp(-x[i]));
+}
+LOOM_VEC void exp_rows(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = vec::exp(x[i]);
+}
+LOOM_VEC void erf_rows(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    y[i] = std::copysign(1 - 2 * vec::half_erfc(a, vec::exp(-a * a)), x[i]);
+  }
+}
+
+}  // namespace
+
+bool unary_rows(const char* op, const float* x, float* y, int64_t n) {
+  const std::string o = op;
+  if (o == "Tanh") tanh_rows(x, y, n);
+  else if (o == "Sigmoid") sigmoid_rows(x, y, n);
+  else if (o == "Exp") exp_rows(x, y, n);
+  else if (o == "Erf") erf_rows(x, y, n);
+  else return false;
+  return true;
 }
 
 LOOM_VEC void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log) {

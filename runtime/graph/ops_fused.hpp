@@ -13,5 +13,8 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log
 // means / invs are not null.
 void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
                      float* means, float* invs);
+// The transcendental unary operators over n values with vec.hpp's exp (no libm call per value):
+// Tanh, Sigmoid, Exp and Erf (within 1e-6 of libm; Exp within 3e-7 relative). False for another op.
+bool unary_rows(const char* op, const float* x, float* y, int64_t n);
 
 }  // namespace loom::rt::graph

@@ -136,6 +136,32 @@ TEST(GraphOps, UnaryFunctions) {
   expect_f(run1("Neg", {p}), {2}, {-4, -9});
 }
 
+// The vectorised Tanh, Sigmoid, Exp and Erf (vec.hpp's exp, no libm call) against libm over the
+// range where their digits go: tiny values where tanh switches to its polynomial, both tails.
+TEST(GraphOps, VectorisedTranscendentalsAgreeWithLibm) {
+  std::vector<float> xs;
+  for (float v = -30; v <= 30; v += 0.0137f) xs.push_back(v);
+  for (float v : {0.0f, 1e-8f, -1e-6f, 0.0624f, 0.0626f, -0.0625f, 80.0f, -80.0f}) xs.push_back(v);
+  const Tensor x = F({static_cast<int64_t>(xs.size())}, xs);
+  const std::map<std::string, double (*)(double)> ref = {{"Tanh", [](double v) { return std::tanh(v); }},
+                                                         {"Sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
+                                                         {"Erf", [](double v) { return std::erf(v); }}};
+  for (const auto& [op, f] : ref) {
+    const Tensor y = run1(op, {x});
+    double worst = 0;
+    for (size_t i = 0; i < xs.size(); ++i) worst = std::max(worst, std::fabs(y.f32()[i] - f(xs[i])));
+    EXPECT_LT(worst, 1e-6) << op;
+    if (op != "Tanh") continue;
+    for (size_t i = xs.size() - 8; i < xs.size(); ++i)  // relative error where it is small
+      EXPECT_NEAR(y.f32()[i], std::tanh(static_cast<double>(xs[i])), 2e-7 * std::max(1e-8, std::fabs(std::tanh(static_cast<double>(xs[i]))))) << xs[i];
+  }
+  const Tensor e = run1("Exp", {F({5}, {-20, -1, 0, 1, 20})});
+  for (int i = 0; i < 5; ++i) {
+    const double v = std::exp(static_cast<double>(std::vector<float>{-20, -1, 0, 1, 20}[static_cast<size_t>(i)]));
+    EXPECT_NEAR(e.f32()[i], v, 3e-7 * v);
+  }
+}
+
 TEST(GraphOps, MatMulBatchesBroadcastsAndVectors) {
   const Tensor a = iota({2, 2, 3}), w = iota({3, 2});
   // [[0,1,2],[3,4,5]] x [[0,1],[2,3],[4,5]] = [[10,13],[28,40]]; second batch [[6..8],[9..11]]
