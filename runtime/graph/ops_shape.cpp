@@ -399,18 +399,29 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   Tensor y = Tensor::empty(s);
   float* py = y.f32();
   for (int64_t i = 0; i < y.numel(); ++i) py[i] = value;
-  const auto ys = strides_of(s), xs = strides_of(x.shape());
+  if (x.numel() == 0) {
+    out[0] = y;
+    return;
+  }
+  // Each row of the last dimension to its place at once: the part of it the pads keep, copied.
+  const auto ys = strides_of(s);
+  const int64_t w = x.shape().back(), lo = pads[static_cast<size_t>(r - 1)], keep_lo = std::max<int64_t>(0, -lo),
+                keep_hi = std::min<int64_t>(w, s.back() - lo);
   std::vector<int64_t> idx(static_cast<size_t>(r), 0);
-  for (int64_t i = 0, total = x.numel(); i < total; ++i) {  // each source element to its place
-    int64_t o = 0, rem = i;
-    bool inside = true;
-    for (int d = 0; d < r; ++d) {
-      const int64_t c = rem / xs[static_cast<size_t>(d)] + pads[static_cast<size_t>(d)];
-      rem %= xs[static_cast<size_t>(d)];
-      if (c < 0 || c >= s[static_cast<size_t>(d)]) inside = false;
-      if (inside) o += c * ys[static_cast<size_t>(d)];
+  for (int64_t i = 0, total = x.numel(); i < total && keep_lo < keep_hi; i += w) {
+    int64_t o = 0;
+    bool in_out = true;
+    for (int d = 0; d + 1 < r; ++d) {
+      const int64_t c = idx[static_cast<size_t>(d)] + pads[static_cast<size_t>(d)];
+      in_out = in_out && c >= 0 && c < s[static_cast<size_t>(d)];
+      o += c * ys[static_cast<size_t>(d)];
     }
-    if (inside) py[o] = x.f32()[i];
+    if (in_out)
+      std::memcpy(py + o + lo + keep_lo, x.f32() + i + keep_lo, static_cast<size_t>(keep_hi - keep_lo) * sizeof(float));
+    for (int d = r - 1; d-- > 0;) {
+      if (++idx[static_cast<size_t>(d)] < x.shape()[static_cast<size_t>(d)]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
   }
   out[0] = y;
 }
