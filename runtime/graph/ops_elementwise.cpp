@@ -3,6 +3,7 @@
 // other broadcasts walk the output row by row with each operand's strides.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops.hpp"
 #include "ops_fused.hpp"
@@ -223,14 +224,24 @@ double load_as_double(const Tensor& t, int64_t i) {
   }
 }
 
+// A float toward zero into an integer type, saturated at its ends (NaN gives 0): C++ leaves the
+// conversion of a value the type cannot hold undefined, and a request may carry 1e30.
+template <typename T>
+T saturate(double v) {
+  if (std::isnan(v)) return T(0);
+  if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
 void store_from_double(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
     case DType::kF32: t.data<float>()[i] = static_cast<float>(v); return;
-    case DType::kI64: t.data<int64_t>()[i] = static_cast<int64_t>(v); return;
-    case DType::kI32: t.data<int32_t>()[i] = static_cast<int32_t>(v); return;
-    case DType::kU8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); return;
+    case DType::kI64: t.data<int64_t>()[i] = saturate<int64_t>(v); return;
+    case DType::kI32: t.data<int32_t>()[i] = saturate<int32_t>(v); return;
+    case DType::kU8: t.data<uint8_t>()[i] = saturate<uint8_t>(v); return;
     case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
-    case DType::kI8: t.data<int8_t>()[i] = static_cast<int8_t>(v); return;
+    case DType::kI8: t.data<int8_t>()[i] = saturate<int8_t>(v); return;
     default: return;
   }
 }

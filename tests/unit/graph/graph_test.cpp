@@ -120,6 +120,11 @@ TEST(GraphOps, ComparisonsWhereNotAndCast) {
   expect_f(run1("Where", {c, x, y}), {2, 2}, {-1, 2, -1, 4});
   const Tensor v = F({4}, {-1.7f, 0.2f, 2.9f, 1e3f});
   expect_i(run1("Cast", {v}, {{"to", ai(7)}}), {4}, {-1, 0, 2, 1000});  // toward zero
+  // Values an integer type cannot hold saturate (C++ leaves them undefined); NaN gives 0.
+  const Tensor huge = F({4}, {1e30f, -1e30f, 300.0f, NAN});
+  expect_i(run1("Cast", {huge}, {{"to", ai(7)}}), {4}, {INT64_MAX, INT64_MIN, 300, 0});
+  const Tensor u8 = run1("Cast", {huge}, {{"to", ai(2)}});
+  EXPECT_EQ(std::vector<int>(u8.data<uint8_t>(), u8.data<uint8_t>() + 4), (std::vector<int>{255, 0, 255, 0}));
   const Tensor back = run1("Cast", {a}, {{"to", ai(1)}});
   expect_f(back, {3}, {1, 5, 3});
   EXPECT_THROW(run1("Cast", {v}, {{"to", ai(11)}}), loom::rt::Error);  // double
