@@ -27,32 +27,7 @@ for fam in resnet bert gpt2; do
     for threads in 1 2; do
       loom_ms=$("$B/loom-bench" infer --onnx "$work/$fam.onnx" --batch $batch --seq 16 --int-max "${vocab[$fam]}" --threads $threads \
         --reps 40 --format json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
-      ort_ms=$("$peer/bin/python" - "$work/$fam.onnx" $batch $threads "${vocab[$fam]}" <<'PY'
-import sys, time
-import numpy as np
-import onnxruntime as ort
-path, batch, threads, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-so = ort.SessionOptions()
-so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-rng = np.random.default_rng(1)
-feeds = {}
-for i in s.get_inputs():
-    shape = [batch if k == 0 else (16 if not isinstance(d, int) else d) for k, d in enumerate(i.shape)]
-    if i.type == "tensor(float)":
-        feeds[i.name] = rng.random(shape, dtype=np.float32)
-    else:
-        feeds[i.name] = np.ones(shape, np.int64) if "mask" in i.name else rng.integers(0, vocab, shape)
-for _ in range(3):
-    s.run(None, feeds)
-best = 1e9
-for _ in range(40):
-    t = time.perf_counter()
-    s.run(None, feeds)
-    best = min(best, time.perf_counter() - t)
-print(f"{best * 1e3:.3f}")
-PY
-      )
+      ort_ms=$("$peer/bin/python" "$S/tests/bench/ort_time.py" "$work/$fam.onnx" $batch 16 $threads "${vocab[$fam]}" 40)
       printf '%-7s %5d %7d | %9.3f %9.3f | %5.2fx%s\n' $fam $batch $threads "$loom_ms" "$ort_ms" \
         "$(echo "$ort_ms $loom_ms" | awk '{print $1/$2}')" "$(echo "$ort_ms $loom_ms" | awk '{print ($1/$2 >= 0.8) ? "" : "  (target 0.8x: missed)"}')"
     done

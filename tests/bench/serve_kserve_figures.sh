@@ -138,25 +138,7 @@ echo "== BERT (d 256, 4 layers, sequence 128) in-process: loom's executor (loom-
 for b in 1 8; do
   loom_ms=$("$B/loom-bench" infer --onnx "$work/repo/bert/1/model.onnx" --batch $b --seq 128 --int-max 1000 --threads "$THREADS" --reps 30 --format json |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
-  ort_ms=$("$peer/bin/python" - "$work/repo/bert/1/model.onnx" "$b" "$THREADS" <<'PY'
-import sys, time
-import numpy as np
-import onnxruntime as ort
-so = ort.SessionOptions()
-so.intra_op_num_threads, so.inter_op_num_threads = int(sys.argv[3]), 1
-s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
-b = int(sys.argv[2])
-feeds = {"input_ids": np.random.default_rng(0).integers(0, 1000, (b, 128)), "attention_mask": np.ones((b, 128), np.int64)}
-for _ in range(3):
-    s.run(None, feeds)
-best = 1e9
-for _ in range(30):
-    t = time.perf_counter()
-    s.run(None, feeds)
-    best = min(best, time.perf_counter() - t)
-print(f"{best * 1e3:.2f}")
-PY
-  )
+  ort_ms=$("$peer/bin/python" "$S/tests/bench/ort_time.py" "$work/repo/bert/1/model.onnx" $b 128 "$THREADS" 1000 30)
   echo "batch $b: loom $loom_ms ms, ONNX Runtime $ort_ms ms, ratio $(echo "$ort_ms $loom_ms" | awk '{printf "%.2fx", $1/$2}')"
 done
 
