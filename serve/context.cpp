@@ -1,6 +1,8 @@
 // context.cpp — frontend.hpp's Context: readiness, the token check, metrics labels, pipelines
 // by name, and the server's and a model's metadata.
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "batcher.hpp"
 #include "frontend.hpp"
@@ -69,6 +71,40 @@ inference::ModelStatisticsResponse Context::statistics(const std::string& name, 
   return r;
 }
 
+namespace {
+
+// The decoder engines of the loaded language models (vLLM's gauges and counters, Loom's names).
+void llm_prometheus(rt::PrometheusText& t, const std::vector<Repository::Loaded>& loaded) {
+  std::vector<std::pair<rt::PrometheusText::Labels, llm::EngineStats>> all;
+  for (const auto& v : loaded)
+    if (const llm::Engine* e = v.batcher->model().engine()) all.push_back({{{"model", v.name}, {"version", v.version}}, e->stats()});
+  if (all.empty()) return;
+  using S = llm::EngineStats;
+  const std::vector<std::tuple<const char*, const char*, const char*, std::function<double(const S&)>>> families = {
+      {"loom_llm_running_sequences", "gauge", "Sequences being decoded.", [](const S& s) { return s.running; }},
+      {"loom_llm_waiting_sequences", "gauge", "Sequences waiting for a slot or KV blocks.", [](const S& s) { return s.waiting; }},
+      {"loom_llm_kv_blocks_used", "gauge", "KV cache blocks held by sequences.", [](const S& s) { return s.blocks_used; }},
+      {"loom_llm_kv_blocks_free", "gauge", "KV cache blocks free or cached and unused.", [](const S& s) { return s.blocks_total - s.blocks_used; }},
+      {"loom_llm_kv_tokens_held", "gauge", "Positions the running sequences keep in the KV cache.", [](const S& s) { return double(s.tokens_held); }},
+      {"loom_llm_prefix_cache_hits_total", "counter", "Prompt blocks found in the prefix cache.", [](const S& s) { return double(s.prefix_hits); }},
+      {"loom_llm_prefix_cache_misses_total", "counter", "Full prompt blocks not found in the prefix cache.", [](const S& s) { return double(s.prefix_misses); }},
+      {"loom_llm_preemptions_total", "counter", "Sequences preempted for KV blocks (recomputed later).", [](const S& s) { return double(s.preemptions); }},
+      {"loom_llm_generation_tokens_total", "counter", "Tokens generated.", [](const S& s) { return double(s.output_tokens); }},
+      {"loom_llm_steps_total", "counter", "Forward passes of the engine.", [](const S& s) { return double(s.steps); }}};
+  for (const auto& f : families) {
+    t.family(std::get<0>(f), std::get<1>(f), std::get<2>(f));
+    for (const auto& a : all) t.sample(std::get<0>(f), a.first, std::get<3>(f)(a.second));
+  }
+  t.family("loom_llm_time_to_first_token_seconds", "histogram", "From a request's arrival to its first token.");
+  for (const auto& a : all)
+    t.histogram("loom_llm_time_to_first_token_seconds", a.first, llm::kLatencyBounds, a.second.ttft_buckets, a.second.ttft_sum_s, a.second.ttft_count);
+  t.family("loom_llm_inter_token_latency_seconds", "histogram", "Between a sequence's successive tokens.");
+  for (const auto& a : all)
+    t.histogram("loom_llm_inter_token_latency_seconds", a.first, llm::kLatencyBounds, a.second.itl_buckets, a.second.itl_sum_s, a.second.itl_count);
+}
+
+}  // namespace
+
 std::string Context::metrics_text() const {
   std::string out = metrics->text();
   if (repo) {
@@ -77,6 +113,7 @@ std::string Context::metrics_text() const {
     for (auto& v : loaded) all.push_back({{v.name, v.version}, &v.batcher->stats()});
     rt::PrometheusText text;
     stats_prometheus(text, all);
+    llm_prometheus(text, loaded);
     out += text.str();
   }
   return out + (forward ? forward->metrics_text() : "");
@@ -110,7 +147,7 @@ std::string Context::model_metadata_json(const std::string& name, const std::str
   }
   auto b = repo->find(name, version);
   const ServedModel& m = b->model();
-  if (m.generator())
+  if (m.engine())
     return dump_json({{"name", m.name()},
                       {"versions", repo->versions(name)},
                       {"platform", "loom-hdf5"},

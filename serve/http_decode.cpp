@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "generate_json.hpp"
 #include "kserve_json.hpp"
 
 namespace loom::serve {
@@ -47,8 +48,17 @@ Status decode_http_request(const std::string& bytes, const InputSpec& spec, size
     at += n;
   }
   const auto& req = parser.get();
-  if (req.target().find("/infer") == boost::beast::string_view::npos) return Status::kOk;
+  const boost::beast::string_view target = req.target();
   try {
+    if (target.find("/generate") != boost::beast::string_view::npos) {
+      parse_generate_request(req.body());
+      return Status::kOk;
+    }
+    if (target.find("/v1/completions") != boost::beast::string_view::npos) {
+      parse_completion_request(req.body());
+      return Status::kOk;
+    }
+    if (target.find("/infer") == boost::beast::string_view::npos) return Status::kOk;
     const auto hl = req.find("Inference-Header-Content-Length");
     InferRequest r = parse_infer_request(req.body(), hl == req.end() ? "" : std::string(hl->value()));
     int rows = 0;

@@ -31,7 +31,8 @@ struct ParseFailure {
 ParseFailure parse_failure(const boost::beast::error_code& ec, size_t max_body);
 
 // One request's bytes through the server's parser and limits; for an infer request, its body
-// decoded into the model's rows as the server would. Returns kOk or the 4xx it would answer
+// decoded into the model's rows as the server would; a generate or completions request's
+// parameters checked. Returns kOk or the 4xx it would answer
 // (what the fuzzer checks: never a crash, never a 5xx).
 Status decode_http_request(const std::string& bytes, const InputSpec& spec, size_t max_body, int max_rows);
 

@@ -1,5 +1,5 @@
 // http_routes.cpp — the KServe v2 REST endpoints: JSON tensors and the binary-data extension,
-// the generate extension, the repository index, the protocol's error body ({"error": "..."})
+// the repository index, the protocol's error body ({"error": "..."})
 // and status codes; the controller's forwarding. Inference goes through infer.hpp.
 #include "http_routes.hpp"
 
@@ -9,6 +9,7 @@
 
 #include "http_decode.hpp"
 #include "infer.hpp"
+#include "llm_routes.hpp"
 #include "kserve_json.hpp"
 #include "model_config.hpp"
 
@@ -114,47 +115,6 @@ Reply infer(Context& ctx, const std::string& name, const std::string& version, c
   return infer_reply(a.model, a.version, req, outs, static_cast<size_t>(ctx.options.max_run_memory_mb) << 20);
 }
 
-// POST .../generate and .../generate_stream (the generate extension): {"text_input": "...",
-// "parameters": {"max_tokens", "temperature", "seed"}} (the parameters may also stand at the top
-// level) -> {"model_name", "model_version", "text_output"}; the stream sends one server-sent
-// event per piece of text, whole UTF-8 characters at a time.
-Reply generate(Context& ctx, const std::string& name, const std::string& version, const std::string& body, bool stream) {
-  auto batcher = ctx.repo->find(name, version);
-  const ServedModel& m = batcher->model();
-  if (!m.generator())
-    throw ServeError(Status::kBadRequest, "model " + name + " is not a gpt: use POST /v2/models/" + name + "/infer");
-  const GenerateRequest req = parse_generate_request(body);
-  GenerateParams p;
-  p.max_tokens = req.max_tokens;
-  p.temperature = req.temperature;
-  p.seed = req.seed;
-  p.deadline = Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms);
-  auto event = [name = m.name(), ver = m.version()](const std::string& text) {
-    return dump_json({{"model_name", name}, {"model_version", ver}, {"text_output", text}});
-  };
-  Reply r;
-  if (!stream) {
-    r.body = event(m.generator()->generate(req.prompt, p));
-    return r;
-  }
-  r.content_type = "text/event-stream";
-  TextGenerator* gen = m.generator();
-  r.stream = [gen, batcher, req, p, event](const std::function<bool(const std::string&)>& send) {
-    Utf8Chunker chunker;
-    try {
-      gen->generate(req.prompt, p, [&](const std::string& piece) {
-        const std::string whole = chunker.add(piece);
-        return whole.empty() || send("data: " + event(whole) + "\n\n");
-      });
-      const std::string rest = chunker.flush();
-      if (!rest.empty()) send("data: " + event(rest) + "\n\n");
-    } catch (const ServeError& e) {
-      send("data: " + dump_json({{"error", e.what()}}) + "\n\n");
-    }
-  };
-  return r;
-}
-
 std::vector<std::string> split_path(const std::string& target) {
   std::vector<std::string> parts;
   const std::string path = target.substr(0, target.find('?'));
@@ -168,11 +128,15 @@ std::vector<std::string> split_path(const std::string& target) {
   return parts;
 }
 
+}  // namespace
+
 Reply method_not_allowed(const char* allowed) {
   Reply r = error_reply(Status::kBadRequest, std::string("use ") + allowed, 405);
   r.headers.emplace_back("Allow", allowed);
   return r;
 }
+
+namespace {
 
 // POST /v2/repository/index (the repository extension): every model version found, its state
 // and why it is not ready.
@@ -258,6 +222,10 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
   if (ctx.forward) {
     if (p.size() >= 3 && p[0] == "v2" && p[1] == "models") *model_for_metrics = ctx.metrics_label(p[2]);
     return forwarded(ctx, req);
+  }
+  if (!p.empty() && p[0] == "v1") {  // OpenAI's API
+    if (p.size() == 2 && p[1] == "completions") *model_for_metrics = ctx.metrics_label(kUnknownModelLabel);
+    return openai_route(ctx, p, get, post, req.body());
   }
   if (p.size() == 1 && p[0] == "v2") {
     if (!get) return method_not_allowed("GET");

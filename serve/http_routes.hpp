@@ -28,6 +28,9 @@ struct Reply {
 // for what a client sent: bytes that are not UTF-8 are replaced.
 Reply error_reply(Status s, const std::string& msg, int code = 0);
 
+// 405 naming the method the endpoint takes.
+Reply method_not_allowed(const char* allowed);
+
 // The answer to one request (token, health and metrics endpoints included); the model a
 // request named, for the metrics, in *model_for_metrics.
 Reply route(Context& ctx, const http::request<http::string_body>& req, std::string* model_for_metrics);

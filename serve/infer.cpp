@@ -13,7 +13,7 @@ namespace {
 // generate, not infer).
 std::shared_ptr<Batcher> infer_model(Context& ctx, const std::string& model, const std::string& version) {
   std::shared_ptr<Batcher> b = ctx.repo->find(model, version);
-  if (b->model().generator())
+  if (b->model().engine())
     throw ServeError(Status::kBadRequest, "model " + b->model().name() + " is a gpt: use POST /v2/models/" +
                                               b->model().name() + "/generate");
   return b;

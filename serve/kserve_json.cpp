@@ -174,37 +174,6 @@ InferRequest parse_infer_request(const std::string& body, const std::string& hea
   return r;
 }
 
-namespace {
-
-const json* generate_param(const json& req, const char* key) {
-  const json* params = parameters(req, "the request's");
-  const json* v = params ? member(*params, key) : nullptr;
-  return v ? v : member(req, key);
-}
-
-}  // namespace
-
-GenerateRequest parse_generate_request(const std::string& body) {
-  const json req = parse_json(body.data(), body.data() + body.size());
-  if (!req.is_object()) bad("the request must be a JSON object");
-  GenerateRequest r;
-  r.prompt = text(req, "text_input", "the request");
-  if (const json* v = generate_param(req, "max_tokens")) {
-    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 4096)
-      bad("max_tokens must be an integer from 1 to 4096");
-    r.max_tokens = static_cast<int>(v->get<int64_t>());
-  }
-  if (const json* v = generate_param(req, "temperature")) {
-    if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > 100) bad("temperature must be a number from 0 to 100");
-    r.temperature = static_cast<float>(v->get<double>());
-  }
-  if (const json* v = generate_param(req, "seed")) {
-    if (!v->is_number_unsigned()) bad("seed must be a non-negative integer");
-    r.seed = v->get<uint64_t>();
-  }
-  return r;
-}
-
 std::string Utf8Chunker::add(const std::string& bytes) {
   pending_ += bytes;
   // The start of the last character, and how long it must be.

@@ -33,17 +33,6 @@ struct InferRequest {
 // tensors (Inference-Header-Content-Length). Throws ServeError kBadRequest naming the fault.
 InferRequest parse_infer_request(const std::string& body, const std::string& header_length);
 
-// A generate request (the generate extension): {"text_input": "...", "parameters": {...}}, the
-// parameters max_tokens (1-4096, default 64), temperature (>= 0, default 0: greedy) and seed
-// also accepted at the top level as Triton's examples send them.
-struct GenerateRequest {
-  std::string prompt;
-  int max_tokens = 64;
-  float temperature = 0.0f;
-  uint64_t seed = 0;
-};
-GenerateRequest parse_generate_request(const std::string& body);
-
 // Hands on whole UTF-8 characters of a byte stream (a byte-level model emits one byte at a
 // time): add() returns what is complete, flush() the rest.
 class Utf8Chunker {

@@ -102,7 +102,7 @@ struct Cli {
   std::vector<std::string> specs;
   int http_port = 8000, grpc_port = 8001;
   double poll_s = 0;
-  bool controller = false;
+  bool controller = false, no_prefix_caching = false;
   ControllerOptions ctl;
 };
 
@@ -130,6 +130,13 @@ po::options_description describe(Cli& c, Context& ctx) {
       "auth-token-file", po::value(&c.token_file), "bearer token required on every endpoint but health")(
       "threads", po::value(&ctx.options.threads)->default_value(1), "BLAS threads per model's forward pass")(
       "device", po::value(&ctx.options.device)->default_value("auto"), "auto (CUDA when usable) | cpu | cuda")(
+      "max-num-seqs", po::value(&ctx.options.llm.max_num_seqs)->default_value(64),
+      "language models: sequences decoded together (1: one at a time)")(
+      "kv-cache-bytes", po::value(&ctx.options.llm.kv_cache_bytes)->default_value(size_t{512} << 20),
+      "language models: the KV cache's pool per model version")(
+      "kv-block-tokens", po::value(&ctx.options.llm.kv_block_tokens)->default_value(16), "language models: positions per KV block")(
+      "enable-prefix-caching", "language models: share the KV blocks of a common prompt prefix (the default)")(
+      "no-prefix-caching", po::bool_switch(&c.no_prefix_caching), "language models: compute every prompt in full")(
       "poll-s", po::value(&c.poll_s), "reload changed models every S seconds (default: on SIGHUP only)")(
       "strict-readiness", po::bool_switch(&ctx.strict_readiness),
       "ready only when every model found is loaded (default: ready when the server serves any)")(
@@ -169,6 +176,11 @@ std::string check_options(const Cli& c, const Context& ctx, const po::variables_
   if (ctx.options.max_run_memory_mb < 1 || ctx.options.max_run_memory_mb > (int64_t{1} << 30))
     return "--max-run-memory-mb must be 1-1073741824";
   if (ctx.options.threads < 1) return "--threads must be at least 1";
+  if (ctx.options.llm.max_num_seqs < 1 || ctx.options.llm.max_num_seqs > 4096) return "--max-num-seqs must be 1-4096";
+  if (ctx.options.llm.kv_block_tokens < 1 || ctx.options.llm.kv_block_tokens > 1024) return "--kv-block-tokens must be 1-1024";
+  if (ctx.options.llm.kv_cache_bytes < 4096 || ctx.options.llm.kv_cache_bytes > (size_t{1} << 40))
+    return "--kv-cache-bytes must be 4096 to 2^40";
+  if (vm.count("enable-prefix-caching") && c.no_prefix_caching) return "give --enable-prefix-caching or --no-prefix-caching, not both";
   if (ctx.max_connections < 1 || ctx.max_connections > 65536) return "--max-connections must be 1-65536";
   if (ctx.read_timeout_s < 1 || ctx.read_timeout_s > 86400) return "--read-timeout-s must be 1-86400";
   if (ctx.write_timeout_s < 1 || ctx.write_timeout_s > 86400) return "--write-timeout-s must be 1-86400";
@@ -291,7 +303,10 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
                       std::to_string(ctx.options.max_queue_delay_us), "--max-queue-size", std::to_string(ctx.options.max_queue_size),
                       "--request-timeout-ms", std::to_string(ctx.options.request_timeout_ms), "--max-request-bytes",
                       std::to_string(ctx.max_request_bytes), "--max-run-memory-mb",
-                      std::to_string(ctx.options.max_run_memory_mb), "--device", ctx.options.device};
+                      std::to_string(ctx.options.max_run_memory_mb), "--device", ctx.options.device, "--max-num-seqs",
+                      std::to_string(ctx.options.llm.max_num_seqs), "--kv-cache-bytes", std::to_string(ctx.options.llm.kv_cache_bytes),
+                      "--kv-block-tokens", std::to_string(ctx.options.llm.kv_block_tokens)};
+  if (c.no_prefix_caching) c.ctl.serve_args.push_back("--no-prefix-caching");
   return run_controller(c.ctl, ctx, c.bind, c.http_port, c.grpc_port, log_event, [&set] {
     while (next_signal(set, 0) == SIGHUP) {
     }
@@ -326,6 +341,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom-serve: %s\n", bad.c_str());
     return 2;
   }
+  ctx.options.llm.prefix_caching = !c.no_prefix_caching;
   const sigset_t set = block_stop_signals();
   try {
     if (!c.token_file.empty()) ctx.token = read_token(c.token_file);

@@ -7,21 +7,29 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/nn/decoder.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "status.hpp"
 
 namespace loom::serve {
 
-ServedModel::ServedModel(std::string name, std::string version, std::string path, const std::string& device)
+ServedModel::ServedModel(std::string name, std::string version, std::string path, const std::string& device,
+                         const LlmOptions& llm)
     : name_(std::move(name)), version_(std::move(version)), path_(std::move(path)) {
   if (device != "auto" && device != "cpu" && device != "cuda")
     throw rt::Error("--device must be auto, cpu or cuda, not '" + device + "'");
   if (path_.size() > 5 && path_.compare(path_.size() - 5, 5, ".onnx") == 0) {
     load_onnx(device);
+    return;
+  }
+  if (path_.size() > 12 && path_.compare(path_.size() - 12, 12, ".safetensors") == 0) {
+    if (device == "cuda") throw rt::Error("--device cuda: language models are served on the CPU in this build");
+    load_gpt2(llm);
     return;
   }
   rt::ModelFile f = rt::load_model(path_);  // verifies every checksum
@@ -35,7 +43,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   const std::string type = cfg.value("type", "");
   if (type == "gpt") {
     if (device == "cuda") throw rt::Error("--device cuda: gpt models are served on the CPU in this build");
-    load_gpt(f, cfg);
+    load_gpt(f, cfg, llm);
     config_ = f.config_json;
     return;
   }
@@ -81,7 +89,7 @@ void ServedModel::check_finite(const std::vector<rt::Param>& params) const {
 }
 
 // A gpt is served by the generate extension (on the CPU): its vocabulary from vocab_bytes.
-void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
+void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm) {
   rt::Gpt gpt = rt::load_gpt(path_, f);
   check_finite(gpt.params());
   std::vector<int> bytes;
@@ -93,7 +101,28 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg) {
   } catch (const nlohmann::json::exception&) {
     throw rt::Error(path_ + ": model.config has no vocab_bytes (a gpt exported before byte-level tokens: train it again)");
   }
-  generator_ = std::make_unique<TextGenerator>(std::move(gpt), std::move(bytes), path_);
+  auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
+  engine_ = std::make_unique<llm::Engine>(rt::Decoder(rt::decoder_from_gpt(gpt)), std::move(tok), -1, llm);
+}
+
+// GPT-2 as people download it: config.json and model.safetensors in the version folder (path_
+// names the latter). Token ids in and out: the BPE tokenizer (vocab.json, merges.txt) is not
+// built yet, and a folder holding one is told so at load rather than served without it.
+void ServedModel::load_gpt2(const LlmOptions& llm) {
+  const std::string folder = path_.substr(0, path_.rfind('/'));
+  rt::DecoderWeights w = rt::load_gpt2(folder);
+  int eos = -1;
+  try {
+    std::ifstream in(folder + "/config.json");
+    const auto cfg = nlohmann::json::parse(in);
+    if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) eos = cfg["eos_token_id"].get<int>();
+  } catch (const nlohmann::json::exception&) {  // load_gpt2 read it already
+  }
+  if (eos >= w.c.vocab) throw rt::Error(folder + "/config.json: eos_token_id " + std::to_string(eos) + " is outside the vocabulary");
+  gpt2_ = true;
+  config_ = "{\"type\": \"gpt2\", \"n_layer\": " + std::to_string(w.c.layers) + ", \"n_embd\": " + std::to_string(w.c.embd) +
+            ", \"n_positions\": " + std::to_string(w.c.context) + ", \"vocab_size\": " + std::to_string(w.c.vocab) + "}";
+  engine_ = std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), nullptr, eos, llm);
 }
 
 ServedModel::~ServedModel() = default;

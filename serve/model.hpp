@@ -9,7 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generator.hpp"
+#include "llm/engine.hpp"
+#include "options.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/nn/quant_mlp.hpp"
@@ -32,7 +33,8 @@ namespace loom::serve {
 class ServedModel {
  public:
   // Throws rt::Error when the file cannot be served, or device "cuda" is not usable.
-  ServedModel(std::string name, std::string version, std::string path, const std::string& device = "cpu");
+  ServedModel(std::string name, std::string version, std::string path, const std::string& device = "cpu",
+              const LlmOptions& llm = {});
   ~ServedModel();
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
@@ -45,8 +47,8 @@ class ServedModel {
   int out_features() const { return out_; }
   const std::string& config_json() const { return config_; }
   const InputSpec& input() const { return input_; }
-  // "loom-hdf5" or "loom-onnx", for the metadata.
-  const char* platform() const { return graph_ ? "loom-onnx" : "loom-hdf5"; }
+  // "loom-hdf5", "loom-onnx" or "loom-gpt2" (config.json + model.safetensors), for the metadata.
+  const char* platform() const { return graph_ ? "loom-onnx" : gpt2_ ? "loom-gpt2" : "loom-hdf5"; }
   // What the model takes and gives, as the metadata reports it.
   const std::vector<TensorDesc>& inputs() const { return inputs_; }
   const std::vector<TensorDesc>& outputs() const { return outputs_; }
@@ -67,8 +69,9 @@ class ServedModel {
   // "fp32", "int8" (run by the INT8 kernels) or "int8-weights" (dequantized weights, float
   // arithmetic), for metadata and metrics.
   const std::string& precision() const { return precision_; }
-  // A gpt model: served by generate (POST .../generate), not infer; null for an mlp.
-  TextGenerator* generator() const { return generator_.get(); }
+  // A language model (Loom's gpt, GPT-2): served by generate and the OpenAI completions through
+  // its decoder engine, not infer; null for the others.
+  llm::Engine* engine() const { return engine_.get(); }
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
   // ServeError kBadRequest naming what is wrong.
   std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const;
@@ -78,7 +81,7 @@ class ServedModel {
  private:
   std::string name_, version_, path_, config_, precision_ = "fp32";
   int in_ = 0, out_ = 0;
-  bool cuda_ = false;
+  bool cuda_ = false, gpt2_ = false;
   InputSpec input_;
   std::vector<TensorDesc> inputs_, outputs_;
   bool batched_ = true;
@@ -86,9 +89,10 @@ class ServedModel {
   std::unique_ptr<rt::graph::Model> graph_;
   std::unique_ptr<rt::Mlp> mlp_;
   std::unique_ptr<rt::QuantMlp> int8_;
-  std::unique_ptr<TextGenerator> generator_;
+  std::unique_ptr<llm::Engine> engine_;
   void check_finite(const std::vector<rt::Param>& params) const;
-  void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg);
+  void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm);
+  void load_gpt2(const LlmOptions& llm);
   void load_onnx(const std::string& device);
 };
 

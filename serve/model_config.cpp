@@ -171,7 +171,7 @@ ModelConfig derived(const std::string& folder, ServedModel& m, const Options& o)
   c.set_platform(m.platform());
   c.set_backend("loom");
   c.mutable_version_policy()->mutable_all();
-  if (m.generator()) {
+  if (m.engine()) {
     gpt_tensors(&c);
     return c;
   }
@@ -240,7 +240,7 @@ ModelConfig settle_config(const ModelConfig* file, const std::string& folder, Se
   c.set_name(folder);
   check_platform(c, folder, m);
   check_batching(c, folder, *o);
-  if (m.generator()) {
+  if (m.engine()) {
     if (c.input_size() || c.output_size() || c.max_batch_size())
       throw rt::Error("model " + folder + ": a gpt answers generate (text_input, text_output); its config.pbtxt may not set inputs, outputs or max_batch_size");
     gpt_tensors(&c);

@@ -2,11 +2,23 @@
 // threads, device), set once from loom-serve's command line.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace loom::serve {
+
+// The decoder engine of a generative model (serve/llm/engine.hpp): --max-num-seqs,
+// --kv-cache-bytes, --kv-block-tokens, --no-prefix-caching.
+struct LlmOptions {
+  int max_num_seqs = 64;                  // running sequences (1: one at a time)
+  size_t kv_cache_bytes = size_t{512} << 20;
+  int kv_block_tokens = 16;
+  bool prefix_caching = true;
+  int max_waiting = 1024;                 // queued beyond that: 503
+  int max_batched_tokens = 2048;          // rows of one forward pass (a longer prompt runs alone)
+};
 
 struct Options {
   int max_batch_size = 32;
@@ -22,6 +34,7 @@ struct Options {
   // preferred_batch_size) and copies of the model running at once (instance_group's count).
   std::vector<int> preferred_batch_sizes;
   int instances = 1;
+  LlmOptions llm;
 };
 
 }  // namespace loom::serve

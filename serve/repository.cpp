@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
@@ -89,7 +90,8 @@ Repository::Wanted Repository::scan() {
       throw rt::Error("--model-repository " + dir_ + ": not a folder");
     for (const auto& m : subdirs(dir_))
       for (const auto& v : served_versions(m)) {
-        for (const char* file : {"model.h5", "model.onnx"}) {  // Triton's layout; an HDF5 file first
+        // Triton's layout (an HDF5 file first), or GPT-2's: model.safetensors beside config.json.
+        for (const char* file : {"model.h5", "model.onnx", "model.safetensors"}) {
           const std::string f = dir_ + "/" + m + "/" + v + "/" + file;
           int64_t t, s;
           if (stat_file(f, &t, &s)) {
@@ -108,7 +110,11 @@ Repository::Wanted Repository::scan() {
 
 std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::string& version, const std::string& file) {
   if (!dir_.empty() && file.compare(0, dir_.size() + 1, dir_ + "/") == 0) {
-    const std::string why = contained(file);
+    std::string why = contained(file);
+    const std::string folder = file.substr(0, file.rfind('/'));
+    for (const char* beside : {"/config.json", "/vocab.json", "/merges.txt"})  // what a GPT-2 folder reads beside its weights
+      if (why.empty() && file.size() > 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0 && access((folder + beside).c_str(), F_OK) == 0)
+        why = contained(folder + beside);
     if (!why.empty()) throw rt::Error(why);
     for (const std::string& p : {dir_, dir_ + "/" + name, dir_ + "/" + name + "/" + version, file}) warn_writable(p, log_);
   } else {
@@ -123,20 +129,24 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     if (!why.empty()) throw rt::Error(why);
     has_config = read_model_config(dir_ + "/" + name, &file_config, [&](const std::string& w) { log_("warning", w); });
   }
-  auto model = std::make_shared<ServedModel>(name, version, file, o_.device);
+  auto model = std::make_shared<ServedModel>(name, version, file, o_.device, o_.llm);
   model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
   Options o = o_;  // a model folder's config.pbtxt sets its own batching, within the server's limits
   inference::ModelConfig config = settle_config(has_config ? &file_config : nullptr, name, *model, &o);
   std::vector<std::shared_ptr<ServedModel>> instances = {model};
-  for (int i = 1; i < o.instances; ++i) {  // the same file again, checked the same way
+  // A language model's one engine already runs its sequences side by side.
+  for (int i = 1; i < (model->engine() ? 1 : o.instances); ++i) {  // the same file again, checked the same way
     instances.push_back(std::make_shared<ServedModel>(name, version, file, o_.device));
     instances.back()->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
     Options same = o_;
     settle_config(has_config ? &file_config : nullptr, name, *instances.back(), &same);
   }
   std::string what;
-  if (model->generator()) {
-    what = "gpt, context " + std::to_string(model->generator()->context()) + ", generate";
+  if (model->engine()) {
+    const LlmOptions& l = model->engine()->options();
+    what = std::string(model->platform() == std::string("loom-gpt2") ? "gpt2" : "gpt") + ", context " + std::to_string(model->engine()->context()) +
+           ", generate, up to " + std::to_string(l.max_num_seqs) + " sequences, " + std::to_string(model->engine()->stats().blocks_total) +
+           " KV blocks of " + std::to_string(l.kv_block_tokens) + " tokens";
   } else if (model->opset()) {
     what = "onnx opset " + std::to_string(model->opset()) + ", " + model->graph_summary() + ", inputs";
     for (const auto& d : model->inputs()) what += " " + d.name;
@@ -209,7 +219,7 @@ void Repository::reload(bool initial) {
     if (initial && failures > 0 && o_.exit_on_error)
       throw rt::Error(std::to_string(failures) + " model version(s) failed to load (--exit-on-error)");
     if (initial && models_.empty())
-      throw rt::Error("no model to serve" + std::string(failures == 0 ? " (the repository holds no <model>/<version>/model.h5 or model.onnx)" : ""));
+      throw rt::Error("no model to serve" + std::string(failures == 0 ? " (the repository holds no <model>/<version>/model.h5, model.onnx or model.safetensors)" : ""));
   }
 }
 

@@ -29,16 +29,15 @@ namespace loom::rt::gptk {
 
 namespace {
 
-constexpr float kLnEps = 1e-5f;
 constexpr int64_t kRowBlock = 64;  // LayerNorm's dgamma/dbeta: partial sums per block of rows
 
 LOOM_VEC void ln_rows(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, int64_t c,
-                      int64_t lo, int64_t hi) {
+                      float eps, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; ++r) {
     const float* xr = x + r * c;
     const float m = vec::sum(xr, c) / static_cast<float>(c);
     const float v = vec::sum_sq_dev(xr, m, c) / static_cast<float>(c);
-    const float s = 1.0f / std::sqrt(v + kLnEps);
+    const float s = 1.0f / std::sqrt(v + eps);
     mean[r] = m;
     rstd[r] = s;
     float* yr = y + r * c;
@@ -194,8 +193,10 @@ void linear_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, 
   }
 }
 
-void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd) {
+void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd,
+                   float eps) {
   const int64_t n = x.dim(0), c = x.dim(1);
+  if (x.device() == Device::kCuda && eps != kLnEps) throw Error("layernorm: the CUDA kernel's epsilon is 1e-5");
   ensure(y, {n, c}, x.device());
   ensure(mean, {n}, x.device());
   ensure(rstd, {n}, x.device());
@@ -203,7 +204,7 @@ void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Ten
                                       static_cast<int>(c)))
   const float *xp = x.f32(), *g = gamma.f32(), *b = beta.f32();
   float *yp = y.f32(), *mp = mean.f32(), *sp = rstd.f32();
-  for_range(n, 64, [&](int64_t lo, int64_t hi) { ln_rows(xp, g, b, yp, mp, sp, c, lo, hi); });
+  for_range(n, 64, [&](int64_t lo, int64_t hi) { ln_rows(xp, g, b, yp, mp, sp, c, eps, lo, hi); });
 }
 
 void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,

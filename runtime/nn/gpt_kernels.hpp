@@ -25,7 +25,11 @@ Tensor& ensure(Tensor& t, std::vector<int64_t> shape, Device device = Device::kC
 void linear_fwd(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
 // dW = dy^T x, db = sum dy, dx = dy W (overwrites; db and dx optional)
 void linear_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor* db, Tensor* dx);
-void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd);
+// y = (x - mean) / sqrt(var + eps) * gamma + beta over each row (eps 1e-5, torch's default; the
+// CUDA kernel takes only that).
+constexpr float kLnEps = 1e-5f;
+void layernorm_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean, Tensor& rstd,
+                   float eps = kLnEps);
 // dx += LayerNorm's input gradient (the residual stream adds); dgamma, dbeta overwritten.
 void layernorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma,
                    Tensor& dx, Tensor& dgamma, Tensor& dbeta);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "generate_json.hpp"
 #include "kserve_json.hpp"
 #include "model_config.hpp"
 #include "pipeline/pipeline.hpp"
@@ -457,14 +458,40 @@ TEST(Generate, RequestsAreCheckedStrictly) {
   using loom::serve::parse_generate_request;
   auto r = parse_generate_request(R"({"text_input":"hi","parameters":{"max_tokens":5,"temperature":0.5,"seed":3}})");
   EXPECT_EQ(r.prompt, "hi");
-  EXPECT_EQ(r.max_tokens, 5);
-  EXPECT_FLOAT_EQ(r.temperature, 0.5f);
-  EXPECT_EQ(r.seed, 3u);
-  EXPECT_EQ(parse_generate_request(R"({"text_input":"hi","max_tokens":7})").max_tokens, 7);  // Triton's top-level form
-  for (const char* bad : {R"({"text_input":5})", R"({"max_tokens":5})", R"({"text_input":"a","max_tokens":0})",
-                          R"({"text_input":"a","max_tokens":1.5})", R"({"text_input":"a","temperature":"hot"})",
-                          R"({"text_input":"a","seed":-1})", R"({"text_input":"a","parameters":[]})", "[]"})
-    EXPECT_THROW(parse_generate_request(bad), loom::serve::ServeError) << bad;
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+  EXPECT_EQ(r.params.seed, 3u);
+  EXPECT_EQ(parse_generate_request(R"({"text_input":"hi","max_tokens":7})").params.max_tokens, 7);  // Triton's top-level form
+  EXPECT_EQ(parse_generate_request(R"({"text_input":"hi","stop":["a","bc"]})").params.stop, (std::vector<std::string>{"a", "bc"}));
+  std::string many = R"({"text_input":"a","stop":[)";
+  for (int i = 0; i < 10000; ++i) many += std::string(i ? "," : "") + "\"s\"";
+  many += "]}";
+  for (const std::string bad : std::vector<std::string>{R"({"text_input":5})", R"({"max_tokens":5})", R"({"text_input":"a","max_tokens":0})",
+                                R"({"text_input":"a","max_tokens":-3})", R"({"text_input":"a","max_tokens":1e12})",
+                                R"({"text_input":"a","max_tokens":1.5})", R"({"text_input":"a","temperature":"hot"})",
+                                R"({"text_input":"a","temperature":-1})", R"({"text_input":"a","top_p":0})",
+                                R"({"text_input":"a","top_p":1.5})", R"({"text_input":"a","stop":[""]})",
+                                R"({"text_input":"a","seed":-1})", R"({"text_input":"a","parameters":[]})", "[]", many})
+    EXPECT_THROW(parse_generate_request(bad), loom::serve::ServeError) << bad.substr(0, 80);
+}
+
+TEST(Generate, CompletionRequestsAreCheckedStrictly) {
+  using loom::serve::parse_completion_request;
+  auto r = parse_completion_request(R"({"model":"g","prompt":[5,6,7],"max_tokens":3,"n":2,"stream":true,"logprobs":1,"ignore_eos":true})");
+  EXPECT_TRUE(r.prompt_is_ids);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.params.logprobs, 1);
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_FLOAT_EQ(r.params.temperature, 1.0f);  // OpenAI's default
+  EXPECT_EQ(r.params.max_tokens, 16);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":["hello"]})").prompt_text, "hello");
+  for (const std::string bad : std::vector<std::string>{R"({"model":"g"})", R"({"prompt":["a","b"]})", R"({"prompt":[1,-2]})", R"({"prompt":"a","n":0})",
+                                R"({"prompt":"a","n":17})", R"({"prompt":"a","echo":true})", R"({"prompt":"a","best_of":3})",
+                                R"({"prompt":"a","presence_penalty":0.5})", R"({"prompt":"a","logprobs":99})",
+                                R"({"prompt":"a","stream":"yes"})", R"({"prompt":"a","suffix":"x"})"})
+    EXPECT_THROW(parse_completion_request(bad), loom::serve::ServeError) << bad;
 }
 
 // Triton's config.pbtxt through protobuf's TextFormat: Triton's own field names, lists written

@@ -1,0 +1,288 @@
+// llm_routes.cpp — KServe generate and OpenAI completions: the request decoded (generate_json),
+// its sequences submitted to the model's engine, their events gathered into one answer or sent
+// as server-sent events as they come; a client that goes away cancels its sequences.
+#include "llm_routes.hpp"
+
+#include <atomic>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "generate_json.hpp"
+#include "kserve_json.hpp"
+
+namespace loom::serve {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A generative model's engine, with the batcher that keeps it loaded.
+struct Target {
+  std::shared_ptr<Batcher> keep;
+  llm::Engine* engine;
+  std::string name, version;
+};
+
+Target language_model(Context& ctx, const std::string& name, const std::string& version, const char* use_instead) {
+  auto b = ctx.repo->find(name, version);
+  llm::Engine* e = b->model().engine();
+  if (!e) throw ServeError(Status::kBadRequest, "model " + name + " is not a language model: use " + use_instead);
+  return {b, e, b->model().name(), b->model().version()};
+}
+
+// The next event of s, or kTimeout when the engine gave none by the deadline (it ends
+// sequences past their deadline itself; this is the backstop).
+llm::TokenEvent next_event(llm::Stream& s, Clock::time_point deadline) {
+  llm::TokenEvent e;
+  if (!s.next(&e, deadline + std::chrono::seconds(5))) {
+    s.cancel();
+    throw ServeError(Status::kTimeout, "generation timed out");
+  }
+  return e;
+}
+
+Clock::time_point deadline_of(const Context& ctx) { return Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms); }
+
+std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
+  if (!t.engine->tokenizer())
+    throw ServeError(Status::kBadRequest, "model " + t.name +
+                                              " has no tokenizer (its folder has no vocab.json and merges.txt that loom-serve reads): "
+                                              "send token ids to POST /v1/completions");
+  return t.engine->tokenizer()->encode(text);
+}
+
+}  // namespace
+
+Reply generate(Context& ctx, const std::string& name, const std::string& version, const std::string& body, bool stream) {
+  const Target t = language_model(ctx, name, version, ("POST /v2/models/" + name + "/infer").c_str());
+  const GenerateRequest req = parse_generate_request(body);
+  const auto deadline = deadline_of(ctx);
+  auto s = t.engine->submit(prompt_ids(t, req.prompt), req.params, deadline);
+  auto event = [name = t.name, ver = t.version](const std::string& text) {
+    return dump_json({{"model_name", name}, {"model_version", ver}, {"text_output", text}});
+  };
+  Reply r;
+  if (!stream) {
+    std::string text;
+    for (;;) {
+      const llm::TokenEvent e = next_event(*s, deadline);
+      if (e.error != Status::kOk) throw ServeError(e.error, e.message);
+      text += e.text;
+      if (e.done) break;
+    }
+    r.body = event(text);
+    return r;
+  }
+  r.content_type = "text/event-stream";
+  r.stream = [t, s, deadline, event](const std::function<bool(const std::string&)>& send) {
+    Utf8Chunker chunker;
+    try {
+      for (;;) {
+        const llm::TokenEvent e = next_event(*s, deadline);
+        if (e.error != Status::kOk) throw ServeError(e.error, e.message);
+        std::string whole = chunker.add(e.text);
+        if (e.done) whole += chunker.flush();
+        if (!whole.empty() && !send("data: " + event(whole) + "\n\n")) return s->cancel();
+        if (e.done) return;
+      }
+    } catch (const ServeError& e) {
+      send("data: " + dump_json({{"error", e.what()}}) + "\n\n");
+    }
+  };
+  return r;
+}
+
+namespace {
+
+const char* openai_type(Status s) {
+  switch (s) {
+    case Status::kBadRequest: case Status::kTooLarge: return "invalid_request_error";
+    case Status::kNotFound: return "not_found_error";
+    case Status::kUnauthorized: return "authentication_error";
+    case Status::kUnavailable: return "server_overloaded";
+    case Status::kTimeout: return "timeout";
+    default: return "server_error";
+  }
+}
+
+Reply openai_error(Status s, const std::string& msg) {
+  Reply r = error_reply(s, msg);
+  r.body = dump_json({{"error", {{"message", msg}, {"type", openai_type(s)}, {"param", nullptr}, {"code", http_status(s)}}}});
+  return r;
+}
+
+std::string completion_id() {
+  static std::atomic<uint64_t> n{0};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "cmpl-%llx%04llx", static_cast<unsigned long long>(std::time(nullptr)),
+                static_cast<unsigned long long>(n++ & 0xFFFF));
+  return buf;
+}
+
+// What one choice has gathered.
+struct ChoiceText {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  json top = json::array();
+  std::string finish;
+  int completion_tokens = 0;
+  Utf8Chunker chunker;
+};
+
+std::string token_name(int32_t id) { return "token_id:" + std::to_string(id); }
+
+json logprobs_json(const std::vector<int32_t>& ids, const std::vector<float>& lp, const json& top) {
+  json tokens = json::array();
+  for (int32_t id : ids) tokens.push_back(token_name(id));
+  return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}};
+}
+
+// Adds e to c; returns the event's own piece (text, ids, logprobs) for a stream chunk.
+json add_event(ChoiceText& c, const llm::TokenEvent& e, const CompletionRequest& req) {
+  std::vector<int32_t> ids;
+  std::vector<float> lp;
+  json top = json::array();
+  if (e.token >= 0) {
+    ids.push_back(e.token);
+    lp.push_back(e.logprob);
+    json alt = json::object();
+    for (const auto& a : e.top) alt[token_name(a.first)] = a.second;
+    top.push_back(alt);
+  }
+  c.ids.insert(c.ids.end(), ids.begin(), ids.end());
+  c.logprobs.insert(c.logprobs.end(), lp.begin(), lp.end());
+  for (const auto& t : top) c.top.push_back(t);
+  std::string piece = c.chunker.add(e.text);
+  if (e.done) piece += c.chunker.flush(), c.finish = e.finish_reason, c.completion_tokens = e.completion_tokens;
+  c.text += e.text;
+  json choice = {{"index", e.index}, {"text", piece}, {"token_ids", ids},
+                 {"finish_reason", e.done ? json(e.finish_reason) : json(nullptr)}};
+  choice["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(ids, lp, top) : json(nullptr);
+  return choice;
+}
+
+Reply completions(Context& ctx, const std::string& body) {
+  CompletionRequest req = parse_completion_request(body);
+  if (req.model.empty()) throw ServeError(Status::kBadRequest, "the request names no model");
+  const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
+  const std::vector<int32_t> prompt = req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text);
+  const auto deadline = deadline_of(ctx);
+  auto s = std::make_shared<llm::Stream>();
+  for (int i = 0; i < req.n; ++i) {
+    llm::SamplingParams p = req.params;
+    if (p.has_seed) p.seed += static_cast<uint64_t>(i);  // n draws, each its own
+    try {
+      t.engine->submit(prompt, p, deadline, s, i);
+    } catch (...) {
+      s->cancel();
+      throw;
+    }
+  }
+  const std::string id = completion_id();
+  const long long created = static_cast<long long>(std::time(nullptr));
+  const int prompt_tokens = static_cast<int>(prompt.size());
+  auto usage = [prompt_tokens](const std::vector<ChoiceText>& cs) {
+    int out = 0;
+    for (const auto& c : cs) out += c.completion_tokens;
+    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", out}, {"total_tokens", prompt_tokens + out}};
+  };
+  auto head = [id, created, model = t.name]() {
+    return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
+  };
+  Reply r;
+  if (!req.stream) {
+    std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
+    for (int left = req.n; left > 0;) {
+      const llm::TokenEvent e = next_event(*s, deadline);
+      if (e.error != Status::kOk) {
+        s->cancel();
+        throw ServeError(e.error, e.message);
+      }
+      add_event(cs[static_cast<size_t>(e.index)], e, req);
+      left -= e.done ? 1 : 0;
+    }
+    json res = head();
+    res["choices"] = json::array();
+    for (size_t i = 0; i < cs.size(); ++i) {
+      json c = {{"index", i}, {"text", cs[i].text}, {"token_ids", cs[i].ids}, {"finish_reason", cs[i].finish}};
+      c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
+      res["choices"].push_back(c);
+    }
+    res["usage"] = usage(cs);
+    r.body = dump_json(res);
+    return r;
+  }
+  r.content_type = "text/event-stream";
+  r.stream = [t, s, deadline, req, head, usage](const std::function<bool(const std::string&)>& send) {
+    std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
+    try {
+      for (int left = req.n; left > 0;) {
+        const llm::TokenEvent e = next_event(*s, deadline);
+        if (e.error != Status::kOk) throw ServeError(e.error, e.message);
+        json chunk = head();
+        chunk["choices"] = json::array({add_event(cs[static_cast<size_t>(e.index)], e, req)});
+        left -= e.done ? 1 : 0;
+        if (!send("data: " + dump_json(chunk) + "\n\n")) return s->cancel();
+      }
+      if (req.include_usage) {
+        json chunk = head();
+        chunk["choices"] = json::array();
+        chunk["usage"] = usage(cs);
+        send("data: " + dump_json(chunk) + "\n\n");
+      }
+    } catch (const ServeError& e) {
+      s->cancel();
+      send("data: " + dump_json({{"error", {{"message", e.what()}, {"type", openai_type(e.status)}, {"code", http_status(e.status)}}}}) + "\n\n");
+    }
+    send("data: [DONE]\n\n");
+  };
+  return r;
+}
+
+Reply models(Context& ctx) {
+  json data = json::array();
+  for (const auto& l : ctx.repo->loaded_versions()) {
+    const llm::Engine* e = l.batcher->model().engine();
+    if (!e) continue;
+    bool seen = false;
+    for (const auto& d : data) seen = seen || d["id"] == l.name;
+    if (!seen)
+      data.push_back({{"id", l.name}, {"object", "model"}, {"created", 0}, {"owned_by", "loom"}, {"max_model_len", e->context()}});
+  }
+  Reply r;
+  r.body = dump_json({{"object", "list"}, {"data", data}});
+  return r;
+}
+
+}  // namespace
+
+Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bool post, const std::string& body) {
+  try {
+    if (p.size() == 2 && p[1] == "models") {
+      if (!get) return method_not_allowed("GET");
+      return models(ctx);
+    }
+    if (p.size() == 2 && p[1] == "completions") {
+      if (!post) return method_not_allowed("POST");
+      return completions(ctx, body);
+    }
+    if (p.size() == 3 && p[1] == "chat" && p[2] == "completions") {
+      if (!post) return method_not_allowed("POST");
+      const json req = parse_json(body.data(), body.data() + body.size());
+      const std::string model = req.is_object() && req.contains("model") && req["model"].is_string() ? req["model"].get<std::string>() : "";
+      if (model.empty()) throw ServeError(Status::kBadRequest, "the request names no model");
+      language_model(ctx, model, "", "POST /v2/models/<name>/infer");
+      throw ServeError(Status::kBadRequest, "model " + model + " has no chat template (tokenizer_config.json's chat_template is not read by this build): use POST /v1/completions");
+    }
+    return openai_error(Status::kNotFound, "unknown endpoint /" + [&] {
+      std::string s;
+      for (const auto& x : p) s += (s.empty() ? "" : "/") + x;
+      return s.substr(0, 200);
+    }());
+  } catch (const ServeError& e) {
+    return openai_error(e.status, e.what());
+  }
+}
+
+}  // namespace loom::serve

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""llm_client.py — an OpenAI-completions client for the LLM serving tests (urllib, threads, and a
+server-sent-events reader that takes the stream as the SSE spec frames it: `data:` lines, events
+ended by a blank line, `[DONE]` last).
+
+  greedy URL MODEL N PROMPTS_JSON EXPECTED_JSON [--stream]
+      every prompt sent at once (one thread each), greedy, N tokens, ignore_eos; each answer's
+      token ids must equal the expected lists (PyTorch's); prints the agreement.
+"""
+import json, sys, threading, urllib.request
+
+
+def post(url, body, stream=False):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=120)
+
+
+def sse_events(resp):
+    """The data of each server-sent event, in order."""
+    data = []
+    for raw in resp:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line == "":
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def complete(url, model, prompt, n, stream):
+    body = {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": stream}
+    with post(url + "/v1/completions", body) as r:
+        if not stream:
+            a = json.load(r)
+            c = a["choices"][0]
+            assert a["object"] == "text_completion" and a["usage"]["completion_tokens"] == len(c["token_ids"]), a
+            return c["token_ids"], c["finish_reason"]
+        ids, finish, events = [], None, list(sse_events(r))
+        assert events and events[-1] == "[DONE]", events[-3:]
+        for e in events[:-1]:
+            chunk = json.loads(e)
+            assert "error" not in chunk, chunk
+            for c in chunk["choices"]:
+                ids += c["token_ids"]
+                finish = c["finish_reason"] or finish
+        return ids, finish
+
+
+def greedy(url, model, n, prompts, expected, stream):
+    got = [None] * len(prompts)
+    def one(i):
+        try:
+            got[i] = complete(url, model, prompts[i], n, stream)
+        except Exception as e:  # reported below
+            got[i] = (repr(e), None)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    same = sum(1 for (ids, _), want in zip(got, expected) if ids == want)
+    print(f"llm_client: {same}/{len(prompts)} sequences token-for-token equal to PyTorch's greedy loop"
+          f" ({'stream' if stream else 'plain'}, {n} tokens each)")
+    for (ids, fin), want in zip(got, expected):
+        if ids != want:
+            print(f"  got {ids}\n  want {want}")
+        elif fin != "length":
+            print(f"  finish_reason {fin}, not length")
+            return 1
+    return 0 if same == len(prompts) else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "greedy":
+        sys.exit(greedy(sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]), json.loads(sys.argv[6]),
+                        "--stream" in sys.argv[7:]))
+    sys.exit(f"unknown command {sys.argv[1]}")
