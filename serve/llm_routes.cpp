@@ -258,6 +258,12 @@ Reply models(Context& ctx) {
 }  // namespace
 
 Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bool post, const std::string& body) {
+  auto method_not_allowed = [](const char* allowed) {
+    Reply r = openai_error(Status::kBadRequest, std::string("use ") + allowed);
+    r.status = http::status::method_not_allowed;
+    r.headers.emplace_back("Allow", allowed);
+    return r;
+  };
   try {
     if (p.size() == 2 && p[1] == "models") {
       if (!get) return method_not_allowed("GET");
