@@ -18,6 +18,7 @@ struct LlmOptions {
   bool prefix_caching = true;
   int max_waiting = 1024;                 // queued beyond that: 503
   int max_batched_tokens = 2048;          // rows of one forward pass (a longer prompt runs alone)
+  int threads = 1;                        // BLAS/OpenMP threads of its forward passes (--threads)
 };
 
 struct Options {

@@ -129,7 +129,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     if (!why.empty()) throw rt::Error(why);
     has_config = read_model_config(dir_ + "/" + name, &file_config, [&](const std::string& w) { log_("warning", w); });
   }
-  auto model = std::make_shared<ServedModel>(name, version, file, o_.device, o_.llm);
+  auto model = std::make_shared<ServedModel>(name, version, file, o_.device, llm_options());
   model->set_run_memory_budget(static_cast<size_t>(o_.max_run_memory_mb) << 20);
   Options o = o_;  // a model folder's config.pbtxt sets its own batching, within the server's limits
   inference::ModelConfig config = settle_config(has_config ? &file_config : nullptr, name, *model, &o);

@@ -56,6 +56,11 @@ class Repository {
   Wanted scan();
   std::vector<std::string> served_versions(const std::string& model) const;
   std::string contained(const std::string& file) const;  // "" when it may be served, else why not
+  LlmOptions llm_options() const {  // a language model's engine runs on the server's --threads
+    LlmOptions l = o_.llm;
+    l.threads = o_.threads;
+    return l;
+  }
   std::shared_ptr<Batcher> load(const std::string& name, const std::string& version, const std::string& file);
   void unload_gone(const Wanted& want);  // with mu_ held
   std::string dir_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "compute_pool.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::serve::llm {
@@ -325,7 +326,7 @@ void Engine::step() {
       }
       b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size() - 1));
     }
-    dec_.forward(kv_, b, logits_);
+    ComputePool::shared().run([&] { dec_.forward(kv_, b, logits_); }, o_.threads);
     ++st_.steps;
     const int V = vocab();
     for (size_t k = 0; k < running_.size(); ++k) {

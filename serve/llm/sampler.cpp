@@ -1,4 +1,6 @@
-// sampler.cpp — greedy, temperature, top-k and top-p over one row of logits.
+// sampler.cpp — greedy, temperature, top-k and top-p over one row of logits. Only what the
+// request asks for is computed: greedy is an argmax, plain temperature sampling one pass over the
+// vocabulary, a sort only for top-k or top-p, the log-softmax only when logprobs are asked for.
 #include "sampler.hpp"
 
 #include <algorithm>
@@ -17,47 +19,56 @@ double log_sum_exp(const float* x, int n) {
   return top + std::log(s);
 }
 
+// A draw from the tokens idx[0, keep) (all when idx is empty) weighted exp((logit - top) / T),
+// restricted to the smallest head whose mass reaches top_p when idx is sorted.
+int32_t draw(const float* logits, int vocab, const std::vector<int32_t>& idx, int keep, float top, const SamplingParams& p,
+             std::mt19937_64& rng) {
+  auto id = [&](int i) { return idx.empty() ? i : idx[static_cast<size_t>(i)]; };
+  std::vector<double> w(static_cast<size_t>(keep));
+  double sum = 0;
+  for (int i = 0; i < keep; ++i) sum += w[static_cast<size_t>(i)] = std::exp((logits[id(i)] - top) / p.temperature);
+  if (!idx.empty() && p.top_p < 1.0f) {
+    double run = 0;
+    int n = 0;
+    while (n < keep && run < p.top_p * sum) run += w[static_cast<size_t>(n++)];
+    keep = std::max(n, 1);
+    sum = run > 0 ? run : w[0];
+  }
+  const double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
+  double run = 0;
+  for (int i = 0; i < keep; ++i)
+    if (u < (run += w[static_cast<size_t>(i)])) return id(i);
+  (void)vocab;
+  return id(keep - 1);
+}
+
 }  // namespace
 
 Choice sample(float* logits, int vocab, const SamplingParams& p, std::mt19937_64& rng) {
   Choice c;
-  const double lse = log_sum_exp(logits, vocab);
-  if (p.logprobs > 0) {
+  const int greedy = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  c.token = greedy;
+  if (p.temperature > 0 && p.top_k != 1) {
+    std::vector<int32_t> idx;
+    int keep = vocab;
+    if (p.top_k > 0 || p.top_p < 1.0f) {
+      idx.resize(static_cast<size_t>(vocab));
+      std::iota(idx.begin(), idx.end(), 0);
+      auto order = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+      keep = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+      std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), order);
+    }
+    c.token = draw(logits, vocab, idx, keep, logits[greedy], p, rng);
+  }
+  if (p.logprobs >= 0) {
+    const double lse = log_sum_exp(logits, vocab);
+    c.logprob = static_cast<float>(logits[c.token] - lse);
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
     std::iota(idx.begin(), idx.end(), 0);
     const int k = std::min(p.logprobs, vocab);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
     for (int i = 0; i < k; ++i) c.top.emplace_back(idx[static_cast<size_t>(i)], static_cast<float>(logits[idx[static_cast<size_t>(i)]] - lse));
   }
-  const int greedy = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
-  c.token = greedy;
-  if (p.temperature > 0 && p.top_k != 1) {
-    std::vector<int32_t> idx(static_cast<size_t>(vocab));
-    std::iota(idx.begin(), idx.end(), 0);
-    int keep = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
-    std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    std::vector<double> prob(static_cast<size_t>(keep));
-    const float top = logits[idx[0]];
-    double sum = 0;
-    for (int i = 0; i < keep; ++i) sum += prob[static_cast<size_t>(i)] = std::exp((logits[idx[static_cast<size_t>(i)]] - top) / p.temperature);
-    if (p.top_p < 1.0f) {  // the smallest head of the sorted tokens whose mass reaches top_p
-      double run = 0;
-      int n = 0;
-      while (n < keep && run < p.top_p * sum) run += prob[static_cast<size_t>(n++)];
-      keep = std::max(n, 1);
-      sum = run > 0 ? run : prob[0];
-    }
-    double u = std::uniform_real_distribution<double>(0.0, sum)(rng), run = 0;
-    c.token = idx[static_cast<size_t>(keep - 1)];
-    for (int i = 0; i < keep; ++i) {
-      run += prob[static_cast<size_t>(i)];
-      if (u < run) {
-        c.token = idx[static_cast<size_t>(i)];
-        break;
-      }
-    }
-  }
-  c.logprob = static_cast<float>(logits[c.token] - lse);
   return c;
 }
 

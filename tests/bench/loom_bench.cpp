@@ -392,6 +392,8 @@ int usage(std::FILE* to = stderr) {
                "       mpirun -np N loom-bench allreduce [--bytes N[,N...]] [--iters K] [--format text|json] [--backend loom|nccl] [--flat]\n"
                "       loom-bench checkpoint [--bytes N] [--dir D] [--reps R] [--format text|json]\n"
                "       loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
+               "       loom-bench generate --url HOST:PORT --model NAME [--concurrency N] [--requests R] [--prompt-len N]\n"
+               "                  [--output-len N] [--shared-prefix N --prefix-share F] [--vocab V] [--seed S] [--format text|json]\n"
                "       loom-bench gemm [--m M] [--n N] [--k K] [--threads T] [--reps R] [--format text|json]\n"
                "       loom-bench infer --model FP32.h5 --compare INT8.h5 [--batch B] [--threads T] [--format text|json]\n"
                "       loom-bench pipeline --spec PIPELINE.yaml --addr HOST:PORT [--requests N] [--batch B] [--seq T]\n"
@@ -409,6 +411,7 @@ int bench_train_gpt(int argc, char** argv);  // bench_gpt.cpp
 #ifdef LOOM_BENCH_SERVE
 int bench_serve(int argc, char** argv, const std::string& self);
 int bench_pipeline(int argc, char** argv);
+int bench_generate(int argc, char** argv);  // bench_generate.cpp
 #endif
 
 int bench_with_mllog(const std::string& path, const std::string& cmd, const std::function<int()>& run);
@@ -499,6 +502,14 @@ int run_bench(int argc, char** argv) {
     }
 #else
     std::fprintf(stderr, "loom-bench pipeline: this build has no gRPC\n");
+    return 1;
+#endif
+  }
+  if (cmd == "generate") {
+#ifdef LOOM_BENCH_SERVE
+    return bench_generate(argc, argv);
+#else
+    std::fprintf(stderr, "loom-bench generate: this build has no loom-serve (Boost.Beast missing)\n");
     return 1;
 #endif
   }
