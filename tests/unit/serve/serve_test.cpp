@@ -466,7 +466,7 @@ TEST(Generate, RequestsAreCheckedStrictly) {
   std::string many = R"({"text_input":"a","stop":[)";
   for (int i = 0; i < 10000; ++i) many += std::string(i ? "," : "") + "\"s\"";
   many += "]}";
-  for (const std::string bad : std::vector<std::string>{R"({"text_input":5})", R"({"max_tokens":5})", R"({"text_input":"a","max_tokens":0})",
+  for (const std::string& bad : std::vector<std::string>{R"({"text_input":5})", R"({"max_tokens":5})", R"({"text_input":"a","max_tokens":0})",
                                 R"({"text_input":"a","max_tokens":-3})", R"({"text_input":"a","max_tokens":1e12})",
                                 R"({"text_input":"a","max_tokens":1.5})", R"({"text_input":"a","temperature":"hot"})",
                                 R"({"text_input":"a","temperature":-1})", R"({"text_input":"a","top_p":0})",
@@ -485,9 +485,10 @@ TEST(Generate, CompletionRequestsAreCheckedStrictly) {
   EXPECT_EQ(r.params.logprobs, 1);
   EXPECT_TRUE(r.params.ignore_eos);
   EXPECT_FLOAT_EQ(r.params.temperature, 1.0f);  // OpenAI's default
-  EXPECT_EQ(r.params.max_tokens, 16);
+  EXPECT_EQ(r.params.max_tokens, 3);
   EXPECT_EQ(parse_completion_request(R"({"prompt":["hello"]})").prompt_text, "hello");
-  for (const std::string bad : std::vector<std::string>{R"({"model":"g"})", R"({"prompt":["a","b"]})", R"({"prompt":[1,-2]})", R"({"prompt":"a","n":0})",
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"hello"})").params.max_tokens, 16);  // OpenAI's default
+  for (const std::string& bad : std::vector<std::string>{R"({"model":"g"})", R"({"prompt":["a","b"]})", R"({"prompt":[1,-2]})", R"({"prompt":"a","n":0})",
                                 R"({"prompt":"a","n":17})", R"({"prompt":"a","echo":true})", R"({"prompt":"a","best_of":3})",
                                 R"({"prompt":"a","presence_penalty":0.5})", R"({"prompt":"a","logprobs":99})",
                                 R"({"prompt":"a","stream":"yes"})", R"({"prompt":"a","suffix":"x"})"})

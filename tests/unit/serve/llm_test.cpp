@@ -1,0 +1,257 @@
+// llm_test.cpp — the decoder engine's parts: the KV block manager (reference counts, the prefix
+// cache's chain, eviction), the sampler (greedy, top-k, top-p, seeds, logprobs), the safetensors
+// reader's checks, and the engine itself against the training gpt's own forward pass (greedy,
+// with a pool so small that sequences are preempted, with and without prefix caching).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "llm/engine.hpp"
+#include "llm/kv_blocks.hpp"
+#include "llm/sampler.hpp"
+#include "loom/rt/error.hpp"
+#include "loom/rt/io/safetensors.hpp"
+#include "loom/rt/nn/decoder.hpp"
+#include "loom/rt/nn/gpt.hpp"
+
+namespace {
+
+using loom::serve::llm::BlockManager;
+using loom::serve::llm::SamplingParams;
+
+TEST(KvBlocks, AllocateReleaseAndRunOut) {
+  BlockManager m(3, 4, true);
+  std::vector<int32_t> t;
+  for (int i = 0; i < 3; ++i) t.push_back(m.allocate());
+  EXPECT_EQ(m.allocate(), -1);
+  EXPECT_EQ(m.used(), 3);
+  m.release(t);
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(m.available(), 3);
+}
+
+TEST(KvBlocks, FullBlocksOfAPrefixAreSharedAndCounted) {
+  BlockManager m(8, 4, true);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // two full blocks and one token
+  std::vector<int32_t> ta = {m.allocate(), m.allocate(), m.allocate()};
+  m.seal(a, ta, 0);
+  std::vector<int32_t> tb = m.match_prefix({1, 2, 3, 4, 5, 6, 7, 8, 42}, 2);
+  ASSERT_EQ(tb.size(), 2u);
+  EXPECT_EQ(tb[0], ta[0]);
+  EXPECT_EQ(tb[1], ta[1]);
+  EXPECT_EQ(m.hits(), 2u);
+  EXPECT_EQ(m.match_prefix({1, 2, 3, 9}, 1).size(), 0u);  // same first block? no: token 4 differs
+  EXPECT_EQ(m.misses(), 1u);
+  // A prefix whose second block differs shares only the first.
+  std::vector<int32_t> tc = m.match_prefix({1, 2, 3, 4, 0, 6, 7, 8}, 2);
+  EXPECT_EQ(tc.size(), 1u);
+  m.release(ta);
+  EXPECT_EQ(m.used(), 2);  // tb's two blocks (one of them tc's too) stay held
+  m.release(tb);
+  m.release(tc);
+  EXPECT_EQ(m.used(), 0);
+  // Cached, unused: still found, until allocation takes them.
+  std::vector<int32_t> again = m.match_prefix(a, 2);
+  EXPECT_EQ(again.size(), 2u);
+  m.release(again);
+  std::vector<int32_t> all;
+  for (int i = 0; i < 8; ++i) all.push_back(m.allocate());
+  EXPECT_EQ(m.allocate(), -1);
+  m.release(all);
+  EXPECT_EQ(m.match_prefix(a, 2).size(), 0u);  // evicted
+}
+
+TEST(KvBlocks, NoPrefixCachingFindsNothing) {
+  BlockManager m(4, 2, false);
+  std::vector<int32_t> t = {m.allocate(), m.allocate()};
+  m.seal({1, 2, 3, 4}, t, 0);
+  EXPECT_TRUE(m.match_prefix({1, 2, 3, 4}, 2).empty());
+}
+
+TEST(Sampler, GreedyTopKTopPSeedsAndLogprobs) {
+  std::mt19937_64 rng(1);
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.5f};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.logprobs = 2;
+  auto c = loom::serve::llm::sample(logits.data(), 4, greedy, rng);
+  EXPECT_EQ(c.token, 1);
+  double z = 0;
+  for (float l : logits) z += std::exp(l);
+  EXPECT_NEAR(c.logprob, 2.0 - std::log(z), 1e-5);
+  ASSERT_EQ(c.top.size(), 2u);
+  EXPECT_EQ(c.top[1].first, 3);
+  SamplingParams k1;
+  k1.top_k = 1;
+  SamplingParams p_small;
+  p_small.top_p = 0.01f;
+  SamplingParams k2;
+  k2.top_k = 2;
+  std::map<int, int> seen;
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_EQ(loom::serve::llm::sample(logits.data(), 4, k1, rng).token, 1);
+    EXPECT_EQ(loom::serve::llm::sample(logits.data(), 4, p_small, rng).token, 1);
+    ++seen[loom::serve::llm::sample(logits.data(), 4, k2, rng).token];
+  }
+  EXPECT_EQ(seen.size(), 2u);  // only the two most likely
+  const double want = std::exp(2.0) / (std::exp(2.0) + std::exp(1.5));
+  EXPECT_NEAR(seen[1] / 2000.0, want, 0.04);
+  // Plain temperature sampling follows softmax(logits / T).
+  SamplingParams t2;
+  t2.temperature = 2.0f;
+  std::map<int, int> freq;
+  for (int i = 0; i < 20000; ++i) ++freq[loom::serve::llm::sample(logits.data(), 4, t2, rng).token];
+  double zt = 0;
+  for (float l : logits) zt += std::exp(l / 2);
+  for (int v = 0; v < 4; ++v) EXPECT_NEAR(freq[v] / 20000.0, std::exp(logits[v] / 2) / zt, 0.015) << v;
+  std::mt19937_64 a(7), b(7);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(loom::serve::llm::sample(logits.data(), 4, t2, a).token, loom::serve::llm::sample(logits.data(), 4, t2, b).token);
+}
+
+// A safetensors file from a header and raw bytes.
+std::string write_st(const std::string& header, const std::string& data, uint64_t len_override = 0) {
+  static int n = 0;
+  const std::string path = "/tmp/loom-llm-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".safetensors";
+  std::ofstream f(path, std::ios::binary);
+  uint64_t len = len_override ? len_override : header.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((len >> (8 * i)) & 0xFF));
+  f << header << data;
+  return path;
+}
+
+TEST(Safetensors, ReadsF32F16Bf16) {
+  std::string data;
+  const float f[2] = {1.5f, -2.0f};
+  data.append(reinterpret_cast<const char*>(f), 8);
+  const uint16_t h[2] = {0x3C00, 0xC000};  // 1.0, -2.0 in half
+  data.append(reinterpret_cast<const char*>(h), 4);
+  const uint16_t b[1] = {0x4040};  // 3.0 in bfloat16
+  data.append(reinterpret_cast<const char*>(b), 2);
+  const std::string path = write_st(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"h":{"dtype":"F16","shape":[1,2],"data_offsets":[8,12]},)"
+                                    R"("b":{"dtype":"BF16","shape":[1],"data_offsets":[12,14]},"__metadata__":{"format":"pt"}})",
+                                    data);
+  loom::rt::Safetensors st(path);
+  EXPECT_EQ(st.metadata().at("format"), "pt");
+  EXPECT_EQ(st.tensor("a").f32()[1], -2.0f);
+  EXPECT_EQ(st.tensor("h").f32()[0], 1.0f);
+  EXPECT_EQ(st.tensor("h").shape(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(st.tensor("b").f32()[0], 3.0f);
+  EXPECT_THROW(st.tensor("nope"), loom::rt::Error);
+  std::remove(path.c_str());
+}
+
+TEST(Safetensors, HeadersThatLieAreRefused) {
+  const std::string d(16, '\0');
+  const std::vector<std::pair<std::string, std::string>> lies = {
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,800]}})", "outside"},
+      {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "bytes for shape"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", "overlap"},
+      {R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", "dtype"},
+      {R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "shape"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "outside"},
+      {R"([1,2])", "JSON object"},
+      {R"({"a":)", "not JSON"}};
+  for (const auto& lie : lies) {
+    const std::string path = write_st(lie.first, d);
+    try {
+      loom::rt::Safetensors st(path);
+      ADD_FAILURE() << lie.first << " was accepted";
+    } catch (const loom::rt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(lie.second), std::string::npos) << e.what();
+    }
+    std::remove(path.c_str());
+  }
+  const std::string huge = write_st("{}", d, 4ull << 30);
+  EXPECT_THROW(loom::rt::Safetensors{huge}, loom::rt::Error);
+  std::remove(huge.c_str());
+}
+
+// The engine's greedy tokens against the training gpt's forward pass over the whole sequence.
+std::vector<int32_t> gpt_greedy(loom::rt::Gpt& g, std::vector<int32_t> ids, int n) {
+  const int T = g.config().context, V = g.config().vocab;
+  std::vector<int32_t> out;
+  for (int k = 0; k < n; ++k) {
+    std::vector<int32_t> window(static_cast<size_t>(T), 0), targets(static_cast<size_t>(T), 0);
+    std::copy(ids.begin(), ids.end(), window.begin());
+    g.forward(window, targets, 1, false);
+    const float* l = g.logits().f32() + (ids.size() - 1) * static_cast<size_t>(V);
+    const int32_t next = static_cast<int32_t>(std::max_element(l, l + V) - l);
+    ids.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+std::vector<int32_t> engine_tokens(loom::serve::llm::Engine& e, const std::vector<int32_t>& prompt, int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  auto s = e.submit(prompt, p, loom::serve::Clock::now() + std::chrono::seconds(60));
+  std::vector<int32_t> out;
+  for (;;) {
+    loom::serve::llm::TokenEvent ev;
+    if (!s->next(&ev, loom::serve::Clock::now() + std::chrono::seconds(60))) break;
+    EXPECT_EQ(ev.error, loom::serve::Status::kOk) << ev.message;
+    if (ev.token >= 0) out.push_back(ev.token);
+    if (ev.done) break;
+  }
+  return out;
+}
+
+TEST(Engine, EqualsTheGptsOwnForwardPassWithPreemptionAndPrefixHits) {
+  loom::rt::GptConfig c;
+  c.vocab = 40, c.context = 48, c.layers = 2, c.heads = 2, c.embd = 16;
+  loom::rt::Gpt g(c, 3);
+  for (auto& p : g.params())  // larger weights than the initialisation: decisive argmaxes
+    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] *= 8;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12}, {13}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(gpt_greedy(g, p, 20));
+  for (size_t blocks : {size_t{64}, size_t{8}}) {  // 8 blocks of 4: one sequence of up to 30 fits, four at once do not
+    for (bool prefix : {true, false}) {
+      loom::serve::LlmOptions o;
+      o.kv_block_tokens = 4;
+      o.kv_cache_bytes = blocks * loom::rt::KvCache::bytes_per_block(loom::rt::DecoderConfig{c.vocab, c.context, c.layers, c.heads, c.embd}, 4);
+      o.prefix_caching = prefix;
+      loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o);
+      std::vector<std::thread> ts;
+      std::vector<std::vector<int32_t>> got(prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) ts.emplace_back([&, i] { got[i] = engine_tokens(e, prompts[i], 20); });
+      for (auto& t : ts) t.join();
+      for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << "blocks " << blocks << " prefix " << prefix << " prompt " << i;
+      if (blocks == 8) {
+        EXPECT_GT(e.stats().preemptions, 0u);
+      }
+      if (!prefix) {
+        EXPECT_EQ(e.stats().prefix_hits, 0u);
+      }
+    }
+  }
+}
+
+TEST(Engine, RefusesWhatCannotRun) {
+  loom::rt::GptConfig c;
+  c.vocab = 10, c.context = 8, c.layers = 1, c.heads = 1, c.embd = 4;
+  loom::rt::Gpt g(c, 1);
+  loom::serve::LlmOptions o;
+  o.kv_block_tokens = 2;
+  loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o);
+  const auto later = loom::serve::Clock::now() + std::chrono::seconds(5);
+  EXPECT_THROW(e.submit({}, {}, later), loom::serve::ServeError);
+  EXPECT_THROW(e.submit({1, 2, 3, 4, 5, 6, 7, 8}, {}, later), loom::serve::ServeError);  // no room in the context
+  EXPECT_THROW(e.submit({1, 10}, {}, later), loom::serve::ServeError);                    // outside the vocabulary
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 1000;
+  EXPECT_EQ(engine_tokens(e, {1, 2, 3}, 1000).size(), 5u);  // capped by the context of 8
+  o.kv_cache_bytes = 1;
+  EXPECT_THROW(loom::serve::llm::Engine(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o), loom::rt::Error);
+}
+
+}  // namespace
