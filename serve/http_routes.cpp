@@ -223,7 +223,7 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     if (p.size() >= 3 && p[0] == "v2" && p[1] == "models") *model_for_metrics = ctx.metrics_label(p[2]);
     return forwarded(ctx, req);
   }
-  if (!p.empty() && p[0] == "v1") {  // OpenAI's API
+  if (!p.empty() && (p[0] == "v1" || (p.size() == 1 && (p[0] == "tokenize" || p[0] == "detokenize")))) {  // OpenAI's API, vLLM's tokenizer endpoints
     if (p.size() == 2 && p[1] == "completions") *model_for_metrics = ctx.metrics_label(kUnknownModelLabel);
     return openai_route(ctx, p, get, post, req.body());
   }

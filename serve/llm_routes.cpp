@@ -240,6 +240,32 @@ Reply completions(Context& ctx, const std::string& body) {
   return r;
 }
 
+// vLLM's POST /tokenize {"model", "prompt"} -> {"tokens", "count", "max_model_len"} and
+// POST /detokenize {"model", "tokens"} -> {"prompt"}.
+Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
+  const json req = parse_json(body.data(), body.data() + body.size());
+  if (!req.is_object() || !req.contains("model") || !req["model"].is_string()) throw ServeError(Status::kBadRequest, "the request names no model");
+  const Target t = language_model(ctx, req["model"].get<std::string>(), "", "POST /v2/models/<name>/infer");
+  Reply r;
+  if (encode) {
+    if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kBadRequest, "prompt must be a string");
+    const std::vector<int32_t> ids = prompt_ids(t, req["prompt"].get<std::string>());
+    r.body = dump_json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", t.engine->context()}});
+    return r;
+  }
+  if (!req.contains("tokens") || !req["tokens"].is_array() || req["tokens"].size() > (1u << 20))
+    throw ServeError(Status::kBadRequest, "tokens must be a list of token ids");
+  if (!t.engine->tokenizer()) prompt_ids(t, "");  // says there is no tokenizer
+  std::string text;
+  for (const auto& id : req["tokens"]) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t.engine->vocab())
+      throw ServeError(Status::kBadRequest, "tokens must be ids from 0 to " + std::to_string(t.engine->vocab() - 1));
+    text += t.engine->tokenizer()->decode(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  r.body = dump_json({{"prompt", text}});
+  return r;
+}
+
 Reply models(Context& ctx) {
   json data = json::array();
   for (const auto& l : ctx.repo->loaded_versions()) {
@@ -265,6 +291,10 @@ Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bo
     return r;
   };
   try {
+    if (p.size() == 1) {  // tokenize, detokenize
+      if (!post) return method_not_allowed("POST");
+      return tokenizer_route(ctx, p[0] == "tokenize", body);
+    }
     if (p.size() == 2 && p[1] == "models") {
       if (!get) return method_not_allowed("GET");
       return models(ctx);

@@ -14,7 +14,7 @@ namespace loom::serve {
 // POST /v2/models/M[/versions/V]/generate[_stream]. Throws ServeError (the KServe error body).
 Reply generate(Context& ctx, const std::string& name, const std::string& version, const std::string& body, bool stream);
 
-// Any /v1/... request (path split at '/'); never throws.
+// Any /v1/... request, and vLLM's /tokenize and /detokenize (path split at '/'); never throws.
 Reply openai_route(Context& ctx, const std::vector<std::string>& path, bool get, bool post, const std::string& body);
 
 }  // namespace loom::serve

@@ -5,6 +5,8 @@
 #include "loom/rt/graph/graph.hpp"
 #endif
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -106,8 +108,8 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
 }
 
 // GPT-2 as people download it: config.json and model.safetensors in the version folder (path_
-// names the latter). Token ids in and out: the BPE tokenizer (vocab.json, merges.txt) is not
-// built yet, and a folder holding one is told so at load rather than served without it.
+// names the latter), with GPT-2's tokenizer when vocab.json and merges.txt are there too (token
+// ids in and out otherwise).
 void ServedModel::load_gpt2(const LlmOptions& llm) {
   const std::string folder = path_.substr(0, path_.rfind('/'));
   rt::DecoderWeights w = rt::load_gpt2(folder);
@@ -122,7 +124,12 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   gpt2_ = true;
   config_ = "{\"type\": \"gpt2\", \"n_layer\": " + std::to_string(w.c.layers) + ", \"n_embd\": " + std::to_string(w.c.embd) +
             ", \"n_positions\": " + std::to_string(w.c.context) + ", \"vocab_size\": " + std::to_string(w.c.vocab) + "}";
-  engine_ = std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), nullptr, eos, llm);
+  std::unique_ptr<llm::Tokenizer> tok;
+  const bool vocab = access((folder + "/vocab.json").c_str(), F_OK) == 0, merges = access((folder + "/merges.txt").c_str(), F_OK) == 0;
+  if (vocab != merges)
+    throw rt::Error(folder + ": " + (vocab ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
+  if (vocab) tok = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
+  engine_ = std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm);
 }
 
 ServedModel::~ServedModel() = default;

@@ -1,7 +1,17 @@
-// tokenizer.cpp — the byte-level tokenizer of Loom's gpt.
+// tokenizer.cpp — the byte-level tokenizer of Loom's gpt, and GPT-2's byte-level BPE.
 #include "tokenizer.hpp"
 
+#include <locale.h>
+
 #include <algorithm>
+#include <climits>
+#include <cstring>
+#include <cwctype>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
 
 #include "loom/rt/error.hpp"
 #include "status.hpp"
@@ -34,6 +44,254 @@ std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
 std::string ByteTokenizer::decode(int32_t token) const {
   if (token < 0 || static_cast<size_t>(token) >= bytes_.size()) return "";
   return std::string(1, static_cast<char>(bytes_[static_cast<size_t>(token)]));
+}
+
+}  // namespace loom::serve::llm
+
+// ---------------------------------------------------------------- GPT-2's byte-level BPE
+
+namespace loom::serve::llm {
+
+namespace {
+
+constexpr size_t kMaxTokenizerFile = size_t{64} << 20;
+
+std::string read_small(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw rt::Error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().size() > kMaxTokenizerFile) throw rt::Error(path + ": larger than 64 MiB");
+  return ss.str();
+}
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Code points of valid UTF-8 (a JSON string's); an invalid byte stands for itself.
+std::vector<uint32_t> code_points(const std::string& s, std::vector<size_t>* starts) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
+    bool ok = i + static_cast<size_t>(n) <= s.size();
+    for (int k = 1; ok && k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      ok = (d & 0xC0) == 0x80;
+      cp = cp << 6 | (d & 0x3F);
+    }
+    starts->push_back(i);
+    out.push_back(ok ? cp : c);
+    i += ok ? static_cast<size_t>(n) : 1;
+  }
+  starts->push_back(s.size());
+  return out;
+}
+
+// Unicode classes of GPT-2's pattern, from glibc's C.UTF-8 tables: \p{L} as iswalpha, \p{N} as
+// a digit or an alphanumeric that is not a letter, \s as iswspace.
+locale_t utf8_locale() {
+  static locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  return l;
+}
+bool is_letter(uint32_t c) { return c < 0x80 ? std::isalpha(static_cast<int>(c)) != 0 : iswalpha_l(static_cast<wint_t>(c), utf8_locale()) != 0; }
+bool is_number(uint32_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  return iswdigit_l(static_cast<wint_t>(c), utf8_locale()) || (iswalnum_l(static_cast<wint_t>(c), utf8_locale()) && !is_letter(c));
+}
+bool is_space(uint32_t c) { return c < 0x80 ? std::isspace(static_cast<int>(c)) != 0 : iswspace_l(static_cast<wint_t>(c), utf8_locale()) != 0; }
+
+// GPT-2's split: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+std::vector<std::string> pretokenize(const std::string& text) {
+  std::vector<size_t> at;
+  const std::vector<uint32_t> cp = code_points(text, &at);
+  const size_t n = cp.size();
+  std::vector<std::string> out;
+  auto emit = [&](size_t a, size_t b) { out.push_back(text.substr(at[a], at[b] - at[a])); };
+  for (size_t i = 0; i < n;) {
+    if (cp[i] == '\'' && i + 1 < n) {
+      size_t len = 0;
+      for (const char* c : {"s", "t", "re", "ve", "m", "ll", "d"}) {
+        const size_t l = std::strlen(c);
+        bool m = true;
+        for (size_t k = 0; m && k < l; ++k) m = i + 1 + k < n && cp[i + 1 + k] == static_cast<uint32_t>(c[k]);
+        if (m) {
+          len = l;
+          break;
+        }
+      }
+      if (len) {
+        emit(i, i + 1 + len);
+        i += 1 + len;
+        continue;
+      }
+    }
+    const size_t j = i + (cp[i] == ' ' && i + 1 < n ? 1 : 0);
+    auto run = [&](bool (*cls)(uint32_t)) {
+      size_t k = j;
+      while (k < n && cls(cp[k])) ++k;
+      emit(i, k);
+      i = k;
+    };
+    if (j < n && is_letter(cp[j])) {
+      run(is_letter);
+    } else if (j < n && is_number(cp[j])) {
+      run(is_number);
+    } else if (j < n && !is_space(cp[j])) {
+      run([](uint32_t c) { return !is_space(c) && !is_letter(c) && !is_number(c); });
+    } else {  // whitespace: a run not followed by a non-space, or else all but its last
+      size_t k = i;
+      while (k < n && is_space(cp[k])) ++k;
+      if (k < n && k - i > 1) --k;
+      emit(i, k);
+      i = k;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+struct BpeTokenizer::Impl {
+  std::string byte_char[256];                      // byte -> its printable stand-in (UTF-8)
+  std::unordered_map<uint32_t, unsigned char> char_byte;  // and back, by code point
+  std::unordered_map<std::string, int32_t> ids;
+  std::vector<std::string> token_bytes;            // id -> the bytes it stands for
+  std::unordered_map<std::string, int> ranks;      // "a b" -> merge rank
+  mutable std::mutex mu;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
+
+  std::vector<int32_t> bpe(const std::string& piece) const;
+};
+
+BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt, int vocab) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  // bytes_to_unicode(): printable bytes stand for themselves, the others for 256 + n.
+  int next = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const uint32_t c = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
+    m.byte_char[b] = utf8(c);
+    m.char_byte[c] = static_cast<unsigned char>(b);
+  }
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(read_small(vocab_json));
+  } catch (const nlohmann::json::exception& e) {
+    throw rt::Error(vocab_json + ": not JSON: " + e.what());
+  }
+  if (!v.is_object()) throw rt::Error(vocab_json + ": must map each token to its id");
+  m.token_bytes.assign(static_cast<size_t>(vocab), std::string());
+  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= vocab)
+      throw rt::Error(vocab_json + ": token '" + it.key() + "' has id " + it->dump() + ", outside the model's vocabulary of " + std::to_string(vocab));
+    const int32_t id = static_cast<int32_t>(it->get<int64_t>());
+    if (seen[static_cast<size_t>(id)]) throw rt::Error(vocab_json + ": id " + std::to_string(id) + " is given to two tokens");
+    seen[static_cast<size_t>(id)] = true;
+    std::vector<size_t> at;
+    std::string bytes;
+    for (uint32_t c : code_points(it.key(), &at)) {
+      auto b = m.char_byte.find(c);
+      if (b == m.char_byte.end()) {
+        bytes.clear();
+        break;
+      }
+      bytes += static_cast<char>(b->second);
+    }
+    // Special tokens (<|endoftext|>) are not byte strings: they decode to nothing.
+    m.token_bytes[static_cast<size_t>(id)] = bytes;
+    m.ids[it.key()] = id;
+  }
+  for (int b = 0; b < 256; ++b)
+    if (!m.ids.count(m.byte_char[b])) throw rt::Error(vocab_json + ": byte " + std::to_string(b) + " has no token (a byte-level BPE needs all 256)");
+  std::istringstream lines(read_small(merges_txt));
+  std::string line;
+  int lineno = 0, rank = 0;
+  while (std::getline(lines, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (lineno == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string::npos)
+      throw rt::Error(merges_txt + ":" + std::to_string(lineno) + ": a merge is two tokens separated by one space");
+    const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+    for (const std::string& t : {a, b, a + b})
+      if (!m.ids.count(t)) throw rt::Error(merges_txt + ":" + std::to_string(lineno) + ": '" + t + "' is not in " + vocab_json + " (the files disagree)");
+    m.ranks.emplace(line, rank++);
+  }
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::vector<int32_t> BpeTokenizer::Impl::bpe(const std::string& piece) const {
+  std::vector<std::string> sym;
+  for (unsigned char c : piece) sym.push_back(byte_char[c]);
+  while (sym.size() > 1) {
+    int best = INT32_MAX;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      auto r = ranks.find(sym[i] + " " + sym[i + 1]);
+      if (r != ranks.end() && r->second < best) best = r->second, at = i;
+    }
+    if (best == INT32_MAX) break;
+    const std::string a = sym[at], b = sym[at + 1];
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < sym.size(); ++i) {
+      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
+        merged.push_back(a + b);
+        ++i;
+      } else {
+        merged.push_back(sym[i]);
+      }
+    }
+    sym.swap(merged);
+  }
+  std::vector<int32_t> out;
+  for (const auto& s : sym) out.push_back(ids.at(s));  // every merge result and byte is a token (checked at load)
+  return out;
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  std::vector<int32_t> out;
+  for (const std::string& piece : pretokenize(text)) {
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      auto it = impl_->cache.find(piece);
+      if (it != impl_->cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        continue;
+      }
+    }
+    std::vector<int32_t> ids = impl_->bpe(piece);
+    out.insert(out.end(), ids.begin(), ids.end());
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->cache.size() < 100000 && piece.size() < 64) impl_->cache.emplace(piece, std::move(ids));
+  }
+  return out;
+}
+
+std::string BpeTokenizer::decode(int32_t token) const {
+  if (token < 0 || static_cast<size_t>(token) >= impl_->token_bytes.size()) return "";
+  return impl_->token_bytes[static_cast<size_t>(token)];
 }
 
 }  // namespace loom::serve::llm

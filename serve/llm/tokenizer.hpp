@@ -1,10 +1,12 @@
 // tokenizer.hpp — text to token ids and back for a served language model. Loom's gpt: one token
-// per byte (model.config's vocab_bytes). A GPT-2 folder without a tokenizer takes and gives
-// token ids only (no Tokenizer); GPT-2's byte-level BPE (vocab.json + merges.txt) is not built
-// yet and such a folder says so.
+// per byte (model.config's vocab_bytes). GPT-2: its byte-level BPE from vocab.json + merges.txt
+// (Radford et al.'s encoder.py: bytes mapped to printable characters, the text split by GPT-2's
+// pattern, each piece merged by rank). A GPT-2 folder without them takes and gives token ids
+// only (no Tokenizer).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   // The bytes a token stands for (a piece of UTF-8, possibly part of a character).
   virtual std::string decode(int32_t token) const = 0;
+  virtual const char* kind() const = 0;  // "bytes", "bpe": for the load line and metadata
 };
 
 class ByteTokenizer : public Tokenizer {
@@ -26,10 +29,27 @@ class ByteTokenizer : public Tokenizer {
   ByteTokenizer(std::vector<int> bytes, int vocab, const std::string& path);
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(int32_t token) const override;
+  const char* kind() const override { return "bytes"; }
 
  private:
   std::vector<int> bytes_;
   int token_of_[256];
+};
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // Reads and checks both files against each other and the model's vocabulary: every merge's
+  // parts and result are tokens, every byte is one, every id is below `vocab`. Throws rt::Error
+  // naming the file and the line.
+  BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt, int vocab);
+  ~BpeTokenizer() override;
+  std::vector<int32_t> encode(const std::string& text) const override;
+  std::string decode(int32_t token) const override;
+  const char* kind() const override { return "bpe"; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace loom::serve::llm

@@ -19,6 +19,18 @@ cd "$LOOM_TMP" || exit 99
 mkdir -p repo/gpt2/1 repo/half/1
 $PY "$REF" write repo/gpt2/1 --seed 11 --positions 512 --prefix transformer. || { echo "writing GPT-2 weights failed"; exit 99; }
 $PY "$REF" write repo/half/1 --seed 12 --dtype F16 || exit 99
+# GPT-2's tokenizer: a byte-level BPE trained by Hugging Face's tokenizers (a peer from PyPI) on a
+# licence text, beside weights of its vocabulary size.
+tok_py=""
+if tok_env=$("$LOOM_SRCDIR/contrib/peer-venv.sh" tokenizers tokenizers 2>tokenizers.err); then
+  tok_py=$tok_env/bin/python3
+  mkdir -p repo/bpe/1
+  (cd repo/bpe/1 && "$tok_py" -c 'from tokenizers import ByteLevelBPETokenizer as B
+t = B(); t.train(["/usr/share/common-licenses/GPL-3"], vocab_size=600, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False); t.save_model(".")') &&
+    $PY "$REF" write repo/bpe/1 --seed 13 --vocab 600 || exit 99
+else
+  echo "SKIP (part): GPT-2's tokenizer against Hugging Face's: $(cat tokenizers.err)"
+fi
 chmod -R go-w repo
 prompts='[[1,2,3,4,5],[7,8],[9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40],[100],[5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5],[250,251,252,253,254,255,256,257,258,259,260,261,262,263,264,265,266]]'
 want=$($PY "$REF" greedy repo/gpt2/1 40 "$prompts")
@@ -39,6 +51,23 @@ expect_match "steps decoded several sequences at once" 'loom_llm_generation_toke
 steps=$(echo "$metrics" | grep -oP 'loom_llm_steps_total\{model="gpt2",version="1"\} \K[0-9]+')
 [ "${steps:-999}" -lt 240 ] && pass || fail "480 tokens took $steps steps: sequences were not batched"
 expect_match "time to first token reported" 'loom_llm_time_to_first_token_seconds_count\{model="gpt2",version="1"\} 12' "$metrics"
+
+# GPT-2's BPE: the ids of Hugging Face's tokenizers for texts of every kind, and text in, text
+# out through KServe's generate equal to PyTorch's greedy tokens decoded.
+if [ -n "$tok_py" ]; then
+  expect_match "the BPE model loads with its tokenizer" "loaded model bpe version 1 .*bpe tokenizer" "$(cat serve.log)"
+  run_cmd "$tok_py" "$CLIENT" tokenize "http://$http" bpe repo/bpe/1/vocab.json repo/bpe/1/merges.txt
+  [ "$rc" = 0 ] && pass || fail "BPE tokenization differs from Hugging Face's tokenizers: $out"
+  echo "$out" | tail -1
+  text="This License applies to any program"
+  ids=$("$tok_py" -c 'import sys; from tokenizers import ByteLevelBPETokenizer as B; print(B(sys.argv[1], sys.argv[2]).encode(sys.argv[3]).ids)' \
+    repo/bpe/1/vocab.json repo/bpe/1/merges.txt "$text")
+  want_text=$("$tok_py" -c 'import json, sys; from tokenizers import ByteLevelBPETokenizer as B
+print(json.dumps(B(sys.argv[1], sys.argv[2]).decode(json.loads(sys.argv[3])[0])))' repo/bpe/1/vocab.json repo/bpe/1/merges.txt \
+    "$($PY "$REF" greedy repo/bpe/1 12 "[$ids]")")
+  run_cmd curl -s "http://$http/v2/models/bpe/generate" -d "{\"text_input\":\"$text\",\"parameters\":{\"max_tokens\":12,\"ignore_eos\":true}}"
+  expect_eq "text in, text out: PyTorch's greedy tokens decoded" "$want_text" "$(echo "$out" | $PY -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["text_output"]))')"
+fi
 
 # F16 weights (read and widened): greedy equal to PyTorch's on the same F16 values.
 want_half=$($PY "$REF" greedy repo/half/1 20 '[[3,1,4,1,5,9,2,6]]')
@@ -168,6 +197,18 @@ lie bad_shape 'h["transformer.h.0.mlp.c_fc.weight"]["shape"] = [256, 64]'
 lie huge_header 'N = 4 << 30'
 lie not_json 'h = b"{not json"'
 lie missing 'del h["transformer.ln_f.bias"]'
+mkdir -p lies/tokdis/1 && cp repo/gpt2/1/* lies/tokdis/1/ && $PY - lies/tokdis/1 <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): i for i, c in enumerate(cs)}
+vocab["ab"] = 256
+json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
+open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\na b\na c\n")  # "ac" is not in the vocabulary
+PY
 mkdir -p lies/conf/1 && cp repo/gpt2/1/model.safetensors lies/conf/1/ && echo '{"n_layer":2,"n_head":4,"n_embd":32,"n_positions":512,"vocab_size":300}' >lies/conf/1/config.json
 cp -r repo/gpt2 lies/good
 chmod -R go-w lies
@@ -180,6 +221,7 @@ expect_match "a 4 GB header length" "huge_header.*header length 4294967296 excee
 expect_match "a header that is not JSON" "not_json.*the header is not JSON" "$log"
 expect_match "a missing tensor" "missing.*no tensor 'ln_f.bias'" "$log"
 expect_match "shapes that disagree with config.json" "conf.*has shape \[300, 64\] where config.json gives \[300, 32\]" "$log"
+expect_match "a vocab.json and merges.txt that disagree" "tokdis.*merges.txt:3: 'ac' is not in .*vocab.json \(the files disagree\)" "$log"
 expect_match "the good one serves" "loaded model good version 1" "$log"
 kill -TERM $pid
 wait $pid

@@ -6,6 +6,11 @@ ended by a blank line, `[DONE]` last).
   greedy URL MODEL N PROMPTS_JSON EXPECTED_JSON [--stream]
       every prompt sent at once (one thread each), greedy, N tokens, ignore_eos; each answer's
       token ids must equal the expected lists (PyTorch's); prints the agreement.
+  tokenize URL MODEL VOCAB_JSON MERGES_TXT
+      (run with Hugging Face's `tokenizers` importable) texts of every kind — contractions, digits,
+      whitespace runs, accents, CJK, emoji, punctuation — through loom-serve's /tokenize and
+      through tokenizers' ByteLevelBPETokenizer on the same files: the ids must be equal, and
+      /detokenize must give each text back.
 """
 import json, sys, threading, urllib.request
 
@@ -73,7 +78,33 @@ def greedy(url, model, n, prompts, expected, stream):
     return 0 if same == len(prompts) else 1
 
 
+TEXTS = ["Hello world", "  leading spaces", "trailing   ", "a\n\nb", "tabs\tand\r\nCRLF", "x  y   z",
+         "it's we're they've I'm you'll he'd 'quoted' IT'S", "numbers 123 4567890 3.14 ½ ٣ ⅷ", "café naïve déjà vu € £",
+         "日本語のテキスト、句読点。", "emoji 😀🎉 ok", "mixed123abc_def", "punct!!! ??? ... --- ((x))", "  \n  ", "x" * 300,
+         "This License applies to any program or other work which contains a notice placed by the copyright holder",
+         "Ελληνικά и русский текст", "\u00a0non-breaking\u2003em space", "tab\t\tend\t", "a's's's", "'s"]
+
+
+def tokenize(url, model, vocab, merges):
+    from tokenizers import ByteLevelBPETokenizer
+    hf = ByteLevelBPETokenizer(vocab, merges)
+    bad = 0
+    for t in TEXTS:
+        with post(url + "/tokenize", {"model": model, "prompt": t}) as r:
+            got = json.load(r)["tokens"]
+        want = hf.encode(t).ids
+        with post(url + "/detokenize", {"model": model, "tokens": got}) as r:
+            back = json.load(r)["prompt"]
+        if got != want or back != t:
+            bad += 1
+            print(f"  {t[:40]!r}: loom {got[:12]} tokenizers {want[:12]} back {back[:40]!r}")
+    print(f"llm_client: {len(TEXTS) - bad}/{len(TEXTS)} texts tokenized as Hugging Face's tokenizers does and given back whole")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "tokenize":
+        sys.exit(tokenize(*sys.argv[2:6]))
     if sys.argv[1] == "greedy":
         sys.exit(greedy(sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]), json.loads(sys.argv[6]),
                         "--stream" in sys.argv[7:]))
