@@ -128,6 +128,17 @@ void Controller::tick(double now) {
   // start one), not how much: clients retrying a 503 in a loop would ask for every one allowed.
   const ReplicaPool::Load load = pool_.take_load();
   double demand = metric_ == "rps" ? load.rate : load.concurrency;  // what scaleTarget counts per replica
+  // A language model's concurrency is its sequences, running and waiting (a request with n
+  // choices is n of them), as its replicas count them.
+  if (metric_ != "rps") {
+    double seqs = -1;
+    for (const auto& r : pool_.all())
+      if (r->state == ReplicaState::kReady) {
+        const double s = pool_.sequences(*r, 1000, o_.authorization);
+        if (s >= 0) seqs = std::max(seqs, 0.0) + s;
+      }
+    if (seqs >= 0) demand = std::max(demand, seqs);
+  }
   if (pool_.take_refused() > 0 && pool_.all().empty()) demand = std::max(demand, 1.0);
   scaler_.sample(now, demand);
   const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
@@ -347,6 +358,7 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   if (!::realpath(o.spec_file.c_str(), real)) throw rt::Error("--spec " + o.spec_file + ": " + std::strerror(errno));
   o.spec_file = real;
   const InferenceServiceSpec spec = load_spec(o.spec_file);
+  if (!ctx.token.empty()) o.authorization = "Bearer " + ctx.token;
   ReplicaPool pool(o.replica_cap, static_cast<int>(ctx.options.request_timeout_ms) + 1000);
   pool.set_model(spec.name);
   Controller c(o, spec, pool, log);

@@ -20,6 +20,7 @@ namespace loom::serve {
 
 struct ControllerOptions {
   std::string spec_file, state_dir, partition, replica_bind = "127.0.0.1", token_file, loom_serve;
+  std::string authorization;  // "Bearer <token>" when the replicas need one (their /metrics)
   std::string services_dir;  // where it announces its service by name (services.hpp); "" for nowhere
   double tick_s = 2, stable_window_s = 60, panic_window_s = 6, scale_down_delay_s = 30;
   double pending_warn_s = 60, start_timeout_s = 300;

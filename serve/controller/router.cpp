@@ -205,11 +205,15 @@ HttpExchange http_call(int fd, const std::string& host, const std::string& metho
   return exchange_of(parser);
 }
 
-// generate_stream: the replica's server-sent events pass on chunk by chunk as they come.
-bool streamed(const std::string& target) {
+// generate_stream, and OpenAI completions asking for "stream": true: the replica's server-sent
+// events pass on chunk by chunk as they come.
+bool streamed(const std::string& target, const std::string& body) {
   const std::string path = target.substr(0, target.find('?'));
   const std::string tail = "/generate_stream";
-  return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  if (path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0) return true;
+  if (path != "/v1/completions" && path != "/v1/chat/completions") return false;
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);  // malformed: the replica answers it, unstreamed
+  return j.is_object() && j.contains("stream") && j["stream"] == true;
 }
 
 // A streamed answer in progress: its connection, parser and lease live until the stream ends.
@@ -408,7 +412,7 @@ HttpExchange ReplicaPool::exchange(Replica& r, const std::string& method, const 
 Forwarder::Response ReplicaPool::forward_http(const std::string& method, const std::string& target,
                                               const std::vector<std::pair<std::string, std::string>>& headers,
                                               const std::string& body) {
-  if (streamed(target)) return forward_stream(method, target, headers, body);
+  if (streamed(target, body)) return forward_stream(method, target, headers, body);
   Response res;
   // A replica that cannot be reached (cancelled, crashed, its node gone) is taken out of
   // routing until the controller's health check brings it back, and the request goes to the
@@ -440,6 +444,27 @@ bool ReplicaPool::health_check(Replica& r, int timeout_ms) {
   const HttpExchange e = http_call(fd, r.host, "GET", "/v2/health/ready", {}, "", timeout_ms);
   ::close(fd);
   return e.status == 200;
+}
+
+double ReplicaPool::sequences(Replica& r, int timeout_ms, const std::string& authorization) {
+  const int fd = http_connect(r.host, r.http_port, timeout_ms);
+  if (fd < 0) return -1;
+  std::vector<std::pair<std::string, std::string>> h;
+  if (!authorization.empty()) h.emplace_back("Authorization", authorization);
+  const HttpExchange e = http_call(fd, r.host, "GET", "/metrics", h, "", timeout_ms);
+  ::close(fd);
+  if (e.status != 200) return -1;
+  double n = -1;
+  std::istringstream lines(e.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("loom_llm_running_sequences{", 0) != 0 && line.rfind("loom_llm_waiting_sequences{", 0) != 0) continue;
+    const size_t sp = line.rfind(' ');
+    try {
+      n = std::max(n, 0.0) + std::stod(line.substr(sp + 1));
+    } catch (const std::exception&) {
+    }
+  }
+  return n;
 }
 
 std::string ReplicaPool::metrics_text() const { return metrics_ ? metrics_() : ""; }

@@ -69,6 +69,10 @@ class ReplicaPool : public Forwarder {
     double concurrency = 0, rate = 0;
   };
   Load take_load();
+  // A language model's replica: its running + waiting sequences from its /metrics
+  // (loom_llm_running_sequences, loom_llm_waiting_sequences); -1 when it reports none (not a
+  // generative model) or cannot be asked. `authorization`: the replicas' bearer header, or "".
+  double sequences(Replica& r, int timeout_ms, const std::string& authorization);
   uint64_t take_refused();
   uint64_t rejected() const { return rejected_.load(); }
   // generate_stream answers whose replica went away before the stream's end (the client got an

@@ -235,9 +235,9 @@ fi
 kill -TERM "${pipe[0]}"
 wait "${pipe[0]}"
 
-# --- generate_stream through the router: each server-sent event as the replica sends it -----------
+# --- generate_stream and OpenAI streams through the router: each event as the replica sends it ----
 head -c 20000 /usr/share/common-licenses/GPL-3 >text.txt
-"$LOOM_BUILDDIR/loom-train" --model gpt --data text:"$LOOM_TMP/text.txt" --context 16 --n-embd 16 --n-head 2 \
+"$LOOM_BUILDDIR/loom-train" --model gpt --data text:"$LOOM_TMP/text.txt" --context 32 --n-embd 16 --n-head 2 \
   --global-batch 8 --steps 10 --log-every 1000 --export gpt.h5 2>/dev/null
 sed -e 's/name: ctl-tiny/name: ctl-gpt/' -e "s#$LOOM_TMP/model.h5#$LOOM_TMP/gpt.h5#" -e 's/gpu: 1/gpu: 0/' \
   -e 's/maxReplicas: 3/maxReplicas: 1/' svc.yaml >gpt.yaml
@@ -256,6 +256,17 @@ text = "".join(e.get("text_output", "") for e in events)
 whole = json.loads(sys.argv[1])["text_output"]
 print(f"controller_cluster: generate_stream through the router: {len(events)} events, {text!r} (whole answer {whole!r})")
 assert len(events) > 1 and text == whole, (events, whole)
+PY
+# OpenAI completions streamed through the router: server-sent events ending in [DONE], the same text.
+curl -sN -d '{"model":"ctl-gpt","prompt":"This License ","max_tokens":12,"temperature":0,"stream":true}' "$http/v1/completions" >oai.txt
+/usr/bin/python3 - "$whole" oai.txt <<'PY' && pass || fail "OpenAI stream through the router: $(head -c 300 oai.txt)"
+import json, sys
+data = [l[5:].strip() for l in open(sys.argv[2]) if l.startswith("data:")]
+assert data and data[-1] == "[DONE]", data[-3:]
+chunks = [json.loads(d) for d in data[:-1]]
+text = "".join(c["choices"][0]["text"] for c in chunks)
+assert len(chunks) > 1 and text == json.loads(sys.argv[1])["text_output"], (chunks[:3], sys.argv[1])
+assert chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-1]
 PY
 kill -TERM "$pid"
 wait "$pid"

@@ -332,3 +332,66 @@ TEST(ReplicaPool, GenerateStreamPassesEachEventAsItComes) {
   EXPECT_EQ(pool.broken_streams(), 1u);
   ::close(ls);
 }
+
+// OpenAI completions asking for a stream take the same path: each event as it comes.
+TEST(ReplicaPool, OpenAIStreamsPassEachEventAsItComes) {
+  int port = 0;
+  const int ls = loopback_socket(true, &port);
+  ASSERT_GE(ls, 0);
+  ReplicaPool pool(8, 5000);
+  auto r = replica("9", ReplicaState::kReady, 0);
+  r->host = "127.0.0.1";
+  r->http_port = port;
+  pool.put(r);
+  std::thread peer(stream_peer, ls, true, false);
+  auto res = pool.forward_http("POST", "/v1/completions", {}, R"({"model":"g","prompt":"x","stream":true})");
+  ASSERT_TRUE(res.stream);
+  std::vector<double> at;
+  const auto t0 = std::chrono::steady_clock::now();
+  res.stream([&](const std::string&) {
+    at.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return true;
+  });
+  peer.join();
+  ASSERT_EQ(at.size(), 2u);
+  EXPECT_GT(at[1] - at[0], 0.2) << "the first event waited for the second";
+  res = {};
+  std::thread plain(stream_peer, ls, true, false);  // without "stream": true, one answer
+  res = pool.forward_http("POST", "/v1/completions", {}, R"({"model":"g","prompt":"x"})");
+  plain.join();
+  EXPECT_FALSE(res.stream);
+  ::close(ls);
+}
+
+// The autoscaler's count for a language model: running + waiting sequences from /metrics.
+TEST(ReplicaPool, SequencesAreReadFromTheReplicasMetrics) {
+  int port = 0;
+  const int ls = loopback_socket(true, &port);
+  ASSERT_GE(ls, 0);
+  auto answer = [ls](const std::string& body, std::string* request) {
+    const int c = ::accept(ls, nullptr, nullptr);
+    char buf[4096];
+    const ssize_t n = ::read(c, buf, sizeof buf);
+    if (n > 0) request->assign(buf, static_cast<size_t>(n));
+    const std::string res = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)!::write(c, res.data(), res.size());
+    ::close(c);
+  };
+  ReplicaPool pool(8, 5000);
+  auto r = replica("9", ReplicaState::kReady, 0);
+  r->host = "127.0.0.1";
+  r->http_port = port;
+  std::string req;
+  std::thread a(answer,
+                "# HELP loom_llm_running_sequences x\nloom_llm_running_sequences{model=\"g\",version=\"1\"} 5\n"
+                "loom_llm_waiting_sequences{model=\"g\",version=\"1\"} 3\nloom_llm_running_sequences{model=\"g\",version=\"2\"} 1\n",
+                &req);
+  EXPECT_EQ(pool.sequences(*r, 1000, "Bearer t0k"), 9.0);
+  a.join();
+  EXPECT_NE(req.find("GET /metrics"), std::string::npos);
+  EXPECT_NE(req.find("Authorization: Bearer t0k"), std::string::npos);
+  std::thread b(answer, "loom_requests_total 4\n", &req);  // not a language model
+  EXPECT_EQ(pool.sequences(*r, 1000, ""), -1.0);
+  b.join();
+  ::close(ls);
+}
