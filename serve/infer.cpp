@@ -9,12 +9,12 @@
 namespace loom::serve {
 namespace {
 
-// The model's batcher, or what refuses it by name: unknown (404), a gpt (400: it answers
-// generate, not infer).
+// The model's batcher, or what refuses it by name: unknown (404), a language model (400: it
+// answers generate, not infer).
 std::shared_ptr<Batcher> infer_model(Context& ctx, const std::string& model, const std::string& version) {
   std::shared_ptr<Batcher> b = ctx.repo->find(model, version);
   if (b->model().engine())
-    throw ServeError(Status::kBadRequest, "model " + b->model().name() + " is a gpt: use POST /v2/models/" +
+    throw ServeError(Status::kBadRequest, "model " + b->model().name() + " is a language model: use POST /v2/models/" +
                                               b->model().name() + "/generate");
   return b;
 }

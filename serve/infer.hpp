@@ -29,7 +29,8 @@ struct InferAnswer {
 };
 
 // What can be refused from the name alone, before a request is read: an unknown model or
-// version (404), a pipeline not ready (503), a gpt (400: it answers generate, not infer).
+// version (404), a pipeline not ready (503), a language model (400: it answers generate,
+// not infer).
 void check_target(Context& ctx, const std::string& model, const std::string& version);
 
 // Starts `call` and calls `done` once with its answer, on the batcher's or the pipeline's thread.

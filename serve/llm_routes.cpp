@@ -55,11 +55,23 @@ std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
 
 Reply generate(Context& ctx, const std::string& name, const std::string& version, const std::string& body, bool stream) {
   const Target t = language_model(ctx, name, version, ("POST /v2/models/" + name + "/infer").c_str());
-  const GenerateRequest req = parse_generate_request(body);
+  GenerateRequest req;
+  try {
+    req = parse_generate_request(body);
+  } catch (const ServeError& e) {  // the generate extension's 422 for parameters; malformed JSON stays a 400
+    const std::string what = e.what();
+    if (e.status != Status::kBadRequest || what.rfind("malformed JSON", 0) == 0 || what.find("JSON object") != std::string::npos) throw;
+    return error_reply(e.status, what, 422);
+  }
   const auto deadline = deadline_of(ctx);
   auto s = t.engine->submit(prompt_ids(t, req.prompt), req.params, deadline);
-  auto event = [name = t.name, ver = t.version](const std::string& text) {
-    return dump_json({{"model_name", name}, {"model_version", ver}, {"text_output", text}});
+  // Each answer and stream event: model_name, model_version, text_output; a stream's events say
+  // whether they are the last (done), and the last why (finish_reason: stop or length).
+  auto event = [name = t.name, ver = t.version](const std::string& text, const llm::TokenEvent* end, bool streamed) {
+    json j = {{"model_name", name}, {"model_version", ver}, {"text_output", text}};
+    if (streamed) j["done"] = end != nullptr;
+    if (end) j["finish_reason"] = end->finish_reason;
+    return dump_json(j);
   };
   Reply r;
   if (!stream) {
@@ -68,10 +80,11 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
       const llm::TokenEvent e = next_event(*s, deadline);
       if (e.error != Status::kOk) throw ServeError(e.error, e.message);
       text += e.text;
-      if (e.done) break;
+      if (e.done) {
+        r.body = event(text, &e, false);
+        return r;
+      }
     }
-    r.body = event(text);
-    return r;
   }
   r.content_type = "text/event-stream";
   r.stream = [t, s, deadline, event](const std::function<bool(const std::string&)>& send) {
@@ -82,7 +95,7 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
         if (e.error != Status::kOk) throw ServeError(e.error, e.message);
         std::string whole = chunker.add(e.text);
         if (e.done) whole += chunker.flush();
-        if (!whole.empty() && !send("data: " + event(whole) + "\n\n")) return s->cancel();
+        if ((!whole.empty() || e.done) && !send("data: " + event(whole, e.done ? &e : nullptr, true) + "\n\n")) return s->cancel();
         if (e.done) return;
       }
     } catch (const ServeError& e) {

@@ -63,6 +63,7 @@ $PY - "$out" "$greedy" <<'PY' && pass || fail "generate_stream"
 import json, sys
 events = [json.loads(l[6:]) for l in sys.argv[1].split("\n") if l.startswith("data: ")]
 assert len(events) >= 1 and "".join(e["text_output"] for e in events) == json.loads(sys.argv[2])["text_output"], events
+assert [e["done"] for e in events] == [False] * (len(events) - 1) + [True] and events[-1]["finish_reason"] == "length", events
 PY
 # Sampled at a high temperature (bytes of every kind, some not UTF-8): the stream's events add
 # up to the plain answer of the same seed (a character split across events would not).
@@ -81,7 +82,8 @@ c=$(curl -s -X POST "$gen" -d '{"text_input":"The ","parameters":{"max_tokens":4
 expect_eq "sampling: the same seed" "$a" "$b"
 expect_ne "sampling: another seed" "$a" "$c"
 
-# Bad requests: 4xx with the protocol's error body, the server stays up.
+# Bad requests: 4xx with the protocol's error body (422 for parameters, as the generate extension
+# says), the server stays up.
 bad() {  # WHAT CODE REGEX CURL-ARGS...
   local what=$1 want=$2 re=$3 got
   shift 3
@@ -90,18 +92,18 @@ bad() {  # WHAT CODE REGEX CURL-ARGS...
   expect_match "$what: error" "^\{\"error\":\".*$re" "${got%$'\n'*}"
 }
 bad "empty text_input" 400 "must not be empty" -X POST "$gen" -d '{"text_input":""}'
-bad "text_input a number" 400 "text_input.*string" -X POST "$gen" -d '{"text_input":5}'
-bad "no text_input" 400 "text_input" -X POST "$gen" -d '{"parameters":{}}'
-bad "max_tokens 0" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":0}'
-bad "max_tokens 2^21" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","parameters":{"max_tokens":2097152}}'
-bad "max_tokens -1" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","parameters":{"max_tokens":-1}}'
-bad "top_p 0" 400 "top_p must be" -X POST "$gen" -d '{"text_input":"a","top_p":0}'
+bad "text_input a number" 422 "text_input.*string" -X POST "$gen" -d '{"text_input":5}'
+bad "no text_input" 422 "text_input" -X POST "$gen" -d '{"parameters":{}}'
+bad "max_tokens 0" 422 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":0}'
+bad "max_tokens 2^21" 422 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","parameters":{"max_tokens":2097152}}'
+bad "max_tokens -1" 422 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","parameters":{"max_tokens":-1}}'
+bad "top_p 0" 422 "top_p must be" -X POST "$gen" -d '{"text_input":"a","top_p":0}'
 bad "a prompt past the context" 400 "leave no room in the model's context of 64" -X POST "$gen" -d "{\"text_input\":\"$(printf 'a%.0s' $(seq 64))\"}"
-bad "max_tokens text" 400 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":"9"}'
-bad "negative temperature" 400 "temperature must be" -X POST "$gen" -d '{"text_input":"a","temperature":-1}'
+bad "max_tokens text" 422 "max_tokens must be" -X POST "$gen" -d '{"text_input":"a","max_tokens":"9"}'
+bad "negative temperature" 422 "temperature must be" -X POST "$gen" -d '{"text_input":"a","temperature":-1}'
 bad "a byte outside the vocabulary" 400 "not in the model's vocabulary" -X POST "$gen" -d '{"text_input":"\u0001"}'
 bad "malformed JSON" 400 "malformed JSON" -X POST "$gen" -d '{"text_input":'
-bad "infer on a gpt" 400 "is a gpt: use POST /v2/models/g/generate" -X POST "http://$http/v2/models/g/infer" -d '{}'
+bad "infer on a gpt" 400 "is a language model: use POST /v2/models/g/generate" -X POST "http://$http/v2/models/g/infer" -d '{}'
 bad "generate on an mlp" 400 "is not a language model" -X POST "http://$http/v2/models/m/generate" -d '{"text_input":"a"}'
 bad "generate on an unknown model" 404 "unknown model" -X POST "http://$http/v2/models/nope/generate" -d '{"text_input":"a"}'
 bad "GET generate" 405 "use POST" "$gen"
