@@ -101,14 +101,17 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// onnx, ONNX, Onnx -> ONNX; hdf5, HDF5, loom-hdf5 -> loom-hdf5 (formats as users write them).
+// onnx, ONNX, Onnx -> ONNX; hdf5, HDF5, loom-hdf5 -> loom-hdf5; huggingface, safetensors ->
+// huggingface (KServe's name for a Hugging Face model folder: GPT-2's config.json +
+// model.safetensors) (formats as users write them).
 std::string model_format(const std::string& file, const std::string& written, const std::string& at) {
   std::string f;
   for (char c : written) f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (f == "onnx") return "ONNX";
   if (f == "hdf5" || f == "loom-hdf5") return "loom-hdf5";
-  spec_error(file, at + " '" + written + "' is not a format loom-serve runs (onnx, or hdf5 / loom-hdf5 for Loom's models; "
-                                           "export other frameworks' models to ONNX)");
+  if (f == "huggingface" || f == "safetensors") return "huggingface";
+  spec_error(file, at + " '" + written + "' is not a format loom-serve runs (onnx; hdf5 / loom-hdf5 for Loom's models; "
+                                           "huggingface for a GPT-2 folder; export other frameworks' models to ONNX)");
 }
 
 }  // namespace
@@ -125,7 +128,13 @@ void spec_model(const std::string& file, const std::string& location, const std:
     path = path.substr(colon + 3);
   }
   if (path.empty() || path[0] != '/') spec_error(file, at + " must be an absolute path");
-  const bool onnx_file = ends_with(path, ".onnx"), h5_file = ends_with(path, ".h5");
+  const bool onnx_file = ends_with(path, ".onnx"), h5_file = ends_with(path, ".h5"), st_file = ends_with(path, ".safetensors");
+  if (s->format == "huggingface") {  // the folder's config.json and tokenizer are read beside the weights
+    if (onnx_file || h5_file) spec_error(file, format_at + " huggingface needs " + at + " to name a folder or its model.safetensors");
+    s->path = st_file ? path : path + "/model.safetensors";
+    return;
+  }
+  if (st_file) spec_error(file, at + " names a .safetensors file: say " + format_at + ": huggingface");
   if (!onnx_file && !h5_file) path += s->format == "ONNX" ? "/model.onnx" : "/model.h5";  // a folder, as KServe's storageUri
   if (s->format == "ONNX" && h5_file) spec_error(file, format_at + " ONNX needs " + at + " to name a .onnx file or a folder");
   if (s->format == "loom-hdf5" && onnx_file) spec_error(file, at + " names a .onnx file: say " + format_at + ": onnx");

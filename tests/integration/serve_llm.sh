@@ -170,6 +170,14 @@ run_cmd $PY "$CLIENT" greedy "http://$http" gpt2 40 "$prompts" "$want"
 expect_match "no prefix-cache hits" 'loom_llm_prefix_cache_hits_total\{model="gpt2",version="1"\} 0' "$(curl -s "http://$http/metrics")"
 kill -TERM $pid
 wait $pid
+# KServe's InferenceService for a Hugging Face folder (examples/kserve-gpt2.yaml with this folder).
+sed "s#file:///models/gpt2#file://$LOOM_TMP/repo/gpt2/1#" "$LOOM_SRCDIR/examples/kserve-gpt2.yaml" >gpt2.yaml
+serve_start spec --spec gpt2.yaml --grpc-port -1
+run_cmd $PY "$CLIENT" greedy "http://$http" gpt2 40 "[$(echo "$prompts" | $PY -c 'import json,sys; print(json.load(sys.stdin)[0])')]" \
+  "[$(echo "$want" | $PY -c 'import json,sys; print(json.load(sys.stdin)[0])')]"
+[ "$rc" = 0 ] && pass || fail "the KServe InferenceService of a GPT-2 folder: $out $(cat spec.log)"
+kill -TERM $pid
+wait $pid
 # Past --request-timeout-ms: 504 naming how far it got (500 tokens never fit in 5 ms).
 serve_start slow --model-repository repo --grpc-port -1 --request-timeout-ms 5
 bad "past the request timeout" 504 "timed out after" "http://$http/v1/completions" -d '{"model":"gpt2","prompt":[1],"max_tokens":500,"ignore_eos":true}'
