@@ -48,6 +48,9 @@ struct Context {
   int read_timeout_s = 30;            // a request must arrive whole within this
   int write_timeout_s = 30;           // an answer must be taken by the client within this
   int max_connections = 512;
+  // Server-sent event streams open at once (generate_stream, OpenAI's stream): at most half the
+  // connections, so that clients that never read cannot take every one; beyond: 503.
+  std::atomic<int> streams{0};
   bool strict_readiness = false;      // ready only when every model found is loaded
   std::atomic<bool> ready{false}, stopping{false};
   std::function<void(const std::string& level, const std::string& msg)> log;

@@ -115,7 +115,9 @@ struct HttpServer::Impl {
           r = error_reply(Status::kInternal, e.what());
         }
         if (is_infer) ctx.metrics->request(model, "http", r.kind);
-        close = !req.keep_alive() || ctx.stopping.load();
+        // A 503 (overload) also ends the connection: a client that never reads the answer must
+        // not keep holding one of --max-connections.
+        close = !req.keep_alive() || ctx.stopping.load() || r.kind == Status::kUnavailable;
       }
       if (!write_reply(sock, me, r, close) || close) return false;
     }

@@ -3,6 +3,7 @@
 // as server-sent events as they come; a client that goes away cancels its sequences.
 #include "llm_routes.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,16 @@ llm::TokenEvent next_event(llm::Stream& s, Clock::time_point deadline) {
   return e;
 }
 
+// One of the server's streams while it is held; 503 when half the connections stream already.
+std::shared_ptr<void> stream_slot(Context& ctx) {
+  const int limit = std::max(1, ctx.max_connections / 2);
+  if (ctx.streams.fetch_add(1) >= limit) {
+    ctx.streams.fetch_sub(1);
+    throw ServeError(Status::kUnavailable, "the server holds " + std::to_string(limit) + " streams (half of --max-connections): try again");
+  }
+  return std::shared_ptr<void>(nullptr, [&ctx](void*) { ctx.streams.fetch_sub(1); });
+}
+
 Clock::time_point deadline_of(const Context& ctx) { return Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms); }
 
 std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
@@ -64,6 +75,7 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
     return error_reply(e.status, what, 422);
   }
   const auto deadline = deadline_of(ctx);
+  std::shared_ptr<void> slot = stream ? stream_slot(ctx) : nullptr;
   auto s = t.engine->submit(prompt_ids(t, req.prompt), req.params, deadline);
   // Each answer and stream event: model_name, model_version, text_output; a stream's events say
   // whether they are the last (done), and the last why (finish_reason: stop or length).
@@ -87,7 +99,7 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
     }
   }
   r.content_type = "text/event-stream";
-  r.stream = [t, s, deadline, event](const std::function<bool(const std::string&)>& send) {
+  r.stream = [t, s, deadline, event, slot](const std::function<bool(const std::string&)>& send) {
     Utf8Chunker chunker;
     try {
       for (;;) {
@@ -181,6 +193,7 @@ Reply completions(Context& ctx, const std::string& body) {
   const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
   const std::vector<int32_t> prompt = req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text);
   const auto deadline = deadline_of(ctx);
+  std::shared_ptr<void> slot = req.stream ? stream_slot(ctx) : nullptr;
   auto s = std::make_shared<llm::Stream>();
   for (int i = 0; i < req.n; ++i) {
     llm::SamplingParams p = req.params;
@@ -227,7 +240,7 @@ Reply completions(Context& ctx, const std::string& body) {
     return r;
   }
   r.content_type = "text/event-stream";
-  r.stream = [t, s, deadline, req, head, usage](const std::function<bool(const std::string&)>& send) {
+  r.stream = [t, s, deadline, req, head, usage, slot](const std::function<bool(const std::string&)>& send) {
     std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
     try {
       for (int left = req.n; left > 0;) {

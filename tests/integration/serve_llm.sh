@@ -4,7 +4,7 @@
 # token-for-token equal to PyTorch's own greedy loop with a KV cache, for prompts of mixed
 # lengths decoded together; the same with the cache paged over a tiny pool that forces
 # preemption, and with prefix-cache hits; server-sent event streams read as the SSE spec frames
-# them; the engine's metrics; every bad request a 4xx with OpenAI's error body; safetensors
+# them; the engine's metrics; 1,000 streams that never read; every bad request a 4xx with OpenAI's error body; safetensors
 # files whose header lies refused at load with the fault named.
 . "$(dirname "$0")/lib.sh"
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
@@ -146,6 +146,11 @@ for _ in range(100):
     time.sleep(0.05)
 sys.exit("the sequence of a closed connection is still running")
 PY
+# 1,000 streams from clients that never read: half the connections at most stream (the rest get
+# 503 and their connection closed), others are still answered, memory stays bounded.
+run_cmd $PY "$CLIENT" flood "http://$http" gpt2 "$pid"
+[ "$rc" = 0 ] && pass || fail "1,000 streams that never read: $out $err"
+echo "$out" | tail -1
 kill -TERM $pid
 wait $pid
 expect_eq "clean exit" 0 "$?"

@@ -11,6 +11,10 @@ ended by a blank line, `[DONE]` last).
       whitespace runs, accents, CJK, emoji, punctuation — through loom-serve's /tokenize and
       through tokenizers' ByteLevelBPETokenizer on the same files: the ids must be equal, and
       /detokenize must give each text back.
+  flood URL MODEL PID
+      1,000 streamed completions from clients that never read (small receive buffers, many
+      logprobs per event): another client must still be answered at once, the server (PID) grow
+      less than 300 MiB, and once the clients close, no sequence of theirs run on.
 """
 import json, sys, threading, urllib.request
 
@@ -102,7 +106,47 @@ def tokenize(url, model, vocab, merges):
     return 1 if bad else 0
 
 
+def flood(url, model, pid):
+    import socket, time
+    host, port = url[7:].split(":")
+    def rss():
+        return int(open(f"/proc/{pid}/status").read().split("VmRSS:")[1].split()[0]) // 1024
+    def sequences():
+        m = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+        return sum(float(l.split()[-1]) for l in m.split("\n")
+                   if l.startswith(("loom_llm_running_sequences{", "loom_llm_waiting_sequences{")))
+    r0 = rss()
+    body = json.dumps({"model": model, "prompt": [1, 2, 3], "max_tokens": 120, "stream": True, "ignore_eos": True, "logprobs": 20})
+    req = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+    socks = []
+    for _ in range(1000):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(5)
+        s.connect((host, int(port)))
+        s.sendall(req)
+        socks.append(s)
+    time.sleep(2)
+    t0 = time.time()
+    with post(url + "/v1/completions", {"model": model, "prompt": [1], "max_tokens": 5}) as r:
+        a = json.load(r)
+    took, grown = time.time() - t0, rss() - r0
+    print(f"llm_client: 1000 streams that never read; another client answered in {took:.2f} s; the server grew {grown} MiB")
+    if len(a["choices"][0]["token_ids"]) != 5 or took > 10 or grown > 300:
+        return 1
+    for s in socks:
+        s.close()
+    for _ in range(300):
+        if sequences() == 0:
+            return 0
+        time.sleep(0.1)
+    print("llm_client: sequences of closed connections still run")
+    return 1
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "flood":
+        sys.exit(flood(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if sys.argv[1] == "tokenize":
         sys.exit(tokenize(*sys.argv[2:6]))
     if sys.argv[1] == "greedy":
