@@ -3,7 +3,8 @@
 # 12 heads, 1,024 positions, 50,257 tokens; random weights written by PyTorch as
 # config.json + model.safetensors), driven by `loom-bench generate` (streamed OpenAI completions,
 # 32-token prompts, 32 new tokens, greedy), in one run, each figure beside its peer:
-#   1. output tokens/s at 1, 8, 32 and 64 clients against the same server with --max-num-seqs 1
+#   1. output tokens/s at 1, 8, 32 and 64 clients (and 32 with 128 new tokens each: fewer prompt
+#      tokens per output token) against the same server with --max-num-seqs 1
 #      (one sequence at a time: the sequential server), and at 1 client against PyTorch's greedy
 #      loop with a KV cache on the same weights and threads (Hugging Face's GPT2LMHeadModel.generate
 #      where $LOOM_PYTHON has transformers); the greedy tokens of both compared;
@@ -27,7 +28,7 @@ mkdir -p "$T/repo/gpt2/1"
   --positions 1024 --vocab 50257 --prefix transformer.
 chmod -R go-w "$T/repo"
 start() {  # NAME ARGS...: sets url
-  "$B/loom-serve" --model-repository "$T/repo" --http-port 0 --grpc-port -1 --threads "$THREADS" "${@:2}" 2>"$T/$1.log" &
+  "$B/loom-serve" --model-repository "$T/repo" --http-port 0 --grpc-port -1 --threads "$THREADS" --request-timeout-ms 900000 "${@:2}" 2>"$T/$1.log" &
   spid=$!
   local n=0
   until grep -q "listening:" "$T/$1.log" || [ $n -gt 600 ]; do sleep 0.1; n=$((n + 1)); done
@@ -47,6 +48,7 @@ start seq --max-num-seqs 1
 for c in 1 32; do
   seq_line[$c]=$(gen "$url" "$c" $((c > 8 ? c : 8)))
 done
+seq_long=$(gen "$url" 32 32 --output-len 128)
 stop
 start batch --max-num-seqs 64
 kv_ratios=$T/kv.txt
@@ -59,6 +61,7 @@ for c in 1 8 32 64; do
   line[$c]=$(gen "$url" "$c" $((c > 8 ? 2 * c : 8)))
   [ "$c" != 32 ] || kill $sampler
 done
+long=$(gen "$url" 32 64 --output-len 128)
 seq1=$(field "${seq_line[1]}" output_tokens_per_s)
 seq32=$(field "${seq_line[32]}" output_tokens_per_s)
 for c in 1 8 32 64; do
@@ -67,6 +70,9 @@ for c in 1 8 32 64; do
     "$c" "$tps" "$(field "${line[$c]}" ttft_p50_ms)" "$(field "${line[$c]}" itl_p50_ms)" \
     "$([ "$c" = 1 ] && echo "$seq1" || echo "$seq32")" "$(ratio "$tps" "$([ "$c" = 1 ] && echo "$seq1" || echo "$seq32")")"
 done
+printf 'llm_figures: 32 clients, 128 new tokens each: %7.1f output tokens/s (ITL p50 %s ms); sequential server %7.1f: %sx\n' \
+  "$(field "$long" output_tokens_per_s)" "$(field "$long" itl_p50_ms)" "$(field "$seq_long" output_tokens_per_s)" \
+  "$(ratio "$(field "$long" output_tokens_per_s)" "$(field "$seq_long" output_tokens_per_s)")"
 # The same prompts at batch 1 through PyTorch, and through loom-serve for the token comparison.
 prompts=$("$PY" -c 'import json, random; r = random.Random(3); print(json.dumps([[r.randrange(50257) for _ in range(32)] for _ in range(8)]))')
 peer=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" "$S/tests/bench/llm_peer.py" "$T/repo/gpt2/1" "$prompts" 32 "$THREADS" 2>/dev/null | tail -1)

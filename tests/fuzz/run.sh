@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
-# model-file loaders (inputs that drive what an HDF5 file holds), and the ONNX loader and
+# model-file loaders (inputs that drive what an HDF5 file holds), the safetensors reader and GPT-2
+# loader (the inputs are the files), and the ONNX loader and
 # executor (inputs that build small graphs and the tensors they run on), and the spec readers,
 # config.pbtxt and a pipeline hop's answer (seeded with the examples and issue 33's attacks). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
@@ -13,6 +14,7 @@ B=$LOOM_BUILDDIR/tests/fuzz
 targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_http" ] && targets="$targets http model_file"
 [ -x "$B/fuzz_spec" ] && targets="$targets spec"
+[ -x "$B/fuzz_safetensors" ] && targets="$targets safetensors"
 [ -x "$B/fuzz_onnx" ] && targets="$targets onnx"
 # The spec target's seeds: its selector byte, then the examples as shipped, the attacks of issue
 # 33 (a sweep range no int holds, a pipeline step answering 3 bytes for FP32 [2,4], shapes [-7,4]
@@ -32,6 +34,31 @@ spec_seeds() {
   printf "\\4\\0\\2$d2$d4\\0\\2\\0\\0\\0\\0\\0\\0\\0\\1\\0$d4" >"$c/hop-negative"
   printf "\\4\\0\\2$d2$d4\\0\\2$big$big" >"$c/hop-huge"
 }
+# The safetensors target's seeds: a selector byte (odd: load as GPT-2 with a 1-layer config),
+# then a file with one F32 tensor, and a GPT-2 file of that config written the same way.
+safetensors_seeds() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, struct, sys
+def st(tensors):
+    header, data = {}, b""
+    for name, shape in tensors:
+        n = 1
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * n]}
+        data += struct.pack("<%df" % n, *([0.01] * n))
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+C, V, T = 4, 5, 8
+gpt2 = [("wte.weight", [V, C]), ("wpe.weight", [T, C]), ("ln_f.weight", [C]), ("ln_f.bias", [C])]
+for k, s in [("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.c_attn.weight", [C, 3 * C]), ("attn.c_attn.bias", [3 * C]),
+             ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]), ("ln_2.weight", [C]), ("ln_2.bias", [C]),
+             ("mlp.c_fc.weight", [C, 4 * C]), ("mlp.c_fc.bias", [4 * C]), ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]:
+    gpt2.append(("h.0." + k, s))
+open(sys.argv[1] + "/one", "wb").write(b"\0" + st([("x", [2, 3])]))
+open(sys.argv[1] + "/gpt2", "wb").write(b"\1" + st(gpt2))
+PY
+}
 for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
@@ -43,6 +70,7 @@ for target in $targets; do
     model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
     onnx) ;;  # the inputs build the graphs: libFuzzer grows its own corpus
     spec) spec_seeds "$corpus" ;;
+    safetensors) safetensors_seeds "$corpus" ;;
   esac
   # Runs per target in make check, the same inputs every time (a fixed seed): about 5-15 s each
   # here (the model files go through HDF5 on /dev/shm, about 250 a second); `make fuzz` explores
@@ -55,6 +83,7 @@ for target in $targets; do
     model_file) runs=3000 ;;
     onnx) runs=40000 ;;
     spec) runs=20000 ;;
+    safetensors) runs=20000 ;;
   esac
   # LOOM_FUZZ_SMOKE=1: at most 1000 inputs a target, to see that they build and run.
   [ "${LOOM_FUZZ_SMOKE:-0}" = 1 ] && runs=$((runs < 1000 ? runs : 1000))
@@ -69,7 +98,7 @@ for target in $targets; do
   # A memory limit per input: a request or file that makes the code allocate far beyond its own
   # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
   limits="-rss_limit_mb=2048"
-  case $target in http | model_file | onnx | spec) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  case $target in http | model_file | onnx | spec | safetensors) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
   # A graph run is bounded by its 64 MiB budget, whatever the request's shapes say.
   [ "$target" = onnx ] && limits="$limits -max_len=512"
   ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 $limits \
