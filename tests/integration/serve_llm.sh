@@ -19,17 +19,17 @@ cd "$LOOM_TMP" || exit 99
 mkdir -p repo/gpt2/1 repo/half/1
 $PY "$REF" write repo/gpt2/1 --seed 11 --positions 512 --prefix transformer. || { echo "writing GPT-2 weights failed"; exit 99; }
 $PY "$REF" write repo/half/1 --seed 12 --dtype F16 || exit 99
-# GPT-2's tokenizer: a byte-level BPE trained by Hugging Face's tokenizers (a peer from PyPI) on a
-# licence text, beside weights of its vocabulary size.
+# GPT-2's tokenizer: a byte-level BPE trained by Hugging Face's tokenizers (a peer from PyPI, with
+# OpenAI's Python client) on a licence text, beside weights of its vocabulary size.
 tok_py=""
-if tok_env=$("$LOOM_SRCDIR/contrib/peer-venv.sh" tokenizers tokenizers 2>tokenizers.err); then
+if tok_env=$("$LOOM_SRCDIR/contrib/peer-venv.sh" llm openai tokenizers 2>tokenizers.err); then
   tok_py=$tok_env/bin/python3
   mkdir -p repo/bpe/1
   (cd repo/bpe/1 && "$tok_py" -c 'from tokenizers import ByteLevelBPETokenizer as B
 t = B(); t.train(["/usr/share/common-licenses/GPL-3"], vocab_size=600, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False); t.save_model(".")') &&
     $PY "$REF" write repo/bpe/1 --seed 13 --vocab 600 || exit 99
 else
-  echo "SKIP (part): GPT-2's tokenizer against Hugging Face's: $(cat tokenizers.err)"
+  echo "SKIP (part): GPT-2's tokenizer against Hugging Face's, OpenAI's client: $(cat tokenizers.err)"
 fi
 chmod -R go-w repo
 prompts='[[1,2,3,4,5],[7,8],[9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40],[100],[5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5],[250,251,252,253,254,255,256,257,258,259,260,261,262,263,264,265,266]]'
@@ -67,6 +67,9 @@ print(json.dumps(B(sys.argv[1], sys.argv[2]).decode(json.loads(sys.argv[3])[0]))
     "$($PY "$REF" greedy repo/bpe/1 12 "[$ids]")")
   run_cmd curl -s "http://$http/v2/models/bpe/generate" -d "{\"text_input\":\"$text\",\"parameters\":{\"max_tokens\":12,\"ignore_eos\":true}}"
   expect_eq "text in, text out: PyTorch's greedy tokens decoded" "$want_text" "$(echo "$out" | $PY -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["text_output"]))')"
+  run_cmd "$tok_py" "$CLIENT" openai "http://$http" bpe "$($PY -c 'import json, sys; print(json.loads(sys.argv[1]))' "$want_text")" "$text"
+  [ "$rc" = 0 ] && pass || fail "OpenAI's client: $out $err"
+  echo "$out" | tail -1
 fi
 
 # F16 weights (read and widened): greedy equal to PyTorch's on the same F16 values.

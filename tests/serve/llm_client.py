@@ -11,6 +11,11 @@ ended by a blank line, `[DONE]` last).
       whitespace runs, accents, CJK, emoji, punctuation — through loom-serve's /tokenize and
       through tokenizers' ByteLevelBPETokenizer on the same files: the ids must be equal, and
       /detokenize must give each text back.
+  openai URL MODEL EXPECTED_TEXT PROMPT
+      (run with the `openai` package importable) OpenAI's own Python client against loom-serve:
+      models.list, a greedy completion plain and streamed (the stream parsed by the client's
+      own SSE reader) equal to EXPECTED_TEXT, n choices with usage, and a bad request raised
+      as the client's BadRequestError with the server's message.
   flood URL MODEL PID
       1,000 streamed completions from clients that never read (small receive buffers, many
       logprobs per event): another client must still be answered at once, the server (PID) grow
@@ -106,6 +111,28 @@ def tokenize(url, model, vocab, merges):
     return 1 if bad else 0
 
 
+def openai_client(url, model, expected, prompt):
+    import openai
+    c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    ids = [m.id for m in c.models.list().data]
+    assert model in ids, ids
+    args = dict(model=model, prompt=prompt, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+    plain = c.completions.create(**args)
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(stream=True, **args) if ch.choices)
+    assert plain.choices[0].text == expected and streamed == expected, (plain.choices[0].text, streamed, expected)
+    assert plain.usage.completion_tokens == 12 and plain.choices[0].finish_reason == "length", plain
+    three = c.completions.create(model=model, prompt=prompt, max_tokens=4, n=3, temperature=1.0, seed=3)
+    assert len(three.choices) == 3 and three.usage.completion_tokens == 12, three
+    try:
+        c.completions.create(model=model, prompt=prompt, max_tokens=4, top_p=7)
+        raise AssertionError("top_p 7 was accepted")
+    except openai.BadRequestError as e:
+        assert "top_p must be" in str(e), e
+    print(f"llm_client: OpenAI's client {openai.__version__}: models.list, completions plain and streamed "
+          f"({expected!r}), n=3 and a BadRequestError as the server said")
+    return 0
+
+
 def flood(url, model, pid):
     import socket, time
     host, port = url[7:].split(":")
@@ -145,6 +172,8 @@ def flood(url, model, pid):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "openai":
+        sys.exit(openai_client(*sys.argv[2:6]))
     if sys.argv[1] == "flood":
         sys.exit(flood(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if sys.argv[1] == "tokenize":
