@@ -23,6 +23,15 @@ expect_match() {
 expect_ne() {
   if [ "$2" != "$3" ]; then pass; else fail "$1: got '$3'"; fi
 }
+# expect_http WHAT STATUS BODY-REGEX CURL-ARGS...: curl's answer has that HTTP status and a body
+# matching the regex (the protocol's error body, as each test spells it).
+expect_http() {
+  local what=$1 want=$2 re=$3 got
+  shift 3
+  got=$(curl -s -w '\n%{http_code}' "$@")
+  expect_eq "$what: status" "$want" "${got##*$'\n'}"
+  expect_match "$what: body" "$re" "${got%$'\n'*}"
+}
 # expect_no_match WHAT REGEX TEXT
 expect_no_match() {
   if printf '%s' "$3" | grep -Eq -- "$2"; then fail "$1: '$3' matches /$2/"; else pass; fi

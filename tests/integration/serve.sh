@@ -146,10 +146,7 @@ infer="$http/v2/models/fashion/infer"
 bad() {  # WHAT STATUS REGEX BODY [CURL ARGS...]
   local what=$1 want=$2 re=$3 body=$4
   shift 4
-  local got
-  got=$(curl -s -w '\n%{http_code}' "${auth[@]}" -X POST "$infer" --data-binary "$body" "$@")
-  expect_eq "$what: status" "$want" "${got##*$'\n'}"
-  expect_match "$what: error body" "^\{\"error\":\".*$re" "${got%$'\n'*}"
+  expect_http "$what" "$want" "^\{\"error\":\".*$re" "${auth[@]}" -X POST "$infer" --data-binary "$body" "$@"
 }
 row=$($PY -c 'print(",".join(["0.5"] * 784))')
 bad "malformed JSON" 400 "malformed JSON" '{"inputs": [ {'

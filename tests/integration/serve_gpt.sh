@@ -84,12 +84,10 @@ expect_ne "sampling: another seed" "$a" "$c"
 
 # Bad requests: 4xx with the protocol's error body (422 for parameters, as the generate extension
 # says), the server stays up.
-bad() {  # WHAT CODE REGEX CURL-ARGS...
-  local what=$1 want=$2 re=$3 got
+bad() {  # WHAT CODE REGEX CURL-ARGS...: KServe's error body
+  local what=$1 want=$2 re=$3
   shift 3
-  got=$(curl -s -w '\n%{http_code}' "$@")
-  expect_eq "$what: status" "$want" "${got##*$'\n'}"
-  expect_match "$what: error" "^\{\"error\":\".*$re" "${got%$'\n'*}"
+  expect_http "$what" "$want" "^\{\"error\":\".*$re" "$@"
 }
 bad "empty text_input" 400 "must not be empty" -X POST "$gen" -d '{"text_input":""}'
 bad "text_input a number" 422 "text_input.*string" -X POST "$gen" -d '{"text_input":5}'

@@ -103,12 +103,10 @@ assert c["finish_reason"] == "stop" and c["token_ids"] == want[:want.index(first
 PY
 
 # Bad requests: OpenAI's error body, a 4xx, the server keeps serving.
-bad() {  # WHAT CODE REGEX CURL-ARGS...
-  local what=$1 want=$2 re=$3 got
+bad() {  # WHAT CODE REGEX CURL-ARGS...: OpenAI's error body
+  local what=$1 want=$2 re=$3
   shift 3
-  got=$(curl -s -w '\n%{http_code}' "$@")
-  expect_eq "$what: status" "$want" "${got##*$'\n'}"
-  expect_match "$what: error" "^\{\"error\":\{.*\"message\":\".*$re" "${got%$'\n'*}"
+  expect_http "$what" "$want" "^\{\"error\":\{.*\"message\":\".*$re" "$@"
 }
 c="http://$http/v1/completions"
 long=$($PY -c 'print([1] * 512)')

@@ -283,15 +283,21 @@ void stream_peer(int ls, bool ok, bool dies = false) {
   ::close(c);
 }
 
+// A ready replica "9" at 127.0.0.1:port, in the pool.
+std::shared_ptr<Replica> local_replica(ReplicaPool& pool, int port) {
+  auto r = replica("9", ReplicaState::kReady, 0);
+  r->host = "127.0.0.1";
+  r->http_port = port;
+  pool.put(r);
+  return r;
+}
+
 TEST(ReplicaPool, GenerateStreamPassesEachEventAsItComes) {
   int port = 0;
   const int ls = loopback_socket(true, &port);
   ASSERT_GE(ls, 0);
   ReplicaPool pool(8, 5000);
-  auto r = replica("9", ReplicaState::kReady, 0);
-  r->host = "127.0.0.1";
-  r->http_port = port;
-  pool.put(r);
+  auto r = local_replica(pool, port);
   std::thread peer(stream_peer, ls, true, false);
   auto res = pool.forward_http("POST", "/v2/models/g/generate_stream", {}, "{\"text_input\":\"x\"}");
   ASSERT_TRUE(res.stream) << res.status << " " << res.body;
@@ -339,10 +345,7 @@ TEST(ReplicaPool, OpenAIStreamsPassEachEventAsItComes) {
   const int ls = loopback_socket(true, &port);
   ASSERT_GE(ls, 0);
   ReplicaPool pool(8, 5000);
-  auto r = replica("9", ReplicaState::kReady, 0);
-  r->host = "127.0.0.1";
-  r->http_port = port;
-  pool.put(r);
+  auto r = local_replica(pool, port);
   std::thread peer(stream_peer, ls, true, false);
   auto res = pool.forward_http("POST", "/v1/completions", {}, R"({"model":"g","prompt":"x","stream":true})");
   ASSERT_TRUE(res.stream);
