@@ -200,27 +200,35 @@ LOOM_VEC void bias_gelu_tanh_rows(const float* x, const float* bias, float* y, i
     }
 }
 
-// One row and head: softmax(q k_t / sqrt(hs)) over t <= p, times v_t, reading k_t and v_t through
-// the table. w holds p + 1 scores.
-LOOM_VEC void attend(const float* q, float* y, KvCache& kv, int layer, const std::vector<int32_t>& table, int p, int off,
-                     int hs, float scale, float* w) {
-  const int bt = kv.block_tokens();
-  float top = -std::numeric_limits<float>::infinity();
-  for (int t = 0; t <= p; ++t) {
-    const float* k = kv.k(layer, table[static_cast<size_t>(t / bt)], t % bt) + off;
-    float s = 0.0f;
-    for (int d = 0; d < hs; ++d) s += q[d] * k[d];
-    w[t] = s * scale;
-    top = std::max(top, w[t]);
+// One row, every head: softmax(q_h k_{t,h} / sqrt(hs)) over t <= p, times v_{t,h}, reading each
+// position's key and value rows through the table once for all heads (contiguous C floats), so
+// that the loops stream and vectorise. w holds H x (p + 1) scores.
+LOOM_VEC void attend_row(const float* q, float* y, KvCache& kv, int layer, const std::vector<int32_t>& table, int p, int heads,
+                         int hs, float scale, float* w) {
+  const int bt = kv.block_tokens(), n = p + 1;
+  for (int t = 0; t < n; ++t) {
+    const float* k = kv.k(layer, table[static_cast<size_t>(t / bt)], t % bt);
+    for (int h = 0; h < heads; ++h) w[h * n + t] = vec::dot(q + h * hs, k + h * hs, hs) * scale;
   }
-  float sum = 0.0f;
-  for (int t = 0; t <= p; ++t) sum += (w[t] = vec::exp(w[t] - top));
-  const float inv = 1.0f / sum;
-  for (int d = 0; d < hs; ++d) y[d] = 0.0f;
-  for (int t = 0; t <= p; ++t) {
-    const float* v = kv.v(layer, table[static_cast<size_t>(t / bt)], t % bt) + off;
-    const float a = w[t] * inv;
-    for (int d = 0; d < hs; ++d) y[d] += a * v[d];
+  for (int h = 0; h < heads; ++h) {
+    float* wh = w + h * n;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int t = 0; t < n; ++t) top = std::max(top, wh[t]);
+    float sum = 0.0f;
+    for (int t = 0; t < n; ++t) sum += (wh[t] = vec::exp(wh[t] - top));
+    const float inv = 1.0f / sum;
+    for (int t = 0; t < n; ++t) wh[t] *= inv;
+  }
+  const int c = heads * hs;
+  for (int d = 0; d < c; ++d) y[d] = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    const float* v = kv.v(layer, table[static_cast<size_t>(t / bt)], t % bt);
+    for (int h = 0; h < heads; ++h) {
+      const float a = w[h * n + t];
+      float* yh = y + h * hs;
+      const float* vh = v + h * hs;
+      for (int d = 0; d < hs; ++d) yh[d] += a * vh[d];
+    }
   }
 }
 
@@ -240,14 +248,11 @@ void Decoder::attention(KvCache& kv, const DecodeBatch& b, int layer) {
   float* y = att_.f32();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int ctx = w_.c.context;
-  for_range(n * H, 2, [&](int64_t lo, int64_t hi) {
-    std::vector<float> w(static_cast<size_t>(ctx));
-    for (int64_t ih = lo; ih < hi; ++ih) {
-      const int64_t i = ih / H;
-      const int h = static_cast<int>(ih % H);
-      attend(qkv + i * 3 * C + h * hs, y + i * C + h * hs, kv, layer, *b.tables[static_cast<size_t>(b.seq[static_cast<size_t>(i)])],
-             b.positions[static_cast<size_t>(i)], h * hs, hs, scale, w.data());
-    }
+  for_range(n, 2, [&](int64_t lo, int64_t hi) {
+    std::vector<float> w(static_cast<size_t>(ctx) * static_cast<size_t>(H));
+    for (int64_t i = lo; i < hi; ++i)
+      attend_row(qkv + i * 3 * C, y + i * C, kv, layer, *b.tables[static_cast<size_t>(b.seq[static_cast<size_t>(i)])],
+                 b.positions[static_cast<size_t>(i)], H, hs, scale, w.data());
   });
 }
 
