@@ -41,6 +41,9 @@ constexpr const char* kUsage =
     "  simulate --cluster CLUSTER.yaml (--job-gpus N --bytes B | --workload WORKLOAD.yaml)\n"
     "        [--placement slurm|loom|both] [--algo auto|ring|tree|flat|hier]\n"
     "                            what placement is worth on a cluster (doc/simulate.md)\n"
+    "  plan --cluster CLUSTER.yaml (--params N | --n-layer L --n-embd E [--n-head H --context T --vocab V])\n"
+    "       --global-batch B [--mfu F] [--format text|json]\n"
+    "                            whether a model's training fits a mix of GPUs, per ZeRO level (doc/plan.md)\n"
     "  topology-conf --cluster CLUSTER.yaml [--node-prefix P]\n"
     "                            Slurm's topology.conf (topology/tree) for that cluster\n"
     "\n"
@@ -188,10 +191,12 @@ int main(int argc, char** argv) {
   // hwloc's built-in XML parser: faster than its libxml2 one here, and it refuses the inputs
   // that crash the libxml2 path (tests/fixtures/topology/crashers). An admin's setting wins.
   setenv("HWLOC_LIBXML_IMPORT", "0", 0);
-  if (argc > 1 && (std::strcmp(argv[1], "simulate") == 0 || std::strcmp(argv[1], "topology-conf") == 0)) {
+  if (argc > 1 && (std::strcmp(argv[1], "simulate") == 0 || std::strcmp(argv[1], "topology-conf") == 0 ||
+                   std::strcmp(argv[1], "plan") == 0)) {
     // A cluster, not a node: commands with their own options.
 #ifdef LOOM_TOPO_SIMULATE
     const std::vector<std::string> rest(argv + 2, argv + argc);
+    if (std::strcmp(argv[1], "plan") == 0) return loom::topo::sim::plan_main(rest);
     return std::strcmp(argv[1], "simulate") == 0 ? loom::topo::sim::simulate_main(rest)
                                                  : loom::topo::sim::topology_conf_main(rest);
 #else

@@ -22,7 +22,7 @@ THREADS=${THREADS:-2}
 usage=$("$B/loom-bench" generate 2>&1 || true)
 [ -x "$B/loom-serve" ] && [[ $usage == *--url* ]] || { echo "llm_figures: loom-serve or loom-bench generate not built; skipped"; exit 0; }
 T=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
 mkdir -p "$T/repo/gpt2/1"
 /usr/bin/python3 "$S/tests/serve/gpt2_ref.py" write "$T/repo/gpt2/1" --seed 5 --layers 12 --heads 12 --embd 768 \
   --positions 1024 --vocab 50257 --prefix transformer.
@@ -94,6 +94,7 @@ echo "llm_figures: KV memory at 32 clients: positions held / positions in held b
 stop
 
 # 3. Prefix caching: 512 shared tokens, 16 requests one at a time.
+declare -A pl
 for mode in cache nocache; do
   start "$mode" --max-num-seqs 64 $([ "$mode" = nocache ] && echo --no-prefix-caching)
   pl[$mode]=$(gen "$url" 1 16 --shared-prefix 512 --prefix-share 1 --seed 9)

@@ -152,5 +152,40 @@ Y
     run_cmd "$T" simulate $args
     expect_eq "simulate usage '$args'" 2 "$rc"
   done
+  # plan (doc/plan.md): the seed's case, every combination in JSON, and what it refuses.
+  mixed=$S/cluster-mixed-16.yaml
+  run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 64 --format json
+  expect_eq "plan" 0 "$rc"
+  /usr/bin/python3 - "$out" <<'PY' && pass || fail "plan's JSON: $out"
+import json, sys
+p = json.loads(sys.argv[1])
+o = p["options"]
+assert len(o) == 16 and {(x["zero"], x["recompute"], x["offload"]) for x in o} == {(z, r, f) for z in range(4) for r in (0, 1) for f in (0, 1)}
+fits = {(x["zero"], x["recompute"], x["offload"]) for x in o if x["fits"]}
+assert fits == {(3, True, False), (3, True, True)}, fits
+for x in o:
+    assert set(x["classes"]) == {"a100", "v100"} and x["step_s"] < x["step_s_equal_shares"], x
+    a, v = x["classes"]["a100"], x["classes"]["v100"]
+    assert a["capacity_bytes"] == 40 << 30 and v["capacity_bytes"] == 32 << 30 and abs(8 * a["share"] + 8 * v["share"] - 1) < 1e-9
+    assert x["fits"] == (a["fits"] and v["fits"]) and a["fits"] == (a["memory_bytes"] <= a["capacity_bytes"])
+assert p["best"] == "ZeRO-3 with recompute", p["best"]
+PY
+  run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 64
+  expect_match "plan's text: the best option against equal shares" "^best: ZeRO-3 with recompute, [0-9.]+ s a step \\(equal shares [0-9.]+ s: 1\\.[0-9]+x\\)" "$(tail -1 <<<"$out")"
+  run_cmd "$T" plan --cluster "$mixed" --params 2e12 --global-batch 8
+  expect_match "a model that fits nowhere says what it would need" "fits nowhere: even ZeRO-3 with recompute and optimizer offload needs .* GB on a a100 \\(has 40\\).*would fit on [0-9]+x these GPUs" "$out"
+  printf 'nodes: [{count: 1, shape: dgx1v, gpu_memory_gb: 0}]\n' >"$LOOM_TMP/nomem.yaml"
+  run_cmd "$T" plan --cluster "$LOOM_TMP/nomem.yaml" --params 1e9 --global-batch 8
+  expect_match "a GPU class with no memory given" "^loom-topo: GPU class v100 .* has no memory given: add gpu_memory_gb" "$err"
+  printf 'nodes: [{count: 1, shape: dgx1v, gpu_memory_gb: -4}]\n' >"$LOOM_TMP/negmem.yaml"
+  run_cmd "$T" plan --cluster "$LOOM_TMP/negmem.yaml" --params 1e9 --global-batch 8
+  expect_match "negative memory" "'gpu_memory_gb' must be from 0 to 100000" "$err"
+  for args in "--params -5 --global-batch 8" "--params 1e40 --global-batch 8" "--params 1e9 --global-batch 0" "--params 1e9" \
+              "--n-layer 4 --global-batch 8" "--params 12x --global-batch 8" "--params 1e9 --global-batch 8 --context 5" \
+              "--params 1e9 --global-batch 8 --mfu 2"; do
+    # shellcheck disable=SC2086
+    run_cmd "$T" plan --cluster "$mixed" $args
+    expect_eq "plan usage '$args'" 2 "$rc"
+  done
 fi
 finish

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -38,18 +39,32 @@ void only_keys(const YAML::Node& n, const std::set<std::string>& keys, const std
 
 const std::set<std::string> kShapes = {"dgx1v", "dgxa100", "hgxh100", "hgxh200", "pcie8"};
 
+// A shape's GPU memory: what its topology says, else the "80GB" in the GPU's name, else the
+// H200's 141 GB; 0 when none says (a plan then asks for gpu_memory_gb).
+double shape_memory_gb(const Topology& t) {
+  const Gpu& g = t.gpus.front();
+  if (g.memory_mb) return static_cast<double>(g.memory_mb) / 1024;
+  const size_t gb = g.name.find("GB");
+  if (gb != std::string::npos) {
+    size_t b = gb;
+    while (b > 0 && std::isdigit(static_cast<unsigned char>(g.name[b - 1]))) --b;
+    if (b < gb) return std::stod(g.name.substr(b, gb - b));
+  }
+  return g.cls == "h200" ? 141 : 0;
+}
+
 }  // namespace
 
 Cluster load_cluster(const std::string& path) {
   const YAML::Node root = load(path);
   only_keys(root, {"nodes", "network"}, path);
   if (!root["nodes"] || !root["nodes"].IsSequence() || root["nodes"].size() == 0)
-    throw Error(path + ": 'nodes' must be a non-empty list of {count, shape, nics, nic_gbps}");
+    throw Error(path + ": 'nodes' must be a non-empty list of {count, shape, nics, nic_gbps, gpu_memory_gb}");
   Cluster c;
   for (size_t i = 0; i < root["nodes"].size(); ++i) {
     const YAML::Node n = root["nodes"][i];
     const std::string where = path + ": nodes[" + std::to_string(i) + "]";
-    only_keys(n, {"count", "shape", "nics", "nic_gbps"}, where);
+    only_keys(n, {"count", "shape", "nics", "nic_gbps", "gpu_memory_gb"}, where);
     NodeType t;
     t.shape = get<std::string>(n, "shape", where);
     // A built-in shape, else a topology file; a name that is neither says which shapes there are.
@@ -64,6 +79,8 @@ Cluster load_cluster(const std::string& path) {
     if (t.nics < 0 || t.nics > static_cast<int>(t.topo.nics.size()))
       throw Error(where + ": 'nics' must be 0.." + std::to_string(t.topo.nics.size()) + " (the shape's NICs)");
     if (!(t.nic_gbps > 0) || !std::isfinite(t.nic_gbps)) throw Error(where + ": 'nic_gbps' must be positive");
+    t.gpu_memory_gb = n["gpu_memory_gb"] ? get<double>(n, "gpu_memory_gb", where) : shape_memory_gb(t.topo);
+    if (!(t.gpu_memory_gb >= 0) || t.gpu_memory_gb > 100000) throw Error(where + ": 'gpu_memory_gb' must be from 0 to 100000");
     c.types.push_back(std::move(t));
     c.node_type.insert(c.node_type.end(), static_cast<size_t>(count), static_cast<int>(c.types.size() - 1));
   }

@@ -16,6 +16,7 @@ struct NodeType {
   Topology topo;
   int nics = 0;            // NICs NCCL may use (the first `nics` of the node's NICs)
   double nic_gbps = 100;   // each NIC's line rate, Gbit/s
+  double gpu_memory_gb = 0;  // each GPU's memory (gpu_memory_gb, else the shape's; 0: unknown)
 };
 
 struct Cluster {
@@ -96,6 +97,33 @@ Topology builtin_shape(const std::string& name);
 // CLUSTER.yaml and WORKLOAD.yaml (Contract 10); throw Error naming the key.
 Cluster load_cluster(const std::string& path);
 Workload load_workload(const std::string& path);
+
+// `loom-topo plan`: memory per GPU class, shares and step time of a data-parallel training job
+// over every GPU of a cluster, per ZeRO level and recompute/offload choice (doc/plan.md).
+struct PlanModel {
+  double params = 0;                              // parameters
+  int layers = 0, embd = 0, heads = 0, context = 1024, vocab = 50257;  // 0 layers: --params alone (no activations)
+  int global_batch = 0;                           // sequences per step
+  double mfu = 0.4;                               // the share of each GPU's peak a step sustains
+};
+struct PlanClass {
+  std::string cls;
+  int gpus = 0;
+  double memory_bytes = 0, capacity_bytes = 0, share = 0;  // share: of the global batch, per GPU
+  double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0, host_bytes = 0;
+  bool fits = false;
+};
+struct PlanOption {
+  int zero = 0;
+  bool recompute = false, offload = false, fits = false;
+  double step_s = 0, step_s_equal = 0, compute_s = 0, comm_s = 0, offload_s = 0;
+  std::vector<PlanClass> classes;
+};
+std::vector<PlanOption> plan(const Cluster& c, const PlanModel& m, const Model& net);
+// One option on `scale` copies of the cluster's GPUs (what would be needed when nothing fits).
+PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, int zero, bool recompute, bool offload,
+                       int scale = 1);
+int plan_main(const std::vector<std::string>& args);
 
 // `loom-topo simulate ARGS` (argv after the command word); returns the exit status.
 int simulate_main(const std::vector<std::string>& args);

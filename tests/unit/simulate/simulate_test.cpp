@@ -185,3 +185,66 @@ TEST(SimulateLoomCollectives, HierarchicalBeatsFlatWhenTheNetworkBinds) {
   EXPECT_LT(flat / hier, 1.6);
   EXPECT_EQ(allreduce(c, a, 16e6, Model{}, "hier").algo, "hier");
 }
+
+namespace {
+
+// 8 A100-40GB and 8 V100-32GB, the seed's first case.
+Cluster mixed16() {
+  Cluster c = cluster_of("dgxa100", 1, 8, 200);
+  c.types[0].gpu_memory_gb = 40;
+  NodeType v;
+  v.shape = "dgx1v";
+  v.topo = builtin_shape("dgx1v");
+  v.nics = 4;
+  v.nic_gbps = 100;
+  v.gpu_memory_gb = 32;
+  c.types.push_back(v);
+  c.node_type.push_back(1);
+  return c;
+}
+
+double states(const PlanClass& k) { return k.param_bytes + k.grad_bytes + k.optimizer_bytes; }
+
+}  // namespace
+
+// ZeRO's accounting for mixed-precision Adam: 16 bytes a parameter unsharded; ZeRO-1 shards the
+// 12 optimizer bytes, ZeRO-2 the gradients too, ZeRO-3 everything (the issue's ~62 GB for 13B at
+// ZeRO-1 on 16 GPUs).
+TEST(Plan, ZeroLevelsShardTheModelStatesAsZeroSays) {
+  const Cluster c = mixed16();
+  PlanModel m;
+  m.params = 13e9;
+  m.global_batch = 16;
+  const double psi = m.params;
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 0, false, false).classes[0]), 16 * psi, 1);
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 1, false, false).classes[0]), 4 * psi + 12 * psi / 16, 1);
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 1, false, false).classes[0]) / 1e9, 61.75, 0.01);
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 2, false, false).classes[1]), 2 * psi + 14 * psi / 16, 1);
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 3, false, false).classes[1]), psi, 1);  // 16 psi / 16
+  const PlanOption off = plan_option(c, m, Model{}, 3, false, true);
+  EXPECT_EQ(off.classes[0].optimizer_bytes, 0);
+  EXPECT_NEAR(off.classes[0].host_bytes, 12 * psi / 16, 1);
+  EXPECT_GT(off.step_s, plan_option(c, m, Model{}, 3, false, false).step_s);  // the PCIe and the host's Adam cost time
+  // Twice the GPUs: half the ZeRO-3 states.
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 3, false, false, 2).classes[0]), psi / 2, 1);
+}
+
+// Shares by speed (one GPU of each class gets its weight's part), the balanced step no slower
+// than equal shares, and recompute trading activations for time.
+TEST(Plan, SharesFollowSpeedAndRecomputeTradesMemoryForTime) {
+  const Cluster c = mixed16();
+  PlanModel m;
+  m.layers = 4, m.embd = 512, m.heads = 8, m.context = 256, m.vocab = 1000, m.global_batch = 64;
+  m.params = 12.0 * 4 * 512 * 512;
+  const PlanOption o = plan_option(c, m, Model{}, 0, false, false);
+  ASSERT_EQ(o.classes.size(), 2u);
+  EXPECT_EQ(o.classes[0].cls, "a100");
+  EXPECT_NEAR(8 * o.classes[0].share + 8 * o.classes[1].share, 1.0, 1e-12);
+  EXPECT_NEAR(o.classes[0].share / o.classes[1].share, device_weight("a100") / device_weight("v100"), 1e-9);
+  EXPECT_LT(o.step_s, o.step_s_equal);
+  const PlanOption r = plan_option(c, m, Model{}, 0, true, false);
+  EXPECT_LT(r.classes[0].activation_bytes, o.classes[0].activation_bytes);
+  EXPECT_GT(r.compute_s, o.compute_s);
+  EXPECT_NEAR(r.compute_s / o.compute_s, 8.0 / 6.0, 1e-9);
+  EXPECT_EQ(plan(c, m, Model{}).size(), 16u);  // every ZeRO level x recompute x offload
+}
