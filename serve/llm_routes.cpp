@@ -59,6 +59,11 @@ std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
     throw ServeError(Status::kBadRequest, "model " + t.name +
                                               " has no tokenizer (its folder has no vocab.json and merges.txt that loom-serve reads): "
                                               "send token ids to POST /v1/completions");
+  // Bounded before it is encoded: a text no context could hold is refused at once.
+  const size_t most = static_cast<size_t>(t.engine->context()) * t.engine->tokenizer()->max_token_bytes();
+  if (text.size() > most)
+    throw ServeError(Status::kBadRequest, "the prompt's " + std::to_string(text.size()) + " bytes cannot fit in the model's context of " +
+                                              std::to_string(t.engine->context()) + " tokens");
   return t.engine->tokenizer()->encode(text);
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -175,6 +176,7 @@ struct BpeTokenizer::Impl {
   std::unordered_map<uint32_t, unsigned char> char_byte;  // and back, by code point
   std::unordered_map<std::string, int32_t> ids;
   std::vector<std::string> token_bytes;            // id -> the bytes it stands for
+  size_t longest = 1;                              // bytes of the longest token
   std::unordered_map<std::string, int> ranks;      // "a b" -> merge rank
   mutable std::mutex mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
@@ -218,6 +220,7 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
       bytes += static_cast<char>(b->second);
     }
     // Special tokens (<|endoftext|>) are not byte strings: they decode to nothing.
+    m.longest = std::max(m.longest, bytes.size());
     m.token_bytes[static_cast<size_t>(id)] = bytes;
     m.ids[it.key()] = id;
   }
@@ -242,31 +245,46 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
 
 BpeTokenizer::~BpeTokenizer() = default;
 
+// The merges of one piece by rank, lowest first and left to right among equals, as GPT-2's
+// encoder.py (a merge's result only enters merges of higher rank, so one pass over a heap of the
+// adjacent pairs gives its answer): O(n log n) for a piece of n bytes, where re-scanning the
+// pairs after each merge was O(n^2) and a long run of letters could hold a thread for minutes.
 std::vector<int32_t> BpeTokenizer::Impl::bpe(const std::string& piece) const {
-  std::vector<std::string> sym;
-  for (unsigned char c : piece) sym.push_back(byte_char[c]);
-  while (sym.size() > 1) {
-    int best = INT32_MAX;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto r = ranks.find(sym[i] + " " + sym[i + 1]);
-      if (r != ranks.end() && r->second < best) best = r->second, at = i;
-    }
-    if (best == INT32_MAX) break;
-    const std::string a = sym[at], b = sym[at + 1];
-    std::vector<std::string> merged;
-    for (size_t i = 0; i < sym.size(); ++i) {
-      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
-        merged.push_back(a + b);
-        ++i;
-      } else {
-        merged.push_back(sym[i]);
-      }
-    }
-    sym.swap(merged);
+  const int n = static_cast<int>(piece.size());
+  std::vector<std::string> sym(static_cast<size_t>(n));
+  std::vector<int> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n)), version(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    sym[static_cast<size_t>(i)] = byte_char[static_cast<unsigned char>(piece[static_cast<size_t>(i)])];
+    prev[static_cast<size_t>(i)] = i - 1;
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Pair {
+    int rank, left, right, lv, rv;
+    bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> heap;
+  auto offer = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    auto it = ranks.find(sym[static_cast<size_t>(l)] + " " + sym[static_cast<size_t>(r)]);
+    if (it != ranks.end()) heap.push({it->second, l, r, version[static_cast<size_t>(l)], version[static_cast<size_t>(r)]});
+  };
+  for (int i = 0; i + 1 < n; ++i) offer(i, i + 1);
+  while (!heap.empty()) {
+    const Pair p = heap.top();
+    heap.pop();
+    const size_t l = static_cast<size_t>(p.left), r = static_cast<size_t>(p.right);
+    if (version[l] != p.lv || version[r] != p.rv || next[l] != p.right) continue;  // merged away since
+    sym[l] += sym[r];
+    ++version[l];
+    version[r] = -1;  // gone
+    next[l] = next[r];
+    if (next[r] >= 0) prev[static_cast<size_t>(next[r])] = p.left;
+    offer(prev[l], p.left);
+    offer(p.left, next[l]);
   }
   std::vector<int32_t> out;
-  for (const auto& s : sym) out.push_back(ids.at(s));  // every merge result and byte is a token (checked at load)
+  for (int i = 0; i >= 0 && i < n; i = next[static_cast<size_t>(i)])
+    out.push_back(ids.at(sym[static_cast<size_t>(i)]));  // every merge result and byte is a token (checked at load)
   return out;
 }
 
@@ -288,6 +306,8 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   }
   return out;
 }
+
+size_t BpeTokenizer::max_token_bytes() const { return impl_->longest; }
 
 std::string BpeTokenizer::decode(int32_t token) const {
   if (token < 0 || static_cast<size_t>(token) >= impl_->token_bytes.size()) return "";

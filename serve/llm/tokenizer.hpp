@@ -20,6 +20,8 @@ class Tokenizer {
   // The bytes a token stands for (a piece of UTF-8, possibly part of a character).
   virtual std::string decode(int32_t token) const = 0;
   virtual const char* kind() const = 0;  // "bytes", "bpe": for the load line and metadata
+  // The most bytes one token stands for: a text longer than the context times this cannot fit.
+  virtual size_t max_token_bytes() const = 0;
 };
 
 class ByteTokenizer : public Tokenizer {
@@ -30,6 +32,7 @@ class ByteTokenizer : public Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(int32_t token) const override;
   const char* kind() const override { return "bytes"; }
+  size_t max_token_bytes() const override { return 1; }
 
  private:
   std::vector<int> bytes_;
@@ -46,6 +49,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(int32_t token) const override;
   const char* kind() const override { return "bpe"; }
+  size_t max_token_bytes() const override;
 
  private:
   struct Impl;

@@ -67,6 +67,10 @@ print(json.dumps(B(sys.argv[1], sys.argv[2]).decode(json.loads(sys.argv[3])[0]))
     "$($PY "$REF" greedy repo/bpe/1 12 "[$ids]")")
   run_cmd curl -s "http://$http/v2/models/bpe/generate" -d "{\"text_input\":\"$text\",\"parameters\":{\"max_tokens\":12,\"ignore_eos\":true}}"
   expect_eq "text in, text out: PyTorch's greedy tokens decoded" "$want_text" "$(echo "$out" | $PY -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["text_output"]))')"
+  head -c 300000 /dev/zero | tr '\0' a >long.txt
+  $PY -c 'import json; print(json.dumps({"model": "bpe", "prompt": open("long.txt").read()}))' >long.json
+  expect_http "a text no context could hold, refused before it is encoded" 400 "cannot fit in the model's context of 128" \
+    "http://$http/v1/completions" -d @long.json
   run_cmd "$tok_py" "$CLIENT" openai "http://$http" bpe "$($PY -c 'import json, sys; print(json.loads(sys.argv[1]))' "$want_text")" "$text"
   [ "$rc" = 0 ] && pass || fail "OpenAI's client: $out $err"
   echo "$out" | tail -1
