@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/rt/io/model_io.hpp"
-#include "loom/rt/nn/decoder.hpp"
+#include "loom/rt/io/gpt2.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "status.hpp"

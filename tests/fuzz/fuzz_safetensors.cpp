@@ -13,7 +13,7 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/safetensors.hpp"
-#include "loom/rt/nn/decoder.hpp"
+#include "loom/rt/io/gpt2.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = [] {

@@ -36,12 +36,6 @@ struct DecoderWeights {
 
 // The weights of a trained Loom gpt (shared with it, not copied).
 DecoderWeights decoder_from_gpt(Gpt& gpt);
-// A GPT-2 folder: config.json (n_layer, n_head, n_embd, n_positions, vocab_size,
-// layer_norm_epsilon, activation_function) and model.safetensors with GPT-2's parameter names,
-// with or without the "transformer." prefix; Conv1D weights [in, out] are transposed; the
-// attention buffers (h.N.attn.bias, masked_bias) are ignored; lm_head.weight, when absent, is
-// wte. Throws Error naming the file, the tensor and both shapes where they disagree.
-DecoderWeights load_gpt2(const std::string& folder);
 
 // Keys and values of every layer in blocks of block_tokens positions: [blocks, block_tokens, C]
 // per layer for K and for V.
