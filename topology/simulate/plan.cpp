@@ -119,10 +119,6 @@ std::vector<PlanOption> plan(const Cluster& c, const PlanModel& m, const Model& 
 
 namespace {
 
-struct Usage {
-  std::string msg;
-};
-
 double number(const std::string& k, const std::string& v, double lo, double hi) {
   size_t used = 0;
   double x = 0;
@@ -144,12 +140,7 @@ struct PlanArgs {
 PlanArgs parse(const std::vector<std::string>& args) {
   PlanArgs a;
   bool context = false, vocab = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string k = args[i], v;
-    const auto eq = k.find('=');
-    if (eq != std::string::npos) v = k.substr(eq + 1), k = k.substr(0, eq);
-    else if (i + 1 < args.size()) v = args[++i];
-    else throw Usage{k + " needs a value"};
+  for (const auto& [k, v] : options_of(args)) {
     if (k == "--cluster") a.cluster = v;
     else if (k == "--format") a.format = v;
     else if (k == "--params") a.m.params = number(k, v, 1, 1e15);
@@ -215,14 +206,8 @@ std::string needed(const Cluster& c, const PlanModel& m, const Model& net, const
 }  // namespace
 
 int plan_main(const std::vector<std::string>& args) {
-  PlanArgs a;
-  try {
-    a = parse(args);
-  } catch (const Usage& u) {
-    std::fprintf(stderr, "loom-topo: %s\n", u.msg.c_str());
-    return 2;
-  }
-  try {
+  return run_command([&] {
+    const PlanArgs a = parse(args);
     const Cluster c = load_cluster(a.cluster);
     const Model net;
     const std::vector<PlanOption> options = plan(c, a.m, net);
@@ -255,10 +240,7 @@ int plan_main(const std::vector<std::string>& args) {
     else
       std::printf("%s\n", needed(c, a.m, net, options.back()).c_str());
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "loom-topo: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace loom::topo::sim

@@ -4,7 +4,9 @@
 // Slurm alone or with Loom. Every constant and assumption is in doc/simulate.md.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/topo/topology.hpp"
@@ -97,6 +99,15 @@ Topology builtin_shape(const std::string& name);
 // CLUSTER.yaml and WORKLOAD.yaml (Contract 10); throw Error naming the key.
 Cluster load_cluster(const std::string& path);
 Workload load_workload(const std::string& path);
+
+// The cluster commands' shared frame: a bad command line is a Usage (exit 2, "loom-topo: MSG"),
+// a bad file or model an Error (exit 1).
+struct Usage {
+  std::string msg;
+};
+int run_command(const std::function<int()>& body);
+// The --key value and --key=value pairs of a command line, in order; Usage for a key without one.
+std::vector<std::pair<std::string, std::string>> options_of(const std::vector<std::string>& args);
 
 // `loom-topo plan`: memory per GPU class, shares and step time of a data-parallel training job
 // over every GPU of a cluster, per ZeRO level and recompute/offload choice (doc/plan.md).

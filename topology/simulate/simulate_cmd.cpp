@@ -21,18 +21,9 @@ struct Args {
   double bytes = 0;
 };
 
-struct Usage {
-  std::string msg;
-};
-
 Args parse(const std::vector<std::string>& args) {
   Args a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string k = args[i], v;
-    const auto eq = k.find('=');
-    if (eq != std::string::npos) v = k.substr(eq + 1), k = k.substr(0, eq);
-    else if (i + 1 < args.size()) v = args[++i];
-    else throw Usage{k + " needs a value"};
+  for (const auto& [k, v] : options_of(args)) {
     try {
       if (k == "--cluster") a.cluster = v;
       else if (k == "--workload") a.workload = v;
@@ -166,52 +157,56 @@ std::string topology_conf(const Cluster& c, const std::string& prefix) {
   return out;
 }
 
-int topology_conf_main(const std::vector<std::string>& args) {
-  std::string cluster, prefix = "node";
+std::vector<std::pair<std::string, std::string>> options_of(const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (i + 1 >= args.size()) {
-      std::fprintf(stderr, "loom-topo: %s needs a value\n", args[i].c_str());
-      return 2;
-    }
-    if (args[i] == "--cluster") cluster = args[++i];
-    else if (args[i] == "--node-prefix") prefix = args[++i];
-    else {
-      std::fprintf(stderr, "loom-topo: unknown option '%s' of 'topology-conf'\n", args[i].c_str());
-      return 2;
-    }
+    std::string k = args[i], v;
+    const auto eq = k.find('=');
+    if (eq != std::string::npos) v = k.substr(eq + 1), k = k.substr(0, eq);
+    else if (i + 1 < args.size()) v = args[++i];
+    else throw Usage{k + " needs a value"};
+    out.emplace_back(k, v);
   }
-  if (cluster.empty() || prefix.empty() || prefix.find_first_of(" \t\n[],=#") != std::string::npos) {
-    std::fprintf(stderr, "loom-topo: topology-conf needs --cluster CLUSTER.yaml (and a plain --node-prefix)\n");
-    return 2;
-  }
+  return out;
+}
+
+int run_command(const std::function<int()>& body) {
   try {
-    std::fputs(topology_conf(load_cluster(cluster), prefix).c_str(), stdout);
-    return 0;
+    return body();
+  } catch (const Usage& u) {
+    std::fprintf(stderr, "loom-topo: %s\n", u.msg.c_str());
+    return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "loom-topo: %s\n", e.what());
     return 1;
   }
 }
 
+int topology_conf_main(const std::vector<std::string>& args) {
+  return run_command([&] {
+    std::string cluster, prefix = "node";
+    for (const auto& [k, v] : options_of(args)) {
+      if (k == "--cluster") cluster = v;
+      else if (k == "--node-prefix") prefix = v;
+      else throw Usage{"unknown option '" + k + "' of 'topology-conf'"};
+    }
+    if (cluster.empty() || prefix.empty() || prefix.find_first_of(" \t\n[],=#") != std::string::npos)
+      throw Usage{"topology-conf needs --cluster CLUSTER.yaml (and a plain --node-prefix)"};
+    std::fputs(topology_conf(load_cluster(cluster), prefix).c_str(), stdout);
+    return 0;
+  });
+}
+
 int simulate_main(const std::vector<std::string>& args) {
-  Args a;
-  try {
-    a = parse(args);
-  } catch (const Usage& u) {
-    std::fprintf(stderr, "loom-topo: %s\n", u.msg.c_str());
-    return 2;
-  }
-  try {
+  return run_command([&] {
+    const Args a = parse(args);
     const Cluster c = load_cluster(a.cluster);
     std::string text;
     const json out = a.workload.empty() ? job_json(c, a, &text) : workload_json(c, a, &text);
     if (a.format == "json") std::printf("%s\n", out.dump().c_str());
     else std::fputs(text.c_str(), stdout);
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "loom-topo: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace loom::topo::sim
