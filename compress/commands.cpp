@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate.hpp"
+#include "gpt_eval.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/onnx_export.hpp"
 #include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/io/model_io.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "model_eval.hpp"
 #include "prune.hpp"
@@ -111,6 +113,43 @@ void print_side_by_side(const ModelReport& a, const ModelReport& b, const char* 
               100.0 * (b.test_accuracy - a.test_accuracy));
 }
 
+void print_side_by_side(const GptReport& a, const GptReport& b, const char* what) {
+  std::printf("%-15s %-18s %-18s\n", "", "before", what);
+  std::printf("%-15s %-18s %-18s\n", "precision", a.precision.c_str(), b.precision.c_str());
+  std::printf("%-15s %-18lld %-18lld %s\n", "params", static_cast<long long>(a.params), static_cast<long long>(b.params),
+              pct(static_cast<double>(a.params), static_cast<double>(b.params)).c_str());
+  std::printf("%-15s %-18lld %-18lld %.2fx\n", "file bytes", static_cast<long long>(a.file_bytes),
+              static_cast<long long>(b.file_bytes), static_cast<double>(b.file_bytes) / static_cast<double>(a.file_bytes));
+  std::printf("%-15s %-18.4f %-18.4f %s\n", "perplexity", a.perplexity, b.perplexity, pct(a.perplexity, b.perplexity).c_str());
+  std::printf("%-15s %-18.4f %-18.4f %+.2f pt\n", "accuracy", a.accuracy, b.accuracy, 100.0 * (b.accuracy - a.accuracy));
+}
+
+void print_gpt(const std::string& path, const GptReport& r, const std::string& format) {
+  if (format == "json") {
+    nlohmann::json j{{"model", path},           {"type", "gpt"},         {"loss", r.loss},
+                     {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"params", r.params},
+                     {"file_bytes", r.file_bytes}, {"precision", r.precision}, {"tokens", r.tokens},
+                     {"unknown_bytes", r.unknown_bytes}};
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::printf("%s: gpt (%s), %s, %lld params, %lld bytes; on %lld tokens: loss %.4f nats/token, perplexity %.4f, "
+              "next-token accuracy %.4f\n",
+              path.c_str(), r.shape.c_str(), r.precision.c_str(), static_cast<long long>(r.params),
+              static_cast<long long>(r.file_bytes), static_cast<long long>(r.tokens), r.loss, r.perplexity, r.accuracy);
+  if (r.unknown_bytes)
+    std::printf("  %lld bytes of the text are outside the model's vocabulary and were left out\n",
+                static_cast<long long>(r.unknown_bytes));
+}
+
+// The gpt file of quantize: a float one.
+rt::Gpt float_gpt(const std::string& path, const rt::ModelFile& f, const std::string& cmd) {
+  const std::string precision = rt::model_precision(path, f);
+  if (precision != "fp32")
+    throw rt::Error(path + ": an " + precision + " model; " + cmd + " takes the float model");
+  return rt::load_gpt(path, f);
+}
+
 // The input of prune and quantize: a float Loom MLP model file, never an INT8 one.
 rt::ModelFile float_model(const std::string& path, const std::string& cmd) {
   rt::ModelFile f = rt::load_model(path);
@@ -173,13 +212,36 @@ int cmd_prune(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+// INT8 for a gpt: its linear layers' weights per output channel; each row of their inputs is
+// quantized as it comes (no calibration), or kept float with --weights-only. --calibration
+// text:FILE scores both files on that text.
+int quantize_gpt(const std::string& in, const std::string& out, const rt::ModelFile& f, const po::variables_map& vm,
+                 bool weights_only) {
+  if (!vm["observer"].defaulted() || !vm["calib-samples"].defaulted() || !vm["weight-scales"].defaulted())
+    throw Usage{"a gpt's activations are quantized per row as they come: --observer, --calib-samples and "
+                "--weight-scales are for the MLP"};
+  const bool scored = !vm["calibration"].defaulted();
+  const std::string data = vm["calibration"].as<std::string>();
+  if (scored) text_file(data, "--calibration");
+  rt::Gpt gpt = float_gpt(in, f, "quantize");
+  rt::save_quant_gpt(out, gpt, f.config_json, weights_only);
+  if (scored) print_side_by_side(evaluate_gpt(in, data), evaluate_gpt(out, data), weights_only ? "int8 weights" : "int8");
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_quantize(int argc, char** argv) {
   std::string in, out, calibration, observer, scales;
   int samples = 0;
   bool weights_only = false;
   po::options_description d("quantize options");
   d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the INT8 model file")(
-      "calibration", po::value(&calibration)->default_value("fashion-mnist"), "fashion-mnist[:DIR]: training images")(
+      "calibration", po::value(&calibration)->default_value("fashion-mnist"),
+      "fashion-mnist[:DIR]: training images (a gpt: text:FILE, on which both files are scored)")(
       "calib-samples", po::value(&samples)->default_value(2000), "calibration images (a seeded sample of the training set)")(
       "observer", po::value(&observer)->default_value("minmax"), "minmax | percentile | entropy")(
       "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)")(
@@ -188,6 +250,7 @@ int cmd_quantize(int argc, char** argv) {
   const auto vm = parse(argc, argv, d, "input", 1);
   require(vm, "input", "quantize");
   require(vm, "output", "quantize");
+  if (const rt::ModelFile f = rt::load_model(in); is_gpt(in, f)) return quantize_gpt(in, out, f, vm, weights_only);
   if (samples <= 0) throw Usage{"--calib-samples must be positive"};
   if (observer != "minmax" && observer != "percentile" && observer != "entropy")
     throw Usage{"--observer must be minmax, percentile or entropy, not '" + observer + "'"};
@@ -276,12 +339,16 @@ int cmd_eval(int argc, char** argv) {
   std::string model, data, format;
   po::options_description d("eval options");
   d.add_options()("model", po::value(&model), "a Loom model file")(
-      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]")(
+      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]; a gpt: text:FILE (held-out text)")(
       "format", po::value(&format)->default_value("text"), "text | json");
   if (wants_help(argc, argv, "eval MODEL", d)) return 0;
   const auto vm = parse(argc, argv, d, "model", 1);
   require(vm, "model", "eval");
   if (format != "text" && format != "json") throw Usage{"--format must be text or json, not '" + format + "'"};
+  if (is_gpt(model, rt::load_model(model))) {
+    print_gpt(model, evaluate_gpt(model, data), format);
+    return 0;
+  }
   const ModelReport r = evaluate_model(model, data_dir(data));
   if (format == "json") {
     nlohmann::json j{{"model", model},        {"test_accuracy", r.test_accuracy}, {"params", r.params},

@@ -45,6 +45,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   const std::string type = cfg.value("type", "");
   if (type == "gpt") {
     if (device == "cuda") throw rt::Error("--device cuda: gpt models are served on the CPU in this build");
+    precision_ = rt::model_precision(path_, f);
     load_gpt(f, cfg, llm);
     config_ = f.config_json;
     return;
@@ -104,7 +105,7 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
     throw rt::Error(path_ + ": model.config has no vocab_bytes (a gpt exported before byte-level tokens: train it again)");
   }
   auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
-  engine_ = std::make_unique<llm::Engine>(rt::Decoder(rt::decoder_from_gpt(gpt)), std::move(tok), -1, llm);
+  engine_ = std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), -1, llm);
 }
 
 // GPT-2 as people download it: config.json and model.safetensors in the version folder (path_

@@ -1,6 +1,7 @@
 // quant_model.cpp — writing and reading INT8 MLP files.
 #include "loom/rt/io/quant_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -39,8 +40,9 @@ std::string model_precision(const std::string& path, const ModelFile& f) {
   const auto& q = cfg["quant"];
   const std::string act = q.value("activations", "");
   if (act == "float") return "int8-weights";
-  if (act == "uint8_affine") return "int8";
-  throw Error(path + ": model.config quant.activations must be uint8_affine or float, not '" + act + "'");
+  if (act == "uint8_affine" || act == "uint8_dynamic_per_row") return "int8";
+  throw Error(path + ": model.config quant.activations must be uint8_affine, uint8_dynamic_per_row or float, not '" + act +
+              "'");
 }
 
 void save_quant_mlp(const std::string& path, const QuantMlp& q, const std::string& float_config,
@@ -104,6 +106,68 @@ QuantMlp load_quant_mlp(const std::string& path, const ModelFile& f) {
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
+}
+
+bool is_gpt_linear(const std::string& name) {
+  auto ends = [&](const char* tail) {
+    const size_t n = std::char_traits<char>::length(tail);
+    return name.size() >= n && name.compare(name.size() - n, n, tail) == 0;
+  };
+  return name == "lm_head.weight" || (name.rfind("h.", 0) == 0 && (ends(".attn.c_attn.weight") || ends(".attn.c_proj.weight") ||
+                                                                   ends(".mlp.c_fc.weight") || ends(".mlp.c_proj.weight")));
+}
+
+void save_quant_gpt(const std::string& path, Gpt& gpt, const std::string& float_config, bool weights_only) {
+  auto cfg = parse_config(path, float_config);
+  cfg["quant"] = {{"weights", "int8_per_channel_symmetric"},
+                  {"activations", weights_only ? "float" : "uint8_dynamic_per_row"},
+                  {"act_max", int8::kActMax}};
+  std::vector<Param> floats;
+  std::vector<QuantizedTensor> ints;
+  for (const auto& p : gpt.params()) {
+    if (!is_gpt_linear(p.name)) {
+      floats.push_back({p.name, p.value, Tensor()});
+      continue;
+    }
+    const int rows = static_cast<int>(p.value.dim(0)), cols = static_cast<int>(p.value.dim(1));
+    QuantizedTensor q{p.name, Tensor::empty({rows, cols}, DType::kI8), int8::symmetric_scales(p.value.f32(), rows, cols), 0};
+    int8::quantize_per_channel(p.value.f32(), rows, cols, q.scale.data(), q.q.data<int8_t>());
+    ints.push_back(std::move(q));
+  }
+  save_model(path, cfg.dump(), floats, ints);
+}
+
+DecoderWeights gpt_decoder(const std::string& path, const ModelFile& f, Gpt& gpt) {
+  DecoderWeights w = decoder_from_gpt(gpt);
+  const std::string precision = model_precision(path, f);
+  if (precision != "int8") return w;
+  const auto cfg = parse_config(path, f.config_json);
+  if (cfg["quant"].value("activations", "") != "uint8_dynamic_per_row")
+    throw Error(path + ": a gpt's int8 activations are quantized per row as they come (uint8_dynamic_per_row)");
+  auto int8_of = [&](const std::string& name, Tensor& dense) {
+    auto it = std::find_if(f.params.begin(), f.params.end(), [&](const auto& p) { return p.first == name; });
+    if (it->second.dtype() != DType::kI8) throw Error(path + ": /params/" + name + " must be int8 in an INT8 gpt");
+    if (f.zero_points.at(name) != 0) throw Error(path + ": /params/" + name + " must be symmetric (zero_point 0)");
+    const Tensor& q = it->second;
+    try {
+      auto lin = std::make_shared<const int8::DynamicLinear>(static_cast<int>(q.dim(0)), static_cast<int>(q.dim(1)), q.data<int8_t>(),
+                                                             f.scales.at(name));
+      dense = Tensor();  // the int8 weights serve; no float copy 4x their size
+      return lin;
+    } catch (const Error& e) {
+      throw Error(path + ": /params/" + name + ": " + e.what());
+    }
+  };
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    DecoderLayer& L = w.layers[l];
+    const std::string h = "h." + std::to_string(l) + ".";
+    L.q_qkv = int8_of(h + "attn.c_attn.weight", L.w_qkv);
+    L.q_o = int8_of(h + "attn.c_proj.weight", L.w_o);
+    L.q_fc = int8_of(h + "mlp.c_fc.weight", L.w_fc);
+    L.q_p = int8_of(h + "mlp.c_proj.weight", L.w_p);
+  }
+  w.q_lm_head = int8_of("lm_head.weight", w.lm_head);
+  return w;
 }
 
 }  // namespace loom::rt

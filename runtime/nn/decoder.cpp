@@ -16,11 +16,20 @@ namespace loom::rt {
 
 using namespace gptk;
 
+namespace {
+size_t bytes_of(const Int8Linear& q) {
+  return q ? q->weights().size() + q->scale().size() * (sizeof(float) + sizeof(int32_t)) : 0;
+}
+}  // namespace
+
 size_t DecoderWeights::bytes() const {
-  size_t n = wte.bytes() + wpe.bytes() + lnf_g.bytes() + lnf_b.bytes() + (lm_head.f32() == wte.f32() ? 0 : lm_head.bytes());
-  for (const auto& l : layers)
+  size_t n = wte.bytes() + wpe.bytes() + lnf_g.bytes() + lnf_b.bytes() + (lm_head.f32() == wte.f32() ? 0 : lm_head.bytes()) +
+             bytes_of(q_lm_head);
+  for (const auto& l : layers) {
     for (const Tensor* t : {&l.ln1_g, &l.ln1_b, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.ln2_g, &l.ln2_b, &l.w_fc, &l.b_fc, &l.w_p, &l.b_p})
       n += t->bytes();
+    for (const Int8Linear* q : {&l.q_qkv, &l.q_o, &l.q_fc, &l.q_p}) n += bytes_of(*q);
+  }
   return n;
 }
 
@@ -36,7 +45,7 @@ DecoderWeights decoder_from_gpt(Gpt& gpt) {
     const std::string h = "h." + std::to_string(l) + ".";
     w.layers.push_back({p.at(h + "ln_1.weight"), p.at(h + "ln_1.bias"), p.at(h + "attn.c_attn.weight"), p.at(h + "attn.c_attn.bias"),
                         p.at(h + "attn.c_proj.weight"), p.at(h + "attn.c_proj.bias"), p.at(h + "ln_2.weight"), p.at(h + "ln_2.bias"),
-                        p.at(h + "mlp.c_fc.weight"), p.at(h + "mlp.c_fc.bias"), p.at(h + "mlp.c_proj.weight"), p.at(h + "mlp.c_proj.bias")});
+                        p.at(h + "mlp.c_fc.weight"), p.at(h + "mlp.c_fc.bias"), p.at(h + "mlp.c_proj.weight"), p.at(h + "mlp.c_proj.bias"), {}, {}, {}, {}});
   }
   w.lnf_g = p.at("ln_f.weight");
   w.lnf_b = p.at("ln_f.bias");
@@ -121,6 +130,12 @@ void Decoder::attention(KvCache& kv, const DecodeBatch& b, int layer) {
   });
 }
 
+void Decoder::linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y) {
+  if (!q) return linear_fwd(x, w, bias, y);
+  ensure(y, {x.dim(0), q->out()});
+  q->run(x.f32(), static_cast<int>(x.dim(0)), bias ? bias->f32() : nullptr, y.f32());
+}
+
 void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
   const int C = w_.c.embd;
   const int64_t n = static_cast<int64_t>(b.tokens.size());
@@ -136,12 +151,12 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
   for (int l = 0; l < w_.c.layers; ++l) {
     const DecoderLayer& L = w_.layers[static_cast<size_t>(l)];
     layernorm_fwd(x_, L.ln1_g, L.ln1_b, ln_, mean_, rstd_, w_.c.ln_eps);
-    linear_fwd(ln_, L.w_qkv, &L.b_qkv, qkv_);
+    linear(ln_, L.w_qkv, L.q_qkv, &L.b_qkv, qkv_);
     attention(kv, b, l);
-    linear_fwd(att_, L.w_o, &L.b_o, proj_);
+    linear(att_, L.w_o, L.q_o, &L.b_o, proj_);
     add(x_, proj_, x_);
     layernorm_fwd(x_, L.ln2_g, L.ln2_b, ln_, mean_, rstd_, w_.c.ln_eps);
-    linear_fwd(ln_, L.w_fc, nullptr, fc_);
+    linear(ln_, L.w_fc, L.q_fc, nullptr, fc_);
     if (w_.c.gelu_tanh) {
       ensure(fc_act_, fc_.shape());
       const int64_t cols = fc_.dim(1);
@@ -151,14 +166,14 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
     } else {
       bias_gelu_fwd(fc_, L.b_fc, fc_act_);
     }
-    linear_fwd(fc_act_, L.w_p, &L.b_p, proj_);
+    linear(fc_act_, L.w_p, L.q_p, &L.b_p, proj_);
     add(x_, proj_, x_);
   }
   const int64_t r = static_cast<int64_t>(b.logit_rows.size());
   ensure(last_, {r, C});
   for (int64_t i = 0; i < r; ++i) std::copy_n(x_.f32() + static_cast<int64_t>(b.logit_rows[static_cast<size_t>(i)]) * C, C, last_.f32() + i * C);
   layernorm_fwd(last_, w_.lnf_g, w_.lnf_b, ln_, mean_, rstd_, w_.c.ln_eps);
-  linear_fwd(ln_, w_.lm_head, nullptr, logits);
+  linear(ln_, w_.lm_head, w_.q_lm_head, nullptr, logits);
 }
 
 }  // namespace loom::rt

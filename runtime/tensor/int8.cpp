@@ -207,4 +207,45 @@ void Linear::run_reference(const uint8_t* x, int m, void* y) const {
     }
 }
 
+DynamicLinear::DynamicLinear(int n, int k, const int8_t* w, std::vector<float> scale)
+    : lin_(n, k, w, 0, Epilogue{}), scale_(std::move(scale)), wsum_(static_cast<size_t>(n), 0) {
+  if (scale_.size() != static_cast<size_t>(n))
+    throw Error("int8 linear: " + std::to_string(scale_.size()) + " weight scales for " + std::to_string(n) + " channels");
+  for (float s : scale_)
+    if (!(s > 0) || !std::isfinite(s)) throw Error("int8 linear: weight scales must be positive and finite");
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c) wsum_[static_cast<size_t>(r)] += w[static_cast<int64_t>(r) * k + c];
+}
+
+void DynamicLinear::run(const float* x, int m, const float* bias, float* y) const { run(x, m, bias, y, false); }
+void DynamicLinear::run_reference(const float* x, int m, const float* bias, float* y) const { run(x, m, bias, y, true); }
+
+void DynamicLinear::run(const float* x, int m, const float* bias, float* y, bool reference) const {
+  if (m <= 0) return;
+  const int n = out(), k = in();
+  thread_local std::vector<uint8_t> q;
+  thread_local std::vector<int32_t> acc;
+  thread_local std::vector<QParams> rows;
+  q.resize(static_cast<size_t>(m) * static_cast<size_t>(k));
+  acc.resize(static_cast<size_t>(m) * static_cast<size_t>(n));
+  rows.resize(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) {
+    const float* xr = x + static_cast<int64_t>(i) * k;
+    const auto [lo, hi] = std::minmax_element(xr, xr + k);
+    rows[static_cast<size_t>(i)] = affine_from_range(*lo, *hi);
+    quantize_u8(xr, k, rows[static_cast<size_t>(i)], q.data() + static_cast<int64_t>(i) * k);
+  }
+  if (reference) lin_.run_reference(q.data(), m, acc.data());
+  else lin_.run(q.data(), m, acc.data());
+  for (int i = 0; i < m; ++i) {
+    const float sx = rows[static_cast<size_t>(i)].scale;
+    const int32_t zp = rows[static_cast<size_t>(i)].zero_point;
+    const int32_t* a = acc.data() + static_cast<int64_t>(i) * n;
+    float* yr = y + static_cast<int64_t>(i) * n;
+    for (int j = 0; j < n; ++j)
+      yr[j] = static_cast<float>(a[j] - zp * wsum_[static_cast<size_t>(j)]) * (sx * scale_[static_cast<size_t>(j)]) +
+              (bias ? bias[j] : 0.0f);
+  }
+}
+
 }  // namespace loom::rt::int8

@@ -131,6 +131,38 @@ TEST(Int8, LinearRejectsBadEpilogues) {
   EXPECT_THROW(rt::int8::Linear(2, 3, w.data(), 200, Epilogue{}), rt::Error);
 }
 
+// Dynamic quantization (a range per input row): oneDNN equals the reference loops, and the result
+// stays within the quantization error of the float product, for rows of very different ranges.
+TEST(Int8, DynamicLinearTracksTheFloatProduct) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int n = 48, k = 64, m = 5;
+  std::vector<float> w(static_cast<size_t>(n) * k), x(static_cast<size_t>(m) * k), bias(n);
+  for (auto& v : w) v = 0.1f * g(rng);
+  for (int i = 0; i < m; ++i)  // row i spans about 10^(i-2): one scale for all would flatten the small rows
+    for (int c = 0; c < k; ++c) x[static_cast<size_t>(i * k + c)] = std::pow(10.0f, static_cast<float>(i - 2)) * (g(rng) + (i == 3 ? 2.0f : 0.0f));
+  for (auto& v : bias) v = g(rng);
+  auto scale = rt::int8::symmetric_scales(w.data(), n, k);
+  std::vector<int8_t> q(w.size());
+  rt::int8::quantize_per_channel(w.data(), n, k, scale.data(), q.data());
+  rt::int8::DynamicLinear lin(n, k, q.data(), scale);
+  std::vector<float> y(static_cast<size_t>(m) * n), ref(y.size());
+  lin.run(x.data(), m, bias.data(), y.data());
+  lin.run_reference(x.data(), m, bias.data(), ref.data());
+  EXPECT_EQ(y, ref);
+  for (int i = 0; i < m; ++i) {
+    double err = 0, norm = 0;
+    for (int j = 0; j < n; ++j) {
+      double exact = bias[static_cast<size_t>(j)];
+      for (int c = 0; c < k; ++c) exact += double{x[static_cast<size_t>(i * k + c)]} * w[static_cast<size_t>(j * k + c)];
+      err += std::pow(y[static_cast<size_t>(i * n + j)] - exact, 2);
+      norm += std::pow(exact - bias[static_cast<size_t>(j)], 2);
+    }
+    EXPECT_LT(std::sqrt(err / norm), 0.03) << "row " << i;  // 7-bit rows, 8-bit weights: ~1-2% relative error
+  }
+  EXPECT_THROW(rt::int8::DynamicLinear(n, k, q.data(), std::vector<float>(3, 1.0f)), rt::Error);
+}
+
 rt::Tensor random_input(int rows, int cols, uint64_t seed) {
   rt::Tensor x = rt::Tensor::empty({rows, cols});
   std::mt19937 rng(static_cast<uint32_t>(seed));

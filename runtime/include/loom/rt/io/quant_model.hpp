@@ -11,6 +11,7 @@
 #include <string>
 
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/nn/decoder.hpp"
 #include "loom/rt/nn/quant_mlp.hpp"
 
 namespace loom::rt {
@@ -25,5 +26,17 @@ void save_quant_mlp(const std::string& path, const QuantMlp& q, const std::strin
 void save_weight_only_mlp(const std::string& path, const Mlp& m, const std::string& float_config);
 // Throws Error naming the file when it is not a full INT8 MLP or its quantization is invalid.
 QuantMlp load_quant_mlp(const std::string& path, const ModelFile& f);
+
+// INT8 gpt files: the linear layers' weights (h.N.attn.c_attn, h.N.attn.c_proj, h.N.mlp.c_fc,
+// h.N.mlp.c_proj, lm_head) int8 per output channel, symmetric; embeddings, LayerNorms and biases
+// float32. model.config.quant: {"weights": "int8_per_channel_symmetric", "activations":
+// "uint8_dynamic_per_row" (each row of a linear layer's input quantized as it comes, no
+// calibration) or "float" (weights only: served as the dequantized float model), "act_max": 127}.
+bool is_gpt_linear(const std::string& param_name);
+void save_quant_gpt(const std::string& path, Gpt& gpt, const std::string& float_config, bool weights_only);
+// The decoder of a gpt file `f`, float or INT8 (its linear layers on int8 GEMMs when the
+// activations are quantized too); `gpt` is load_gpt(path, f). Throws Error naming the file for a
+// bad quant.
+DecoderWeights gpt_decoder(const std::string& path, const ModelFile& f, Gpt& gpt);
 
 }  // namespace loom::rt

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/rt/nn/gpt.hpp"
+#include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt {
@@ -22,8 +23,12 @@ struct DecoderConfig {
   bool gelu_tanh = false;  // GPT-2's gelu_new; Loom's gpt uses the erf GELU
 };
 
+// An INT8 model's linear layer: int8 weights, each input row quantized as it comes (int8.hpp).
+using Int8Linear = std::shared_ptr<const int8::DynamicLinear>;
+
 struct DecoderLayer {  // linear weights [out, in] (torch.nn.Linear's layout)
   Tensor ln1_g, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_g, ln2_b, w_fc, b_fc, w_p, b_p;
+  Int8Linear q_qkv, q_o, q_fc, q_p;  // when set, the layer's GEMM runs in int8 and its float weight is empty
 };
 
 struct DecoderWeights {
@@ -31,6 +36,7 @@ struct DecoderWeights {
   Tensor wte, wpe;  // [vocab, C], [context, C]
   std::vector<DecoderLayer> layers;
   Tensor lnf_g, lnf_b, lm_head;  // lm_head [vocab, C]: GPT-2's is wte (tied)
+  Int8Linear q_lm_head;
   size_t bytes() const;
 };
 
@@ -77,6 +83,8 @@ class Decoder {
 
  private:
   void attention(KvCache& kv, const DecodeBatch& b, int layer);
+  // y = x w^T (+ bias): in int8 when q is set, else in float.
+  static void linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y);
   DecoderWeights w_;
   Tensor x_, ln_, qkv_, att_, proj_, fc_, fc_act_, last_, mean_, rstd_;
 };

@@ -67,6 +67,7 @@ class Linear {
   void run(const uint8_t* x, int m, void* y) const;
   // The same through the reference loops, whatever the build.
   void run_reference(const uint8_t* x, int m, void* y) const;
+  const std::vector<int8_t>& weights() const { return w_; }
 
  private:
   int n_, k_, x_zp_;
@@ -74,6 +75,32 @@ class Linear {
   Epilogue e_;
   struct Impl;
   std::unique_ptr<Impl> impl_;  // oneDNN primitives by batch size, when built with it
+};
+
+// A linear layer with int8 weights and float inputs and outputs (PyTorch's dynamic quantization,
+// quantize_dynamic, with a range per input row rather than per tensor: each token's activations
+// set their own scale, so one outlier token costs the others no precision). Each row of x is
+// quantized to uint8 over its own range widened to hold 0 (affine_from_range), the GEMM runs on
+// Linear with an int32 result, and
+//   y[m,n] = s_x[m] s_w[n] (sum_k q[m,k] w[n,k] - zp[m] sum_k w[n,k]) + bias[n].
+class DynamicLinear {
+ public:
+  // w: int8 [n, k] with one scale per output channel (symmetric_scales). Throws Error on bad sizes.
+  DynamicLinear(int n, int k, const int8_t* w, std::vector<float> scale);
+  int in() const { return lin_.in(); }
+  int out() const { return lin_.out(); }
+  const std::vector<float>& scale() const { return scale_; }
+  const std::vector<int8_t>& weights() const { return lin_.weights(); }
+  // x float [m, k] -> y float [m, n]; bias may be null. Thread-safe.
+  void run(const float* x, int m, const float* bias, float* y) const;
+  // The same with the GEMM on the reference loops.
+  void run_reference(const float* x, int m, const float* bias, float* y) const;
+
+ private:
+  void run(const float* x, int m, const float* bias, float* y, bool reference) const;
+  Linear lin_;
+  std::vector<float> scale_;
+  std::vector<int32_t> wsum_;  // sum_k w[n,k]
 };
 
 }  // namespace loom::rt::int8
