@@ -49,14 +49,28 @@ void add_train_options(po::options_description& d, TrainOpts& t) {
 }
 
 std::string data_dir(const std::string& data) {
+  if (data.rfind("text:", 0) == 0) throw Usage{"--data text:FILE is for a gpt; an mlp takes fashion-mnist[:DIR]"};
   if (data == "fashion-mnist") return rt::kFashionMnistDir;
   if (data.rfind("fashion-mnist:", 0) == 0 && data.size() > 14) return data.substr(14);
   throw Usage{"--data must be fashion-mnist or fashion-mnist:DIR, not '" + data + "'"};
 }
 
-rt::TrainConfig train_config(const TrainOpts& t) {
+uint64_t train_config_seed(const std::string& seed) {
+  if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos)
+    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
+  try {
+    return std::stoull(seed);
+  } catch (const std::out_of_range&) {
+    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
+  }
+}
+
+// loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE.
+rt::TrainConfig train_config(const TrainOpts& t, const std::string& model = "mlp") {
   rt::TrainConfig c;
-  c.data_dir = data_dir(t.data);
+  c.model = model;
+  if (model == "mlp") c.data_dir = data_dir(t.data);
+  else c.text_path = text_file(t.data, "--data");
   c.global_batch = t.batch;
   c.threads = t.threads;
   c.lr = t.lr;
@@ -64,9 +78,7 @@ rt::TrainConfig train_config(const TrainOpts& t) {
   c.optim.momentum = t.momentum;
   c.schedule = t.schedule;
   c.device = "cpu";
-  if (t.seed.empty() || t.seed.size() > 20 || t.seed.find_first_not_of("0123456789") != std::string::npos)
-    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + t.seed + "'"};
-  c.seed = std::stoull(t.seed);
+  c.seed = train_config_seed(t.seed);
   rt::validate(c);
   return c;
 }
@@ -280,6 +292,75 @@ int cmd_quantize(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+struct GptStudent {
+  int layers = 0, embd = 0, heads = 0;
+  int64_t steps = 0;
+  std::string eval_data;
+};
+
+// A gpt student of another shape, taught on text:FILE by a gpt teacher; --compare trains the same
+// student alone (same seed, same steps) and reports the share of the teacher's perplexity lead
+// closed, and the student's accuracy against the teacher's.
+int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map& vm, bool compare) {
+  if (vm.count("student-layers") || !vm["epochs"].defaulted())
+    throw Usage{"a gpt student takes --student-n-layer/--student-n-embd/--student-n-head and --steps, not --student-layers or "
+                "--epochs"};
+  if (s.layers <= 0 || s.embd <= 0 || s.heads <= 0)
+    throw Usage{"a gpt student needs positive --student-n-layer, --student-n-embd and --student-n-head"};
+  if (s.embd % s.heads) throw Usage{"--student-n-embd must be a multiple of --student-n-head"};
+  if (s.steps <= 0) throw Usage{"--steps must be positive"};
+  const rt::ModelFile tf = rt::load_model(c.teacher_path);
+  if (rt::model_precision(c.teacher_path, tf) != "fp32") throw rt::Error(c.teacher_path + ": the teacher must be a float gpt");
+  const rt::GptConfig tg = rt::load_gpt(c.teacher_path, tf).config();
+  c.context = tg.context;
+  c.gpt_layers = s.layers;
+  c.embd = s.embd;
+  c.heads = s.heads;
+  c.steps = s.steps;
+  if (vm["optimizer"].defaulted()) c.optim.kind = "adamw";  // the MLP's SGD defaults do not train a transformer
+  if (vm["lr"].defaulted()) c.lr = 0.003f;
+  if (vm["global-batch"].defaulted()) c.global_batch = 16;
+  rt::validate(c);
+  const std::string eval = s.eval_data.empty() ? std::string() : text_file(s.eval_data, "--eval-data");
+  const rt::TrainResult distilled = rt::train(c, train_log);
+  const std::string shape = "layers " + std::to_string(s.layers) + ", heads " + std::to_string(s.heads) + ", embd " + std::to_string(s.embd);
+  auto report = [&](const char* who, const std::string& path, const char* how) {
+    const GptReport r = evaluate_gpt(path, "text:" + eval);
+    std::printf("%-8s %-34s %9lld params  perplexity %8.4f  accuracy %.4f%s\n", who, r.shape.c_str(), static_cast<long long>(r.params),
+                r.perplexity, r.accuracy, how);
+    return r;
+  };
+  if (eval.empty()) {
+    std::printf("student  %s: held-out accuracy %.4f (distilled, T=%g alpha=%g; --eval-data text:FILE scores the files)\n",
+                shape.c_str(), distilled.test_accuracy, c.temperature, c.alpha);
+    if (compare) throw Usage{"--compare needs --eval-data text:FILE (the held-out text the three models are scored on)"};
+  } else {
+    const GptReport teacher = report("teacher", c.teacher_path, "");
+    const GptReport student = report("student", c.export_path, " (distilled)");
+    std::printf("teacher/student parameters: %.1fx\n", static_cast<double>(teacher.params) / static_cast<double>(student.params));
+    if (compare) {
+      rt::TrainConfig alone = c;
+      alone.teacher_path.clear();
+      TempFile tmp{c.export_path + ".alone.tmp.h5"};
+      alone.export_path = tmp.path;
+      rt::train(alone, train_log);
+      const GptReport base = report("student", tmp.path, " (trained alone, same seed and steps)");
+      const double gap = base.perplexity - teacher.perplexity;
+      if (gap > 0)
+        std::printf("gap closed: %.1f%% of the teacher's perplexity lead\n", 100.0 * (base.perplexity - student.perplexity) / gap);
+      else
+        std::printf("gap closed: n/a (the student alone is as good as the teacher)\n");
+      std::printf("student accuracy / teacher accuracy: %.1f%%\n", 100.0 * student.accuracy / teacher.accuracy);
+    }
+  }
+  std::printf("wrote %s\n", c.export_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_distill(int argc, char** argv) {
   std::string teacher, student, out;
   // T 1 and alpha 0.5 by default: on Fashion-MNIST a 784-32-10 student gained from T 1 in every
@@ -287,21 +368,35 @@ int cmd_distill(int argc, char** argv) {
   float temperature = 1, alpha = 0.5f;
   int epochs = 1;
   bool compare = false;
+  GptStudent gs;
   TrainOpts t;
   po::options_description d("distill options");
-  d.add_options()("teacher", po::value(&teacher), "the teacher's model file")(
-      "student-layers", po::value(&student), "the student's widths, input first (e.g. 784,32,10)")(
+  d.add_options()("teacher", po::value(&teacher), "the teacher's model file (mlp or gpt)")(
+      "student-layers", po::value(&student), "mlp: the student's widths, input first (e.g. 784,32,10)")(
+      "student-n-layer", po::value(&gs.layers), "gpt: the student's blocks")(
+      "student-n-embd", po::value(&gs.embd), "gpt: the student's width")(
+      "student-n-head", po::value(&gs.heads), "gpt: the student's attention heads")(
       "output,o", po::value(&out), "the student's model file")(
       "temperature", po::value(&temperature)->default_value(temperature), "softmax temperature T")(
       "alpha", po::value(&alpha)->default_value(alpha), "weight of the teacher's soft targets (1 - alpha: the labels)")(
-      "epochs", po::value(&epochs)->default_value(epochs), "training epochs")(
+      "epochs", po::value(&epochs)->default_value(epochs), "mlp: training epochs")(
+      "steps", po::value(&gs.steps)->default_value(0), "gpt: training steps")(
+      "eval-data", po::value(&gs.eval_data), "gpt: text:FILE, held-out text the teacher and students are scored on")(
       "compare", po::bool_switch(&compare), "also train the same student alone (same seed) and report the gap closed");
   add_train_options(d, t);
   if (wants_help(argc, argv, "distill", d)) return 0;
   const auto vm = parse(argc, argv, d, nullptr, 0);
   require(vm, "teacher", "distill");
-  require(vm, "student-layers", "distill");
   require(vm, "output", "distill");
+  if (is_gpt(teacher, rt::load_model(teacher))) {
+    rt::TrainConfig c = train_config(t, "gpt");
+    c.teacher_path = teacher;
+    c.temperature = temperature;
+    c.alpha = alpha;
+    c.export_path = out;
+    return distill_gpt(c, gs, vm, compare);
+  }
+  require(vm, "student-layers", "distill");
   if (epochs <= 0) throw Usage{"--epochs must be positive"};
   rt::TrainConfig c = train_config(t);
   try {

@@ -106,7 +106,7 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
 }
 
 double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train,
-                    int grad_batch) {
+                    int grad_batch, const SoftTargets* soft) {
   const int T = c_.context, V = c_.vocab;
   const int64_t N = int64_t{batch} * T;
   if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
@@ -139,6 +139,11 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   linear_fwd(lnf_, p(f + 2), nullptr, logits_);
   ensure(dlogits_, {N, V}, device_);
   const int32_t* labels = targets.data();
+  if (soft) {
+    if (device_ != Device::kCpu) throw Error("gpt: distillation runs on the CPU in this build");
+    return cpu::distill_xent(logits_.f32(), soft->logits, labels, dlogits_.f32(), static_cast<int>(N), V, soft->temperature,
+                             soft->alpha, int64_t{grad_batch} * T);
+  }
   if (device_ != Device::kCpu) labels = (targets_dev_ = ids_tensor(targets).to(device_)).data<int32_t>();
   return ops::softmax_xent(device_, logits_.f32(), labels, dlogits_.f32(), static_cast<int>(N), V, int64_t{grad_batch} * T);
 }

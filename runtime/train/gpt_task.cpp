@@ -5,7 +5,10 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/rt/io/data.hpp"
+#include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/tokens.hpp"
 #include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/tensor/kernels.hpp"
@@ -17,7 +20,7 @@ namespace {
 
 class GptTask : public Task {
  public:
-  GptTask(const TrainConfig& c, Device device) : text_(load(c)), seed_(c.seed) {
+  GptTask(const TrainConfig& c, Device device) : text_(load(c)), seed_(c.seed), soft_{nullptr, c.temperature, c.alpha} {
     GptConfig g;
     g.vocab = text_.files ? c.vocab : static_cast<int>(text_.chars.size());
     // Text samples a window at every position; token files (large) at multiples of the context,
@@ -36,6 +39,25 @@ class GptTask : public Task {
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
       throw Error(text_.source + ": " + std::to_string(text_.size()) + " tokens are too few for --context " +
                   std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
+    if (!c.teacher_path.empty()) load_teacher(c.teacher_path, device);
+  }
+  // Distillation (loom-compress distill): a teacher of the same tokens and context, any shape.
+  void load_teacher(const std::string& path, Device device) {
+    if (device != Device::kCpu) throw Error("distillation runs on the CPU in this build (use --device cpu)");
+    const ModelFile f = load_model(path);
+    teacher_ = std::make_unique<Gpt>(load_gpt(path, f));
+    const GptConfig& t = teacher_->config();
+    const auto cfg = nlohmann::json::parse(f.config_json);
+    const auto mine = nlohmann::json::parse(config_json());
+    const char* key = text_.files ? "tokens" : "vocab_bytes";
+    if (t.vocab != model_->config().vocab || cfg.value(key, nlohmann::json()) != mine[key])
+      throw Error("teacher " + path + " has another vocabulary (" + std::to_string(t.vocab) + " tokens" +
+                  (cfg.contains(key) ? ", " + std::string(key) + " " + cfg[key].dump().substr(0, 60) : std::string(", no ") + key) +
+                  ") than the student on " + text_.source + " (" + std::to_string(model_->config().vocab) +
+                  "): distil on the text the teacher was trained on");
+    if (t.context != model_->config().context)
+      throw Error("teacher " + path + " reads a context of " + std::to_string(t.context) + " tokens, the student " +
+                  std::to_string(model_->config().context) + ": distil with the teacher's --context");
   }
   std::string describe() const override {
     int64_t n = 0;
@@ -57,7 +79,11 @@ class GptTask : public Task {
     for (int b = 0; b < batch; ++b)
       text_.window(order_[static_cast<size_t>((first + b) % starts)] * stride_, T, &tok_[static_cast<size_t>(b) * T],
                    &tgt_[static_cast<size_t>(b) * T]);
-    double loss = model_->forward(tok_, tgt_, batch, true, of);
+    if (teacher_) {
+      teacher_->forward(tok_, tgt_, batch, false);
+      soft_.logits = teacher_->logits().f32();
+    }
+    double loss = model_->forward(tok_, tgt_, batch, true, of, teacher_ ? &soft_ : nullptr);
     model_->backward(ready);
     return loss;
   }
@@ -136,7 +162,8 @@ class GptTask : public Task {
   }
   Text text_;
   uint64_t seed_;
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<Gpt> model_, teacher_;
+  SoftTargets soft_;
   int64_t split_ = 0, order_epoch_ = -1, stride_ = 1;
   std::vector<int64_t> order_;
   std::vector<int32_t> tok_, tgt_;

@@ -26,6 +26,13 @@ Attention parse_attention(const std::string& name);  // auto | full | flash; Err
 constexpr int kFlashContext = 256;
 constexpr int kFlashContextCuda = 2048;
 
+// A teacher's logits for distillation (host, [B*T, vocab], the rows of forward's tokens): the loss
+// becomes alpha T^2 KL(softmax(teacher/T) || softmax(student/T)) + (1 - alpha) CE (cpu::distill_xent).
+struct SoftTargets {
+  const float* logits = nullptr;
+  float temperature = 1.0f, alpha = 0.5f;
+};
+
 struct GptConfig {
   int vocab = 0, context = 64, layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
@@ -39,8 +46,9 @@ class Gpt {
   // tokens [B*T] (row-major B sequences of T = context tokens) -> mean cross-entropy against
   // targets; keeps what backward needs. `train` enables dropout. Backward's gradients are those of
   // the summed loss over grad_batch sequences (0: batch; a rank's share passes the global batch).
+  // `soft`: a teacher's soft targets mixed into the loss (on the CPU).
   double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, int batch, bool train,
-                 int grad_batch = 0);
+                 int grad_batch = 0, const SoftTargets* soft = nullptr);
   // Gradients of the last forward's loss, overwriting every parameter's grad; `ready(i)`, when
   // set, is told as soon as params()[i].grad is final (the head's first, the embeddings' last),
   // so that the gradient exchange overlaps with the rest of backward.
