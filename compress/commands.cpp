@@ -178,6 +178,54 @@ struct TempFile {  // removed when it leaves scope, whatever happened
 
 }  // namespace
 
+namespace {
+
+// Heads and MLP neurons of a gpt, optionally fine-tuned on text:FILE by loom-train's loop
+// (--finetune-steps); --eval-data text:FILE scores the model before and after.
+int prune_gpt_file(const std::string& in, const std::string& out, const rt::ModelFile& f, double sparsity,
+                   const std::string& criterion, const TrainOpts& t, const po::variables_map& vm) {
+  if (!vm["finetune-epochs"].defaulted()) throw Usage{"a gpt is fine-tuned for --finetune-steps, not --finetune-epochs"};
+  const int64_t steps = vm["finetune-steps"].as<int64_t>();
+  if (steps < 0) throw Usage{"--finetune-steps must not be negative"};
+  const std::string eval = vm.count("eval-data") ? vm["eval-data"].as<std::string>() : std::string();
+  if (!eval.empty()) text_file(eval, "--eval-data");
+  rt::TrainConfig c;
+  if (steps > 0) c = train_config(t, "gpt");
+  rt::Gpt g = float_gpt(in, f, "prune");
+  auto cfg = nlohmann::json::parse(f.config_json);
+  if (cfg.contains("pruned"))
+    throw rt::Error(in + ": pruned already (sparsity " + cfg["pruned"].value("sparsity", nlohmann::json()).dump() +
+                    "); prune the original model with the sparsity you want");
+  GptPruneResult r = prune_gpt(g, sparsity, criterion);
+  const rt::GptConfig& pc = r.model.config();
+  auto shaped = nlohmann::json::parse(pc.json());
+  for (const char* k : {"heads", "head_size", "inner"}) cfg[k] = shaped[k];
+  cfg["pruned"] = {{"sparsity", sparsity},          {"criterion", criterion},
+                   {"from_heads", g.config().heads}, {"from_inner", g.config().ff()},
+                   {"heads_kept", r.heads_kept},     {"finetune_steps", steps}};
+  if (steps > 0) {
+    TempFile start{out + ".pruned.tmp"}, tuned{out + ".tuned.tmp"};
+    rt::save_model(start.path, cfg.dump(), r.model.params());
+    if (vm["optimizer"].defaulted()) c.optim.kind = "adamw";
+    if (vm["lr"].defaulted()) c.lr = 0.001f;  // fine-tuning starts from a trained model
+    if (vm["global-batch"].defaulted()) c.global_batch = 16;
+    c.context = pc.context;
+    c.init_path = start.path;
+    c.steps = steps;
+    c.export_path = tuned.path;
+    rt::validate(c);
+    rt::train(c, train_log);
+    r.model = rt::load_gpt(tuned.path);
+  }
+  rt::save_model(out, cfg.dump(), r.model.params());
+  if (!eval.empty()) print_side_by_side(evaluate_gpt(in, eval), evaluate_gpt(out, eval), "pruned");
+  std::printf("heads per block %d -> %d, MLP neurons %d -> %d\n", g.config().heads, pc.heads, g.config().ff(), pc.ff());
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int cmd_prune(int argc, char** argv) {
   std::string in, out, criterion;
   double sparsity = 0;
@@ -186,9 +234,11 @@ int cmd_prune(int argc, char** argv) {
   t.lr = 0.01f;
   po::options_description d("prune options");
   d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the pruned model file")(
-      "sparsity", po::value(&sparsity), "fraction of each hidden layer's neurons to remove, in (0, 1)")(
+      "sparsity", po::value(&sparsity), "fraction of each hidden layer's neurons (a gpt: of each block's heads and MLP neurons) to remove, in (0, 1)")(
       "criterion", po::value(&criterion)->default_value("l1"), "l1 | l2: the norm that scores a neuron's weights")(
-      "finetune-epochs", po::value(&finetune)->default_value(0), "epochs of fine-tuning after pruning (loom-train's loop)");
+      "finetune-epochs", po::value(&finetune)->default_value(0), "mlp: epochs of fine-tuning after pruning (loom-train's loop)")(
+      "finetune-steps", po::value<int64_t>()->default_value(0), "gpt: steps of fine-tuning after pruning, on --data text:FILE")(
+      "eval-data", po::value<std::string>(), "gpt: text:FILE, held-out text both models are scored on");
   add_train_options(d, t);
   if (wants_help(argc, argv, "prune IN.h5", d)) return 0;
   const auto vm = parse(argc, argv, d, "input", 1);
@@ -196,6 +246,7 @@ int cmd_prune(int argc, char** argv) {
   require(vm, "output", "prune");
   require(vm, "sparsity", "prune");
   if (!(sparsity > 0 && sparsity < 1)) throw Usage{"--sparsity must be in (0, 1), not " + std::to_string(sparsity)};
+  if (const rt::ModelFile f = rt::load_model(in); is_gpt(in, f)) return prune_gpt_file(in, out, f, sparsity, criterion, t, vm);
   if (finetune < 0) throw Usage{"--finetune-epochs must not be negative"};
   rt::TrainConfig c = train_config(t);
   const rt::ModelFile f = float_model(in, "prune");

@@ -121,16 +121,21 @@ Gpt load_gpt(const std::string& path, const ModelFile& f) {
     g.heads = cfg.at("heads").get<int>();
     g.embd = cfg.at("embd").get<int>();
     g.dropout = cfg.value("dropout", 0.0f);
+    g.head_size = cfg.value("head_size", 0);
+    g.inner = cfg.value("inner", 0);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": model.config is not a valid gpt configuration: " + e.what());
   }
   // The model the config describes must be about the size of the tensors stored (already read,
   // bounded by the file) before it is built.
-  if (g.vocab <= 0 || g.context <= 0 || g.layers <= 0 || g.heads <= 0 || g.embd <= 0)
+  if (g.vocab <= 0 || g.context <= 0 || g.layers <= 0 || g.heads <= 0 || g.embd <= 0 || g.head_size < 0 || g.inner < 0)
     throw Error(path + ": model.config's gpt sizes must be positive");
+  if (!g.head_size && g.embd % g.heads)
+    throw Error(path + ": model.config's embd " + std::to_string(g.embd) + " is not a multiple of heads " + std::to_string(g.heads));
   int64_t stored = 0;
   for (const auto& p : f.params) stored += p.second.numel();
-  const double described = (static_cast<double>(g.vocab) + g.context) * g.embd + 12.0 * g.layers * g.embd * g.embd;
+  const double described = (static_cast<double>(g.vocab) + g.context) * g.embd +
+                           g.layers * (4.0 * g.embd * g.heads * g.hs() + 2.0 * g.embd * g.ff());
   if (described > 2.0 * static_cast<double>(stored) + 1e6)
     throw Error(path + ": model.config describes a gpt of about " + std::to_string(static_cast<int64_t>(described)) +
                 " parameters but /params holds " + std::to_string(stored));

@@ -38,7 +38,7 @@ DecoderWeights decoder_from_gpt(Gpt& gpt) {
   for (auto& prm : gpt.params()) p[prm.name] = prm.value;
   const GptConfig& g = gpt.config();
   DecoderWeights w;
-  w.c = {g.vocab, g.context, g.layers, g.heads, g.embd, kLnEps, false};
+  w.c = {g.vocab, g.context, g.layers, g.heads, g.embd, kLnEps, false, g.head_size};
   w.wte = p.at("wte.weight");
   w.wpe = p.at("wpe.weight");
   for (int l = 0; l < g.layers; ++l) {
@@ -54,9 +54,9 @@ DecoderWeights decoder_from_gpt(Gpt& gpt) {
 }
 
 KvCache::KvCache(const DecoderConfig& c, int blocks, int block_tokens)
-    : blocks_(blocks), bt_(block_tokens), c_(c.embd) {
+    : blocks_(blocks), bt_(block_tokens), c_(c.attn()) {
   if (blocks <= 0 || block_tokens <= 0) throw Error("KV cache: blocks and block_tokens must be positive");
-  const size_t n = static_cast<size_t>(c.layers) * static_cast<size_t>(blocks) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.embd);
+  const size_t n = static_cast<size_t>(c.layers) * static_cast<size_t>(blocks) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.attn());
   k_.reset(new float[n]);
   v_.reset(new float[n]);
 }
@@ -109,7 +109,7 @@ LOOM_VEC void attend_row(const float* q, float* y, KvCache& kv, int layer, const
 }  // namespace
 
 void Decoder::attention(KvCache& kv, const DecodeBatch& b, int layer) {
-  const int C = w_.c.embd, H = w_.c.heads, hs = C / H, bt = kv.block_tokens();
+  const int C = w_.c.attn(), H = w_.c.heads, hs = w_.c.hs(), bt = kv.block_tokens();
   const int64_t n = static_cast<int64_t>(b.tokens.size());
   float* qkv = qkv_.f32();
   for (int64_t i = 0; i < n; ++i) {  // every row's key and value into its slot first: a prefill's rows see each other

@@ -23,7 +23,10 @@ using namespace gptk;
 std::string GptConfig::json() const {
   std::ostringstream os;
   os << "{\"type\":\"gpt\",\"vocab\":" << vocab << ",\"context\":" << context << ",\"layers\":" << layers
-     << ",\"heads\":" << heads << ",\"embd\":" << embd << ",\"dropout\":" << dropout << "}";
+     << ",\"heads\":" << heads << ",\"embd\":" << embd << ",\"dropout\":" << dropout;
+  if (head_size) os << ",\"head_size\":" << head_size;
+  if (inner) os << ",\"inner\":" << inner;
+  os << "}";
   return os.str();
 }
 
@@ -37,18 +40,19 @@ Attention parse_attention(const std::string& name) {
 bool Gpt::flash() const {
   if (attention_ != Attention::kAuto) return attention_ == Attention::kFlash;
   if (device_ == Device::kCpu) return c_.context >= kFlashContext;
-  return c_.context >= kFlashContextCuda && c_.embd / c_.heads <= gpt_cuda::kFlashMaxHeadSize;
+  return c_.context >= kFlashContextCuda && c_.hs() <= gpt_cuda::kFlashMaxHeadSize;
 }
 
 Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull) {
   if (c_.vocab <= 0 || c_.context <= 0 || c_.layers <= 0 || c_.heads <= 0 || c_.embd <= 0)
     throw Error("gpt: vocab, context, layers, heads and embd must be positive");
-  if (c_.embd % c_.heads != 0)
+  if (c_.head_size < 0 || c_.inner < 0) throw Error("gpt: head_size and inner must not be negative");
+  if (!c_.head_size && c_.embd % c_.heads != 0)
     throw Error("gpt: embd " + std::to_string(c_.embd) + " is not a multiple of heads " + std::to_string(c_.heads));
   if (!(c_.dropout >= 0.0f && c_.dropout < 1.0f)) throw Error("gpt: dropout must be in [0, 1)");
   std::mt19937_64 init(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  const int C = c_.embd;
+  const int C = c_.embd, A = c_.attn(), F = c_.ff();
   auto add = [&](const std::string& name, std::vector<int64_t> shape, int kind) {  // 0 normal, 1 ones, 2 zeros
     Param p{name, Tensor::empty(shape), Tensor::zeros(shape)};
     for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] = kind == 0 ? normal(init) : kind == 1 ? 1.0f : 0.0f;
@@ -60,15 +64,15 @@ Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull)
     const std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C}, 1);
     add(h + "ln_1.bias", {C}, 2);
-    add(h + "attn.c_attn.weight", {3 * C, C}, 0);
-    add(h + "attn.c_attn.bias", {3 * C}, 2);
-    add(h + "attn.c_proj.weight", {C, C}, 0);
+    add(h + "attn.c_attn.weight", {3 * A, C}, 0);
+    add(h + "attn.c_attn.bias", {3 * A}, 2);
+    add(h + "attn.c_proj.weight", {C, A}, 0);
     add(h + "attn.c_proj.bias", {C}, 2);
     add(h + "ln_2.weight", {C}, 1);
     add(h + "ln_2.bias", {C}, 2);
-    add(h + "mlp.c_fc.weight", {4 * C, C}, 0);
-    add(h + "mlp.c_fc.bias", {4 * C}, 2);
-    add(h + "mlp.c_proj.weight", {C, 4 * C}, 0);
+    add(h + "mlp.c_fc.weight", {F, C}, 0);
+    add(h + "mlp.c_fc.bias", {F}, 2);
+    add(h + "mlp.c_proj.weight", {C, F}, 0);
     add(h + "mlp.c_proj.bias", {C}, 2);
   }
   add("ln_f.weight", {C}, 1);
@@ -77,8 +81,8 @@ Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull)
 }
 
 double Gpt::train_flops(int batch) const {
-  const double n = double(batch) * c_.context, C = c_.embd;
-  double per_layer = 2 * n * (3 * C * C + C * C + 8 * C * C) + 4 * n * c_.context * C;  // linears + attention
+  const double n = double(batch) * c_.context, C = c_.embd, A = c_.attn(), F = c_.ff();
+  double per_layer = 2 * n * (4 * C * A + 2 * C * F) + 4 * n * c_.context * A;  // linears + attention
   return 3 * (c_.layers * per_layer + 2 * n * C * c_.vocab);
 }
 
@@ -88,7 +92,7 @@ Tensor Gpt::block_forward(int l, LayerActs& a, bool train, std::mt19937_64& rng)
   const Tensor& x = a.x_in;
   layernorm_fwd(x, p(layer_param(l, 0)), p(layer_param(l, 1)), a.ln1, a.ln1_mean, a.ln1_rstd);
   linear_fwd(a.ln1, p(layer_param(l, 2)), &p(layer_param(l, 3)), a.qkv);
-  attention_fwd(a.qkv, static_cast<int>(N / T), T, c_.heads, C, flash(), a.att, a.y);
+  attention_fwd(a.qkv, static_cast<int>(N / T), T, c_.heads, c_.attn(), flash(), a.att, a.y);
   Tensor o;
   linear_fwd(a.y, p(layer_param(l, 4)), &p(layer_param(l, 5)), o);
   dropout_fwd(o, a.drop1, c_.dropout, train, rng);
@@ -247,7 +251,7 @@ void Gpt::backward(const std::function<void(size_t)>& ready) {
     Tensor dy, dqkv, dln1;
     linear_bwd(d1, a.y, p(layer_param(l, 4)), g(layer_param(l, 4)), &g(layer_param(l, 5)), &dy);
     final_layer(l, 4);
-    attention_bwd(dy, a.qkv, a.att, a.y, batch_, T, c_.heads, C, flash(), dqkv);
+    attention_bwd(dy, a.qkv, a.att, a.y, batch_, T, c_.heads, c_.attn(), flash(), dqkv);
     linear_bwd(dqkv, a.ln1, p(layer_param(l, 2)), g(layer_param(l, 2)), &g(layer_param(l, 3)), &dln1);
     final_layer(l, 2);
     layernorm_bwd(dln1, a.x_in, a.ln1_mean, a.ln1_rstd, p(layer_param(l, 0)), dx, g(layer_param(l, 0)),

@@ -34,30 +34,41 @@ class GptTask : public Task {
     model_ = std::make_unique<Gpt>(g, c.seed);
     model_->set_recompute(c.recompute);
     model_->set_attention(parse_attention(c.attention));
-    model_->to(device);
     split_ = text_.size() * 9 / 10;
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
       throw Error(text_.source + ": " + std::to_string(text_.size()) + " tokens are too few for --context " +
                   std::to_string(c.context) + " and --global-batch " + std::to_string(c.global_batch));
-    if (!c.teacher_path.empty()) load_teacher(c.teacher_path, device);
+    load_models(c, device);
   }
-  // Distillation (loom-compress distill): a teacher of the same tokens and context, any shape.
-  void load_teacher(const std::string& path, Device device) {
-    if (device != Device::kCpu) throw Error("distillation runs on the CPU in this build (use --device cpu)");
+  // A model file trained on the same tokens (its vocabulary and context those of this run):
+  // --init (a pruned model's fine-tuning) and the teacher of distillation.
+  Gpt same_tokens(const std::string& path, const std::string& what) const {
     const ModelFile f = load_model(path);
-    teacher_ = std::make_unique<Gpt>(load_gpt(path, f));
-    const GptConfig& t = teacher_->config();
+    Gpt g = load_gpt(path, f);
     const auto cfg = nlohmann::json::parse(f.config_json);
     const auto mine = nlohmann::json::parse(config_json());
     const char* key = text_.files ? "tokens" : "vocab_bytes";
-    if (t.vocab != model_->config().vocab || cfg.value(key, nlohmann::json()) != mine[key])
-      throw Error("teacher " + path + " has another vocabulary (" + std::to_string(t.vocab) + " tokens" +
+    if (g.config().vocab != model_->config().vocab || cfg.value(key, nlohmann::json()) != mine[key])
+      throw Error(what + " " + path + " has another vocabulary (" + std::to_string(g.config().vocab) + " tokens" +
                   (cfg.contains(key) ? ", " + std::string(key) + " " + cfg[key].dump().substr(0, 60) : std::string(", no ") + key) +
-                  ") than the student on " + text_.source + " (" + std::to_string(model_->config().vocab) +
-                  "): distil on the text the teacher was trained on");
-    if (t.context != model_->config().context)
-      throw Error("teacher " + path + " reads a context of " + std::to_string(t.context) + " tokens, the student " +
-                  std::to_string(model_->config().context) + ": distil with the teacher's --context");
+                  ") than the text " + text_.source + " (" + std::to_string(model_->config().vocab) +
+                  "): use the text it was trained on");
+    if (g.config().context != model_->config().context)
+      throw Error(what + " " + path + " reads a context of " + std::to_string(g.config().context) + " tokens, this run " +
+                  std::to_string(model_->config().context) + ": give its --context");
+    return g;
+  }
+  void load_models(const TrainConfig& c, Device device) {
+    if (!c.init_path.empty()) {
+      model_ = std::make_unique<Gpt>(same_tokens(c.init_path, "--init"));
+      model_->set_recompute(c.recompute);
+      model_->set_attention(parse_attention(c.attention));
+    }
+    if (!c.teacher_path.empty()) {
+      if (device != Device::kCpu) throw Error("distillation runs on the CPU in this build (use --device cpu)");
+      teacher_ = std::make_unique<Gpt>(same_tokens(c.teacher_path, "teacher"));
+    }
+    model_->to(device);
   }
   std::string describe() const override {
     int64_t n = 0;

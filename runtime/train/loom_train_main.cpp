@@ -129,7 +129,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("gemm", po::value(&c.gemm)->default_value("auto"), "auto | openblas | onednn (CPU GEMM library)")
       ("precision", po::value(&c.precision)->default_value("fp32"), "fp32 | fp16 | bf16 (fp32 master weights)")
       ("export", po::value(&c.export_path), "write the trained model to FILE (HDF5; FILE.onnx: ONNX, mlp only)")
-      ("init", po::value(&c.init_path), "mlp: start from this model FILE's weights (its layers unless --layers is given)")
+      ("init", po::value(&c.init_path), "start from this model FILE's weights (mlp: its layers unless --layers is given; gpt: its shape)")
       ("qat", po::bool_switch(&c.qat), "mlp: quantization-aware training (CPU); --export writes the INT8 model")
       ("qat-weight-scales", po::value(&qat_scales)->default_value("per-channel"), "--qat: per-channel | per-tensor weight scales")
       ("log-format", po::value(&c.log_format)->default_value("text"), "text | json")
@@ -188,7 +188,7 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
     if (qat_scales != "per-channel" && qat_scales != "per-tensor")
       throw Usage{"--qat-weight-scales must be per-channel or per-tensor, not '" + qat_scales + "'"};
     c.qat_per_tensor = qat_scales == "per-tensor";
-    if (!c.init_path.empty() && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
+    if (!c.init_path.empty() && c.model == "mlp" && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
   } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
     if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};
     c.text_path = data.substr(5);

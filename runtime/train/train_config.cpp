@@ -95,7 +95,7 @@ void validate(const TrainConfig& c) {
     throw Error("--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir");
   if (!(c.temperature > 0) || !std::isfinite(c.temperature)) throw Error("--temperature must be positive, not " + num(c.temperature));
   if (!(c.alpha >= 0 && c.alpha <= 1)) throw Error("--alpha must be in [0, 1], not " + num(c.alpha));
-  if ((c.qat || !c.init_path.empty()) && c.model != "mlp") throw Error("--qat and --init are for --model mlp");
+  if (c.qat && c.model != "mlp") throw Error("--qat is for --model mlp");
   parse_augment(c.augment);
   not_negative("--train-subset", static_cast<double>(c.train_subset));
   not_negative("--synthetic", static_cast<double>(c.synthetic));

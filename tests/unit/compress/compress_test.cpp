@@ -10,6 +10,7 @@
 
 #include "calibrate.hpp"
 #include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/nn/decoder.hpp"
 #include "loom/rt/nn/quant_mlp.hpp"
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/kernels.hpp"
@@ -244,6 +245,66 @@ TEST(Prune, RejectsBadSparsityAndCriterion) {
   EXPECT_THROW(compress::prune_mlp(m, 1.0, "l1"), rt::Error);
   EXPECT_THROW(compress::prune_mlp(m, 0.5, "l3"), rt::Error);
   EXPECT_THROW(compress::prune_mlp(rt::Mlp({4, 2}, 1), 0.5, "l1"), rt::Error);
+}
+
+// A pruned gpt computes what the original computes with the pruned heads' and neurons' outputs
+// zeroed (their columns of attn.c_proj and mlp.c_proj), and the heads kept are the largest by L1.
+TEST(Prune, GptEqualsOriginalWithHeadsAndNeuronsZeroed) {
+  rt::GptConfig c;
+  c.vocab = 23, c.context = 8, c.layers = 2, c.heads = 4, c.embd = 16;
+  rt::Gpt original(c, 5), zeroed(c, 5);
+  const auto r = compress::prune_gpt(original, 0.5, "l1");
+  EXPECT_EQ(r.model.config().heads, 2);
+  EXPECT_EQ(r.model.config().head_size, 4);
+  EXPECT_EQ(r.model.config().ff(), 32);
+  const int hs = 4;
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (auto& p : zeroed.params()) {
+      const bool attn = p.name == h + "attn.c_proj.weight", mlp = p.name == h + "mlp.c_proj.weight";
+      if (!attn && !mlp) continue;
+      const int64_t cols = p.value.dim(1);
+      for (int64_t col = 0; col < cols; ++col) {
+        const auto& kept = attn ? r.heads_kept[static_cast<size_t>(l)] : r.neurons_kept[static_cast<size_t>(l)];
+        const int unit = static_cast<int>(attn ? col / hs : col);
+        if (std::find(kept.begin(), kept.end(), unit) != kept.end()) continue;
+        for (int64_t row = 0; row < p.value.dim(0); ++row) p.value.f32()[row * cols + col] = 0.0f;
+      }
+    }
+  }
+  std::vector<int32_t> tok(16), tgt(16);
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>(i * 7 % 23), tgt[i] = static_cast<int32_t>(i * 5 % 23);
+  rt::Gpt pruned = r.model;
+  pruned.forward(tok, tgt, 2, false);
+  zeroed.forward(tok, tgt, 2, false);
+  const rt::Tensor &a = pruned.logits(), &b = zeroed.logits();
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_NEAR(a.f32()[i], b.f32()[i], 1e-4f) << i;
+  // The serving decoder (KV cache as wide as the heads kept) gives the same logits.
+  rt::Decoder dec(rt::decoder_from_gpt(pruned));
+  rt::KvCache kv(dec.config(), 2, 4);
+  const std::vector<int32_t> table{0, 1};
+  rt::DecodeBatch db;
+  db.tables = {&table};
+  for (int t = 0; t < 8; ++t) db.tokens.push_back(tok[static_cast<size_t>(t)]), db.positions.push_back(t), db.seq.push_back(0), db.logit_rows.push_back(t);
+  rt::Tensor logits;
+  dec.forward(kv, db, logits);
+  for (int64_t i = 0; i < logits.numel(); ++i) ASSERT_NEAR(logits.f32()[i], a.f32()[i], 1e-4f) << "decoder " << i;
+  // The heads kept are those whose columns of c_proj have the largest L1 norms.
+  for (auto& p : original.params())
+    if (p.name == "h.0.attn.c_proj.weight") {
+      std::vector<double> l1(4, 0.0);
+      for (int64_t i = 0; i < p.value.numel(); ++i) l1[static_cast<size_t>(i % 16 / hs)] += std::fabs(p.value.f32()[i]);
+      double kept_min = 1e9, cut_max = 0;
+      for (int k = 0; k < 4; ++k) {
+        const bool kept = std::find(r.heads_kept[0].begin(), r.heads_kept[0].end(), k) != r.heads_kept[0].end();
+        if (kept) kept_min = std::min(kept_min, l1[static_cast<size_t>(k)]);
+        else cut_max = std::max(cut_max, l1[static_cast<size_t>(k)]);
+      }
+      EXPECT_GE(kept_min, cut_max);
+    }
+  EXPECT_THROW(compress::prune_gpt(original, 0.9, "l1"), rt::Error);  // all 4 heads of a block
+  EXPECT_THROW(compress::prune_gpt(original, 0.3, "l3"), rt::Error);
 }
 
 TEST(Calibrate, ObserversAndErrors) {

@@ -21,6 +21,9 @@ struct DecoderConfig {
   int vocab = 0, context = 0, layers = 0, heads = 0, embd = 0;
   float ln_eps = 1e-5f;
   bool gelu_tanh = false;  // GPT-2's gelu_new; Loom's gpt uses the erf GELU
+  int head_size = 0;       // a pruned gpt's; 0: embd / heads
+  int hs() const { return head_size ? head_size : embd / heads; }
+  int attn() const { return heads * hs(); }  // q, k and v's width: what the KV cache holds per token
 };
 
 // An INT8 model's linear layer: int8 weights, each input row quantized as it comes (int8.hpp).
@@ -43,13 +46,13 @@ struct DecoderWeights {
 // The weights of a trained Loom gpt (shared with it, not copied).
 DecoderWeights decoder_from_gpt(Gpt& gpt);
 
-// Keys and values of every layer in blocks of block_tokens positions: [blocks, block_tokens, C]
+// Keys and values of every layer in blocks of block_tokens positions: [blocks, block_tokens, attn]
 // per layer for K and for V.
 class KvCache {
  public:
   KvCache(const DecoderConfig& c, int blocks, int block_tokens);
   static size_t bytes_per_block(const DecoderConfig& c, int block_tokens) {
-    return 2ull * static_cast<size_t>(c.layers) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.embd) * sizeof(float);
+    return 2ull * static_cast<size_t>(c.layers) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.attn()) * sizeof(float);
   }
   int blocks() const { return blocks_; }
   int block_tokens() const { return bt_; }

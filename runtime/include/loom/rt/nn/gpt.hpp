@@ -36,6 +36,12 @@ struct SoftTargets {
 struct GptConfig {
   int vocab = 0, context = 64, layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
+  // A pruned model's (loom-compress prune): each head's width, 0 for embd / heads; the MLP's
+  // width, 0 for 4 embd (Hugging Face's n_inner).
+  int head_size = 0, inner = 0;
+  int hs() const { return head_size ? head_size : embd / heads; }
+  int attn() const { return heads * hs(); }  // the width of q, k, v and the attention's output
+  int ff() const { return inner ? inner : 4 * embd; }
   std::string json() const;
 };
 
