@@ -447,6 +447,9 @@ int cmd_distill(int argc, char** argv) {
     c.export_path = out;
     return distill_gpt(c, gs, vm, compare);
   }
+  if (vm.count("student-n-layer") || vm.count("student-n-embd") || vm.count("student-n-head"))
+    throw rt::Error(teacher + ": not a gpt (model.config type); --student-n-layer, --student-n-embd and --student-n-head "
+                    "need a gpt teacher");
   require(vm, "student-layers", "distill");
   if (epochs <= 0) throw Usage{"--epochs must be positive"};
   rt::TrainConfig c = train_config(t);

@@ -33,35 +33,35 @@ subprocess.run([loom_train, "--model", "gpt", "--data", "text:" + text_path, "--
 
 
 class Attn(nn.Module):
-    def __init__(self, c, h):
+    def __init__(self, c, h, hs):  # hs: each head's width (a pruned model's head_size)
         super().__init__()
-        self.h = h
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
+        self.h, self.hs = h, hs
+        self.c_attn = nn.Linear(c, 3 * h * hs)
+        self.c_proj = nn.Linear(h * hs, c)
 
     def forward(self, x):
         b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = [z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.h)
+        q, k, v = self.c_attn(x).split(self.h * self.hs, dim=2)
+        q, k, v = [z.view(b, t, self.h, self.hs).transpose(1, 2) for z in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hs)
         att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), 1), float("-inf")).softmax(-1)
-        return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return self.c_proj((att @ v).transpose(1, 2).reshape(b, t, self.h * self.hs))
 
 
 class Mlp(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, inner):
         super().__init__()
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.c_proj = nn.Linear(4 * c, c)
+        self.c_fc = nn.Linear(c, inner)
+        self.c_proj = nn.Linear(inner, c)
 
     def forward(self, x):
         return self.c_proj(nn.functional.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, c, h):
+    def __init__(self, c, h, hs, inner):
         super().__init__()
-        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(c), Attn(c, h), nn.LayerNorm(c), Mlp(c)
+        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(c), Attn(c, h, hs), nn.LayerNorm(c), Mlp(c, inner)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -71,9 +71,10 @@ class Block(nn.Module):
 class Gpt(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        v, t, c = cfg["vocab"], cfg["context"], cfg["embd"]
+        v, t, c, h = cfg["vocab"], cfg["context"], cfg["embd"], cfg["heads"]
+        hs, inner = cfg.get("head_size") or c // h, cfg.get("inner") or 4 * c
         self.wte, self.wpe = nn.Embedding(v, c), nn.Embedding(t, c)
-        self.h = nn.ModuleList([Block(c, cfg["heads"]) for _ in range(cfg["layers"])])
+        self.h = nn.ModuleList([Block(c, h, hs, inner) for _ in range(cfg["layers"])])
         self.ln_f = nn.LayerNorm(c)
         self.lm_head = nn.Linear(c, v, bias=False)
 
