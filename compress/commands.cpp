@@ -164,7 +164,7 @@ rt::Gpt float_gpt(const std::string& path, const rt::ModelFile& f, const std::st
 
 // The input of prune and quantize: a float Loom MLP model file, never an INT8 one.
 rt::ModelFile float_model(const std::string& path, const std::string& cmd) {
-  rt::ModelFile f = rt::load_model(path);
+  rt::ModelFile f = read_model(path);
   const std::string precision = mlp_precision(path, f);
   if (precision != "fp32")
     throw rt::Error(path + ": an " + precision + " model; " + cmd + " takes the float model (prune first, then quantize)");
@@ -246,7 +246,7 @@ int cmd_prune(int argc, char** argv) {
   require(vm, "output", "prune");
   require(vm, "sparsity", "prune");
   if (!(sparsity > 0 && sparsity < 1)) throw Usage{"--sparsity must be in (0, 1), not " + std::to_string(sparsity)};
-  if (const rt::ModelFile f = rt::load_model(in); is_gpt(in, f)) return prune_gpt_file(in, out, f, sparsity, criterion, t, vm);
+  if (const rt::ModelFile f = read_model(in); is_gpt(in, f)) return prune_gpt_file(in, out, f, sparsity, criterion, t, vm);
   if (finetune < 0) throw Usage{"--finetune-epochs must not be negative"};
   rt::TrainConfig c = train_config(t);
   const rt::ModelFile f = float_model(in, "prune");
@@ -313,7 +313,7 @@ int cmd_quantize(int argc, char** argv) {
   const auto vm = parse(argc, argv, d, "input", 1);
   require(vm, "input", "quantize");
   require(vm, "output", "quantize");
-  if (const rt::ModelFile f = rt::load_model(in); is_gpt(in, f)) return quantize_gpt(in, out, f, vm, weights_only);
+  if (const rt::ModelFile f = read_model(in); is_gpt(in, f)) return quantize_gpt(in, out, f, vm, weights_only);
   if (samples <= 0) throw Usage{"--calib-samples must be positive"};
   if (observer != "minmax" && observer != "percentile" && observer != "entropy")
     throw Usage{"--observer must be minmax, percentile or entropy, not '" + observer + "'"};
@@ -362,7 +362,7 @@ int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map&
     throw Usage{"a gpt student needs positive --student-n-layer, --student-n-embd and --student-n-head"};
   if (s.embd % s.heads) throw Usage{"--student-n-embd must be a multiple of --student-n-head"};
   if (s.steps <= 0) throw Usage{"--steps must be positive"};
-  const rt::ModelFile tf = rt::load_model(c.teacher_path);
+  const rt::ModelFile tf = read_model(c.teacher_path);
   if (rt::model_precision(c.teacher_path, tf) != "fp32") throw rt::Error(c.teacher_path + ": the teacher must be a float gpt");
   const rt::GptConfig tg = rt::load_gpt(c.teacher_path, tf).config();
   c.context = tg.context;
@@ -439,7 +439,7 @@ int cmd_distill(int argc, char** argv) {
   const auto vm = parse(argc, argv, d, nullptr, 0);
   require(vm, "teacher", "distill");
   require(vm, "output", "distill");
-  if (is_gpt(teacher, rt::load_model(teacher))) {
+  if (is_gpt(teacher, read_model(teacher))) {
     rt::TrainConfig c = train_config(t, "gpt");
     c.teacher_path = teacher;
     c.temperature = temperature;
@@ -463,7 +463,7 @@ int cmd_distill(int argc, char** argv) {
   c.alpha = alpha;
   c.epochs = epochs;
   rt::validate(c);
-  mlp_precision(teacher, rt::load_model(teacher));
+  mlp_precision(teacher, read_model(teacher));
   const ModelReport tr = evaluate_model(teacher, c.data_dir);
   c.export_path = out;
   const rt::TrainResult distilled = rt::train(c, train_log);
@@ -494,7 +494,7 @@ int cmd_eval(int argc, char** argv) {
   const auto vm = parse(argc, argv, d, "model", 1);
   require(vm, "model", "eval");
   if (format != "text" && format != "json") throw Usage{"--format must be text or json, not '" + format + "'"};
-  if (is_gpt(model, rt::load_model(model))) {
+  if (is_gpt(model, read_model(model))) {
     print_gpt(model, evaluate_gpt(model, data), format);
     return 0;
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "model_eval.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/nn/decoder.hpp"
 
@@ -79,7 +80,7 @@ std::vector<int32_t> byte_tokens(const std::string& model_path, const std::strin
 
 GptReport evaluate_gpt(const std::string& path, const std::string& data) {
   const std::string text = text_file(data, "--data");
-  const rt::ModelFile f = rt::load_model(path);
+  const rt::ModelFile f = read_model(path);
   if (!is_gpt(path, f)) throw rt::Error(path + ": not a gpt model file (model.config type)");
   GptReport r;
   r.precision = rt::model_precision(path, f);

@@ -12,6 +12,16 @@
 
 namespace loom::compress {
 
+rt::ModelFile read_model(const std::string& path) {
+  auto ends = [&](const std::string& tail) {
+    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends(".safetensors") || ends(".onnx"))
+    throw rt::Error(path + ": loom-compress works on Loom's HDF5 model files (loom-train --export), not " +
+                    (ends(".onnx") ? std::string("ONNX") : std::string("safetensors (a GPT-2 download is served, not compressed, in this version)")));
+  return rt::load_model(path);
+}
+
 std::string mlp_precision(const std::string& path, const rt::ModelFile& f) {
   if (f.format != "model")
     throw rt::Error(path + ": a Loom " + f.format + ", not a model file (export one with loom-train --export)");
@@ -23,7 +33,7 @@ std::string mlp_precision(const std::string& path, const rt::ModelFile& f) {
 }
 
 ModelReport evaluate_model(const std::string& path, const std::string& data_dir) {
-  const rt::ModelFile f = rt::load_model(path);
+  const rt::ModelFile f = read_model(path);
   ModelReport r;
   r.precision = mlp_precision(path, f);
   r.weights_dtype = r.precision == "fp32" ? "float32" : "int8";

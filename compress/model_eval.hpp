@@ -18,6 +18,10 @@ struct ModelReport {
   std::string layers;         // "784,512,512,10"
 };
 
+// A Loom model file, read and verified (rt::load_model); a GPT-2 folder's model.safetensors or an
+// ONNX file is refused by name: loom-compress works on Loom's HDF5 models.
+rt::ModelFile read_model(const std::string& path);
+
 // Throws rt::Error for a file that is not a Loom MLP model, or data that does not fit it.
 ModelReport evaluate_model(const std::string& path, const std::string& data_dir);
 // The file's precision after checking it is a Loom MLP model file (not a checkpoint, not gpt).

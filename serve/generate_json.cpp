@@ -51,7 +51,7 @@ void sampling(const json& req, const json* params, llm::SamplingParams* p) {
   }
   if (const json* v = param(req, params, "top_k")) p->top_k = std::max(0, integer(*v, "top_k", -1, 1 << 22));  // -1: all, as vLLM
   if (const json* v = param(req, params, "seed")) {
-    if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned())) bad("seed must be a non-negative integer");
+    if (!v->is_number_unsigned()) bad("seed must be a non-negative integer");
     p->has_seed = true;
     p->seed = v->get<uint64_t>();
   }

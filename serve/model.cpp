@@ -16,6 +16,7 @@
 #include "loom/rt/io/gpt2.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/ops.hpp"
+#include "model_files.hpp"
 #include "status.hpp"
 
 namespace loom::serve {
@@ -25,11 +26,11 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
     : name_(std::move(name)), version_(std::move(version)), path_(std::move(path)) {
   if (device != "auto" && device != "cpu" && device != "cuda")
     throw rt::Error("--device must be auto, cpu or cuda, not '" + device + "'");
-  if (path_.size() > 5 && path_.compare(path_.size() - 5, 5, ".onnx") == 0) {
+  if (is_onnx_file(path_)) {
     load_onnx(device);
     return;
   }
-  if (path_.size() > 12 && path_.compare(path_.size() - 12, 12, ".safetensors") == 0) {
+  if (is_safetensors_file(path_)) {
     if (device == "cuda") throw rt::Error("--device cuda: language models are served on the CPU in this build");
     load_gpt2(llm);
     return;

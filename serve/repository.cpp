@@ -13,6 +13,7 @@
 
 #include "loom/rt/error.hpp"
 #include "model_config.hpp"
+#include "model_files.hpp"
 #include "spec.hpp"
 
 namespace loom::serve {
@@ -113,7 +114,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     std::string why = contained(file);
     const std::string folder = file.substr(0, file.rfind('/'));
     for (const char* beside : {"/config.json", "/vocab.json", "/merges.txt"})  // what a GPT-2 folder reads beside its weights
-      if (why.empty() && file.size() > 12 && file.compare(file.size() - 12, 12, ".safetensors") == 0 && access((folder + beside).c_str(), F_OK) == 0)
+      if (why.empty() && is_safetensors_file(file) && access((folder + beside).c_str(), F_OK) == 0)
         why = contained(folder + beside);
     if (!why.empty()) throw rt::Error(why);
     for (const std::string& p : {dir_, dir_ + "/" + name, dir_ + "/" + name + "/" + version, file}) warn_writable(p, log_);

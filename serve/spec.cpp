@@ -6,6 +6,7 @@
 #include <cctype>
 #include <set>
 
+#include "model_files.hpp"
 #include "tensor_in.hpp"
 
 namespace loom::serve {
@@ -97,10 +98,6 @@ std::string spec_quantity(const std::string& file, const YAML::Node& n, const st
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // onnx, ONNX, Onnx -> ONNX; hdf5, HDF5, loom-hdf5 -> loom-hdf5; huggingface, safetensors ->
 // huggingface (KServe's name for a Hugging Face model folder: GPT-2's config.json +
 // model.safetensors) (formats as users write them).
@@ -128,7 +125,7 @@ void spec_model(const std::string& file, const std::string& location, const std:
     path = path.substr(colon + 3);
   }
   if (path.empty() || path[0] != '/') spec_error(file, at + " must be an absolute path");
-  const bool onnx_file = ends_with(path, ".onnx"), h5_file = ends_with(path, ".h5"), st_file = ends_with(path, ".safetensors");
+  const bool onnx_file = is_onnx_file(path), h5_file = is_h5_file(path), st_file = is_safetensors_file(path);
   if (s->format == "huggingface") {  // the folder's config.json and tokenizer are read beside the weights
     if (onnx_file || h5_file) spec_error(file, format_at + " huggingface needs " + at + " to name a folder or its model.safetensors");
     s->path = st_file ? path : path + "/model.safetensors";

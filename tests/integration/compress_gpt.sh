@@ -123,6 +123,9 @@ bad "pruning every head of a block" 1 "would remove all 4 heads of each block" "
 run_cmd "$B/loom-train" --layers 784,16,10 --steps 3 --global-batch 32 --export mlp.h5 --log-every 1000
 bad "a teacher that is not a gpt" 1 "mlp.h5: not a gpt .*need a gpt teacher" \
   "$B/loom-compress" distill --teacher mlp.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:train.txt -o out.h5
+: >model.safetensors
+bad "a GPT-2 safetensors teacher" 1 "model.safetensors: loom-compress works on Loom's HDF5 model files .*not safetensors" \
+  "$B/loom-compress" distill --teacher model.safetensors --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:train.txt -o out.h5
 head -c 20 held.txt >short.txt
 bad "eval on text shorter than the context" 1 "short.txt: [0-9]+ tokens are fewer than one window of the model's context \(64 \+ 1\)" \
   "$B/loom-compress" eval t.h5 --data text:short.txt
