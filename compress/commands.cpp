@@ -373,6 +373,9 @@ int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map&
   if (vm["optimizer"].defaulted()) c.optim.kind = "adamw";  // the MLP's SGD defaults do not train a transformer
   if (vm["lr"].defaulted()) c.lr = 0.003f;
   if (vm["global-batch"].defaulted()) c.global_batch = 16;
+  // Mostly soft targets: on dpkg's changelog (doc/compress.md) alpha 0.9 at T 1 closed 25% of the
+  // teacher's lead in 1,000 steps where alpha 0.5 at T 2 closed 4%.
+  if (vm["alpha"].defaulted()) c.alpha = 0.9f;
   rt::validate(c);
   const std::string eval = s.eval_data.empty() ? std::string() : text_file(s.eval_data, "--eval-data");
   const rt::TrainResult distilled = rt::train(c, train_log);
@@ -429,7 +432,7 @@ int cmd_distill(int argc, char** argv) {
       "student-n-head", po::value(&gs.heads), "gpt: the student's attention heads")(
       "output,o", po::value(&out), "the student's model file")(
       "temperature", po::value(&temperature)->default_value(temperature), "softmax temperature T")(
-      "alpha", po::value(&alpha)->default_value(alpha), "weight of the teacher's soft targets (1 - alpha: the labels)")(
+      "alpha", po::value(&alpha)->default_value(alpha), "weight of the teacher's soft targets (1 - alpha: the labels; a gpt: 0.9 unless given)")(
       "epochs", po::value(&epochs)->default_value(epochs), "mlp: training epochs")(
       "steps", po::value(&gs.steps)->default_value(0), "gpt: training steps")(
       "eval-data", po::value(&gs.eval_data), "gpt: text:FILE, held-out text the teacher and students are scored on")(
