@@ -49,7 +49,8 @@ void add_train_options(po::options_description& d, TrainOpts& t) {
 }
 
 std::string data_dir(const std::string& data) {
-  if (data.rfind("text:", 0) == 0) throw Usage{"--data text:FILE is for a gpt; an mlp takes fashion-mnist[:DIR]"};
+  if (data.rfind("text:", 0) == 0 || data.rfind("tokens:", 0) == 0)
+    throw Usage{"--data " + data.substr(0, data.find(':')) + ":... is for a gpt; an mlp takes fashion-mnist[:DIR]"};
   if (data == "fashion-mnist") return rt::kFashionMnistDir;
   if (data.rfind("fashion-mnist:", 0) == 0 && data.size() > 14) return data.substr(14);
   throw Usage{"--data must be fashion-mnist or fashion-mnist:DIR, not '" + data + "'"};
@@ -65,12 +66,16 @@ uint64_t train_config_seed(const std::string& seed) {
   }
 }
 
-// loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE.
+// loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE or tokens:PATTERN.
 rt::TrainConfig train_config(const TrainOpts& t, const std::string& model = "mlp") {
   rt::TrainConfig c;
   c.model = model;
   if (model == "mlp") c.data_dir = data_dir(t.data);
-  else c.text_path = text_file(t.data, "--data");
+  else {
+    const GptData d = gpt_data(t.data, "--data");
+    c.text_path = d.text;
+    c.token_files = d.tokens;
+  }
   c.global_batch = t.batch;
   c.threads = t.threads;
   c.lr = t.lr;
@@ -188,7 +193,7 @@ int prune_gpt_file(const std::string& in, const std::string& out, const rt::Mode
   const int64_t steps = vm["finetune-steps"].as<int64_t>();
   if (steps < 0) throw Usage{"--finetune-steps must not be negative"};
   const std::string eval = vm.count("eval-data") ? vm["eval-data"].as<std::string>() : std::string();
-  if (!eval.empty()) text_file(eval, "--eval-data");
+  if (!eval.empty()) gpt_data(eval, "--eval-data");
   rt::TrainConfig c;
   if (steps > 0) c = train_config(t, "gpt");
   rt::Gpt g = float_gpt(in, f, "prune");
@@ -210,6 +215,7 @@ int prune_gpt_file(const std::string& in, const std::string& out, const rt::Mode
     if (vm["lr"].defaulted()) c.lr = 0.001f;  // fine-tuning starts from a trained model
     if (vm["global-batch"].defaulted()) c.global_batch = 16;
     c.context = pc.context;
+    c.vocab = pc.vocab;  // token files: every token checked against the model's vocabulary
     c.init_path = start.path;
     c.steps = steps;
     c.export_path = tuned.path;
@@ -237,8 +243,8 @@ int cmd_prune(int argc, char** argv) {
       "sparsity", po::value(&sparsity), "fraction of each hidden layer's neurons (a gpt: of each block's heads and MLP neurons) to remove, in (0, 1)")(
       "criterion", po::value(&criterion)->default_value("l1"), "l1 | l2: the norm that scores a neuron's weights")(
       "finetune-epochs", po::value(&finetune)->default_value(0), "mlp: epochs of fine-tuning after pruning (loom-train's loop)")(
-      "finetune-steps", po::value<int64_t>()->default_value(0), "gpt: steps of fine-tuning after pruning, on --data text:FILE")(
-      "eval-data", po::value<std::string>(), "gpt: text:FILE, held-out text both models are scored on");
+      "finetune-steps", po::value<int64_t>()->default_value(0), "gpt: steps of fine-tuning after pruning, on --data text:FILE or tokens:PATTERN")(
+      "eval-data", po::value<std::string>(), "gpt: text:FILE or tokens:PATTERN, held-out data both models are scored on");
   add_train_options(d, t);
   if (wants_help(argc, argv, "prune IN.h5", d)) return 0;
   const auto vm = parse(argc, argv, d, "input", 1);
@@ -287,7 +293,7 @@ int quantize_gpt(const std::string& in, const std::string& out, const rt::ModelF
                 "--weight-scales are for the MLP"};
   const bool scored = !vm["calibration"].defaulted();
   const std::string data = vm["calibration"].as<std::string>();
-  if (scored) text_file(data, "--calibration");
+  if (scored) gpt_data(data, "--calibration");
   rt::Gpt gpt = float_gpt(in, f, "quantize");
   rt::save_quant_gpt(out, gpt, f.config_json, weights_only);
   if (scored) print_side_by_side(evaluate_gpt(in, data), evaluate_gpt(out, data), weights_only ? "int8 weights" : "int8");
@@ -304,7 +310,7 @@ int cmd_quantize(int argc, char** argv) {
   po::options_description d("quantize options");
   d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the INT8 model file")(
       "calibration", po::value(&calibration)->default_value("fashion-mnist"),
-      "fashion-mnist[:DIR]: training images (a gpt: text:FILE, on which both files are scored)")(
+      "fashion-mnist[:DIR]: training images (a gpt: text:FILE or tokens:PATTERN, on which both files are scored)")(
       "calib-samples", po::value(&samples)->default_value(2000), "calibration images (a seeded sample of the training set)")(
       "observer", po::value(&observer)->default_value("minmax"), "minmax | percentile | entropy")(
       "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)")(
@@ -366,6 +372,7 @@ int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map&
   if (rt::model_precision(c.teacher_path, tf) != "fp32") throw rt::Error(c.teacher_path + ": the teacher must be a float gpt");
   const rt::GptConfig tg = rt::load_gpt(c.teacher_path, tf).config();
   c.context = tg.context;
+  c.vocab = tg.vocab;
   c.gpt_layers = s.layers;
   c.embd = s.embd;
   c.heads = s.heads;
@@ -377,19 +384,20 @@ int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map&
   // teacher's lead in 1,000 steps where alpha 0.5 at T 2 closed 4%.
   if (vm["alpha"].defaulted()) c.alpha = 0.9f;
   rt::validate(c);
-  const std::string eval = s.eval_data.empty() ? std::string() : text_file(s.eval_data, "--eval-data");
+  const std::string eval = s.eval_data;
+  if (!eval.empty()) gpt_data(eval, "--eval-data");
   const rt::TrainResult distilled = rt::train(c, train_log);
   const std::string shape = "layers " + std::to_string(s.layers) + ", heads " + std::to_string(s.heads) + ", embd " + std::to_string(s.embd);
   auto report = [&](const char* who, const std::string& path, const char* how) {
-    const GptReport r = evaluate_gpt(path, "text:" + eval);
+    const GptReport r = evaluate_gpt(path, eval);
     std::printf("%-8s %-34s %9lld params  perplexity %8.4f  accuracy %.4f%s\n", who, r.shape.c_str(), static_cast<long long>(r.params),
                 r.perplexity, r.accuracy, how);
     return r;
   };
   if (eval.empty()) {
-    std::printf("student  %s: held-out accuracy %.4f (distilled, T=%g alpha=%g; --eval-data text:FILE scores the files)\n",
+    std::printf("student  %s: held-out accuracy %.4f (distilled, T=%g alpha=%g; --eval-data scores the files)\n",
                 shape.c_str(), distilled.test_accuracy, c.temperature, c.alpha);
-    if (compare) throw Usage{"--compare needs --eval-data text:FILE (the held-out text the three models are scored on)"};
+    if (compare) throw Usage{"--compare needs --eval-data text:FILE or tokens:PATTERN (the held-out data the three models are scored on)"};
   } else {
     const GptReport teacher = report("teacher", c.teacher_path, "");
     const GptReport student = report("student", c.export_path, " (distilled)");
@@ -435,7 +443,7 @@ int cmd_distill(int argc, char** argv) {
       "alpha", po::value(&alpha)->default_value(alpha), "weight of the teacher's soft targets (1 - alpha: the labels; a gpt: 0.9 unless given)")(
       "epochs", po::value(&epochs)->default_value(epochs), "mlp: training epochs")(
       "steps", po::value(&gs.steps)->default_value(0), "gpt: training steps")(
-      "eval-data", po::value(&gs.eval_data), "gpt: text:FILE, held-out text the teacher and students are scored on")(
+      "eval-data", po::value(&gs.eval_data), "gpt: text:FILE or tokens:PATTERN, held-out data the teacher and students are scored on")(
       "compare", po::bool_switch(&compare), "also train the same student alone (same seed) and report the gap closed");
   add_train_options(d, t);
   if (wants_help(argc, argv, "distill", d)) return 0;
@@ -491,14 +499,16 @@ int cmd_eval(int argc, char** argv) {
   std::string model, data, format;
   po::options_description d("eval options");
   d.add_options()("model", po::value(&model), "a Loom model file")(
-      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]; a gpt: text:FILE (held-out text)")(
-      "format", po::value(&format)->default_value("text"), "text | json");
+      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]; a gpt: text:FILE or tokens:PATTERN (held-out data)")(
+      "format", po::value(&format)->default_value("text"), "text | json")(
+      "max-tokens", po::value<int64_t>()->default_value(0), "a gpt: score at most N tokens of the data (0: all)");
   if (wants_help(argc, argv, "eval MODEL", d)) return 0;
   const auto vm = parse(argc, argv, d, "model", 1);
   require(vm, "model", "eval");
   if (format != "text" && format != "json") throw Usage{"--format must be text or json, not '" + format + "'"};
   if (is_gpt(model, read_model(model))) {
-    print_gpt(model, evaluate_gpt(model, data), format);
+    if (vm["max-tokens"].as<int64_t>() < 0) throw Usage{"--max-tokens must not be negative"};
+    print_gpt(model, evaluate_gpt(model, data, vm["max-tokens"].as<int64_t>()), format);
     return 0;
   }
   const ModelReport r = evaluate_model(model, data_dir(data));

@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "model_eval.hpp"
 #include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/io/tokens.hpp"
 #include "loom/rt/nn/decoder.hpp"
 
 namespace loom::compress {
@@ -46,9 +47,10 @@ bool is_gpt(const std::string& path, const rt::ModelFile& f) {
   }
 }
 
-std::string text_file(const std::string& data, const std::string& option) {
-  if (data.rfind("text:", 0) == 0 && data.size() > 5) return data.substr(5);
-  throw Usage{option + " must be text:FILE for a gpt, not '" + data + "'"};
+GptData gpt_data(const std::string& data, const std::string& option) {
+  if (data.rfind("text:", 0) == 0 && data.size() > 5) return {data.substr(5), ""};
+  if (data.rfind("tokens:", 0) == 0 && data.size() > 7) return {"", data.substr(7)};
+  throw Usage{option + " must be text:FILE or tokens:PATTERN for a gpt, not '" + data + "'"};
 }
 
 std::vector<int32_t> byte_tokens(const std::string& model_path, const std::string& config_json, const std::string& text_path,
@@ -78,8 +80,9 @@ std::vector<int32_t> byte_tokens(const std::string& model_path, const std::strin
   return ids;
 }
 
-GptReport evaluate_gpt(const std::string& path, const std::string& data) {
-  const std::string text = text_file(data, "--data");
+GptReport evaluate_gpt(const std::string& path, const std::string& data, int64_t max_tokens) {
+  const GptData d = gpt_data(data, "--data");
+  const std::string source = d.text.empty() ? d.tokens : d.text;
   const rt::ModelFile f = read_model(path);
   if (!is_gpt(path, f)) throw rt::Error(path + ": not a gpt model file (model.config type)");
   GptReport r;
@@ -91,11 +94,23 @@ GptReport evaluate_gpt(const std::string& path, const std::string& data) {
             ", context " + std::to_string(g.context) + ", vocab " + std::to_string(g.vocab);
   struct stat st {};
   if (stat(path.c_str(), &st) == 0) r.file_bytes = st.st_size;
-  const std::vector<int32_t> ids = byte_tokens(path, f.config_json, text, &r.unknown_bytes);
+  std::vector<int32_t> ids;
+  const bool token_model = nlohmann::json::parse(f.config_json).contains("tokens");
+  if (!d.tokens.empty()) {
+    if (!token_model) throw rt::Error(path + ": a gpt of bytes (vocab_bytes) reads text:FILE, not token files");
+    const rt::TokenFiles files = rt::load_token_files(d.tokens, g.vocab);  // every token checked against the vocabulary
+    const int64_t n = max_tokens > 0 ? std::min(files.size(), max_tokens + 1) : files.size();
+    std::vector<uint32_t> raw(static_cast<size_t>(n));
+    files.read(0, n, raw.data());
+    ids.assign(raw.begin(), raw.end());
+  } else {
+    ids = byte_tokens(path, f.config_json, d.text, &r.unknown_bytes);
+    if (max_tokens > 0 && static_cast<int64_t>(ids.size()) > max_tokens + 1) ids.resize(static_cast<size_t>(max_tokens + 1));
+  }
   const int T = g.context;
   const int64_t windows = (static_cast<int64_t>(ids.size()) - 1) / T;
   if (windows < 1)
-    throw rt::Error(text + ": " + std::to_string(ids.size()) + " tokens are fewer than one window of the model's context (" +
+    throw rt::Error(source + ": " + std::to_string(ids.size()) + " tokens are fewer than one window of the model's context (" +
                     std::to_string(T) + " + 1)");
   rt::Decoder dec(rt::gpt_decoder(path, f, gpt));
   const int per_window = (T + kBlockTokens - 1) / kBlockTokens;

@@ -21,12 +21,16 @@ struct GptReport {
 
 // Whether a model file holds a gpt (model.config's type); throws rt::Error for a checkpoint.
 bool is_gpt(const std::string& path, const rt::ModelFile& f);
-// `data`: text:FILE, a file of text in the model's byte vocabulary (model.config vocab_bytes).
-// Throws Usage for another form, rt::Error for a file that is not a gpt or text too short for
-// one window of the model's context.
-GptReport evaluate_gpt(const std::string& path, const std::string& data);
-// The text file of `data` (text:FILE); throws Usage naming `option` otherwise.
-std::string text_file(const std::string& data, const std::string& option);
+// A gpt's data: text:FILE (a byte-level gpt) or tokens:PATTERN (llm.c token files, for a gpt
+// trained on them); throws Usage naming `option` for another form.
+struct GptData {
+  std::string text, tokens;
+};
+GptData gpt_data(const std::string& data, const std::string& option);
+// `data` as gpt_data takes it; at most max_tokens of it scored (0: all). Throws rt::Error for a
+// file that is not a gpt, data of the other kind than the model's, or data too short for one
+// window of the model's context.
+GptReport evaluate_gpt(const std::string& path, const std::string& data, int64_t max_tokens = 0);
 // The file's bytes as the model's token ids (vocab_bytes); bytes outside it are left out and
 // counted in *unknown.
 std::vector<int32_t> byte_tokens(const std::string& model_path, const std::string& config_json, const std::string& text_path,

@@ -106,7 +106,6 @@ read -r agree_p prefix_p < <($PY "$CHECK" agree "$g_f" "$g_p")
 echo "compress_gpt: pruned and fine-tuned greedy text agrees at $agree_p (first $prefix_p identical)"
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 
-# Bad input: one error each, nothing written.
 bad() {  # bad WHAT RC REGEX CMD...
   local what=$1 want=$2 re=$3
   shift 3
@@ -116,6 +115,34 @@ bad() {  # bad WHAT RC REGEX CMD...
   expect_match "$what: message" "$re" "$err"
   [ ! -e out.h5 ] && pass || fail "$what: out.h5 was written"
 }
+# llm.c token files: a gpt trained on tokens is scored, distilled and pruned on tokens.
+/usr/bin/python3 - <<'PY'
+import numpy as np
+data = open("train.txt", "rb").read()
+def write(path, toks):
+    h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240520, 1, len(toks)
+    open(path, "wb").write(h.tobytes() + np.asarray(toks, dtype=np.uint16).tobytes())
+toks = np.frombuffer(data, dtype=np.uint8).astype(np.uint16) + 1000  # ids above the bytes: a tokenizer's
+write("tok_train.bin", toks[:24000]); write("tok_held.bin", toks[24000:])
+PY
+run_cmd "$B/loom-train" --model gpt --data tokens:tok_train.bin --vocab 1300 --context 32 --n-layer 2 --n-embd 32 --n-head 2 \
+  --optimizer adamw --lr 0.003 --global-batch 16 --steps 60 --log-every 1000 --export tt.h5
+expect_eq "train a gpt on token files" 0 "$rc"
+tt=$("$B/loom-compress" eval tt.h5 --data tokens:tok_held.bin --format json)
+expect_eq "eval on token files" yes "$(echo "$tt" | check "d['tokens'] == (3999 // 32) * 32 and d['perplexity'] > 1")"
+tm=$("$B/loom-compress" eval tt.h5 --data tokens:tok_held.bin --max-tokens 640 --format json)
+expect_eq "--max-tokens bounds the tokens scored" 640 "$(echo "$tm" | json '["tokens"]')"
+run_cmd "$B/loom-compress" distill --teacher tt.h5 --student-n-layer 1 --student-n-embd 16 --student-n-head 2 --steps 10 \
+  --data tokens:tok_train.bin --eval-data tokens:tok_held.bin -o ts.h5
+expect_eq "distil on token files" 0 "$rc"
+expect_match "the student is scored on tokens" "student .*vocab 1300 .*\(distilled\)" "$out"
+run_cmd "$B/loom-compress" prune tt.h5 -o tp.h5 --sparsity 0.5 --finetune-steps 5 --data tokens:tok_train.bin
+expect_eq "prune and fine-tune on token files" 0 "$rc"
+bad "a token model on text" 1 "reads token ids, not text" "$B/loom-compress" eval tt.h5 --data text:held.txt
+bad "a byte model on tokens" 1 "a gpt of bytes \(vocab_bytes\) reads text:FILE, not token files" \
+  "$B/loom-compress" eval t.h5 --data tokens:tok_held.bin
+
+# Bad input: one error each, nothing written.
 printf '0123456789 %.0s' $(seq 400) >digits.txt
 bad "a student on another vocabulary" 1 "has another vocabulary .*use the text it was trained on" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:digits.txt -o out.h5
@@ -133,7 +160,7 @@ bad "distil on text shorter than the context" 1 "too few for --context 64" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:short.txt -o out.h5
 bad "quantize an INT8 gpt" 1 "an int8 model; quantize takes the float model" "$B/loom-compress" quantize q.h5 -o out.h5
 bad "prune a pruned gpt" 1 "pruned already" "$B/loom-compress" prune p.h5 -o out.h5 --sparsity 0.3
-bad "a gpt scored on images" 2 "--data must be text:FILE for a gpt" "$B/loom-compress" eval t.h5 --data fashion-mnist
+bad "a gpt scored on images" 2 "--data must be text:FILE or tokens:PATTERN for a gpt" "$B/loom-compress" eval t.h5 --data fashion-mnist
 bad "a width the heads do not divide" 2 "student-n-embd must be a multiple of --student-n-head" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 30 --student-n-head 4 --steps 5 --data text:train.txt -o out.h5
 bad "MLP options for a gpt" 2 "observer, --calib-samples and --weight-scales are for the MLP" \
