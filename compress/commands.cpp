@@ -185,6 +185,14 @@ struct TempFile {  // removed when it leaves scope, whatever happened
 
 namespace {
 
+// A gpt trains with AdamW at `lr`, 16 sequences a step, where the options were left out: the
+// MLP's SGD defaults do not train a transformer.
+void gpt_training_defaults(const po::variables_map& vm, float lr, rt::TrainConfig* c) {
+  if (vm["optimizer"].defaulted()) c->optim.kind = "adamw";
+  if (vm["lr"].defaulted()) c->lr = lr;
+  if (vm["global-batch"].defaulted()) c->global_batch = 16;
+}
+
 // Heads and MLP neurons of a gpt, optionally fine-tuned on text:FILE by loom-train's loop
 // (--finetune-steps); --eval-data text:FILE scores the model before and after.
 int prune_gpt_file(const std::string& in, const std::string& out, const rt::ModelFile& f, double sparsity,
@@ -211,9 +219,7 @@ int prune_gpt_file(const std::string& in, const std::string& out, const rt::Mode
   if (steps > 0) {
     TempFile start{out + ".pruned.tmp"}, tuned{out + ".tuned.tmp"};
     rt::save_model(start.path, cfg.dump(), r.model.params());
-    if (vm["optimizer"].defaulted()) c.optim.kind = "adamw";
-    if (vm["lr"].defaulted()) c.lr = 0.001f;  // fine-tuning starts from a trained model
-    if (vm["global-batch"].defaulted()) c.global_batch = 16;
+    gpt_training_defaults(vm, 0.001f, &c);  // fine-tuning starts from a trained model: a lower rate
     c.context = pc.context;
     c.vocab = pc.vocab;  // token files: every token checked against the model's vocabulary
     c.init_path = start.path;
@@ -377,9 +383,7 @@ int distill_gpt(rt::TrainConfig c, const GptStudent& s, const po::variables_map&
   c.embd = s.embd;
   c.heads = s.heads;
   c.steps = s.steps;
-  if (vm["optimizer"].defaulted()) c.optim.kind = "adamw";  // the MLP's SGD defaults do not train a transformer
-  if (vm["lr"].defaulted()) c.lr = 0.003f;
-  if (vm["global-batch"].defaulted()) c.global_batch = 16;
+  gpt_training_defaults(vm, 0.003f, &c);
   // Mostly soft targets: on dpkg's changelog (doc/compress.md) alpha 0.9 at T 1 closed 25% of the
   // teacher's lead in 1,000 steps where alpha 0.5 at T 2 closed 4%.
   if (vm["alpha"].defaulted()) c.alpha = 0.9f;

@@ -11,37 +11,36 @@ namespace loom::compress {
 
 namespace {
 
-std::vector<int> keep_indices(const float* w, int rows, int cols, int keep, bool l1) {
-  std::vector<double> score(static_cast<size_t>(rows), 0.0);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) {
-      const double v = w[static_cast<int64_t>(r) * cols + c];
-      score[static_cast<size_t>(r)] += l1 ? std::fabs(v) : v * v;
-    }
-  std::vector<int> idx(static_cast<size_t>(rows));
+// The indices of the `keep` largest scores, in order; ties keep the lower index, so the result
+// does not depend on the sort.
+std::vector<int> largest(const std::vector<double>& score, int keep) {
+  std::vector<int> idx(score.size());
   std::iota(idx.begin(), idx.end(), 0);
-  // The highest scores stay; ties keep the lower index, so the result does not depend on the sort.
   std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)]; });
   idx.resize(static_cast<size_t>(keep));
   std::sort(idx.begin(), idx.end());
   return idx;
 }
 
-// The `keep` groups of `group` adjacent columns of w [rows, cols] with the largest norms, in order.
-std::vector<int> keep_column_groups(const float* w, int rows, int cols, int group, int keep, bool l1) {
-  const int groups = cols / group;
-  std::vector<double> score(static_cast<size_t>(groups), 0.0);
+// The L1 (or squared L2) norm of each unit of w [rows, cols]: its row, or its group of `group`
+// adjacent columns.
+std::vector<double> norms(const float* w, int rows, int cols, bool by_row, int group, bool l1) {
+  std::vector<double> score(static_cast<size_t>(by_row ? rows : cols / group), 0.0);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       const double v = w[static_cast<int64_t>(r) * cols + c];
-      score[static_cast<size_t>(c / group)] += l1 ? std::fabs(v) : v * v;
+      score[static_cast<size_t>(by_row ? r : c / group)] += l1 ? std::fabs(v) : v * v;
     }
-  std::vector<int> idx(static_cast<size_t>(groups));
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)]; });
-  idx.resize(static_cast<size_t>(keep));
-  std::sort(idx.begin(), idx.end());
-  return idx;
+  return score;
+}
+
+std::vector<int> keep_indices(const float* w, int rows, int cols, int keep, bool l1) {
+  return largest(norms(w, rows, cols, true, 1, l1), keep);
+}
+
+// The `keep` groups of `group` adjacent columns of w [rows, cols] with the largest norms, in order.
+std::vector<int> keep_column_groups(const float* w, int rows, int cols, int group, int keep, bool l1) {
+  return largest(norms(w, rows, cols, false, group, l1), keep);
 }
 
 std::string shown(double v) {

@@ -68,27 +68,17 @@ expect_eq "distilled student ($distilled) beats the student alone ($alone)" yes 
   "$(/usr/bin/python3 -c "print('yes' if ${distilled:-0} > ${alone:-1} else 'no')")"
 
 # Bad inputs: one line on stderr, the exit status, nothing written.
-bad() {  # bad WHAT RC REGEX CMD...
-  local what=$1 want=$2 re=$3
-  shift 3
-  rm -f out.h5
-  run_cmd "$@"
-  expect_eq "$what: exit status" "$want" "$rc"
-  expect_match "$what: message" "$re" "$err"
-  [ ! -e out.h5 ] && pass || fail "$what: out.h5 was written"
-  expect_eq "$what: nothing on stdout" "" "$out"
-}
-bad "prune an INT8 file" 1 "int8 model; prune takes the float model" "$B/loom-compress" prune int8.h5 -o out.h5 --sparsity 0.3
-bad "prune a pruned file" 1 "pruned already" "$B/loom-compress" prune pruned.h5 -o out.h5 --sparsity 0.3
-bad "sparsity 0" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 0
-bad "sparsity 1.5" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 1.5
-bad "quantize an INT8 file" 1 "int8 model; quantize takes the float model" "$B/loom-compress" quantize int8.h5 -o out.h5
+refused "prune an INT8 file" 1 "int8 model; prune takes the float model" "$B/loom-compress" prune int8.h5 -o out.h5 --sparsity 0.3
+refused "prune a pruned file" 1 "pruned already" "$B/loom-compress" prune pruned.h5 -o out.h5 --sparsity 0.3
+refused "sparsity 0" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 0
+refused "sparsity 1.5" 2 "sparsity must be in \(0, 1\)" "$B/loom-compress" prune fp32.h5 -o out.h5 --sparsity 1.5
+refused "quantize an INT8 file" 1 "int8 model; quantize takes the float model" "$B/loom-compress" quantize int8.h5 -o out.h5
 head -c 4096 /dev/urandom > junk.h5
-bad "not a Loom file" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" quantize junk.h5 -o out.h5
-bad "unknown observer" 2 "observer must be minmax, percentile or entropy" "$B/loom-compress" quantize fp32.h5 -o out.h5 --observer kl
-bad "convert .onnx to .h5" 1 "onnx -> .h5 is not supported" "$B/loom-compress" convert x.onnx out.h5
-bad "convert to .txt" 2 "convert goes .h5 -> .onnx" "$B/loom-compress" convert fp32.h5 out.txt
-bad "convert a file that is not Loom's" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" convert junk.h5 out.onnx
+refused "not a Loom file" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" quantize junk.h5 -o out.h5
+refused "unknown observer" 2 "observer must be minmax, percentile or entropy" "$B/loom-compress" quantize fp32.h5 -o out.h5 --observer kl
+refused "convert .onnx to .h5" 1 "onnx -> .h5 is not supported" "$B/loom-compress" convert x.onnx out.h5
+refused "convert to .txt" 2 "convert goes .h5 -> .onnx" "$B/loom-compress" convert fp32.h5 out.txt
+refused "convert a file that is not Loom's" 1 "junk.h5: not an HDF5 file" "$B/loom-compress" convert junk.h5 out.onnx
 if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
   # mlp_file FILE W0,W1,W2: a float Loom MLP file written by h5py, every weight 0.01.
   mlp_file() {
@@ -105,9 +95,9 @@ with h5py.File(sys.argv[1], "w") as f:
 PY
   }
   mlp_file narrow.h5 100,8,10
-  bad "calibration data of the wrong width" 1 "takes 100 inputs, the data has 784" "$B/loom-compress" quantize narrow.h5 -o out.h5
+  refused "calibration data of the wrong width" 1 "takes 100 inputs, the data has 784" "$B/loom-compress" quantize narrow.h5 -o out.h5
   mlp_file five.h5 784,8,5
-  bad "teacher of another output width" 1 "teacher five.h5 maps 784 inputs to 5 outputs but the student maps 784 to 10" \
+  refused "teacher of another output width" 1 "teacher five.h5 maps 784 inputs to 5 outputs but the student maps 784 to 10" \
     "$B/loom-compress" distill --teacher five.h5 --student-layers 784,16,10 -o out.h5
 fi
 
@@ -124,7 +114,7 @@ if [ $onnx_built = 1 ]; then
   run_cmd "$B/loom-train" --layers 784,16,10 --steps 5 --global-batch 64 --export repo/to/1/model.onnx --log-every 1000
   expect_eq "loom-train --export FILE.onnx" 0 "$rc"
   echo "hello" > t.txt
-  bad "loom-train --export .onnx of a gpt" 2 "only mlp models export to ONNX" "$B/loom-train" --model gpt --data text:t.txt --export g.onnx
+  refused "loom-train --export .onnx of a gpt" 2 "only mlp models export to ONNX" "$B/loom-train" --model gpt --data text:t.txt --export g.onnx
   if /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
     ops=$(/usr/bin/python3 - repo/fpo/1/model.onnx repo/qo/1/model.onnx repo/to/1/model.onnx <<'PY'
 import collections, onnx, sys

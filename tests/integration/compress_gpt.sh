@@ -106,15 +106,6 @@ read -r agree_p prefix_p < <($PY "$CHECK" agree "$g_f" "$g_p")
 echo "compress_gpt: pruned and fine-tuned greedy text agrees at $agree_p (first $prefix_p identical)"
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 
-bad() {  # bad WHAT RC REGEX CMD...
-  local what=$1 want=$2 re=$3
-  shift 3
-  rm -f out.h5
-  run_cmd "$@"
-  expect_eq "$what: exit status" "$want" "$rc"
-  expect_match "$what: message" "$re" "$err"
-  [ ! -e out.h5 ] && pass || fail "$what: out.h5 was written"
-}
 # llm.c token files: a gpt trained on tokens is scored, distilled and pruned on tokens.
 /usr/bin/python3 - <<'PY'
 import numpy as np
@@ -138,31 +129,31 @@ expect_eq "distil on token files" 0 "$rc"
 expect_match "the student is scored on tokens" "student .*vocab 1300 .*\(distilled\)" "$out"
 run_cmd "$B/loom-compress" prune tt.h5 -o tp.h5 --sparsity 0.5 --finetune-steps 5 --data tokens:tok_train.bin
 expect_eq "prune and fine-tune on token files" 0 "$rc"
-bad "a token model on text" 1 "reads token ids, not text" "$B/loom-compress" eval tt.h5 --data text:held.txt
-bad "a byte model on tokens" 1 "a gpt of bytes \(vocab_bytes\) reads text:FILE, not token files" \
+refused "a token model on text" 1 "reads token ids, not text" "$B/loom-compress" eval tt.h5 --data text:held.txt
+refused "a byte model on tokens" 1 "a gpt of bytes \(vocab_bytes\) reads text:FILE, not token files" \
   "$B/loom-compress" eval t.h5 --data tokens:tok_held.bin
 
 # Bad input: one error each, nothing written.
 printf '0123456789 %.0s' $(seq 400) >digits.txt
-bad "a student on another vocabulary" 1 "has another vocabulary .*use the text it was trained on" \
+refused "a student on another vocabulary" 1 "has another vocabulary .*use the text it was trained on" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:digits.txt -o out.h5
-bad "pruning every head of a block" 1 "would remove all 4 heads of each block" "$B/loom-compress" prune t.h5 -o out.h5 --sparsity 0.9
+refused "pruning every head of a block" 1 "would remove all 4 heads of each block" "$B/loom-compress" prune t.h5 -o out.h5 --sparsity 0.9
 run_cmd "$B/loom-train" --layers 784,16,10 --steps 3 --global-batch 32 --export mlp.h5 --log-every 1000
-bad "a teacher that is not a gpt" 1 "mlp.h5: not a gpt .*need a gpt teacher" \
+refused "a teacher that is not a gpt" 1 "mlp.h5: not a gpt .*need a gpt teacher" \
   "$B/loom-compress" distill --teacher mlp.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:train.txt -o out.h5
 : >model.safetensors
-bad "a GPT-2 safetensors teacher" 1 "model.safetensors: loom-compress works on Loom's HDF5 model files .*not safetensors" \
+refused "a GPT-2 safetensors teacher" 1 "model.safetensors: loom-compress works on Loom's HDF5 model files .*not safetensors" \
   "$B/loom-compress" distill --teacher model.safetensors --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:train.txt -o out.h5
 head -c 20 held.txt >short.txt
-bad "eval on text shorter than the context" 1 "short.txt: [0-9]+ tokens are fewer than one window of the model's context \(64 \+ 1\)" \
+refused "eval on text shorter than the context" 1 "short.txt: [0-9]+ tokens are fewer than one window of the model's context \(64 \+ 1\)" \
   "$B/loom-compress" eval t.h5 --data text:short.txt
-bad "distil on text shorter than the context" 1 "too few for --context 64" \
+refused "distil on text shorter than the context" 1 "too few for --context 64" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 5 --data text:short.txt -o out.h5
-bad "quantize an INT8 gpt" 1 "an int8 model; quantize takes the float model" "$B/loom-compress" quantize q.h5 -o out.h5
-bad "prune a pruned gpt" 1 "pruned already" "$B/loom-compress" prune p.h5 -o out.h5 --sparsity 0.3
-bad "a gpt scored on images" 2 "--data must be text:FILE or tokens:PATTERN for a gpt" "$B/loom-compress" eval t.h5 --data fashion-mnist
-bad "a width the heads do not divide" 2 "student-n-embd must be a multiple of --student-n-head" \
+refused "quantize an INT8 gpt" 1 "an int8 model; quantize takes the float model" "$B/loom-compress" quantize q.h5 -o out.h5
+refused "prune a pruned gpt" 1 "pruned already" "$B/loom-compress" prune p.h5 -o out.h5 --sparsity 0.3
+refused "a gpt scored on images" 2 "--data must be text:FILE or tokens:PATTERN for a gpt" "$B/loom-compress" eval t.h5 --data fashion-mnist
+refused "a width the heads do not divide" 2 "student-n-embd must be a multiple of --student-n-head" \
   "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 30 --student-n-head 4 --steps 5 --data text:train.txt -o out.h5
-bad "MLP options for a gpt" 2 "observer, --calib-samples and --weight-scales are for the MLP" \
+refused "MLP options for a gpt" 2 "observer, --calib-samples and --weight-scales are for the MLP" \
   "$B/loom-compress" quantize t.h5 -o out.h5 --observer entropy
 finish

@@ -83,6 +83,19 @@ require_onnx_graph() {
 
 # peer_venv NAME PACKAGE...: test peers from PyPI in a virtual environment (contrib/peer-venv.sh);
 # skips the test, saying why, when it cannot be made. Sets $peer (the environment's folder).
+# refused WHAT RC REGEX CMD...: CMD exits RC, says REGEX on stderr, prints nothing on stdout and
+# writes no out.h5 (the file the refused commands were told to write).
+refused() {
+  local what=$1 want=$2 re=$3
+  shift 3
+  rm -f out.h5
+  run_cmd "$@"
+  expect_eq "$what: exit status" "$want" "$rc"
+  expect_match "$what: message" "$re" "$err"
+  [ ! -e out.h5 ] && pass || fail "$what: out.h5 was written"
+  expect_eq "$what: nothing on stdout" "" "$out"
+}
+
 peer_venv() {
   peer=$("${LOOM_SRCDIR:-$(dirname "$0")/../..}/contrib/peer-venv.sh" "$@" 2>"$LOOM_TMP/peer.err") || skip "$(cat "$LOOM_TMP/peer.err")"
 }
