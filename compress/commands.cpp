@@ -26,7 +26,8 @@ namespace {
 
 // loom-train's options that fine-tuning and distillation take.
 struct TrainOpts {
-  std::string data = "fashion-mnist", optimizer = "sgd", seed = "1", schedule = "constant";
+  std::string data = "fashion-mnist", optimizer = "sgd", seed = "1", schedule = "constant", ckpt_dir, resume = "auto";
+  int64_t ckpt_every = 0;
   int batch = 128, threads = 1;
   float lr = 0.05f, momentum = 0.9f;  // prune sets lr 0.01: fine-tuning starts from a trained model
 };
@@ -45,7 +46,10 @@ void add_train_options(po::options_description& d, TrainOpts& t) {
       "momentum", po::value(&t.momentum)->default_value(t.momentum, shown(t.momentum)), "SGD momentum")(
       "lr-schedule", po::value(&t.schedule)->default_value(t.schedule), "constant | cosine")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and shuffling")(
-      "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads");
+      "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads")(
+      "ckpt-dir", po::value(&t.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5, and resume from there")(
+      "ckpt-every", po::value(&t.ckpt_every)->default_value(0), "checkpoint every N steps (with --ckpt-dir)")(
+      "resume", po::value(&t.resume)->default_value(t.resume), "auto (the newest good checkpoint in --ckpt-dir) | never | FILE");
 }
 
 std::string data_dir(const std::string& data) {
@@ -84,6 +88,10 @@ rt::TrainConfig train_config(const TrainOpts& t, const std::string& model = "mlp
   c.schedule = t.schedule;
   c.device = "cpu";
   c.seed = train_config_seed(t.seed);
+  if (t.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
+  c.ckpt_dir = t.ckpt_dir;
+  c.ckpt_every = t.ckpt_every;
+  c.resume = t.resume;
   rt::validate(c);
   return c;
 }

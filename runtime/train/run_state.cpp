@@ -23,6 +23,8 @@ RunState::RunState(const TrainConfig& c, const Ranks& ranks, const Reporter& rep
   tc["seed"] = c.seed;
   tc["precision"] = precision;
   tc["grad_compress"] = c.grad_compress;
+  if (!c.teacher_path.empty())  // a distillation resumes only with the teacher and the loss it began with
+    tc["distill"] = {{"teacher", c.teacher_path}, {"temperature", c.temperature}, {"alpha", c.alpha}};
   identity_ = tc.dump();
 }
 

@@ -83,6 +83,19 @@ echo "$out" | grep -E "^(teacher|student|gap)"
 s=$("$B/loom-compress" eval s.h5 --data text:held.txt --format json)
 expect_eq "the student has the student's shape" yes "$(echo "$s" | check "d['params'] < $t_params / 8")"
 
+# Distillation checkpoints and resumes like loom-train; a checkpoint of another teacher or loss is refused.
+run_cmd "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 20 \
+  --data text:train.txt --ckpt-dir ck --ckpt-every 10 -o s1.h5
+expect_eq "distil with checkpoints" 0 "$rc"
+[ -f ck/ckpt-0000000020.h5 ] && pass || fail "no checkpoint at step 20 in ck/: $(ls ck 2>&1)"
+run_cmd "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 30 \
+  --data text:train.txt --ckpt-dir ck --ckpt-every 10 -o s2.h5
+expect_eq "resume the distillation" 0 "$rc"
+expect_match "it resumed at step 20" "resumed from .*ckpt-0000000020.h5 at step 20" "$err"
+refused "resume with another alpha" 1 "checkpoint of another configuration \(distill.alpha" \
+  "$B/loom-compress" distill --teacher t.h5 --student-n-layer 1 --student-n-embd 32 --student-n-head 2 --steps 40 \
+  --data text:train.txt --ckpt-dir ck --alpha 0.3 -o out.h5
+
 # loom-serve serves the pruned and the INT8 gpt; greedy text against the float model's.
 mkdir -p repo/f/1 repo/q/1 repo/p/1
 cp t.h5 repo/f/1/model.h5; cp q.h5 repo/q/1/model.h5; cp pf.h5 repo/p/1/model.h5
