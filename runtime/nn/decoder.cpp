@@ -16,23 +16,6 @@ namespace loom::rt {
 
 using namespace gptk;
 
-namespace {
-size_t bytes_of(const Int8Linear& q) {
-  return q ? q->weights().size() + q->scale().size() * (sizeof(float) + sizeof(int32_t)) : 0;
-}
-}  // namespace
-
-size_t DecoderWeights::bytes() const {
-  size_t n = wte.bytes() + wpe.bytes() + lnf_g.bytes() + lnf_b.bytes() + (lm_head.f32() == wte.f32() ? 0 : lm_head.bytes()) +
-             bytes_of(q_lm_head);
-  for (const auto& l : layers) {
-    for (const Tensor* t : {&l.ln1_g, &l.ln1_b, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.ln2_g, &l.ln2_b, &l.w_fc, &l.b_fc, &l.w_p, &l.b_p})
-      n += t->bytes();
-    for (const Int8Linear* q : {&l.q_qkv, &l.q_o, &l.q_fc, &l.q_p}) n += bytes_of(*q);
-  }
-  return n;
-}
-
 DecoderWeights decoder_from_gpt(Gpt& gpt) {
   std::map<std::string, Tensor> p;
   for (auto& prm : gpt.params()) p[prm.name] = prm.value;

@@ -40,7 +40,6 @@ struct DecoderWeights {
   std::vector<DecoderLayer> layers;
   Tensor lnf_g, lnf_b, lm_head;  // lm_head [vocab, C]: GPT-2's is wte (tied)
   Int8Linear q_lm_head;
-  size_t bytes() const;
 };
 
 // The weights of a trained Loom gpt (shared with it, not copied).
