@@ -43,7 +43,7 @@ bool Gpt::flash() const {
   return c_.context >= kFlashContextCuda && c_.hs() <= gpt_cuda::kFlashMaxHeadSize;
 }
 
-Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull) {
+Gpt::Gpt(GptConfig c, uint64_t seed, bool grads) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull) {
   if (c_.vocab <= 0 || c_.context <= 0 || c_.layers <= 0 || c_.heads <= 0 || c_.embd <= 0)
     throw Error("gpt: vocab, context, layers, heads and embd must be positive");
   if (c_.head_size < 0 || c_.inner < 0) throw Error("gpt: head_size and inner must not be negative");
@@ -54,7 +54,7 @@ Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull)
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const int C = c_.embd, A = c_.attn(), F = c_.ff();
   auto add = [&](const std::string& name, std::vector<int64_t> shape, int kind) {  // 0 normal, 1 ones, 2 zeros
-    Param p{name, Tensor::empty(shape), Tensor::zeros(shape)};
+    Param p{name, Tensor::empty(shape), grads ? Tensor::zeros(shape) : Tensor()};
     for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] = kind == 0 ? normal(init) : kind == 1 ? 1.0f : 0.0f;
     params_.push_back(std::move(p));
   };
@@ -78,6 +78,13 @@ Gpt::Gpt(GptConfig c, uint64_t seed) : c_(c), rng_(seed ^ 0xD1B54A32D192ED03ull)
   add("ln_f.weight", {C}, 1);
   add("ln_f.bias", {C}, 2);
   add("lm_head.weight", {c_.vocab, C}, 0);
+}
+
+std::vector<ParamGroup> Gpt::param_groups() const {
+  std::vector<ParamGroup> g{{0, 2}};
+  for (int l = 0; l < c_.layers; ++l) g.push_back({layer_param(l, 0), layer_param(l + 1, 0)});
+  g.push_back({layer_param(c_.layers, 0), params_.size()});
+  return g;
 }
 
 double Gpt::train_flops(int batch) const {
@@ -121,8 +128,14 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   acts_.resize(static_cast<size_t>(c_.layers));
   for (int32_t tok : tokens)
     if (tok < 0 || tok >= V) throw Error("gpt: token " + std::to_string(tok) + " outside the vocabulary");
-  Tensor x = embed(N);
+  const size_t last = static_cast<size_t>(c_.layers) + 1;  // the head's group
+  Tensor x;
+  {
+    GateScope use(gate_, 0, false);
+    x = embed(N);
+  }
   for (int l = 0; l < c_.layers; ++l) {
+    GateScope use(gate_, static_cast<size_t>(l) + 1, false);
     LayerActs& a = acts_[static_cast<size_t>(l)];
     if (recompute_) a = LayerActs{};  // what an earlier step kept goes
     a.x_in = x;
@@ -139,6 +152,7 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   }
   x_final_ = x;
   const size_t f = 2 + static_cast<size_t>(c_.layers) * 12;
+  GateScope use(gate_, last, false);
   layernorm_fwd(x, p(f), p(f + 1), lnf_, lnf_mean_, lnf_rstd_);
   linear_fwd(lnf_, p(f + 2), nullptr, logits_);
   ensure(dlogits_, {N, V}, device_);
@@ -203,7 +217,7 @@ void Gpt::to(Device device) {
   if (device != Device::kCpu && !ops::cuda_built()) throw Error("this build of Loom has no CUDA support");
   for (auto& prm : params_) {
     prm.value = prm.value.to(device);
-    prm.grad = prm.grad.to(device);
+    if (prm.grad.defined()) prm.grad = prm.grad.to(device);
   }
   acts_.clear();
   x_final_ = lnf_ = lnf_mean_ = lnf_rstd_ = logits_ = dlogits_ = tokens_dev_ = targets_dev_ = Tensor();
@@ -220,13 +234,17 @@ void Gpt::backward(const std::function<void(size_t)>& ready) {
     ready(j);
   };
   auto final_layer = [&](int l, int k) { final(layer_param(l, k), layer_param(l, k + 1)); };
-  Tensor dlnf;
-  linear_bwd(dlogits_, lnf_, p(f + 2), g(f + 2), nullptr, &dlnf);
-  if (ready) ready(f + 2);
   Tensor dx = Tensor::zeros({N, C}, DType::kF32, device_);
-  layernorm_bwd(dlnf, x_final_, lnf_mean_, lnf_rstd_, p(f), dx, g(f), g(f + 1));
-  final(f, f + 1);
+  {
+    GateScope use(gate_, static_cast<size_t>(c_.layers) + 1, true);
+    Tensor dlnf;
+    linear_bwd(dlogits_, lnf_, p(f + 2), g(f + 2), nullptr, &dlnf);
+    if (ready) ready(f + 2);
+    layernorm_bwd(dlnf, x_final_, lnf_mean_, lnf_rstd_, p(f), dx, g(f), g(f + 1));
+    final(f, f + 1);
+  }
   for (int l = c_.layers - 1; l >= 0; --l) {
+    GateScope use(gate_, static_cast<size_t>(l) + 1, true);
     LayerActs& a = acts_[static_cast<size_t>(l)];
     if (recompute_) {  // the block's forward again, with the dropout masks it drew the first time
       std::mt19937_64 rng = a.rng;
@@ -259,6 +277,7 @@ void Gpt::backward(const std::function<void(size_t)>& ready) {
     final_layer(l, 0);
     if (recompute_) a = LayerActs{};  // this block's activations are done with
   }
+  GateScope use(gate_, 0, true);
   embed_backward(dx);
   final(0, 1);
 }

@@ -54,6 +54,12 @@ double Mlp::train_flops(int batch) const {
   return f;
 }
 
+std::vector<ParamGroup> Mlp::param_groups() const {
+  std::vector<ParamGroup> g;
+  for (size_t l = 0; l + 1 < widths_.size(); ++l) g.push_back({2 * l, 2 * l + 2});
+  return g;
+}
+
 const Tensor& Mlp::forward(const Tensor& x) {
   const int layers = static_cast<int>(widths_.size()) - 1;
   if (x.ndim() != 2 || x.dim(1) != widths_[0])
@@ -64,6 +70,7 @@ const Tensor& Mlp::forward(const Tensor& x) {
   acts_.resize(static_cast<size_t>(layers) + 1);
   acts_[0] = x;
   for (int l = 0; l < layers; ++l) {
+    GateScope use(gate_, static_cast<size_t>(l), false);
     const int in = widths_[l], out = widths_[l + 1];
     Tensor& y = acts_[l + 1];
     if (!y.defined() || y.dim(0) != batch || y.device() != device_) y = Tensor::empty({batch, out}, DType::kF32, device_);
@@ -85,6 +92,7 @@ void Mlp::backward(const Tensor& dlogits, bool accumulate, const std::function<v
   dacts_.resize(static_cast<size_t>(layers) + 1);
   const Tensor* dy = &dlogits;
   for (int l = layers - 1; l >= 0; --l) {
+    GateScope use(gate_, static_cast<size_t>(l), true);
     const int in = widths_[l], out = widths_[l + 1];
     const float* xin = fake_quant_ ? xq_[l].f32() : acts_[l].f32();
     ops::gemm(device_, true, false, out, in, batch, 1.0f, dy->f32(), out, xin, in, accumulate ? 1.0f : 0.0f,

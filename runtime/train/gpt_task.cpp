@@ -31,7 +31,8 @@ class GptTask : public Task {
     g.heads = c.heads;
     g.embd = c.embd;
     g.dropout = c.dropout;
-    model_ = std::make_unique<Gpt>(g, c.seed);
+    // --zero 3 on several ranks: the gradients come from the gate, group by group (train/zero3.hpp).
+    model_ = std::make_unique<Gpt>(g, c.seed, !(c.zero == 3 && c.comm && c.comm->size() > 1));
     model_->set_recompute(c.recompute);
     model_->set_attention(parse_attention(c.attention));
     split_ = text_.size() * 9 / 10;
@@ -112,6 +113,8 @@ class GptTask : public Task {
     return {static_cast<double>(correct) / static_cast<double>(tok.size()), loss};
   }
   std::vector<Param>& params() override { return model_->params(); }
+  std::vector<ParamGroup> param_groups() const override { return model_->param_groups(); }
+  void set_param_gate(ParamGate* gate) override { model_->set_gate(gate); }
   std::string config_json() const override {
     std::string j = model_->config().json();
     j.pop_back();

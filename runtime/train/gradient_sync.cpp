@@ -16,10 +16,25 @@ std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainC
 GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device)
     : ranks_(ranks), rep_(rep), compress_(c.grad_compress), powersgd_(parse_grad_compress(c.grad_compress).kind == "powersgd"),
       exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
-  if (c.zero == 1 && !ranks_.many())
-    rep_.say("--zero 1 on one rank: there is nothing to shard, the optimizer keeps its whole state",
+  if (c.zero != 0 && !ranks_.many())
+    rep_.say("--zero " + std::to_string(c.zero) + " on one rank: there is nothing to shard, the model and the optimizer keep their whole state",
              "\"level\":\"info\",\"event\":\"zero\",\"sharded\":false");
   if (!ranks_.many()) return;
+  const std::vector<double> levels = ranks_.gather(c.zero);
+  for (size_t r = 0; r < levels.size(); ++r)
+    if (levels[r] != c.zero)
+      throw Error("the ranks disagree on --zero: rank " + std::to_string(r) + " has " + num(levels[r]) + ", rank " +
+                  std::to_string(ranks_.me) + " has " + std::to_string(c.zero) + " (every rank must run the same command)");
+  if (c.zero == 3) {
+    zero3_ = std::make_unique<Zero3>(*c.comm, device);
+    rep_.say("ZeRO-3: parameters, gradients and optimizer state sharded over " + std::to_string(ranks_.size) +
+                 " ranks" + (device == Device::kCuda ? " in host memory (staged to the GPU per layer)" : "") +
+                 "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
+                 "its gradients reduce-scattered as backward finishes it; ring over " + std::to_string(ranks_.size) + " ranks (" +
+                 c.comm->backend() + ")",
+             "\"level\":\"info\",\"event\":\"comm\",\"zero\":3");
+    return;
+  }
   if (c.zero == 1) {
     exchange_.set_sharded();
     zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
@@ -52,7 +67,15 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                (device_comm_ ? "nccl" : device == Device::kCuda ? "host" : "none") + "\"");
 }
 
+void GradientSync::shard_params(Task& task, Optimizer& opt) {
+  if (zero3_) zero3_->shard(task, opt);
+}
+
 void GradientSync::apply(Optimizer& opt, std::vector<Param>& params, float lr, float clip) {
+  if (Zero3* z = zero3()) {
+    z->step(opt, lr, clip);
+    return;
+  }
   if (zero_) {
     comm_bytes_ += zero_->step(opt, params, lr, clip);
     return;
@@ -63,12 +86,25 @@ void GradientSync::apply(Optimizer& opt, std::vector<Param>& params, float lr, f
 
 void GradientSync::moments(const Optimizer& opt, const std::vector<Param>& params, std::vector<Tensor>* m,
                            std::vector<Tensor>* v) {
+  if (Zero3* z = zero3()) return z->gather_moments(opt, m, v);
   if (zero_) return zero_->gather_moments(opt, params, m, v);
   *m = opt.first_moments();
   *v = opt.second_moments();
 }
 
+StateBytes GradientSync::state_bytes(const Optimizer& opt, const std::vector<Param>& params) const {
+  if (zero3_ && zero3_->sharded()) return {zero3_->param_bytes(), zero3_->grad_bytes(), zero3_->optimizer_bytes()};
+  StateBytes b;
+  for (const Param& p : params) {
+    b.params += static_cast<size_t>(p.value.numel()) * sizeof(float);
+    b.grads += static_cast<size_t>(p.grad.numel()) * sizeof(float);
+  }
+  b.optimizer = optimizer_bytes(opt);
+  return b;
+}
+
 size_t GradientSync::optimizer_bytes(const Optimizer& opt) const {
+  if (zero3_ && zero3_->sharded()) return zero3_->optimizer_bytes();
   if (zero_) return zero_->state_bytes();
   size_t n = 0;
   for (const auto* ts : {&opt.first_moments(), &opt.second_moments()})
@@ -77,7 +113,7 @@ size_t GradientSync::optimizer_bytes(const Optimizer& opt) const {
 }
 
 void GradientSync::begin(std::vector<Param>& params) {
-  if (ranks_.many()) exchange_.begin(*ranks_.comm, params);
+  if (ranks_.many() && !zero3_) exchange_.begin(*ranks_.comm, params);
 }
 
 StepVotes GradientSync::finish(StepVotes mine, float weight, CheckpointWriter& ckpt, int64_t step) {
@@ -88,9 +124,16 @@ StepVotes GradientSync::finish(StepVotes mine, float weight, CheckpointWriter& c
   const auto shard = ckpt.shard_flags();
   std::vector<float> extras{static_cast<float>(mine.loss) * weight, mine.finite ? 0.0f : 1.0f, mine.stop ? 1.0f : 0.0f,
                             shard.first, shard.second, ranks_.me == 0 && ckpt.time_due() ? 1.0f : 0.0f};
-  exchange_.finish(extras, step);
+  if (zero3_) {  // the gradients went out as backward finished each layer
+    zero3_->finish_backward();
+    ranks_.comm->allreduce_sum(extras.data(), extras.size());
+    comm_bytes_ += extras.size() * sizeof(float) + (zero3_->bytes_sent() - sent3_);
+    sent3_ = zero3_->bytes_sent();
+  } else {
+    exchange_.finish(extras, step);
+    comm_bytes_ += exchange_.last_bytes();
+  }
   ckpt.agree(extras[3], extras[4]);
-  comm_bytes_ += exchange_.last_bytes();
   report_compression(step);
   StepVotes all;
   all.loss = extras[0];

@@ -122,6 +122,8 @@ class MlpTask : public Task {
     return {static_cast<double>(correct) / static_cast<double>(n), loss / static_cast<double>(n)};
   }
   std::vector<Param>& params() override { return model_.params(); }
+  std::vector<ParamGroup> param_groups() const override { return model_.param_groups(); }
+  void set_param_gate(ParamGate* gate) override { model_.set_gate(gate); }
   std::string config_json() const override { return model_.config_json(); }
   double train_flops(int batch) const override { return model_.train_flops(batch); }
   int64_t train_size() const override { return source_.size(); }

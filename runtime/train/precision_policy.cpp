@@ -51,6 +51,11 @@ void PrecisionPolicy::enter(std::vector<Param>& params) {
   finite_ = true;
 }
 
+void PrecisionPolicy::enter_sharded(size_t n) {
+  passed_.assign(n, 0);
+  finite_ = true;
+}
+
 void PrecisionPolicy::grad_ready(std::vector<Param>& params, size_t i, int64_t step) {
   if (i >= passed_.size() || passed_[i]) return;
   passed_[i] = 1;

@@ -88,13 +88,17 @@ void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
   if (metrics_.is_open()) {
     metrics_ << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
              << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << accuracy << ",\"gflops\":" << num(r.gflops)
+             << ",\"param_bytes_per_rank\":" << r.param_bytes << ",\"grad_bytes_per_rank\":" << r.grad_bytes
              << ",\"optimizer_bytes_per_rank\":" << r.optimizer_bytes << ",\"peak_memory_bytes\":" << r.peak_memory_bytes
              << (r.preempted ? ",\"preempted\":true" : "") << "}\n";
     if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
   }
-  const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, optimizer_bytes_per_rank " +
-                            std::to_string(r.optimizer_bytes) + ", peak memory " + fixed(r.peak_memory_bytes / 1048576.0, 1) + " MiB";
+  const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, param_bytes_per_rank " +
+                            std::to_string(r.param_bytes) + ", grad_bytes_per_rank " + std::to_string(r.grad_bytes) +
+                            ", optimizer_bytes_per_rank " + std::to_string(r.optimizer_bytes) + ", peak memory " + fixed(r.peak_memory_bytes / 1048576.0, 1) + " MiB";
   const std::string fields = "\"level\":\"info\",\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
+                             ",\"param_bytes_per_rank\":" + std::to_string(r.param_bytes) +
+                             ",\"grad_bytes_per_rank\":" + std::to_string(r.grad_bytes) +
                              ",\"optimizer_bytes_per_rank\":" + std::to_string(r.optimizer_bytes) +
                              ",\"peak_memory_bytes\":" + std::to_string(r.peak_memory_bytes) +
                              ",\"test_accuracy\":" + accuracy;

@@ -74,9 +74,13 @@ void validate(const TrainConfig& c) {
   one_of("--attention", c.attention, {"auto", "full", "flash"});
   if (c.attention != "auto" && c.model != "gpt") throw Error("--attention is for --model gpt");
   if (c.recompute && c.model != "gpt") throw Error("--recompute is for --model gpt (the mlp keeps no activations worth recomputing)");
-  if (c.zero != 0 && c.zero != 1) throw Error("--zero must be 0 or 1 (ZeRO stage 1), not " + std::to_string(c.zero));
-  if (c.zero == 1 && c.grad_compress != "none")
-    throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c.grad_compress);
+  if (c.zero != 0 && c.zero != 1 && c.zero != 3)
+    throw Error("--zero must be 0, 1 (the optimizer state sharded) or 3 (parameters, gradients and optimizer state "
+                "sharded), not " + std::to_string(c.zero));
+  if (c.zero != 0 && c.grad_compress != "none")
+    throw Error("--zero " + std::to_string(c.zero) + " reduce-scatters fp32 gradients: it does not combine with --grad-compress " +
+                c.grad_compress);
+  if (c.zero == 3 && c.qat) throw Error("--zero 3 does not combine with --qat (its observers see whole weights)");
   one_of("--gpu-backend", c.gpu_backend, {"auto", "nccl", "host"});
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))

@@ -80,8 +80,10 @@ Device choose_device(const TrainConfig& c, std::string* note) {
 const TrainConfig& prepared(const TrainConfig& c) {
   validate(c);
   // Each step allocates and frees the same activations: keep them in the heap rather than
-  // mmap'ing (and page-faulting in) fresh zeroed pages every step (~3% of a gpt step).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  // mmap'ing (and page-faulting in) fresh zeroed pages every step (~3% of a gpt step). --zero 3
+  // allocates each layer's whole parameters and gradients and frees them again: mapped, so
+  // that what it frees leaves the process (the caching allocator keeps what the next step reuses).
+  mallopt(M_MMAP_THRESHOLD, c.zero == 3 ? 1 << 20 : 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   cpu::set_threads(c.threads);
   cpu::set_gemm_backend(c.gemm);
@@ -104,6 +106,7 @@ class Trainer {
   void report_time(int64_t steps);
   RunParts parts() { return {*task_, opt_, precision_, plan_, sync_}; }
   bool preflight() const;  // what must be said or refused before the ranks start agreeing
+  void shard_params();     // --zero 3: the whole parameters (initial or resumed) go to their shards
   void mllog_submission(const TrainConfig& c);  // the MLPerf log's submission and system keys
 
   const TrainConfig& c_;
@@ -158,6 +161,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
            "\"level\":\"info\",\"event\":\"start\",\"steps\":" + std::to_string(total_));
   pos_ = state_.resume(ckpt_, parts());
+  shard_params();
   saved_step_ = pos_.step;
   mllog_submission(c);
   LOOM_MLLOG(ml_, kPoint, "global_batch_size", c.global_batch);
@@ -198,6 +202,17 @@ bool Trainer::preflight() const {
   return true;
 }
 
+void Trainer::shard_params() {
+  sync_.shard_params(*task_, opt_);
+  Zero3* z = sync_.zero3();
+  if (!z || !precision_.passes_gradients()) return;
+  const bool bf16 = precision_.precision() == "bf16", low = precision_.enabled();
+  std::vector<Param>& params = task_->params();
+  z->set_precision(low ? std::function<void(float*, int64_t)>([bf16](float* x, int64_t n) { ops::round_low(Device::kCpu, x, n, bf16); })
+                       : std::function<void(float*, int64_t)>(),
+                   [this, &params](size_t i) { precision_.grad_ready(params, i, pos_.step); });
+}
+
 TrainResult Trainer::run() {
   const int64_t first_step = pos_.step;  // > 0 after a resume
   pos_first_ = first_step;
@@ -220,6 +235,7 @@ TrainResult Trainer::run() {
   r.preempted = stopped;
   r.steps = pos_.step;
   if (!evaluated_ && !stopped && c_.evaluate) {  // resumed with nothing left to train
+    const auto whole = sync_.whole(ranks_.me == 0);
     if (ranks_.me == 0) ev_ = task_->evaluate();
     evaluated_ = true;
   }
@@ -228,7 +244,10 @@ TrainResult Trainer::run() {
   r.evaluated = evaluated_ && !stopped;
   r.test_accuracy = r.evaluated ? ev_.accuracy : 0;
   r.last_loss = last_loss_;
-  r.optimizer_bytes = sync_.optimizer_bytes(opt_);
+  const StateBytes bytes = sync_.state_bytes(opt_, task_->params());
+  r.param_bytes = bytes.params;
+  r.grad_bytes = bytes.grads;
+  r.optimizer_bytes = bytes.optimizer;
   r.device = device_ == Device::kCuda ? "cuda" : "cpu";
   struct rusage ru {};
   if (getrusage(RUSAGE_SELF, &ru) == 0) r.peak_memory_bytes = static_cast<size_t>(ru.ru_maxrss) * 1024;
@@ -240,8 +259,10 @@ TrainResult Trainer::run() {
 bool Trainer::step(int64_t epoch, int64_t b) {
   const auto t0 = Clock::now();
   std::vector<Param>& params = task_->params();
-  if (precision_.enabled()) ckpt_.wait_copied();  // rounding to fp16/bf16 changes the parameters
-  precision_.enter(params);
+  Zero3* sharded = sync_.zero3();  // --zero 3: the gate passes each layer's gradients (shard_params)
+  if (precision_.enabled() && !sharded) ckpt_.wait_copied();  // rounding to fp16/bf16 changes the parameters
+  if (sharded) precision_.enter_sharded(params.size());
+  else precision_.enter(params);
   // Each rank's gradients are those of its share's summed loss over the global batch (Task::
   // train_step): summed over the ranks, the gradient of the global batch's mean; its mean loss
   // counts for its share (w) in the sum of the losses.
@@ -251,7 +272,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   // As backward finishes each gradient: its precision pass, then (buckets) off to the other ranks.
   const std::function<void(size_t)>& send = sync_.ready();
   std::function<void(size_t)> ready = send;
-  if (precision_.passes_gradients())
+  if (precision_.passes_gradients() && !sharded)
     ready = [&](size_t i) {
       precision_.grad_ready(params, i, pos_.step);
       if (send) send(i);
@@ -265,7 +286,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   // wide sync would also wait for the buckets NCCL is summing, which finish when the slowest rank
   // sends its own, and a fast rank would measure the slow one's time.
   ops::wait_compute(device_);
-  mine.finite = precision_.leave(params, pos_.step);
+  mine.finite = sharded ? precision_.leave_sharded() : precision_.leave(params, pos_.step);
   double compute = seconds_since(t0);
   if (c_.emulate_speed < 1) {
     std::this_thread::sleep_for(std::chrono::duration<double>(compute * (1 / c_.emulate_speed - 1)));
@@ -319,6 +340,7 @@ void Trainer::checkpoint(int64_t epoch, int64_t b, const StepVotes& votes) {
   const int64_t done = pos_.step + 1;
   if (!ckpt_.enabled() || !(votes.stop || ckpt_.due(done, votes.time_due) || done == total_)) return;
   // Every rank writes its slice (one rank: the whole state) and rank 0 the index.
+  const auto whole = sync_.whole();
   ckpt_.save(state_.snapshot(parts(), {done, epoch, b + 1}), done, /*sync=*/votes.stop || done == total_);
   saved_step_ = done;
   if (votes.stop && c_.comm) c_.comm->barrier();  // no rank exits (and ends the job) before the index is down
@@ -348,7 +370,10 @@ void Trainer::evaluate(int64_t epoch) {
   if (!c_.evaluate) return;
   const auto t_eval = Clock::now();
   LOOM_MLLOG(ml_, kStart, "eval_start", nullptr, {{"epoch_num", epoch}});
-  if (ranks_.me == 0) ev_ = task_->evaluate();
+  {
+    const auto whole = sync_.whole(ranks_.me == 0);
+    if (ranks_.me == 0) ev_ = task_->evaluate();
+  }
   LOOM_MLLOG(ml_, kPoint, "eval_accuracy", ev_.accuracy, {{"epoch_num", epoch}});
   LOOM_MLLOG(ml_, kEnd, "eval_stop", nullptr, {{"epoch_num", epoch}});
   eval_seconds_ += seconds_since(t_eval);
@@ -359,6 +384,7 @@ void Trainer::evaluate(int64_t epoch) {
 // The export (a finished run only: a stopped run's weights are not the model it was asked
 // for) and the summary.
 void Trainer::finish(TrainResult* r) {
+  const GradientSync::Whole whole(c_.export_path.empty() ? nullptr : sync_.zero3(), ranks_.me == 0);
   if (!c_.export_path.empty() && ranks_.me == 0) {
     if (r->preempted) {
       rep_.say("not exporting " + c_.export_path + ": the run stopped at step " + std::to_string(r->steps) + " of " +

@@ -65,6 +65,9 @@ class Communicator {
   void allreduce_sum_half(float* data, size_t n);
   void reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count);  // rank's chunk reduced
   void allgather_chunks(float* data, size_t n);                        // inverse of the above
+  // The chunk of n elements that reduce_scatter_sum leaves summed on this rank, and that
+  // allgather_chunks sends from it.
+  void own_chunk(size_t n, size_t* begin, size_t* count) const { owned_chunk(world_, n, begin, count); }
   void broadcast(void* data, size_t bytes, int root);
   void barrier();
   size_t bytes_sent() const { return bytes_sent_; }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/rt/nn/mlp.hpp"
+#include "loom/rt/nn/param_gate.hpp"
 
 namespace loom::rt {
 
@@ -47,7 +48,8 @@ struct GptConfig {
 
 class Gpt {
  public:
-  Gpt(GptConfig c, uint64_t seed);
+  // `grads` false: the gradients are not allocated (a gate gives them, --zero 3).
+  Gpt(GptConfig c, uint64_t seed, bool grads = true);
   const GptConfig& config() const { return c_; }
   // tokens [B*T] (row-major B sequences of T = context tokens) -> mean cross-entropy against
   // targets; keeps what backward needs. `train` enables dropout. Backward's gradients are those of
@@ -72,6 +74,10 @@ class Gpt {
   void set_recompute(bool on) { recompute_ = on; }
   void set_attention(Attention a) { attention_ = a; }
   bool flash() const;  // whether attention runs the flash path (set_attention, the context, the device)
+  // Fully sharded training (param_gate.hpp): the groups are the embeddings, each block, and the
+  // final LayerNorm with the head; forward and backward tell the gate before and after each.
+  std::vector<ParamGroup> param_groups() const;
+  void set_gate(ParamGate* gate) { gate_ = gate; }
 
  private:
   struct LayerActs {
@@ -101,6 +107,7 @@ class Gpt {
   int batch_ = 0;
   bool recompute_ = false;
   Attention attention_ = Attention::kAuto;
+  ParamGate* gate_ = nullptr;
   std::vector<int32_t> tokens_, targets_;
   std::vector<LayerActs> acts_;
   Device device_ = Device::kCpu;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/rt/nn/param_gate.hpp"
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/param.hpp"
 #include "loom/rt/tensor/tensor.hpp"
@@ -37,6 +38,9 @@ class Mlp {
   // FLOPs of one training step (forward + backward) on a batch of `batch` rows.
   double train_flops(int batch) const;
   std::string config_json() const;
+  // Fully sharded training (param_gate.hpp): one group per layer (its weight and bias).
+  std::vector<ParamGroup> param_groups() const;
+  void set_gate(ParamGate* gate) { gate_ = gate; }
 
   // Quantization-aware training (CPU): forward fake-quantizes each Linear's weights (per output
   // channel, symmetric int8, as loom-compress quantize does) and its input (per tensor, uint8
@@ -50,6 +54,7 @@ class Mlp {
   std::vector<int8::QParams> observed_inputs() const;
 
  private:
+  ParamGate* gate_ = nullptr;
   void fake_quant_layer(int l);
   bool fake_quant_ = false, fq_per_tensor_ = false, training_ = true;
   std::vector<std::pair<float, float>> ranges_;  // per layer input: moving-average min and max

@@ -32,6 +32,11 @@ class PrecisionPolicy {
   // After backward: the gradients not passed yet, the masters back; false when this rank's
   // gradients overflowed (or a test injected that).
   bool leave(std::vector<Param>& params, int64_t step);
+  // --zero 3: the masters are the shards and the values are rounded as each layer is gathered
+  // (Zero3::set_precision), each gradient passed before its reduce-scatter: enter and leave only
+  // count the passes (n parameters).
+  void enter_sharded(size_t n);
+  bool leave_sharded() const { return finite_ && amp_.finite(); }
   // After the ranks agreed on `finite`: whether the optimizer step is skipped (then the loss
   // scale is lowered and the overflow reported).
   bool skip(bool finite, int64_t step);

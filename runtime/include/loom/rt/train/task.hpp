@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/rt/nn/param_gate.hpp"
 #include "loom/rt/tensor/param.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "loom/rt/train/train_config.hpp"
@@ -31,6 +32,10 @@ class Task {
   virtual double train_step(int64_t epoch, int64_t first, int count, int of, const std::function<void(size_t)>& ready) = 0;
   virtual Eval evaluate() = 0;
   virtual std::vector<Param>& params() = 0;
+  // --zero 3 (param_gate.hpp): the model's parameter groups, and the gate it tells before and
+  // after using each (null: every parameter whole).
+  virtual std::vector<ParamGroup> param_groups() const = 0;
+  virtual void set_param_gate(ParamGate* gate) = 0;
   virtual std::string config_json() const = 0;
   virtual double train_flops(int batch) const = 0;
   // Samples in the training and evaluation sets (MLPerf's train_samples and eval_samples).

@@ -22,8 +22,10 @@ struct TrainResult {
   bool preempted = false;     // stopped early on a signal (a checkpoint was written)
   double loop_seconds = 0;    // wall time of the training loop, checkpoints included, evaluation not
   std::string device = "cpu";  // where it trained (cpu | cuda): what --device auto chose
-  size_t optimizer_bytes = 0;
-  size_t peak_memory_bytes = 0;  // this process's peak resident memory (getrusage ru_maxrss) // this rank's optimizer state (moments) at the end (--zero 1: its shard)
+  // This rank's persistent state at the end (sharded: its shards): parameters, gradients, the
+  // optimizer's moments.
+  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  size_t peak_memory_bytes = 0;  // this process's peak resident memory (getrusage ru_maxrss)
 };
 
 // Throws Error for bad configuration or data; `log` receives one human or JSON line at a time.
