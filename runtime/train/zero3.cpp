@@ -132,7 +132,7 @@ void Zero3::check_group(size_t group) const {
 // This rank's chunk into a fresh whole buffer, then the allgather on the communication thread.
 void Zero3::post_gather(Group& g) {
   if (g.gathered.valid()) return;
-  g.whole = Tensor::empty({static_cast<int64_t>(g.n)});
+  g.whole = buffer(g.n);
   std::copy_n(g.w.f32(), g.count, g.whole.f32() + g.begin);
   float* data = g.whole.f32();
   const size_t n = g.n;
@@ -158,13 +158,13 @@ void Zero3::bind(Group& g, bool round) {
     }
     at += numel;
   }
-  if (device_ != Device::kCpu) g.whole = Tensor();  // the device holds them now
+  if (device_ != Device::kCpu) recycle(std::move(g.whole));  // the device holds them now
   g.bound = true;
 }
 
 void Zero3::alloc_grads(Group& g) {
   std::vector<Param>& ps = *params_;
-  if (device_ == Device::kCpu) g.grads = Tensor::zeros({static_cast<int64_t>(g.n)});
+  if (device_ == Device::kCpu) g.grads = buffer(g.n);  // backward overwrites them
   int64_t at = 0;
   for (size_t i = g.first; i < g.end; ++i) {
     const int64_t numel = checked_numel(shapes_[i]);
@@ -182,7 +182,7 @@ void Zero3::reduce_grads(Group& g) {
     for (size_t i = g.first; i < g.end; ++i) pass_(i);
   Tensor flat = g.grads;
   if (device_ != Device::kCpu) {
-    flat = Tensor::empty({static_cast<int64_t>(g.n)});
+    flat = buffer(g.n);
     int64_t at = 0;
     for (size_t i = g.first; i < g.end; ++i) {
       const int64_t numel = ps[i].grad.numel();
@@ -200,13 +200,33 @@ void Zero3::reduce_grads(Group& g) {
     comm_.reduce_scatter_sum(flat.f32(), gp->n, &begin, &count);
     if (begin != gp->begin || count != gp->count) throw Error("--zero 3: the reduce-scatter's chunk is not this rank's shard");
     std::copy_n(flat.f32() + begin, count, gp->g.f32());
-    flat = Tensor();
+    recycle(std::move(flat));
   }));
   sent_ += g.n * sizeof(float);
 }
 
+Tensor Zero3::buffer(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    for (auto it = spare_.begin(); it != spare_.end(); ++it)
+      if (static_cast<size_t>(it->numel()) == n) {
+        Tensor t = std::move(*it);
+        spare_.erase(it);
+        return t;
+      }
+  }
+  return Tensor::empty({static_cast<int64_t>(n)});
+}
+
+void Zero3::recycle(Tensor t) {
+  if (!t.sole()) return;
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (spare_.size() < kSpares) spare_.push_back(std::move(t));
+}
+
 void Zero3::release(Group& g) {
   for (size_t i = g.first; i < g.end; ++i) (*params_)[i].value = Tensor();
+  recycle(std::move(g.whole));
   g.whole = Tensor();
   g.gathered = {};
   g.bound = false;

@@ -139,6 +139,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device : Device::kCpu; }
   bool defined() const { return storage_ != nullptr; }
+  bool sole() const { return storage_ && storage_.use_count() == 1; }  // no other tensor shares the storage
 
   template <typename T>
   T* data() const {

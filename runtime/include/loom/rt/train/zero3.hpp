@@ -17,6 +17,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "loom/rt/dist/comm.hpp"
@@ -76,6 +77,14 @@ class Zero3 : public ParamGate {
   void reduce_grads(Group& g);
   void release(Group& g);
   void check_group(size_t group) const;
+  // Whole buffers of n floats, kept for the next layer of that size (the caching allocator's
+  // budget would hand them back between the layers of one step): recycle() keeps a buffer no
+  // view shares (a checkpoint being written may still hold one), up to kSpares of them.
+  Tensor buffer(size_t n);
+  void recycle(Tensor t);
+  static constexpr size_t kSpares = 4;
+  std::mutex pool_mu_;  // buffers come back from the communication thread too
+  std::vector<Tensor> spare_;
 
   Communicator& comm_;
   const Device device_;
