@@ -28,10 +28,13 @@ void MixedPrecision::enter(std::vector<Param>& params) {
     ops::scale_copy(w.device(), m.f32(), w.f32(), 1.0f, w.numel());
     ops::round_low(w.device(), w.f32(), w.numel(), precision_ == "bf16");
   }
-  if (!params.empty() && params[0].value.device() == Device::kCuda) {
-    if (!nonfinite_.defined()) nonfinite_ = Tensor::empty({1}, DType::kF32, Device::kCuda);
-    nonfinite_.fill(0.0f);
-  }
+  if (!params.empty()) enter_sharded(params[0].value.device());
+}
+
+void MixedPrecision::enter_sharded(Device device) {
+  if (!enabled() || device != Device::kCuda) return;
+  if (!nonfinite_.defined()) nonfinite_ = Tensor::empty({1}, DType::kF32, Device::kCuda);
+  nonfinite_.fill(0.0f);
 }
 
 void MixedPrecision::restore_masters(std::vector<Param>& params) {

@@ -25,10 +25,15 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     if (levels[r] != c.zero)
       throw Error("the ranks disagree on --zero: rank " + std::to_string(r) + " has " + num(levels[r]) + ", rank " +
                   std::to_string(ranks_.me) + " has " + std::to_string(c.zero) + " (every rank must run the same command)");
+  if (c.offload == "optimizer" && device != Device::kCuda)
+    rep_.say("--offload optimizer: the ranks train on the CPU, where the optimizer state is in host memory already",
+             "\"level\":\"info\",\"event\":\"offload\",\"moved\":false");
   if (c.zero == 3) {
     zero3_ = std::make_unique<Zero3>(*c.comm, device);
+    // In this build ZeRO-3's shards live in host memory on every device: on CUDA the optimizer is
+    // offloaded with or without --offload optimizer, and the layers are staged through the host.
     rep_.say("ZeRO-3: parameters, gradients and optimizer state sharded over " + std::to_string(ranks_.size) +
-                 " ranks" + (device == Device::kCuda ? " in host memory (staged to the GPU per layer)" : "") +
+                 " ranks" + (device == Device::kCuda ? " in host memory (the optimizer offloaded, each layer staged to the GPU)" : "") +
                  "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
                  "its gradients reduce-scattered as backward finishes it; ring over " + std::to_string(ranks_.size) + " ranks (" +
                  c.comm->backend() + ")",
@@ -40,7 +45,9 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
   }
   std::string staged;  // why CUDA gradients go through host memory
-  if (c.gpu_backend != "host" && (device == Device::kCuda || c.gpu_backend == "nccl")) {
+  if (c.offload == "optimizer" && device == Device::kCuda) {  // ZeRO-1's host path: shards and step in host memory
+    staged = "--offload optimizer";
+  } else if (c.gpu_backend != "host" && (device == Device::kCuda || c.gpu_backend == "nccl")) {
     device_comm_ = device_collectives(c, device, &staged);
     if (!device_comm_ && c.gpu_backend == "nccl") throw Error("--gpu-backend nccl: " + staged);
     exchange_.set_device_comm(device_comm_.get());

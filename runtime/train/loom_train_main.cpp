@@ -142,6 +142,8 @@ loom::rt::TrainConfig parse(int argc, char** argv, bool* help_only, std::string*
       ("replan-every", po::value(&c.replan_every)->default_value(10), "dynamic balance: steps between re-plans")
       ("grad-compress", po::value(&c.grad_compress)->default_value("none"), "none | fp16 | powersgd[:rank=R,start=S]")
       ("zero", po::value(&c.zero)->default_value(0), "0 | 1 | 3: ZeRO-1 shards the optimizer state over the ranks; ZeRO-3 the parameters and gradients too, each layer gathered as it is used")
+      ("offload", po::value(&c.offload)->default_value("none"),
+       "none | optimizer: with --zero 1 or 3 on GPUs, the optimizer state and its step in host memory (ZeRO-Offload)")
       ("gpu-backend", po::value(&c.gpu_backend)->default_value("auto"),
        "several CUDA ranks: nccl (gradients summed on the GPUs) | host (staged over MPI) | auto")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(1.0), "gradient bucket size, overlapped with backward (0: after it)")

@@ -51,7 +51,8 @@ void PrecisionPolicy::enter(std::vector<Param>& params) {
   finite_ = true;
 }
 
-void PrecisionPolicy::enter_sharded(size_t n) {
+void PrecisionPolicy::enter_sharded(size_t n, Device device) {
+  amp_.enter_sharded(device);
   passed_.assign(n, 0);
   finite_ = true;
 }

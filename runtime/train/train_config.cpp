@@ -81,6 +81,12 @@ void validate(const TrainConfig& c) {
     throw Error("--zero " + std::to_string(c.zero) + " reduce-scatters fp32 gradients: it does not combine with --grad-compress " +
                 c.grad_compress);
   if (c.zero == 3 && c.qat) throw Error("--zero 3 does not combine with --qat (its observers see whole weights)");
+  one_of("--offload", c.offload, {"none", "optimizer"});
+  if (c.offload == "optimizer" && c.zero == 0)
+    throw Error("--offload optimizer moves the sharded optimizer state to host memory: it needs --zero 1 or 3");
+  if (c.offload == "optimizer" && c.gpu_backend == "nccl" && c.zero == 1)
+    throw Error("--gpu-backend nccl keeps ZeRO-1's optimizer shards beside the gradients on the GPUs: it does not combine "
+                "with --offload optimizer");
   one_of("--gpu-backend", c.gpu_backend, {"auto", "nccl", "host"});
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))

@@ -261,7 +261,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   std::vector<Param>& params = task_->params();
   Zero3* sharded = sync_.zero3();  // --zero 3: the gate passes each layer's gradients (shard_params)
   if (precision_.enabled() && !sharded) ckpt_.wait_copied();  // rounding to fp16/bf16 changes the parameters
-  if (sharded) precision_.enter_sharded(params.size());
+  if (sharded) precision_.enter_sharded(params.size(), device_);
   else precision_.enter(params);
   // Each rank's gradients are those of its share's summed loss over the global batch (Task::
   // train_step): summed over the ranks, the gradient of the global batch's mean; its mean loss

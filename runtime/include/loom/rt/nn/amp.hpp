@@ -33,6 +33,9 @@ class MixedPrecision {
   // reads it once, after backward.
   bool pass_grad(Param& p);
   void restore_masters(std::vector<Param>& params);
+  // --zero 3: the caller keeps the masters (its shards) and rounds what it gathers; this only
+  // readies the overflow flag of gradients on `device`.
+  void enter_sharded(Device device);
   bool finite() const;  // no gradient on the GPU overflowed since enter() (true on the CPU)
   // After all ranks agreed: on overflow halve the scale (the step is skipped), otherwise count a
   // clean step and double the scale every 2000 of them.

@@ -35,7 +35,7 @@ class PrecisionPolicy {
   // --zero 3: the masters are the shards and the values are rounded as each layer is gathered
   // (Zero3::set_precision), each gradient passed before its reduce-scatter: enter and leave only
   // count the passes (n parameters).
-  void enter_sharded(size_t n);
+  void enter_sharded(size_t n, Device device);
   bool leave_sharded() const { return finite_ && amp_.finite(); }
   // After the ranks agreed on `finite`: whether the optimizer step is skipped (then the loss
   // scale is lowered and the overflow reported).

@@ -72,7 +72,10 @@ struct TrainConfig {
   std::string gpu_class;  // LOOM_GPU_CLASS from the plugin ("a100", "v100"; empty without it)
   double emulate_speed = 1.0;
   std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
-  int zero = 0;  // --zero 1: ZeRO-1, the optimizer state sharded over the ranks (train/zero.hpp)
+  int zero = 0;  // 1: ZeRO-1, the optimizer state sharded (train/zero.hpp); 3: ZeRO-3 (train/zero3.hpp)
+  // optimizer: the sharded optimizer state and its step in host memory (ZeRO-Offload) on CUDA
+  // ranks; none: beside the gradients.
+  std::string offload = "none";
   // Several CUDA ranks: gradients summed by NCCL in device memory (nccl), or staged through host
   // memory over the ranks' transport (host); auto: NCCL where every rank drives a GPU of its own.
   std::string gpu_backend = "auto";  // auto | nccl | host
