@@ -42,7 +42,7 @@ constexpr const char* kUsage =
     "        [--placement slurm|loom|both] [--algo auto|ring|tree|flat|hier]\n"
     "                            what placement is worth on a cluster (doc/simulate.md)\n"
     "  plan --cluster CLUSTER.yaml (--params N | --n-layer L --n-embd E [--n-head H --context T --vocab V])\n"
-    "       --global-batch B [--mfu F] [--format text|json]\n"
+    "       --global-batch B [--mfu F] [--precision mixed|fp32] [--reserve-gb G] [--format text|json]\n"
     "                            whether a model's training fits a mix of GPUs, per ZeRO level (doc/plan.md)\n"
     "  topology-conf --cluster CLUSTER.yaml [--node-prefix P]\n"
     "                            Slurm's topology.conf (topology/tree) for that cluster\n"

@@ -172,6 +172,13 @@ assert p["best"] == "ZeRO-3 with recompute", p["best"]
 PY
   run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 64
   expect_match "plan's text: the best option against equal shares" "^best: ZeRO-3 with recompute, [0-9.]+ s a step \\(equal shares [0-9.]+ s: 1\\.[0-9]+x\\)" "$(tail -1 <<<"$out")"
+  run_cmd "$T" plan --cluster "$mixed" --params 1e9 --global-batch 8 --precision fp32 --reserve-gb 0 --format json
+  /usr/bin/python3 - "$out" <<'PY' && pass || fail "plan --precision fp32 --reserve-gb 0: $out"
+import json, sys
+o = [x for x in json.loads(sys.argv[1])["options"] if x["zero"] == 0 and not x["recompute"] and not x["offload"]][0]
+a = o["classes"]["a100"]
+assert a["param_bytes"] == 4e9 and a["grad_bytes"] == 4e9 and a["optimizer_bytes"] == 8e9 and a["memory_bytes"] == 16e9, a
+PY
   run_cmd "$T" plan --cluster "$mixed" --params 2e12 --global-batch 8
   expect_match "a model that fits nowhere says what it would need" "fits nowhere: even ZeRO-3 with recompute and optimizer offload needs .* GB on a a100 \\(has 40\\).*would fit on [0-9]+x these GPUs" "$out"
   printf 'nodes: [{count: 1, shape: dgx1v, gpu_memory_gb: 0}]\n' >"$LOOM_TMP/nomem.yaml"
@@ -182,7 +189,8 @@ PY
   expect_match "negative memory" "'gpu_memory_gb' must be from 0 to 100000" "$err"
   for args in "--params -5 --global-batch 8" "--params 1e40 --global-batch 8" "--params 1e9 --global-batch 0" "--params 1e9" \
               "--n-layer 4 --global-batch 8" "--params 12x --global-batch 8" "--params 1e9 --global-batch 8 --context 5" \
-              "--params 1e9 --global-batch 8 --mfu 2"; do
+              "--params 1e9 --global-batch 8 --mfu 2" "--params 1e9 --global-batch 8 --precision fp8" \
+              "--params 1e9 --global-batch 8 --reserve-gb -1" "--params 1e9 --global-batch 8 --reserve-gb 1e9"; do
     # shellcheck disable=SC2086
     run_cmd "$T" plan --cluster "$mixed" $args
     expect_eq "plan usage '$args'" 2 "$rc"

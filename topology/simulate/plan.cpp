@@ -17,7 +17,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr double kReserveBytes = 1073741824.0;  // per GPU: CUDA context, cuBLAS and NCCL workspaces
 constexpr double kPcieGBps = 12;                // host <-> GPU, one direction (PCIe 4 x16 sustained)
 constexpr double kHostGBps = 20;                // the host's memory bandwidth one rank's CPU Adam gets
 constexpr double kHostAdamBytes = 28;           // bytes an Adam step touches per parameter on the host
@@ -59,11 +58,12 @@ Allocation all_gpus(const Cluster& c) {
 // Activation bytes of one sequence in 16-bit training (Korthikanti et al. 2022, no tensor
 // parallelism: s h (34 + 5 a s / h) a layer), plus the fp32 logits and their gradient. With
 // recompute each layer keeps its input (2 s h) and one layer's activations live at a time.
+// --precision fp32 keeps every activation in 4 bytes: twice the 16-bit figure.
 double activation_per_sample(const PlanModel& m, bool recompute) {
   if (m.layers == 0) return 0;
-  const double s = m.context, h = m.embd, a = m.heads, L = m.layers, V = m.vocab;
-  const double layer = s * h * (34 + 5 * a * s / h), logits = 8 * s * V;
-  return (recompute ? L * 2 * s * h + layer : L * layer) + logits;
+  const double s = m.context, h = m.embd, a = m.heads, L = m.layers, V = m.vocab, x = m.fp32 ? 2 : 1;
+  const double layer = x * s * h * (34 + 5 * a * s / h), logits = 8 * s * V;
+  return (recompute ? L * x * 2 * s * h + layer : L * layer) + logits;
 }
 
 }  // namespace
@@ -77,10 +77,13 @@ PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, i
   o.zero = zero, o.recompute = recompute, o.offload = offload, o.fits = true;
   // Mixed-precision Adam (ZeRO's accounting): 16-bit parameters and gradients, fp32 master
   // weights and two moments (12 bytes a parameter); each ZeRO level shards one more of them.
-  const double param = zero >= 3 ? 2 * psi / ranks : 2 * psi;
-  const double grad = zero >= 2 ? 2 * psi / ranks : 2 * psi;
-  const double optim = zero >= 1 ? 12 * psi / ranks : 12 * psi;
-  const double gathered = zero >= 3 && m.layers ? 2 * 2 * 12.0 * m.embd * m.embd : 0;  // this layer's and the prefetched one's
+  // fp32: 4-byte parameters and gradients, the parameters their own masters (8 bytes of moments).
+  const double word = m.fp32 ? 4 : 2, state = m.fp32 ? 8 : 12;
+  const double param = zero >= 3 ? word * psi / ranks : word * psi;
+  const double grad = zero >= 2 ? word * psi / ranks : word * psi;
+  const double optim = zero >= 1 ? state * psi / ranks : state * psi;
+  const double gathered = zero >= 3 && m.layers ? 2 * word * 12.0 * m.embd * m.embd : 0;  // this layer's and the prefetched one's
+  const double reserve = m.reserve_gb * 1073741824.0;
   const double per_sample = activation_per_sample(m, recompute);
   double slowest = 0;
   const double flops = (recompute ? 8 : 6) * psi * static_cast<double>(m.global_batch) * m.context;
@@ -92,7 +95,7 @@ PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, i
     pc.param_bytes = param + gathered, pc.grad_bytes = grad, pc.optimizer_bytes = offload ? 0 : optim;
     pc.host_bytes = offload ? optim : 0;
     pc.activation_bytes = samples * per_sample;
-    pc.memory_bytes = pc.param_bytes + pc.grad_bytes + pc.optimizer_bytes + pc.activation_bytes + kReserveBytes;
+    pc.memory_bytes = pc.param_bytes + pc.grad_bytes + pc.optimizer_bytes + pc.activation_bytes + reserve;
     pc.fits = pc.memory_bytes <= pc.capacity_bytes;
     o.fits = o.fits && pc.fits;
     slowest = std::max(slowest, flops / ranks / (k.weight * 1e12 * m.mfu));  // equal shares wait for it
@@ -101,9 +104,9 @@ PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, i
   o.compute_s = flops / (speed * 1e12 * m.mfu);
   // ZeRO-0/1/2 move one allreduce of the 16-bit gradients a step (2 and 1/2 as reduce-scatter
   // plus all-gather); ZeRO-3 all-gathers the parameters twice and reduce-scatters once: 1.5x.
-  const double ar = ranks > 1 ? allreduce(c, all_gpus(c), 2 * psi, net).allreduce_s : 0;
+  const double ar = ranks > 1 ? allreduce(c, all_gpus(c), word * psi, net).allreduce_s : 0;
   o.comm_s = zero >= 3 ? 1.5 * ar : ar;
-  o.offload_s = offload ? 2 * 2 * psi / ranks / (kPcieGBps * 1e9) + kHostAdamBytes * psi / ranks / (kHostGBps * 1e9) : 0;
+  o.offload_s = offload ? 2 * word * psi / ranks / (kPcieGBps * 1e9) + kHostAdamBytes * psi / ranks / (kHostGBps * 1e9) : 0;
   o.step_s = o.compute_s + o.comm_s + o.offload_s;
   o.step_s_equal = slowest + o.comm_s + o.offload_s;
   return o;
@@ -151,6 +154,11 @@ PlanArgs parse(const std::vector<std::string>& args) {
     else if (k == "--vocab") a.m.vocab = static_cast<int>(number(k, v, 1, 1e8)), vocab = true;
     else if (k == "--global-batch") a.m.global_batch = static_cast<int>(number(k, v, 1, 1e8));
     else if (k == "--mfu") a.m.mfu = number(k, v, 1e-3, 1);
+    else if (k == "--reserve-gb") a.m.reserve_gb = number(k, v, 0, 1024);
+    else if (k == "--precision") {
+      if (v != "mixed" && v != "fp32") throw Usage{"--precision must be mixed or fp32, not '" + v + "'"};
+      a.m.fp32 = v == "fp32";
+    }
     else throw Usage{"unknown option '" + k + "' of 'plan'"};
   }
   if (a.cluster.empty() || a.m.global_batch == 0) throw Usage{"plan needs --cluster CLUSTER.yaml and --global-batch B"};

@@ -116,6 +116,8 @@ struct PlanModel {
   int layers = 0, embd = 0, heads = 0, context = 1024, vocab = 50257;  // 0 layers: --params alone (no activations)
   int global_batch = 0;                           // sequences per step
   double mfu = 0.4;                               // the share of each GPU's peak a step sustains
+  bool fp32 = false;        // --precision fp32: fp32 parameters, gradients and activations, no master copy
+  double reserve_gb = 1.0;  // per GPU beside the model: the CUDA context, cuBLAS and NCCL workspaces
 };
 struct PlanClass {
   std::string cls;

@@ -229,6 +229,29 @@ TEST(Plan, ZeroLevelsShardTheModelStatesAsZeroSays) {
   EXPECT_NEAR(states(plan_option(c, m, Model{}, 3, false, false, 2).classes[0]), psi / 2, 1);
 }
 
+// fp32 training (loom-train on CPUs, --precision fp32): 4 bytes of parameters, 4 of gradients and
+// 8 of moments (the weights their own masters), twice the 16-bit activations; the reserve is the
+// caller's.
+TEST(Plan, Fp32AccountingAndTheReserve) {
+  const Cluster c = mixed16();
+  PlanModel m;
+  m.layers = 4, m.embd = 512, m.heads = 8, m.context = 256, m.vocab = 1000, m.global_batch = 64;
+  m.params = 12.0 * 4 * 512 * 512;
+  const double psi = m.params;
+  const PlanOption mixed = plan_option(c, m, Model{}, 0, false, false);
+  m.fp32 = true;
+  const PlanOption fp32 = plan_option(c, m, Model{}, 0, false, false);
+  EXPECT_NEAR(states(fp32.classes[0]), 16 * psi, 1);
+  EXPECT_NEAR(fp32.classes[0].param_bytes, 4 * psi, 1);
+  EXPECT_NEAR(states(plan_option(c, m, Model{}, 3, false, false).classes[0]), psi + 2 * 4 * 12.0 * 512 * 512, 1);
+  const double logits = 8.0 * 256 * 1000 * std::ceil(mixed.classes[0].share * 64);
+  EXPECT_NEAR(fp32.classes[0].activation_bytes - logits, 2 * (mixed.classes[0].activation_bytes - logits), 1);
+  m.reserve_gb = 0;
+  const PlanClass bare = plan_option(c, m, Model{}, 0, false, false).classes[0];
+  EXPECT_NEAR(bare.memory_bytes, states(bare) + bare.activation_bytes, 1);
+  EXPECT_NEAR(fp32.classes[0].memory_bytes - bare.memory_bytes, 1073741824.0, 1);  // the default: 1 GiB
+}
+
 // Shares by speed (one GPU of each class gets its weight's part), the balanced step no slower
 // than equal shares, and recompute trading activations for time.
 TEST(Plan, SharesFollowSpeedAndRecomputeTradesMemoryForTime) {
