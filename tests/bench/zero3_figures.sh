@@ -39,7 +39,7 @@ done
 # The process beside the model: a training rank's peak with a model of a few thousand parameters.
 "${launch[@]}" /usr/bin/time -f "peak %M KB" "$T" "${common[@]}" --n-layer 2 --n-embd 16 --n-head 1 --steps 2 2>base.txt >/dev/null ||
   { cat base.txt >&2; exit 1; }
-base_kb=$(grep -oE "^peak [0-9]+" base.txt | awk '{print $2}' | sort -n | head -3 | tail -1)
+base_kb=$(grep -oE "peak [0-9]+" base.txt | awk '{print $2}' | sort -n | head -3 | tail -1)
 { printf '\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n'
   for g in 0 1 2 3; do
     printf 'GPU%s' "$g"
@@ -57,7 +57,7 @@ rounds = int(sys.argv[1])
 def run(z, r):
     s = [json.loads(l) for l in open(f"m{z}.{r}.jsonl") if '"summary"' in l][-1]
     err = open(f"e{z}.{r}.txt").read()
-    peaks = sorted(int(x) * 1024 for x in re.findall(r"^peak (\d+) KB", err, re.M))
+    peaks = sorted(int(x) * 1024 for x in re.findall(r"peak (\d+) KB", err))  # lines of several ranks may interleave
     step = float(re.search(r"rank 0: time per step: ([0-9.]+) ms", err).group(1))
     state = s["param_bytes_per_rank"] + s["grad_bytes_per_rank"] + s["optimizer_bytes_per_rank"]
     return {"state": state, "train_peak": max(peaks[:-1]), "rank0_peak": peaks[-1], "step_ms": step}

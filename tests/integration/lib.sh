@@ -100,6 +100,28 @@ peer_venv() {
   peer=$("${LOOM_SRCDIR:-$(dirname "$0")/../..}/contrib/peer-venv.sh" "$@" 2>"$LOOM_TMP/peer.err") || skip "$(cat "$LOOM_TMP/peer.err")"
 }
 
+# The start of the MPI training tests: loom-train ($T), mpirun and the data set there (else skip;
+# under distcheck they ran in make check already), Open MPI allowed as root, the test's folder, and
+# rankenv.sh: rank r weighs 2r+1 (uneven static shares), and with SLOW set rank 1 is emulated that
+# much slower (LOOM_EMULATE_SPEED).
+mpi_training_setup() {
+  T=$LOOM_BUILDDIR/loom-train
+  [ -x "$T" ] || skip "loom-train not built"
+  [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
+  command -v mpirun >/dev/null || skip "mpirun missing"
+  [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  cd "$LOOM_TMP" || exit 99
+  cat >rankenv.sh <<'SH'
+#!/bin/sh
+r=${OMPI_COMM_WORLD_RANK:-0}
+export LOOM_DEVICE_WEIGHT=$((2 * r + 1))
+[ -n "$SLOW" ] && [ "$r" = 1 ] && export LOOM_EMULATE_SPEED=$SLOW
+exec "$@"
+SH
+  chmod +x rankenv.sh
+}
+
 finish() {
   if [ "$failures" -gt 0 ]; then
     echo "$LOOM_TEST_NAME: $failures of $((checks + failures)) checks failed"

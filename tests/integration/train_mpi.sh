@@ -5,22 +5,7 @@
 # emulated at 0.4 of the speed; fp16 loss scaling, PowerSGD and fp16 gradients; a stopped or
 # killed rank ends the job with its name instead of a hang.
 . "$(dirname "$0")/lib.sh"
-T=$LOOM_BUILDDIR/loom-train
-[ -x "$T" ] || skip "loom-train not built"
-[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
-command -v mpirun >/dev/null || skip "mpirun missing"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || skip "dataset-fashion-mnist not installed"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "$LOOM_TMP" || exit 99
-cat >rankenv.sh <<'SH'
-#!/bin/sh
-# Per-rank device weight (rank r weighs 2r+1) and, for rank 1, an emulated slow device.
-r=${OMPI_COMM_WORLD_RANK:-0}
-export LOOM_DEVICE_WEIGHT=$((2 * r + 1))
-[ -n "$SLOW" ] && [ "$r" = 1 ] && export LOOM_EMULATE_SPEED=$SLOW
-exec "$@"
-SH
-chmod +x rankenv.sh
+mpi_training_setup
 common="--steps 25 --global-batch 60 --seed 11 --lr 0.05 --log-every 1000"
 run_cmd "$T" $common --export one.h5
 expect_eq "1 rank" 0 "$rc"
