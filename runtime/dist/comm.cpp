@@ -184,6 +184,17 @@ void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* begin, size
   owned_chunk(world_, n, begin, count);
 }
 
+void Communicator::reduce_scatter_sum_half(float* data, size_t n, size_t* begin, size_t* count) {
+  owned_chunk(world_, n, begin, count);
+  if (size() == 1) return;
+  std::vector<uint16_t> h(n);
+  floats_to_halves(data, h.data(), n);
+  std::vector<std::vector<Step>> one(1);
+  ring_steps(world_, 0, n, true, &one[0]);
+  run_steps(h.data(), one);
+  halves_to_floats(h.data() + *begin, data + *begin, *count);
+}
+
 void Communicator::allgather_chunks(float* data, size_t n) {
   std::vector<std::vector<Step>> one(1);
   ring_steps(world_, 0, n, false, &one[0]);

@@ -29,13 +29,14 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     rep_.say("--offload optimizer: the ranks train on the CPU, where the optimizer state is in host memory already",
              "\"level\":\"info\",\"event\":\"offload\",\"moved\":false");
   if (c.zero == 3) {
-    zero3_ = std::make_unique<Zero3>(*c.comm, device);
+    zero3_ = std::make_unique<Zero3>(*c.comm, device, c.grad_compress == "fp16");
     // In this build ZeRO-3's shards live in host memory on every device: on CUDA the optimizer is
     // offloaded with or without --offload optimizer, and the layers are staged through the host.
     rep_.say("ZeRO-3: parameters, gradients and optimizer state sharded over " + std::to_string(ranks_.size) +
                  " ranks" + (device == Device::kCuda ? " in host memory (the optimizer offloaded, each layer staged to the GPU)" : "") +
                  "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
-                 "its gradients reduce-scattered as backward finishes it; ring over " + std::to_string(ranks_.size) + " ranks (" +
+                 "its gradients reduce-scattered" + (c.grad_compress == "fp16" ? std::string(" in fp16") : std::string()) +
+                 " as backward finishes it; ring over " + std::to_string(ranks_.size) + " ranks (" +
                  c.comm->backend() + ")",
              "\"level\":\"info\",\"event\":\"comm\",\"zero\":3");
     return;

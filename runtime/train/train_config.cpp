@@ -77,9 +77,11 @@ void validate(const TrainConfig& c) {
   if (c.zero != 0 && c.zero != 1 && c.zero != 3)
     throw Error("--zero must be 0, 1 (the optimizer state sharded) or 3 (parameters, gradients and optimizer state "
                 "sharded), not " + std::to_string(c.zero));
-  if (c.zero != 0 && c.grad_compress != "none")
-    throw Error("--zero " + std::to_string(c.zero) + " reduce-scatters fp32 gradients: it does not combine with --grad-compress " +
-                c.grad_compress);
+  if (c.zero == 1 && c.grad_compress != "none")
+    throw Error("--zero 1 reduce-scatters fp32 gradients: it does not combine with --grad-compress " + c.grad_compress);
+  if (c.zero == 3 && c.grad_compress != "none" && c.grad_compress != "fp16")
+    throw Error("--zero 3 reduce-scatters each layer's gradients (fp32, or fp16 with --grad-compress fp16): it does not "
+                "combine with --grad-compress " + c.grad_compress);
   if (c.zero == 3 && c.qat) throw Error("--zero 3 does not combine with --qat (its observers see whole weights)");
   one_of("--offload", c.offload, {"none", "optimizer"});
   if (c.offload == "optimizer" && c.zero == 0)

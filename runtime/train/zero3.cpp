@@ -60,7 +60,7 @@ class Zero3::Queue {
   std::thread thread_;
 };
 
-Zero3::Zero3(Communicator& comm, Device device) : comm_(comm), device_(device) {}
+Zero3::Zero3(Communicator& comm, Device device, bool half_grads) : comm_(comm), device_(device), half_(half_grads) {}
 
 Zero3::~Zero3() {
   queue_.reset();  // the thread finishes what was posted before the buffers go
@@ -197,12 +197,13 @@ void Zero3::reduce_grads(Group& g) {
   // finish_backward) holds the job itself.
   reducing_.push_back(queue_->post([this, flat, gp]() mutable {
     size_t begin = 0, count = 0;
-    comm_.reduce_scatter_sum(flat.f32(), gp->n, &begin, &count);
+    if (half_) comm_.reduce_scatter_sum_half(flat.f32(), gp->n, &begin, &count);
+    else comm_.reduce_scatter_sum(flat.f32(), gp->n, &begin, &count);
     if (begin != gp->begin || count != gp->count) throw Error("--zero 3: the reduce-scatter's chunk is not this rank's shard");
     std::copy_n(flat.f32() + begin, count, gp->g.f32());
     recycle(std::move(flat));
   }));
-  sent_ += g.n * sizeof(float);
+  sent_ += g.n * (half_ ? 2 : sizeof(float));
 }
 
 Tensor Zero3::buffer(size_t n) {

@@ -52,6 +52,13 @@ for z in 0 3; do
   expect_eq "--zero $z --recompute --precision fp16, 4 ranks" 0 "$rc"
 done
 close "4 ranks, --recompute --precision fp16" fp16_3.h5 fp16_0.h5
+# fp16 gradients: each layer's reduce-scatter in fp16, as the unsharded run's allreduce sums them.
+for z in 0 3; do
+  run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $g --zero $z --grad-compress fp16 --export "g16_$z.h5"
+  expect_eq "--zero $z --grad-compress fp16, 2 ranks" 0 "$rc"
+done
+expect_match "--zero 3 says its gradients travel in fp16" "its gradients reduce-scattered in fp16 as backward finishes it" "$err"
+close "2 ranks, --grad-compress fp16" g16_3.h5 g16_0.h5
 # AdamW: on 2 ranks the sums are the same as the unsharded run's (one addition each).
 for z in 0 3; do run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $g --optimizer adamw --lr 0.003 --zero $z --export "adam_$z.h5"; done
 close "AdamW, 2 ranks" adam_3.h5 adam_0.h5
@@ -86,9 +93,7 @@ close "4 ranks --zero 3 resumed on 1 rank --zero 0" r1.h5 full.h5
 # Bad input.
 run_cmd timeout 60 mpirun -np 2 --oversubscribe "$T" $g --zero 3 --grad-compress powersgd
 expect_eq "--zero 3 with PowerSGD: usage" 2 "$rc"
-expect_match "--zero 3 with PowerSGD: why" "--zero 3 reduce-scatters fp32 gradients: it does not combine with --grad-compress powersgd" "$err"
-run_cmd "$T" $g --zero 3 --grad-compress fp16
-expect_match "--zero 3 with fp16 gradients: why" "it does not combine with --grad-compress fp16" "$err"
+expect_match "--zero 3 with PowerSGD: why" "--zero 3 reduce-scatters each layer's gradients \(fp32, or fp16 with --grad-compress fp16\): it does not combine with --grad-compress powersgd" "$err"
 run_cmd "$T" --steps 2 --zero 3 --qat
 expect_match "--zero 3 with --qat: why" "--zero 3 does not combine with --qat" "$err"
 run_cmd "$T" --steps 2 --zero 2

@@ -64,6 +64,9 @@ class Communicator {
   // hop, as NCCL's fp16 allreduce does. Values beyond fp16's range become inf.
   void allreduce_sum_half(float* data, size_t n);
   void reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count);  // rank's chunk reduced
+  // The same with fp16 payloads (as allreduce_sum_half): only this rank's chunk of `data` holds
+  // the sum afterwards.
+  void reduce_scatter_sum_half(float* data, size_t n, size_t* begin, size_t* count);
   void allgather_chunks(float* data, size_t n);                        // inverse of the above
   // The chunk of n elements that reduce_scatter_sum leaves summed on this rank, and that
   // allgather_chunks sends from it.

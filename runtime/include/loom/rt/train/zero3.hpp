@@ -29,8 +29,9 @@ namespace loom::rt {
 
 class Zero3 : public ParamGate {
  public:
-  // `device`: where the model computes.
-  Zero3(Communicator& comm, Device device);
+  // `device`: where the model computes; `half_grads`: gradients reduce-scattered with fp16
+  // payloads (--grad-compress fp16).
+  Zero3(Communicator& comm, Device device, bool half_grads = false);
   ~Zero3() override;
   // Takes this rank's chunk of every group from the parameters' whole values (the model's
   // initialization or a checkpoint's, alike on every rank) and from the optimizer's restored
@@ -88,6 +89,7 @@ class Zero3 : public ParamGate {
 
   Communicator& comm_;
   const Device device_;
+  const bool half_;
   std::vector<Param>* params_ = nullptr;
   std::vector<Group> groups_;
   std::vector<std::vector<int64_t>> shapes_;  // every parameter's
