@@ -177,27 +177,49 @@ void Communicator::allreduce_sum_half(float* data, size_t n) {
   halves_to_floats(h.data(), data, n);
 }
 
+// Hierarchical (set_nodes): a reduce-scatter inside each node, then one of the node's chunk across
+// the nodes among the ranks with the same local index, so that only 1/local of the data crosses
+// the network per rank; the allgather the other way round. A rank's chunk is its cross-node
+// chunk of its node-local chunk.
+void Communicator::own_chunk(size_t n, size_t* begin, size_t* count) const {
+  if (!hierarchical()) return owned_chunk(world_, n, begin, count);
+  size_t b, c, b2, c2;
+  owned_chunk(local_, n, &b, &c);
+  owned_chunk(cross_, c, &b2, &c2);
+  *begin = b + b2;
+  *count = c2;
+}
+
+void Communicator::scatter_steps(size_t n, bool reduce, std::vector<Step>* out) const {
+  if (!hierarchical()) return ring_steps(world_, 0, n, reduce, out);
+  size_t b, c;
+  owned_chunk(local_, n, &b, &c);
+  if (reduce) ring_steps(local_, 0, n, true, out);
+  ring_steps(cross_, b, c, reduce, out);
+  if (!reduce) ring_steps(local_, 0, n, false, out);
+}
+
 void Communicator::reduce_scatter_sum(float* data, size_t n, size_t* begin, size_t* count) {
   std::vector<std::vector<Step>> one(1);
-  ring_steps(world_, 0, n, true, &one[0]);
+  scatter_steps(n, true, &one[0]);
   run_steps(data, one);
-  owned_chunk(world_, n, begin, count);
+  own_chunk(n, begin, count);
 }
 
 void Communicator::reduce_scatter_sum_half(float* data, size_t n, size_t* begin, size_t* count) {
-  owned_chunk(world_, n, begin, count);
+  own_chunk(n, begin, count);
   if (size() == 1) return;
   std::vector<uint16_t> h(n);
   floats_to_halves(data, h.data(), n);
   std::vector<std::vector<Step>> one(1);
-  ring_steps(world_, 0, n, true, &one[0]);
+  scatter_steps(n, true, &one[0]);
   run_steps(h.data(), one);
   halves_to_floats(h.data() + *begin, data + *begin, *count);
 }
 
 void Communicator::allgather_chunks(float* data, size_t n) {
   std::vector<std::vector<Step>> one(1);
-  ring_steps(world_, 0, n, false, &one[0]);
+  scatter_steps(n, false, &one[0]);
   run_steps(data, one);
 }
 

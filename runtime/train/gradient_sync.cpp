@@ -36,8 +36,7 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                  " ranks" + (device == Device::kCuda ? " in host memory (the optimizer offloaded, each layer staged to the GPU)" : "") +
                  "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
                  "its gradients reduce-scattered" + (c.grad_compress == "fp16" ? std::string(" in fp16") : std::string()) +
-                 " as backward finishes it; ring over " + std::to_string(ranks_.size) + " ranks (" +
-                 c.comm->backend() + ")",
+                 " as backward finishes it; " + c.comm->describe() + " (" + c.comm->backend() + ")",
              "\"level\":\"info\",\"event\":\"comm\",\"zero\":3");
     return;
   }

@@ -45,6 +45,21 @@ for extra in "--balance static" "--balance dynamic --replan-every 5 --clip-grad-
   close "4 ranks, $extra" z4.h5 "$([[ $extra == *clip* ]] && echo one_clip.h5 || echo one.h5)"
 done
 expect_match "4 ranks: dynamic shares re-planned" "re-planned shares" "$err"
+# 4 ranks as 2 nodes x 2 (LOOM_NODE_ID stands in for the host): the gathers and reduce-scatters
+# go inside each node and across the nodes, as the hierarchical allreduce does; ZeRO-1's too.
+cat >nodeenv.sh <<'SH'
+#!/bin/sh
+r=${OMPI_COMM_WORLD_RANK:-0}
+export LOOM_DEVICE_WEIGHT=$((r + 1)) LOOM_NODE_ID=node$((r / 2))
+exec "$@"
+SH
+chmod +x nodeenv.sh
+for z in 1 3; do
+  run_cmd timeout 300 mpirun -np 4 --oversubscribe ./nodeenv.sh "$T" $g --balance static --zero $z --export "hier$z.h5"
+  expect_eq "--zero $z, 2 nodes x 2 ranks" 0 "$rc"
+  close "--zero $z, 2 nodes x 2 ranks" "hier$z.h5" one.h5
+done
+expect_match "--zero 3 across nodes is hierarchical" "as backward finishes it; hierarchical: 2 nodes x 2 ranks \(mpi\)" "$err"
 # Mixed precision and recompute: the same fp16 rounding, loss scaling and recomputed blocks as
 # the unsharded run on the same ranks.
 for z in 0 3; do

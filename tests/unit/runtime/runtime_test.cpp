@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -475,6 +476,44 @@ TEST(Comm, HierarchicalSendsLessAcrossNodes) {
     EXPECT_EQ(c.bytes_sent(), (n + n / 2) * 4);  // local RS+AG: n/2 + n/2; cross RS+AG: n/4 + n/4
     for (float x : v) ASSERT_EQ(x, 4.0f);
   });
+}
+
+// ZeRO's reduce-scatter and allgather, flat and hierarchical (2 nodes x 2 ranks, 3 x 2): each rank's
+// chunk (own_chunk) holds the sum, the chunks tile the buffer, and the allgather brings every
+// chunk back from its owner, fp32 and with fp16 payloads.
+TEST(Comm, ReduceScatterAndAllgatherFlatAndHierarchical) {
+  for (const std::vector<int>& nodes : {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 1, 1}, std::vector<int>{4, 4, 5, 5, 6, 6}}) {
+    const int p = static_cast<int>(nodes.size());
+    const size_t n = 4001;
+    std::vector<std::pair<size_t, size_t>> chunks(static_cast<size_t>(p));
+    run_ranks(p, [&](Communicator& c) {
+      c.set_nodes(nodes);
+      for (bool half : {false, true}) {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((c.rank() + 1) * (i % 7));
+        size_t b = 0, k = 0, ob = 0, ok = 0;
+        if (half) c.reduce_scatter_sum_half(v.data(), n, &b, &k);
+        else c.reduce_scatter_sum(v.data(), n, &b, &k);
+        c.own_chunk(n, &ob, &ok);
+        EXPECT_EQ(b, ob);
+        EXPECT_EQ(k, ok);
+        chunks[static_cast<size_t>(c.rank())] = {b, k};
+        const float ranks = static_cast<float>(p * (p + 1) / 2);
+        for (size_t i = b; i < b + k; ++i) ASSERT_EQ(v[i], ranks * static_cast<float>(i % 7)) << p << " " << i;
+        for (size_t i = 0; i < n; ++i)
+          if (i < b || i >= b + k) v[i] = -1;  // what the allgather must overwrite
+        c.allgather_chunks(v.data(), n);
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], ranks * static_cast<float>(i % 7)) << p << " " << i;
+      }
+    });
+    std::sort(chunks.begin(), chunks.end());
+    size_t at = 0;
+    for (const auto& [b, k] : chunks) {
+      EXPECT_EQ(b, at) << "the chunks do not tile the buffer";
+      at = b + k;
+    }
+    EXPECT_EQ(at, n);
+  }
 }
 
 TEST(Comm, LargeBuffersArePipelinedInSegmentsWithTheSameSum) {

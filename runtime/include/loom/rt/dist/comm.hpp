@@ -69,8 +69,9 @@ class Communicator {
   void reduce_scatter_sum_half(float* data, size_t n, size_t* begin, size_t* count);
   void allgather_chunks(float* data, size_t n);                        // inverse of the above
   // The chunk of n elements that reduce_scatter_sum leaves summed on this rank, and that
-  // allgather_chunks sends from it.
-  void own_chunk(size_t n, size_t* begin, size_t* count) const { owned_chunk(world_, n, begin, count); }
+  // allgather_chunks sends from it. Hierarchical (set_nodes): both go inside the node and across
+  // the nodes, as the allreduce does, and the chunk is this rank's part of its node's.
+  void own_chunk(size_t n, size_t* begin, size_t* count) const;
   void broadcast(void* data, size_t bytes, int root);
   void barrier();
   size_t bytes_sent() const { return bytes_sent_; }
@@ -89,6 +90,8 @@ class Communicator {
   // or allgather (its inverse) over [at, at + n).
   static void ring_steps(const Group& g, size_t at, size_t n, bool reduce, std::vector<Step>* out);
   static void owned_chunk(const Group& g, size_t n, size_t* begin, size_t* count);  // after reduce-scatter
+  // A reduce-scatter's (reduce) or an allgather's steps over [0, n): one ring, or hierarchical.
+  void scatter_steps(size_t n, bool reduce, std::vector<Step>* out) const;
   std::vector<Step> allreduce_steps(size_t at, size_t n) const;
   // Runs segments' steps as a pipeline: segment k takes its step j at tick k + j.
   template <class T>
