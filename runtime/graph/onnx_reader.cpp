@@ -6,10 +6,13 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -138,19 +141,36 @@ int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
   int64_t v = -1;
   for (const auto& o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") v = o.version();
-  if (v < 0) throw Error(path + ": the model imports no default-domain (ai.onnx) opset");
-  if (v < kMinOpset || v > kMaxOpset)
-    throw Error(path + ": opset " + std::to_string(v) + " is not supported (this executor runs ai.onnx opsets 13-17)");
+  if (v < 0) return v;  // check_operators names an operator of another domain first
+  if (v < 1 || v > kMaxOpset)
+    throw Error(path + ": opset " + std::to_string(v) + " is not supported (this executor runs ai.onnx opsets up to " +
+                std::to_string(kMaxOpset) + ")");
   return v;
 }
 
-// Every node's operator is one this executor runs, before ONNX's checker sees the graph.
-void check_operators(const onnx::GraphProto& g, const std::string& path) {
+// Every node's operator is one this executor runs, before ONNX's checker sees the graph. The
+// kernels follow the operators' definitions at opsets 13-17; a model of an older opset runs when
+// each of its operators is still defined there as it was at opset 13 (ONNX's schema of the
+// operator at the model's opset is the one in force at opset 13: AveragePool at opset 11, Relu at
+// 6), and is refused naming the first one whose definition changed since (Squeeze's axes became
+// an input at 13).
+void check_operators(const onnx::GraphProto& g, int64_t opset, const std::string& path) {
+  auto label = [](const onnx::NodeProto& n) {
+    return (n.domain().empty() ? std::string("ai.onnx") : n.domain()) + ":" + n.op_type() +
+           (n.name().empty() ? "" : " (node '" + n.name() + "')");
+  };
+  for (const auto& n : g.node())
+    if ((!n.domain().empty() && n.domain() != "ai.onnx") || !find_op(n.op_type()))
+      throw Error(path + ": operator " + label(n) + " is not supported");
+  if (opset < 0) throw Error(path + ": the model imports no default-domain (ai.onnx) opset");
+  if (opset >= kMinOpset) return;
   for (const auto& n : g.node()) {
-    const std::string dom = n.domain().empty() ? "ai.onnx" : n.domain();
-    if ((dom != "ai.onnx") || !find_op(n.op_type()))
-      throw Error(path + ": operator " + dom + ":" + n.op_type() + (n.name().empty() ? "" : " (node '" + n.name() + "')") +
-                  " is not supported");
+    const auto* then = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+    const auto* now = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(kMinOpset), "");
+    if (!then || !now || then->since_version() != now->since_version())
+      throw Error(path + ": operator " + label(n) + " at opset " + std::to_string(opset) +
+                  " is not supported: its definition changed by opset " + std::to_string(kMinOpset) +
+                  " (this executor runs ai.onnx opsets 13-17, and older ones whose operators are unchanged since)");
   }
 }
 
@@ -174,6 +194,20 @@ void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
   onnx::checker::check_model_local_functions(m, ctx, lex);
 }
 
+// Operand slots that are parameters rather than data (a shape, axes, bounds, a scale, a mode, a
+// divisor):
+// zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so the load's probe on zeros
+// gives no verdict on a graph that takes one of them as an input.
+bool parameter_slot(const std::string& op, size_t i) {
+  static const std::map<std::string, std::set<size_t>> slots = {
+      {"Reshape", {1}}, {"Expand", {1}}, {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}},
+      {"Pad", {1, 2}}, {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"QuantizeLinear", {1, 2}},
+      {"DequantizeLinear", {1, 2}}, {"Clip", {1, 2}}, {"Dropout", {1, 2}}, {"Trilu", {1}}, {"ReduceSum", {1}},
+      {"Tile", {1}}, {"Div", {1}}, {"Mod", {1}}};  // Div, Mod: an integer divisor of zero
+  auto it = slots.find(op);
+  return it != slots.end() && it->second.count(i) > 0;
+}
+
 }  // namespace
 
 Model Loader::load(const std::string& path) {
@@ -183,7 +217,7 @@ Model Loader::load(const std::string& path) {
     throw Error(path + ": not an ONNX model (the protobuf does not parse: a truncated file or another format)");
   Model model;
   model.opset_ = default_opset(m, path);
-  check_operators(m.graph(), path);
+  check_operators(m.graph(), model.opset_, path);
   const auto& g = m.graph();
   const std::string dir = dir_of(path);
   std::unordered_map<std::string, int> ids;
@@ -239,7 +273,12 @@ Model Loader::load(const std::string& path) {
   try {
     model.run(probe);
   } catch (const Error& e) {
-    throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+    bool feeds_parameter = false;  // an input where the operator wants a shape, axes, a scale
+    for (const auto& n : model.nodes_)
+      for (size_t k = 0; k < n.in.size(); ++k)
+        feeds_parameter = feeds_parameter || (parameter_slot(n.op, k) && std::find(model.input_ids_.begin(), model.input_ids_.end(),
+                                                                                    n.in[k]) != model.input_ids_.end());
+    if (!feeds_parameter) throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
   }
   return model;
 }

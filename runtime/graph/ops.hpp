@@ -59,6 +59,12 @@ void op_equal(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor
 void op_less(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_greater(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_where(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_greater_equal(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_less_equal(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_logic(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_variadic(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_prelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_mod(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_not(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_cast(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // by n.op

@@ -89,7 +89,10 @@ void im2col(const float* x, int64_t c, int64_t h, int64_t w, const Window& k, fl
 }
 
 void need_nchw(const Node& n, const Tensor& x) {
-  if (x.ndim() != 4 || x.dtype() != DType::kF32) op_error(n, "expects a float32 NCHW tensor, got " + x.shape_str());
+  if (x.ndim() != 4 || x.dtype() != DType::kF32) {
+    const std::string what = x.ndim() != 4 ? "rank " + std::to_string(x.ndim()) : std::string(dtype_name(x.dtype()));
+    op_error(n, "a " + what + " tensor is not supported (it runs on float32 NCHW), got " + x.shape_str());
+  }
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 // ops_elementwise.cpp — arithmetic and comparisons with numpy broadcasting, Where, Cast and the
 // unary functions. Same-shape and scalar operands take straight loops the compiler vectorises;
 // other broadcasts walk the output row by row with each operand's strides.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
+#include <type_traits>
 
 #include "ops.hpp"
 #include "ops_fused.hpp"
@@ -165,6 +169,68 @@ void op_greater(const Node& n, const std::vector<const Tensor*>& in, std::vector
   compare(n, in, out, [](auto a, auto b) -> uint8_t { return a > b; });
 }
 
+void op_greater_equal(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  compare(n, in, out, [](auto a, auto b) -> uint8_t { return a >= b; });
+}
+void op_less_equal(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  compare(n, in, out, [](auto a, auto b) -> uint8_t { return a <= b; });
+}
+
+// And, Or, Xor: bool tensors, broadcast.
+void op_logic(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (need(n, in, 0).dtype() != DType::kBool || need(n, in, 1).dtype() != DType::kBool)
+    op_error(n, std::string(dtype_name(need(n, in, 0).dtype())) + " operands are not supported (" + n.op + " takes bool tensors)");
+  if (n.op == "And") compare(n, in, out, [](auto a, auto b) -> uint8_t { return a && b; });
+  else if (n.op == "Or") compare(n, in, out, [](auto a, auto b) -> uint8_t { return a || b; });
+  else compare(n, in, out, [](auto a, auto b) -> uint8_t { return (a != 0) != (b != 0); });
+}
+
+// Max, Min, Sum, Mean of one or more tensors, broadcast (Mean: float32).
+void op_variadic(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  Tensor acc = need(n, in, 0);
+  if (in.size() == 1) acc = acc.clone();
+  for (size_t k = 1; k < in.size(); ++k) {
+    std::vector<const Tensor*> two = {&acc, &need(n, in, k)};
+    std::vector<Tensor> r(1);
+    if (n.op == "Max") arith(n, two, r, [](auto a, auto b) { return a < b ? b : a; });
+    else if (n.op == "Min") arith(n, two, r, [](auto a, auto b) { return b < a ? b : a; });
+    else arith(n, two, r, [](auto a, auto b) { return a + b; });
+    acc = r[0];
+  }
+  if (n.op == "Mean") {
+    if (acc.dtype() != DType::kF32) op_error(n, std::string("Mean of ") + dtype_name(acc.dtype()) + " is not supported");
+    for (int64_t i = 0; i < acc.numel(); ++i) acc.f32()[i] /= static_cast<float>(in.size());
+  }
+  out[0] = acc;
+}
+
+// PRelu(x, slope): x where x >= 0, slope * x elsewhere; the slope broadcast to x.
+void op_prelu(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  arith(n, in, out, [](auto x, auto s) { return x < 0 ? static_cast<decltype(x)>(s * x) : x; });
+}
+
+// Mod: integers take the divisor's sign (Python's %), or the dividend's with fmod=1 (C's fmod);
+// floats need fmod=1.
+void op_mod(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const bool c_style = attr_i(n, "fmod", 0) != 0;
+  if (need(n, in, 0).dtype() == DType::kF32) {
+    if (!c_style) op_error(n, "fmod=0 on float32 is not supported (ONNX asks fmod=1 for floats)");
+    arith(n, in, out, [](auto a, auto b) { return static_cast<decltype(a)>(std::fmod(a, b)); });
+    return;
+  }
+  arith(n, in, out, [&n, c_style](auto a, auto b) {
+    using T = decltype(a);
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) op_error(n, "integer modulo by zero");
+      T r = static_cast<T>(a % b);
+      if (!c_style && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    } else {
+      return static_cast<T>(std::fmod(a, b));  // not reached: float32 took the branch above
+    }
+  });
+}
+
 void op_not(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& a = need(n, in, 0);
   if (a.dtype() != DType::kBool) op_error(n, "Not takes a bool tensor");
@@ -272,6 +338,36 @@ void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   out[0] = y;
 }
 
+namespace {
+
+// The element-wise float32 functions without a fused or special path, with ONNX's attributes and
+// defaults (alpha, beta, gamma); null for an operator that is not one of them.
+std::function<float(float)> math_fn(const Node& n) {
+  const std::string& op = n.op;
+  static const std::map<std::string, float (*)(float)> plain = {
+      {"Sin", std::sin}, {"Cos", std::cos}, {"Tan", std::tan}, {"Asin", std::asin}, {"Acos", std::acos},
+      {"Atan", std::atan}, {"Sinh", std::sinh}, {"Cosh", std::cosh}, {"Asinh", std::asinh}, {"Acosh", std::acosh},
+      {"Atanh", std::atanh}, {"Floor", std::floor}, {"Ceil", std::ceil}, {"Round", std::nearbyint}};
+  if (auto it = plain.find(op); it != plain.end()) return it->second;  // Round: half to even (the default rounding mode)
+  if (op == "Sign") return [](float x) { return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f; };
+  if (op == "Softplus") return [](float x) { return std::log1p(std::exp(-std::fabs(x))) + std::max(x, 0.0f); };
+  if (op == "Softsign") return [](float x) { return x / (1 + std::fabs(x)); };
+  if (op == "LeakyRelu") return [a = attr_f(n, "alpha", 0.01f)](float x) { return x < 0 ? a * x : x; };
+  if (op == "Elu") return [a = attr_f(n, "alpha", 1.0f)](float x) { return x < 0 ? a * std::expm1(x) : x; };
+  if (op == "Celu") return [a = attr_f(n, "alpha", 1.0f)](float x) { return std::max(0.0f, x) + std::min(0.0f, a * std::expm1(x / a)); };
+  if (op == "Selu")
+    return [a = attr_f(n, "alpha", 1.67326319217681884765625f), g = attr_f(n, "gamma", 1.05070102214813232421875f)](float x) {
+      return g * (x > 0 ? x : a * std::expm1(x));
+    };
+  if (op == "ThresholdedRelu") return [a = attr_f(n, "alpha", 1.0f)](float x) { return x > a ? x : 0.0f; };
+  if (op == "HardSigmoid")
+    return [a = attr_f(n, "alpha", 0.2f), b = attr_f(n, "beta", 0.5f)](float x) { return std::clamp(a * x + b, 0.0f, 1.0f); };
+  if (op == "HardSwish") return [](float x) { return x * std::clamp(x / 6 + 0.5f, 0.0f, 1.0f); };
+  return nullptr;
+}
+
+}  // namespace
+
 void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& a = need(n, in, 0);
   if (a.dtype() == DType::kI64 && (n.op == "Neg" || n.op == "Abs")) {
@@ -305,6 +401,8 @@ void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
     for (int64_t i = 0; i < total; ++i) r[i] = 1.0f / x[i];
   } else if (op == "Abs") {
     for (int64_t i = 0; i < total; ++i) r[i] = std::fabs(x[i]);
+  } else if (const auto f = math_fn(n)) {
+    for (int64_t i = 0; i < total; ++i) r[i] = f(x[i]);
   } else {
     op_error(n, "no unary kernel");
   }

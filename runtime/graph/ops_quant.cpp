@@ -75,7 +75,7 @@ void op_dequantize_linear(const Node& n, const std::vector<const Tensor*>& in, s
 
 void op_clip(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
-  if (x.dtype() != DType::kF32) op_error(n, "Clip runs on float32");
+  if (x.dtype() != DType::kF32) op_error(n, std::string(dtype_name(x.dtype())) + " is not supported (Clip runs on float32)");
   const float lo = in.size() > 1 && in[1] ? in[1]->f32()[0] : -INFINITY;
   const float hi = in.size() > 2 && in[2] ? in[2]->f32()[0] : INFINITY;
   Tensor y = Tensor::empty(x.shape());

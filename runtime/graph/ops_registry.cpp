@@ -7,13 +7,23 @@
 
 namespace loom::rt::graph {
 
-OpFn find_op(const std::string& op) {
+namespace {
+
+const std::unordered_map<std::string, OpFn>& registry() {
   static const std::unordered_map<std::string, OpFn> ops = {
       {"Add", op_add}, {"Sub", op_sub}, {"Mul", op_mul}, {"Div", op_div}, {"Pow", op_pow},
       {"Equal", op_equal}, {"Less", op_less}, {"Greater", op_greater}, {"Where", op_where}, {"Not", op_not},
+      {"GreaterOrEqual", op_greater_equal}, {"LessOrEqual", op_less_equal}, {"And", op_logic}, {"Or", op_logic},
+      {"Xor", op_logic}, {"Max", op_variadic}, {"Min", op_variadic}, {"Sum", op_variadic}, {"Mean", op_variadic},
+      {"PRelu", op_prelu}, {"Mod", op_mod},
       {"Cast", op_cast}, {"Relu", op_unary}, {"Sqrt", op_unary}, {"Erf", op_unary}, {"Tanh", op_unary},
       {"Sigmoid", op_unary}, {"Neg", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Reciprocal", op_unary},
-      {"Abs", op_unary},
+      {"Abs", op_unary}, {"Sin", op_unary}, {"Cos", op_unary}, {"Tan", op_unary}, {"Asin", op_unary},
+      {"Acos", op_unary}, {"Atan", op_unary}, {"Sinh", op_unary}, {"Cosh", op_unary}, {"Asinh", op_unary},
+      {"Acosh", op_unary}, {"Atanh", op_unary}, {"Floor", op_unary}, {"Ceil", op_unary}, {"Round", op_unary},
+      {"Sign", op_unary}, {"Softplus", op_unary}, {"Softsign", op_unary}, {"LeakyRelu", op_unary}, {"Elu", op_unary},
+      {"Celu", op_unary}, {"Selu", op_unary}, {"ThresholdedRelu", op_unary}, {"HardSigmoid", op_unary},
+      {"HardSwish", op_unary},
       {"Identity", op_identity}, {"Dropout", op_identity}, {"Constant", op_constant}, {"Shape", op_shape},
       {"Size", op_size}, {"Reshape", op_reshape}, {"Flatten", op_flatten}, {"Squeeze", op_squeeze},
       {"Unsqueeze", op_unsqueeze}, {"Transpose", op_transpose}, {"Concat", op_concat}, {"Split", op_split},
@@ -26,8 +36,21 @@ OpFn find_op(const std::string& op) {
       {"GlobalAveragePool", op_global_avg_pool},
       {"QuantizeLinear", op_quantize_linear}, {"DequantizeLinear", op_dequantize_linear}, {"Clip", op_clip},
   };
-  auto it = ops.find(op);
-  return it == ops.end() ? nullptr : it->second;
+  return ops;
+}
+
+}  // namespace
+
+OpFn find_op(const std::string& op) {
+  auto it = registry().find(op);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> operators() {
+  std::vector<std::string> out;
+  for (const auto& [name, fn] : registry()) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool dtype_from_onnx(int32_t t, DType* out) {

@@ -55,6 +55,10 @@ int64_t scalar_i(const Node& n, const Tensor& t) {
 }  // namespace
 
 void op_identity(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  // Dropout in training mode (its third input true) draws a random mask: this executor infers only.
+  if (n.op == "Dropout" && in.size() > 2 && in[2] && in[2]->numel() == 1 && in[2]->dtype() == DType::kBool &&
+      in[2]->data<bool>()[0])
+    op_error(n, "training_mode true is not supported (this executor runs inference: Dropout passes its input through)");
   out[0] = need(n, in, 0);
   if (out.size() > 1) {  // Dropout's mask, all kept
     out[1] = Tensor::empty(out[0].shape(), DType::kBool);

@@ -26,6 +26,8 @@ const char* kserve_type_name(DType t);
 // ONNX's TensorProto element types <-> the runtime's (false / 0 for one it does not have).
 bool dtype_from_onnx(int32_t t, DType* out);
 int32_t onnx_dtype(DType t);
+// The ai.onnx operators this executor runs, sorted (a model with any other is refused at load).
+std::vector<std::string> operators();
 
 // One attribute of a node, of whichever ONNX kind it is.
 struct Attr {
