@@ -65,6 +65,11 @@ void op_logic(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor
 void op_variadic(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_prelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_mod(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_arg(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_hardmax(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_gather_elements(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_nll_loss(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_softmax_xent_loss(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_not(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_cast(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // by n.op

@@ -210,9 +210,45 @@ void op_softmax(const Node& n, const std::vector<const Tensor*>& in, std::vector
 }
 
 // ReduceMean / ReduceSum / ReduceMax over `axes` (attribute, or ReduceSum's input at opset 13).
+namespace {
+
+// One ONNX reduction: each element mapped (|x|, x^2, e^x), combined (sum, max, min, product) from
+// its identity, the result finished (mean, square root, log).
+struct Reducer {
+  enum Combine { kSum, kMax, kMin, kProd } combine = kSum;
+  enum Map { kSame, kAbs, kSquare, kExp } map = kSame;
+  enum Finish { kNone, kMean, kSqrt, kLog } finish = kNone;
+  float init() const { return combine == kMax ? -INFINITY : combine == kMin ? INFINITY : combine == kProd ? 1.0f : 0.0f; }
+  float mapped(float x) const { return map == kAbs ? std::fabs(x) : map == kSquare ? x * x : map == kExp ? std::exp(x) : x; }
+  float add(float a, float x) const {
+    const float v = mapped(x);
+    return combine == kMax ? std::max(a, v) : combine == kMin ? std::min(a, v) : combine == kProd ? a * v : a + v;
+  }
+  float done(float a, int64_t count) const {
+    return finish == kMean ? (count ? a / static_cast<float>(count) : a) : finish == kSqrt ? std::sqrt(a) : finish == kLog ? std::log(a) : a;
+  }
+};
+
+Reducer reducer_of(const std::string& op) {
+  Reducer r;
+  if (op == "ReduceMax") r.combine = Reducer::kMax;
+  else if (op == "ReduceMin") r.combine = Reducer::kMin;
+  else if (op == "ReduceProd") r.combine = Reducer::kProd;
+  else if (op == "ReduceMean") r.finish = Reducer::kMean;
+  else if (op == "ReduceL1") r.map = Reducer::kAbs;
+  else if (op == "ReduceL2") r.map = Reducer::kSquare, r.finish = Reducer::kSqrt;
+  else if (op == "ReduceSumSquare") r.map = Reducer::kSquare;
+  else if (op == "ReduceLogSum") r.finish = Reducer::kLog;
+  else if (op == "ReduceLogSumExp") r.map = Reducer::kExp, r.finish = Reducer::kLog;
+  return r;
+}
+
+}  // namespace
+
 void op_reduce(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
-  if (x.dtype() != DType::kF32) op_error(n, n.op + " runs on float32");
+  if (x.dtype() != DType::kF32) op_error(n, std::string(dtype_name(x.dtype())) + " is not supported (" + n.op + " runs on float32)");
+  const Reducer red_op = reducer_of(n.op);
   std::vector<int64_t> axes = attr_ints(n, "axes");
   if (in.size() > 1 && in[1]) axes = ints_of(n, *in[1]);
   const bool keep = attr_i(n, "keepdims", 1) != 0;
@@ -224,14 +260,13 @@ void op_reduce(const Node& n, const std::vector<const Tensor*>& in, std::vector<
     if (red[static_cast<size_t>(d)]) kept_shape[static_cast<size_t>(d)] = 1;
   const int64_t total = x.numel(), outs = numel_of(kept_shape);
   const int64_t count = outs ? total / outs : 0;
-  const bool mx = n.op == "ReduceMax";
-  std::vector<float> acc(static_cast<size_t>(outs), mx ? -INFINITY : 0.0f);
+  std::vector<float> acc(static_cast<size_t>(outs), red_op.init());
   const float* px = x.f32();
   if (r > 0 && red[static_cast<size_t>(r - 1)] && std::count(red.begin(), red.end(), true) == 1) {
     const int64_t dim = x.dim(-1);  // the last axis alone: rows
     for (int64_t o = 0; o < outs; ++o) {
-      float s = mx ? -INFINITY : 0.0f;
-      for (int64_t k = 0; k < dim; ++k) s = mx ? std::max(s, px[o * dim + k]) : s + px[o * dim + k];
+      float s = red_op.init();
+      for (int64_t k = 0; k < dim; ++k) s = red_op.add(s, px[o * dim + k]);
       acc[static_cast<size_t>(o)] = s;
     }
   } else {
@@ -241,7 +276,7 @@ void op_reduce(const Node& n, const std::vector<const Tensor*>& in, std::vector<
       int64_t o = 0;
       for (int d = 0; d < r; ++d) o += idx[static_cast<size_t>(d)] * ks[static_cast<size_t>(d)];
       float& a = acc[static_cast<size_t>(o)];
-      a = mx ? std::max(a, px[i]) : a + px[i];
+      a = red_op.add(a, px[i]);
       for (int d = r; d-- > 0;) {
         if (++idx[static_cast<size_t>(d)] < x.shape()[static_cast<size_t>(d)]) break;
         idx[static_cast<size_t>(d)] = 0;
@@ -253,9 +288,131 @@ void op_reduce(const Node& n, const std::vector<const Tensor*>& in, std::vector<
     if (!red[static_cast<size_t>(d)]) os.push_back(x.shape()[static_cast<size_t>(d)]);
     else if (keep) os.push_back(1);
   Tensor y = Tensor::empty(os);
-  for (int64_t o = 0; o < outs; ++o)
-    y.f32()[o] = n.op == "ReduceMean" && count ? acc[static_cast<size_t>(o)] / static_cast<float>(count) : acc[static_cast<size_t>(o)];
+  for (int64_t o = 0; o < outs; ++o) y.f32()[o] = red_op.done(acc[static_cast<size_t>(o)], count);
   out[0] = y;
+}
+
+namespace {
+
+// Visits every line along `axis` of a tensor of `shape`: fn(offset of its first element, stride).
+template <typename F>
+void for_lines(const Shape& shape, int axis, F fn) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t len = shape[static_cast<size_t>(axis)];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) fn(o * len * inner + i, inner);
+}
+
+}  // namespace
+
+// ArgMax, ArgMin (float32): the index along `axis` (int64), the first or with select_last_index the last.
+void op_arg(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, std::string(dtype_name(x.dtype())) + " is not supported (" + n.op + " runs on float32)");
+  const int axis = norm_axis(n, attr_i(n, "axis", 0), x.ndim());
+  const bool keep = attr_i(n, "keepdims", 1) != 0, last = attr_i(n, "select_last_index", 0) != 0, mx = n.op == "ArgMax";
+  const int64_t len = x.dim(axis);
+  if (len == 0) op_error(n, "an empty axis has no " + n.op);
+  Shape os;
+  for (int d = 0; d < x.ndim(); ++d)
+    if (d != axis) os.push_back(x.dim(d));
+    else if (keep) os.push_back(1);
+  Tensor y = Tensor::empty(os, DType::kI64);
+  int64_t* py = y.data<int64_t>();
+  const float* px = x.f32();
+  int64_t k = 0;  // the output follows the lines' order: outer, then inner
+  for_lines(x.shape(), axis, [&](int64_t at, int64_t stride) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < len; ++j) {
+      const float v = px[at + j * stride], b = px[at + best * stride];
+      if (mx ? (v > b || (last && v == b)) : (v < b || (last && v == b))) best = j;
+    }
+    py[k++] = best;
+  });
+  out[0] = y;
+}
+
+// Hardmax (opset 13, float32): 1 at the first largest value along `axis`, 0 elsewhere.
+void op_hardmax(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, std::string(dtype_name(x.dtype())) + " is not supported (Hardmax runs on float32)");
+  const int axis = norm_axis(n, attr_i(n, "axis", -1), x.ndim());
+  Tensor y = Tensor::zeros(x.shape());
+  const int64_t len = x.ndim() ? x.dim(axis) : 1;
+  for_lines(x.shape(), axis, [&](int64_t at, int64_t stride) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < len; ++j)
+      if (x.f32()[at + j * stride] > x.f32()[at + best * stride]) best = j;
+    if (len) y.f32()[at + best * stride] = 1.0f;
+  });
+  out[0] = y;
+}
+
+namespace {
+
+// NegativeLogLikelihoodLoss on log-probabilities lp [N, C, d...] (float32) and targets [N, d...]:
+// -lp[n, t, d...] times weight[t] (absent: 1), 0 where t is ignore_index; reduction none (the
+// targets' shape), sum, or mean (over the weights of the targets counted).
+Tensor nll_loss(const Node& n, const Tensor& lp, const Tensor& target, const Tensor* weight) {
+  if (lp.dtype() != DType::kF32) op_error(n, std::string(dtype_name(lp.dtype())) + " is not supported (" + n.op + " runs on float32)");
+  if (lp.ndim() < 2 || target.ndim() != lp.ndim() - 1) op_error(n, "expects input [N, C, d...] and target [N, d...]");
+  const std::vector<int64_t> t = ints_of(n, target);
+  const int64_t N = lp.dim(0), C = lp.dim(1), inner = N ? static_cast<int64_t>(t.size()) / N : 0;
+  if (weight && (weight->dtype() != DType::kF32 || weight->numel() != C)) op_error(n, "weight must be float32 of the C classes");
+  const bool ignoring = has_attr(n, "ignore_index");
+  const int64_t ignore = attr_i(n, "ignore_index", 0);
+  const std::string reduction = attr_s(n, "reduction", "mean");
+  Tensor loss = Tensor::empty(target.shape());
+  double sum = 0, weights = 0;
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t k = t[static_cast<size_t>(b * inner + i)];
+      float v = 0;
+      if (!(ignoring && k == ignore)) {
+        if (k < 0 || k >= C) op_error(n, "target " + std::to_string(k) + " is not a class of " + std::to_string(C));
+        const float w = weight ? weight->f32()[k] : 1.0f;
+        v = -lp.f32()[(b * C + k) * inner + i] * w;
+        weights += w;
+      }
+      loss.f32()[b * inner + i] = v;
+      sum += v;
+    }
+  if (reduction == "none") return loss;
+  Tensor y = Tensor::empty({});
+  if (reduction == "sum") y.f32()[0] = static_cast<float>(sum);
+  else if (reduction == "mean") y.f32()[0] = weights != 0 ? static_cast<float>(sum / weights) : 0.0f;
+  else op_error(n, "reduction '" + reduction + "' is not supported (none, sum, mean)");
+  return y;
+}
+
+}  // namespace
+
+void op_nll_loss(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  out[0] = nll_loss(n, need(n, in, 0), need(n, in, 1), in.size() > 2 ? in[2] : nullptr);
+}
+
+// SoftmaxCrossEntropyLoss: log_softmax over axis 1 of the scores, then NegativeLogLikelihoodLoss;
+// the second output, when asked, the log-probabilities.
+void op_softmax_xent_loss(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, std::string(dtype_name(x.dtype())) + " is not supported (" + n.op + " runs on float32)");
+  if (x.ndim() < 2) op_error(n, "expects scores [N, C, d...]");
+  Tensor lp = Tensor::empty(x.shape());
+  const int64_t N = x.dim(0), C = x.dim(1), inner = N && C ? x.numel() / (N * C) : 0;
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t i = 0; i < inner; ++i) {
+      const float* px = x.f32() + b * C * inner + i;
+      float m = -INFINITY;
+      for (int64_t c = 0; c < C; ++c) m = std::max(m, px[c * inner]);
+      double z = 0;
+      for (int64_t c = 0; c < C; ++c) z += std::exp(static_cast<double>(px[c * inner] - m));
+      const float lz = m + static_cast<float>(std::log(z));
+      for (int64_t c = 0; c < C; ++c) lp.f32()[b * C * inner + c * inner + i] = px[c * inner] - lz;
+    }
+  out[0] = nll_loss(n, lp, need(n, in, 1), in.size() > 2 ? in[2] : nullptr);
+  if (out.size() > 1) out[1] = lp;
 }
 
 // LayerNormalization (opset 17), and the fusion of opset 13's spelled-out form into it.

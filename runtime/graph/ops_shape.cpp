@@ -54,6 +54,36 @@ int64_t scalar_i(const Node& n, const Tensor& t) {
 
 }  // namespace
 
+// GatherElements(data, indices, axis): out[i...] = data[i... with indices[i...] along axis]; any
+// element type (copied by size), int64 or int32 indices, negative ones from the end.
+void op_gather_elements(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& data = need(n, in, 0);
+  const std::vector<int64_t> idx = ints_of(n, need(n, in, 1));
+  const Shape& is = need(n, in, 1).shape();
+  const int r = data.ndim();
+  if (static_cast<int>(is.size()) != r) op_error(n, "indices and data differ in rank");
+  const int axis = norm_axis(n, attr_i(n, "axis", 0), r);
+  for (int d = 0; d < r; ++d)
+    if (d != axis && is[static_cast<size_t>(d)] > data.dim(d)) op_error(n, "indices reach past the data's dimension " + std::to_string(d));
+  const auto ds = broadcast_strides(data.shape(), data.shape());  // the data's row-major strides
+  const size_t es = static_cast<size_t>(dtype_size(data.dtype()));
+  Tensor y = Tensor::empty(is, data.dtype());
+  std::vector<int64_t> at(static_cast<size_t>(r), 0);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    int64_t k = idx[i], src = 0;
+    const int64_t len = data.dim(axis);
+    if (k < -len || k >= len) op_error(n, "index " + std::to_string(k) + " is outside [" + std::to_string(-len) + ", " + std::to_string(len) + ")");
+    if (k < 0) k += len;
+    for (int d = 0; d < r; ++d) src += (d == axis ? k : at[static_cast<size_t>(d)]) * ds[static_cast<size_t>(d)];
+    std::memcpy(y.data<char>() + i * es, data.data<char>() + static_cast<size_t>(src) * es, es);
+    for (int d = r; d-- > 0;) {
+      if (++at[static_cast<size_t>(d)] < is[static_cast<size_t>(d)]) break;
+      at[static_cast<size_t>(d)] = 0;
+    }
+  }
+  out[0] = y;
+}
+
 void op_identity(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   // Dropout in training mode (its third input true) draws a random mask: this executor infers only.
   if (n.op == "Dropout" && in.size() > 2 && in[2] && in[2]->numel() == 1 && in[2]->dtype() == DType::kBool &&
