@@ -195,9 +195,8 @@ void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
 }
 
 // Operand slots that are parameters rather than data (a shape, axes, bounds, a scale, a mode, a
-// divisor):
-// zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so the load's probe on zeros
-// gives no verdict on a graph that takes one of them as an input.
+// divisor): zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so when the load's
+// probe on zeros fails on a graph that takes one of them as an input, the refusal says so.
 bool parameter_slot(const std::string& op, size_t i) {
   static const std::map<std::string, std::set<size_t>> slots = {
       {"Reshape", {1}}, {"Expand", {1}}, {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}},
@@ -273,12 +272,18 @@ Model Loader::load(const std::string& path) {
   try {
     model.run(probe);
   } catch (const Error& e) {
-    bool feeds_parameter = false;  // an input where the operator wants a shape, axes, a scale
-    for (const auto& n : model.nodes_)
-      for (size_t k = 0; k < n.in.size(); ++k)
-        feeds_parameter = feeds_parameter || (parameter_slot(n.op, k) && std::find(model.input_ids_.begin(), model.input_ids_.end(),
-                                                                                    n.in[k]) != model.input_ids_.end());
-    if (!feeds_parameter) throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+    // An input where an operator wants a shape, axes, a scale or a divisor cannot be checked on
+    // zeros, and the kernels' envelope is fuzzed with such operands as constants: refused by name.
+    for (const auto& nd : model.nodes_)
+      for (size_t k = 0; k < nd.in.size(); ++k) {
+        const auto at = std::find(model.input_ids_.begin(), model.input_ids_.end(), nd.in[k]);
+        if (!parameter_slot(nd.op, k) || at == model.input_ids_.end()) continue;
+        throw Error(path + ": input '" + model.inputs_[static_cast<size_t>(at - model.input_ids_.begin())].name + "' gives " +
+                    nd.label() + " its operand " + std::to_string(k) +
+                    " (a shape, axes, a scale or a divisor): one given at request time is not supported; the graph fails on "
+                    "zeros at batch 1: " + e.what());
+      }
+    throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
   }
   return model;
 }

@@ -146,15 +146,15 @@ void op_reshape(const Node& n, const std::vector<const Tensor*>& in, std::vector
       infer = static_cast<int>(i);
     } else if (s[i] < 0) {
       op_error(n, "negative dimension in the shape");
-    } else {
-      known *= s[i];
+    } else if (__builtin_mul_overflow(known, s[i], &known)) {
+      op_error(n, "the shape's dimensions overflow");
     }
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known) op_error(n, "cannot infer the -1 dimension for " + x.shape_str());
     s[static_cast<size_t>(infer)] = x.numel() / known;
   }
-  if (numel_of(s) != x.numel()) op_error(n, "cannot reshape " + x.shape_str() + " to " + std::to_string(numel_of(s)) + " elements");
+  if (checked_numel(s) != x.numel()) op_error(n, "cannot reshape " + x.shape_str() + " to " + std::to_string(numel_of(s)) + " elements");
   out[0] = x.reshape(s);
 }
 
@@ -305,7 +305,8 @@ void op_split(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
     parts.assign(out.size(), dim / k);
   }
   int64_t sum = 0;
-  for (int64_t p : parts) sum += p;
+  for (int64_t p : parts)
+    if (p < 0 || __builtin_add_overflow(sum, p, &sum)) op_error(n, "a split size is negative or too large");
   if (parts.size() != out.size() || sum != dim) op_error(n, "split sizes do not add up to the axis");
   const auto st = strides_of(x.shape());
   int64_t at = 0;
@@ -433,6 +434,11 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   Tensor y = Tensor::empty(s);
   float* py = y.f32();
   for (int64_t i = 0; i < y.numel(); ++i) py[i] = value;
+  if (r == 0) {  // a scalar: nothing to pad (pads is empty)
+    py[0] = x.f32()[0];
+    out[0] = y;
+    return;
+  }
   if (x.numel() == 0) {
     out[0] = y;
     return;

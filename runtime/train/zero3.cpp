@@ -66,51 +66,54 @@ Zero3::~Zero3() {
   queue_.reset();  // the thread finishes what was posted before the buffers go
 }
 
+// One group's chunk of the whole values (and of the restored moments, when `restored`).
+Zero3::Group Zero3::take_chunk(const ParamGroup& pg, const std::vector<Param>& ps, const Optimizer& opt, bool restored) const {
+  const bool adam = opt.keeps_second_moment();
+  Group g;
+  g.first = pg.first;
+  g.end = pg.end;
+  for (size_t i = g.first; i < g.end; ++i) g.n += static_cast<size_t>(ps[i].value.numel());
+  comm_.own_chunk(g.n, &g.begin, &g.count);
+  const std::vector<int64_t> chunk{static_cast<int64_t>(g.count)};  // tensors: the caching allocator
+  g.w = Tensor::empty(chunk);                                     // reuses what the values free
+  g.g = Tensor::zeros(chunk);
+  g.m = Tensor::zeros(chunk);
+  if (adam) g.v = Tensor::zeros(chunk);
+  size_t at = 0;  // the piece of each parameter that falls in [begin, begin + count)
+  for (size_t i = g.first; i < g.end; ++i) {
+    const size_t numel = static_cast<size_t>(ps[i].value.numel());
+    const size_t lo = std::max(at, g.begin), hi = std::min(at + numel, g.begin + g.count);
+    auto take = [&](const Tensor& t, Tensor* out) {
+      const Tensor h = t.device() == Device::kCpu ? t : t.to(Device::kCpu);
+      std::copy_n(h.f32() + (lo - at), hi - lo, out->f32() + (lo - g.begin));
+    };
+    if (lo < hi) {
+      take(ps[i].value, &g.w);
+      if (restored) take(opt.first_moments()[i], &g.m);
+      if (restored && adam) take(opt.second_moments()[i], &g.v);
+    }
+    at += numel;
+  }
+  return g;
+}
+
 void Zero3::shard(Task& task, Optimizer& opt) {
   if (!comm_.thread_serialized())
     throw Error("--zero 3 gathers the next layer on a second thread: this MPI has no MPI_THREAD_SERIALIZED");
   std::vector<Param>& ps = task.params();
-  const bool adam = opt.keeps_second_moment();
-  const auto& rm = opt.first_moments();
-  const auto& rv = opt.second_moments();
-  const bool restored = rm.size() == ps.size() && (!adam || rv.size() == ps.size());
+  const bool restored = opt.first_moments().size() == ps.size() &&
+                        (!opt.keeps_second_moment() || opt.second_moments().size() == ps.size());
   size_t next = 0;
   for (const ParamGroup& pg : task.param_groups()) {
     if (pg.first != next || pg.end <= pg.first || pg.end > ps.size())
       throw Error("--zero 3: the model's parameter groups do not cover its parameters in order");
     next = pg.end;
-    Group g;
-    g.first = pg.first;
-    g.end = pg.end;
-    for (size_t i = g.first; i < g.end; ++i) g.n += static_cast<size_t>(ps[i].value.numel());
-    comm_.own_chunk(g.n, &g.begin, &g.count);
-    const std::vector<int64_t> chunk{static_cast<int64_t>(g.count)};  // tensors: the caching allocator
-    g.w = Tensor::empty(chunk);                                     // reuses what the values free
-    g.g = Tensor::zeros(chunk);
-    g.m = Tensor::zeros(chunk);
-    if (adam) g.v = Tensor::zeros(chunk);
-    size_t at = 0;  // the piece of each parameter that falls in [begin, begin + count)
-    for (size_t i = g.first; i < g.end; ++i) {
-      const size_t numel = static_cast<size_t>(ps[i].value.numel());
-      const size_t lo = std::max(at, g.begin), hi = std::min(at + numel, g.begin + g.count);
-      if (lo < hi) {
-        const Tensor host = ps[i].value.device() == Device::kCpu ? ps[i].value : ps[i].value.to(Device::kCpu);
-        std::copy_n(host.f32() + (lo - at), hi - lo, g.w.f32() + (lo - g.begin));
-        auto take = [&](const Tensor& t, Tensor* out) {
-          const Tensor h = t.device() == Device::kCpu ? t : t.to(Device::kCpu);
-          std::copy_n(h.f32() + (lo - at), hi - lo, out->f32() + (lo - g.begin));
-        };
-        if (restored) take(rm[i], &g.m);
-        if (restored && adam) take(rv[i], &g.v);
-      }
-      at += numel;
-    }
-    for (size_t i = g.first; i < g.end; ++i) {  // the shapes stay here; the storage goes, group by group
+    groups_.push_back(take_chunk(pg, ps, opt, restored));
+    for (size_t i = pg.first; i < pg.end; ++i) {  // the shapes stay here; the storage goes, group by group
       shapes_.push_back(ps[i].value.shape());
       ps[i].value = Tensor();
       ps[i].grad = Tensor();
     }
-    groups_.push_back(std::move(g));
   }
   if (next != ps.size()) throw Error("--zero 3: the model's parameter groups do not cover its parameters");
   opt.restore({}, {}, opt.steps());  // the whole moments are not kept twice

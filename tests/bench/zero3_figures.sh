@@ -23,6 +23,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
+cat >peakof.sh <<'SH'
+#!/bin/sh
+p=$1
+shift
+exec /usr/bin/time -f "%M" -o "$p.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+SH
+chmod +x peakof.sh
 python3 -c "
 import random; random.seed(1)
 w = 'the cat sat on a mat dog ran far away and then slept'.split()
@@ -32,14 +39,14 @@ common=(--model gpt --data text:t.txt --context 32 --optimizer adamw --lr 0.0003
 args=("${common[@]}" --n-layer 8 --n-embd 768 --n-head 12 --steps "$steps")
 for r in $(seq "$rounds"); do
   for z in 0 1 3; do
-    "${launch[@]}" /usr/bin/time -f "peak %M KB" "$T" "${args[@]}" --zero $z --metrics-file "m$z.$r.jsonl" 2>"e$z.$r.txt" >/dev/null ||
+    "${launch[@]}" ./peakof.sh "peak$z.$r" "$T" "${args[@]}" --zero $z --metrics-file "m$z.$r.jsonl" 2>"e$z.$r.txt" >/dev/null ||
       { cat "e$z.$r.txt" >&2; exit 1; }
   done
 done
 # The process beside the model: a training rank's peak with a model of a few thousand parameters.
-"${launch[@]}" /usr/bin/time -f "peak %M KB" "$T" "${common[@]}" --n-layer 2 --n-embd 16 --n-head 1 --steps 2 2>base.txt >/dev/null ||
+"${launch[@]}" ./peakof.sh base "$T" "${common[@]}" --n-layer 2 --n-embd 16 --n-head 1 --steps 2 2>base.txt >/dev/null ||
   { cat base.txt >&2; exit 1; }
-base_kb=$(grep -oE "peak [0-9]+" base.txt | awk '{print $2}' | sort -n | head -3 | tail -1)
+base_kb=$(cat base.[123] | sort -n | tail -1)
 { printf '\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n'
   for g in 0 1 2 3; do
     printf 'GPU%s' "$g"
@@ -57,10 +64,10 @@ rounds = int(sys.argv[1])
 def run(z, r):
     s = [json.loads(l) for l in open(f"m{z}.{r}.jsonl") if '"summary"' in l][-1]
     err = open(f"e{z}.{r}.txt").read()
-    peaks = sorted(int(x) * 1024 for x in re.findall(r"peak (\d+) KB", err))  # lines of several ranks may interleave
+    peaks = [int(open(f"peak{z}.{r}.{k}").read().split()[-1]) * 1024 for k in range(4)]  # rank k's
     step = float(re.search(r"rank 0: time per step: ([0-9.]+) ms", err).group(1))
     state = s["param_bytes_per_rank"] + s["grad_bytes_per_rank"] + s["optimizer_bytes_per_rank"]
-    return {"state": state, "train_peak": max(peaks[:-1]), "rank0_peak": peaks[-1], "step_ms": step}
+    return {"state": state, "train_peak": max(peaks[1:]), "rank0_peak": peaks[0], "step_ms": step}
 res = {z: {k: statistics.median(run(z, r)[k] for r in range(1, rounds + 1)) for k in ("state", "train_peak", "rank0_peak", "step_ms")}
        for z in (0, 1, 3)}
 mib = lambda b: b / 1048576

@@ -103,7 +103,7 @@ peer_venv() {
 # The start of the MPI training tests: loom-train ($T), mpirun and the data set there (else skip;
 # under distcheck they ran in make check already), Open MPI allowed as root, the test's folder, and
 # rankenv.sh: rank r weighs 2r+1 (uneven static shares), and with SLOW set rank 1 is emulated that
-# much slower (LOOM_EMULATE_SPEED).
+# much slower (LOOM_EMULATE_SPEED); nodeenv.sh and peakof.sh (below).
 mpi_training_setup() {
   T=$LOOM_BUILDDIR/loom-train
   [ -x "$T" ] || skip "loom-train not built"
@@ -120,6 +120,23 @@ export LOOM_DEVICE_WEIGHT=$((2 * r + 1))
 exec "$@"
 SH
   chmod +x rankenv.sh
+  # nodeenv.sh: ranks as 2-rank nodes (LOOM_NODE_ID stands in for the host), rank r weighing r+1.
+  cat >nodeenv.sh <<'SH'
+#!/bin/sh
+r=${OMPI_COMM_WORLD_RANK:-0}
+export LOOM_DEVICE_WEIGHT=$((r + 1)) LOOM_NODE_ID=node$((r / 2))
+exec "$@"
+SH
+  chmod +x nodeenv.sh
+  # peakof.sh PREFIX CMD...: runs CMD and writes its peak resident KiB to PREFIX.<rank> (a file:
+  # mpirun may drop what a rank prints as it exits).
+  cat >peakof.sh <<'SH'
+#!/bin/sh
+p=$1
+shift
+exec /usr/bin/time -f "%M" -o "$p.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+SH
+  chmod +x peakof.sh
 }
 
 finish() {

@@ -18,13 +18,6 @@ for np in 2 3; do
 done
 # 4 ranks as 2 nodes x 2 (LOOM_NODE_ID stands in for the host): the hierarchical allreduce, with
 # small buckets, and one exchange after backward, give the single-process weights too.
-cat >nodeenv.sh <<'SH'
-#!/bin/sh
-r=${OMPI_COMM_WORLD_RANK:-0}
-export LOOM_DEVICE_WEIGHT=$((r + 1)) LOOM_NODE_ID=node$((r / 2))
-exec "$@"
-SH
-chmod +x nodeenv.sh
 for mb in 0.1 0; do
   run_cmd timeout 300 mpirun -np 4 --oversubscribe ./nodeenv.sh "$T" $common --balance static --bucket-mb $mb --export "h$mb.h5"
   expect_eq "4 ranks on 2 nodes, --bucket-mb $mb exit" 0 "$rc"

@@ -72,6 +72,7 @@ class Zero3 : public ParamGate {
     Tensor grads;                   // backward, on the CPU: the gradients (the parameters' views of it)
   };
   class Queue;  // the communication thread
+  Group take_chunk(const ParamGroup& pg, const std::vector<Param>& ps, const Optimizer& opt, bool restored) const;
   void post_gather(Group& g);
   void bind(Group& g, bool round);  // round: to the compute precision (set_precision)
   void alloc_grads(Group& g);
