@@ -22,6 +22,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libyaml-cpp-dev nlohmann-json3-dev
   # data, peers and tools used by tests and benchmarks
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-torchvision python3-grpcio
+  python3-optuna python3-yaml
   hyperfine fio wrk iproute2 curl procps util-linux
   # test peers from PyPI go into a virtual environment (tests/integration/lib.sh peer_venv);
   # Triton's perf_analyzer (in tritonclient's wheel) needs libb64

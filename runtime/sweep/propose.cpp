@@ -80,59 +80,95 @@ std::vector<std::vector<double>> Proposer::propose(const History& h, size_t coun
 
 std::vector<std::vector<double>> Proposer::propose_bayes(const History& h, size_t count) {
   const size_t d = space_.dims();
-  std::vector<std::vector<double>> X = h.done;
-  std::vector<double> y = h.value;
   GaussianProcess gp;
-  auto fit = [&](bool hyper) {
-    Eigen::MatrixXd Xm(X.size(), d);
-    for (size_t i = 0; i < X.size(); ++i) Xm.row(i) = Eigen::Map<const Eigen::VectorXd>(X[i].data(), d);
-    gp.fit(Xm, Eigen::Map<const Eigen::VectorXd>(y.data(), y.size()), hyper, rng_);
-  };
-  fit(true);  // hyperparameters from the real results only
-  const double liar = *std::min_element(h.value.begin(), h.value.end());
-  std::vector<std::vector<double>> taken = h.done;
-  for (const auto& p : h.pending) X.push_back(p), y.push_back(liar), taken.push_back(p);
-  if (!h.pending.empty()) fit(false);
+  Eigen::MatrixXd X(h.done.size(), d);
+  for (size_t i = 0; i < h.done.size(); ++i) X.row(i) = Eigen::Map<const Eigen::VectorXd>(h.done[i].data(), d);
+  gp.fit(X, Eigen::Map<const Eigen::VectorXd>(h.value.data(), h.value.size()), true, rng_);
+  const double best = gp.standardise(*std::min_element(h.value.begin(), h.value.end()));
+  std::vector<std::vector<double>> taken = h.done, pending = h.pending, out;
+  taken.insert(taken.end(), pending.begin(), pending.end());
+  while (out.size() < count) {
+    std::vector<double> u = pending.empty() ? next_ei(gp, best, taken) : next_qei(gp, best, pending, taken);
+    taken.push_back(u), pending.push_back(u), out.push_back(u);
+  }
+  return out;
+}
 
-  std::vector<std::vector<double>> out;
+std::vector<double> Proposer::next_ei(const GaussianProcess& gp, double best, const std::vector<std::vector<double>>& taken) {
+  const size_t d = space_.dims();
+  EiObjective obj{&gp, best};
+  auto ei = [&](const std::vector<double>& u) { return ei_objective(static_cast<unsigned>(d), u.data(), nullptr, &obj); };
   nlopt::opt opt(nlopt::LD_LBFGS, static_cast<unsigned>(d));
+  opt.set_max_objective(ei_objective, &obj);
+  return maximise(opt, ei, taken);
+}
+
+// The expected improvement of the batch: pending points and u, sampled jointly from the posterior
+// with fixed normal draws (q-EI as BoTorch estimates it). A point beside a pending one adds little,
+// since they would improve together; a point the model is unsure of adds what the batch lacks.
+std::vector<double> Proposer::next_qei(const GaussianProcess& gp, double best,
+                                       const std::vector<std::vector<double>>& pending,
+                                       const std::vector<std::vector<double>>& taken) {
+  const size_t d = space_.dims(), m = pending.size() + 1;
+  const int kSamples = 256;
+  Eigen::MatrixXd Z(m, kSamples);
+  std::normal_distribution<double> normal;
+  for (Eigen::Index i = 0; i < Z.size(); ++i) Z.data()[i] = normal(rng_);
+  Eigen::MatrixXd P(m, d);
+  for (size_t i = 0; i + 1 < m; ++i) P.row(i) = Eigen::Map<const Eigen::VectorXd>(pending[i].data(), d);
+  auto qei = [&](const std::vector<double>& u) {
+    P.row(m - 1) = Eigen::Map<const Eigen::VectorXd>(u.data(), d);
+    Eigen::VectorXd mean;
+    Eigen::MatrixXd cov;
+    gp.joint(P, mean, cov);
+    cov.diagonal().array() += 1e-9;
+    Eigen::LDLT<Eigen::MatrixXd> ldlt(cov);  // semi-definite when u sits on a pending point
+    const Eigen::MatrixXd L = ldlt.transpositionsP().transpose() * Eigen::MatrixXd(ldlt.matrixL()) *
+                              ldlt.vectorD().cwiseMax(0).cwiseSqrt().asDiagonal();
+    const Eigen::MatrixXd f = (L * Z).colwise() + mean;
+    return (best - f.colwise().minCoeff().array()).max(0).mean();
+  };
+  nlopt::opt opt(nlopt::LN_BOBYQA, static_cast<unsigned>(d));
+  opt.set_max_objective(
+      [](unsigned n, const double* x, double*, void* f) {
+        return (*static_cast<decltype(qei)*>(f))(std::vector<double>(x, x + n));
+      },
+      &qei);
+  return maximise(opt, qei, taken);
+}
+
+// Starts: the best of many random points and a few random ones, each polished by `opt`; the best
+// polished point that is not taken (snapped onto the space's bins).
+template <typename F>
+std::vector<double> Proposer::maximise(nlopt::opt& opt, F&& acquisition, const std::vector<std::vector<double>>& taken) {
+  const size_t d = space_.dims();
   opt.set_lower_bounds(std::vector<double>(d, 0.0));
   opt.set_upper_bounds(std::vector<double>(d, 1.0));
   opt.set_maxeval(200);
   opt.set_ftol_rel(1e-8);
-  while (out.size() < count) {
-    EiObjective obj{&gp, gp.standardise(liar)};
-    opt.set_max_objective(ei_objective, &obj);
-    // Starts: the best of many random points, plus a few random ones.
-    const size_t n_cand = 500 * d + 500;
-    std::vector<std::pair<double, std::vector<double>>> cand;
-    for (size_t i = 0; i < n_cand; ++i) {
-      std::vector<double> u(d);
-      for (auto& x : u) x = std::uniform_real_distribution<double>(0, 1)(rng_);
-      cand.emplace_back(ei_objective(static_cast<unsigned>(d), u.data(), nullptr, &obj), u);
-    }
-    std::partial_sort(cand.begin(), cand.begin() + 5, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    std::vector<double> best_u;
-    double best_ei = -1;
-    for (size_t s = 0; s < 8; ++s) {
-      std::vector<double> u = cand[s < 5 ? s : 5 + (rng_() % (cand.size() - 5))].second;
-      double ei = 0;
-      try {
-        opt.optimize(u, ei);
-      } catch (const std::exception&) {
-        ei = ei_objective(static_cast<unsigned>(d), u.data(), nullptr, &obj);
-      }
-      std::vector<double> snapped = space_.snap(u);
-      if (near_any(snapped, taken) || near_any(snapped, out)) continue;
-      ei = ei_objective(static_cast<unsigned>(d), snapped.data(), nullptr, &obj);
-      if (ei > best_ei) best_ei = ei, best_u = snapped;
-    }
-    if (best_u.empty()) best_u = random_point();  // every optimum is taken (a small discrete space)
-    out.push_back(best_u);
-    taken.push_back(best_u), X.push_back(best_u), y.push_back(liar);
-    fit(false);
+  const size_t n_cand = 500 * d + 500;
+  std::vector<std::pair<double, std::vector<double>>> cand;
+  for (size_t i = 0; i < n_cand; ++i) {
+    std::vector<double> u(d);
+    for (auto& x : u) x = std::uniform_real_distribution<double>(0, 1)(rng_);
+    cand.emplace_back(acquisition(u), u);
   }
-  return out;
+  std::partial_sort(cand.begin(), cand.begin() + 5, cand.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<double> best_u;
+  double best_a = -1;
+  for (size_t s = 0; s < 8; ++s) {
+    std::vector<double> u = cand[s < 5 ? s : 5 + (rng_() % (cand.size() - 5))].second;
+    double a = 0;
+    try {
+      opt.optimize(u, a);
+    } catch (const std::exception&) {  // a stopped run keeps its last point
+    }
+    std::vector<double> snapped = space_.snap(u);
+    if (near_any(snapped, taken)) continue;
+    a = acquisition(snapped);
+    if (a > best_a) best_a = a, best_u = snapped;
+  }
+  return best_u.empty() ? random_point() : best_u;  // every optimum is taken (a small discrete space)
 }
 
 }  // namespace loom::sweep

@@ -1,12 +1,15 @@
 // propose.hpp — where to try next: random points, or Bayesian optimisation (a Gaussian
 // process on the finished trials, expected improvement maximised by multi-start L-BFGS with
-// NLopt, and for a batch of parallel trials the constant liar: each pending point is taken to
-// have scored the best value so far, so the next proposal looks elsewhere).
+// NLopt; with trials pending, whether proposed in this batch or still running, the batch's
+// expected improvement q-EI, estimated from joint posterior samples and maximised by BOBYQA).
 #pragma once
+
+#include <nlopt.hpp>
 
 #include <random>
 #include <vector>
 
+#include "gp.hpp"
 #include "space.hpp"
 
 namespace loom::sweep {
@@ -26,6 +29,11 @@ class Proposer {
  private:
   std::vector<double> random_point();
   std::vector<std::vector<double>> propose_bayes(const History& h, size_t count);
+  std::vector<double> next_ei(const GaussianProcess& gp, double best, const std::vector<std::vector<double>>& taken);
+  std::vector<double> next_qei(const GaussianProcess& gp, double best, const std::vector<std::vector<double>>& pending,
+                               const std::vector<std::vector<double>>& taken);
+  template <typename F>
+  std::vector<double> maximise(nlopt::opt& opt, F&& acquisition, const std::vector<std::vector<double>>& taken);
 
   const Space& space_;
   bool bayes_;

@@ -217,6 +217,85 @@ TEST(GaussianProcess, InterpolatesItsDataAndIsUnsureFarFromIt) {
   EXPECT_GT(v_far, 10 * v);
 }
 
+// A loss with a long tail of bad values (Rosenbrock's) is warped by an exponent below 1, one with a
+// long tail of good values by one above; the warp keeps the order of the results.
+TEST(GaussianProcess, WarpsALongTailAndKeepsTheOrder) {
+  std::mt19937_64 rng(2);
+  Eigen::MatrixXd X(12, 1);
+  Eigen::VectorXd y(12);
+  for (int i = 0; i < 12; ++i) X(i, 0) = i / 11.0, y(i) = std::pow(10.0, 4 * X(i, 0));  // 1 .. 10^4
+  GaussianProcess gp;
+  gp.fit(X, y, true, rng);
+  EXPECT_LT(gp.warp_exponent(), 0.5);
+  for (int i = 1; i < 12; ++i) EXPECT_LT(gp.standardise(y(i - 1)), gp.standardise(y(i)));
+  gp.fit(X, -y, true, rng);
+  EXPECT_GT(gp.warp_exponent(), 1.5);
+  for (int i = 0; i < 12; ++i) y(i) = X(i, 0);  // evenly spread: little or no warp
+  gp.fit(X, y, true, rng);
+  EXPECT_NEAR(gp.warp_exponent(), 1.0, 0.5);
+}
+
+// With a dozen points in 6 dimensions the likelihood alone chose scales of 0.02 beside 20; the
+// prior keeps them where a model can say something between its points.
+TEST(GaussianProcess, LengthScalesStayInsideTheCubeFromFewPoints) {
+  std::mt19937_64 rng(4);
+  Eigen::MatrixXd X = (Eigen::MatrixXd::Random(9, 4).array() + 1) / 2;
+  Eigen::VectorXd y(9);
+  for (int i = 0; i < 9; ++i) {
+    const Eigen::ArrayXd x = X.row(i).transpose().array() * 4 - 2;  // Rosenbrock on [-2, 2]^4
+    y(i) = (100 * (x.tail(3) - x.head(3).square()).square() + (1 - x.head(3)).square()).sum();
+  }
+  GaussianProcess gp;
+  gp.fit(X, y, true, rng);
+  EXPECT_GT(gp.length_scales().minCoeff(), 0.05) << gp.length_scales().transpose();
+  EXPECT_LT(gp.length_scales().maxCoeff(), 5.0) << gp.length_scales().transpose();
+}
+
+TEST(GaussianProcess, JointPosteriorMatchesThePointwiseOne) {
+  std::mt19937_64 rng(5);
+  Eigen::MatrixXd X = (Eigen::MatrixXd::Random(8, 2).array() + 1) / 2;
+  Eigen::VectorXd y(8);
+  for (int i = 0; i < 8; ++i) y(i) = branin(X(i, 0) * 15 - 5, X(i, 1) * 15);
+  GaussianProcess gp;
+  gp.fit(X, y, true, rng);
+  Eigen::MatrixXd P(3, 2);
+  P << 0.1, 0.2, 0.1001, 0.2, 0.9, 0.9;
+  Eigen::VectorXd mean;
+  Eigen::MatrixXd cov;
+  gp.joint(P, mean, cov);
+  for (int i = 0; i < 3; ++i) {
+    double m = 0, v = 0;
+    gp.predict(P.row(i).transpose(), m, v);
+    EXPECT_NEAR(mean(i), m, 1e-9);
+    EXPECT_NEAR(cov(i, i), v, 1e-6);  // predict floors the variance at 1e-12
+  }
+  EXPECT_GT(cov(0, 1) / std::sqrt(cov(0, 0) * cov(1, 1)), 0.99);  // neighbours move together
+  EXPECT_LT(std::abs(cov(0, 2)) / std::sqrt(cov(0, 0) * cov(2, 2)), 0.5);
+}
+
+// Points pending (proposed, still running) shape the next proposal through q-EI: a batch is not one
+// point four times, and a pending point moves the next proposal away from where it would have gone.
+TEST(Bayes, PendingTrialsShapeTheNextProposals) {
+  const Space space({Param{"x1", ParamType::Float, -5, 10, {}}, Param{"x2", ParamType::Float, 0, 15, {}}});
+  History h;
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 8; ++i) {
+    std::vector<double> u = {std::uniform_real_distribution<double>(0, 1)(rng), std::uniform_real_distribution<double>(0, 1)(rng)};
+    h.done.push_back(u), h.value.push_back(branin(u[0] * 15 - 5, u[1] * 15));
+  }
+  Proposer alone(space, true, 2, 7), with(space, true, 2, 7);
+  const auto first = alone.propose(h, 1).front();
+  const auto batch = with.propose(h, 4);
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      EXPECT_GT(std::hypot(batch[i][0] - batch[j][0], batch[i][1] - batch[j][1]), 0.01) << i << " beside " << j;
+  History pending = h;
+  pending.pending.push_back(first);
+  Proposer after(space, true, 2, 7);
+  const auto next = after.propose(pending, 1).front();
+  EXPECT_GT(std::hypot(next[0] - first[0], next[1] - first[1]), 0.01);
+}
+
 TEST(ExpectedImprovement, GradientsMatchFiniteDifferences) {
   std::mt19937_64 rng(3);
   Eigen::MatrixXd X = (Eigen::MatrixXd::Random(8, 2).array() + 1) / 2;
