@@ -8,6 +8,9 @@ set -uo pipefail
 name=$1
 shift
 peer=${LOOM_PEER_VENVS:-${LOOM_BUILDDIR:-.}/peers}/$name
+mkdir -p "$(dirname "$peer")"
+exec 9>"$peer.lock"  # tests run in parallel (make -j check) make it once, not over each other
+flock 9
 if [ ! -f "$peer/.complete" ]; then
   rm -rf "$peer"
   mkdir -p "$(dirname "$peer")"

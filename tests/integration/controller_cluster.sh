@@ -4,7 +4,7 @@
 # idling scales back to min, a cancelled replica is replaced, a controller killed and started
 # again adopts its running replica instead of submitting another, SIGTERM ends the replicas; in
 # every phase each request gets 200 or 503 (with Retry-After) and nothing else; REST and gRPC
-# go through the router with the token; bad specs and options fail at once with one error; a
+# go through the router with the token, Triton's client's everyday calls too; bad specs and options fail at once with one error; a
 # pipeline step `service: ctl-tiny` finds the controller by name, again after it comes back on
 # other ports, and says which step and service are gone once it has stopped.
 . "$(dirname "$0")/lib.sh"
@@ -129,6 +129,16 @@ if [ -x "$G" ]; then
   expect_match "the refused one" 'loom_serve_requests_total\{model="ctl-tiny",protocol="grpc",code="16"\} 1' "$m"
   expect_match "and the unknown model's under the shared label" \
     'loom_serve_requests_total\{model="_unknown",protocol="grpc",code="5"\} 1' "$m"
+fi
+# Triton's own client through the router, with the token: every everyday call a replica answers.
+if peer=$("$LOOM_SRCDIR/contrib/peer-venv.sh" triton "${TRITON_PEER[@]}" 2>peer.err); then
+  run_cmd "$peer/bin/python" "$LOOM_SRCDIR/tests/serve/triton_everyday.py" "$http" "$grpc" ctl-tiny 2 --token ctl-token
+  echo "$out" | grep -v "^ok: " | sed 's/^/  /'
+  [ -n "$err" ] && echo "$err" | tail -n 5 | sed 's/^/  /'
+  expect_eq "Triton's client through the router: metadata, index, config, stats, infer, async, stream, token" 0 "$rc"
+  expect_match "it ran its checks" "^ok: grpc: the stream answers each request in order" "$out"
+else
+  echo "controller_cluster: Triton's client not checked: $(cat peer.err)"
 fi
 
 # --- a pipeline finds the controller by its service name ---------------------------------------

@@ -96,6 +96,8 @@ refused() {
   expect_eq "$what: nothing on stdout" "" "$out"
 }
 
+# Triton's client from PyPI, with perf_analyzer's libcudart: one environment every test shares.
+TRITON_PEER=('tritonclient[http,grpc]==2.41.1' nvidia-cuda-runtime-cu12 numpy)
 peer_venv() {
   peer=$("${LOOM_SRCDIR:-$(dirname "$0")/../..}/contrib/peer-venv.sh" "$@" 2>"$LOOM_TMP/peer.err") || skip "$(cat "$LOOM_TMP/peer.err")"
 }

@@ -6,12 +6,13 @@
 # Triton config.pbtxt (platform onnxruntime_onnx, two version folders of which the policy serves
 # the latest, dynamic batching, two instances, a field Loom does not act on), one without, and
 # one folder for each config a Triton user can get wrong, each refused by name while the rest serve;
-# then the client's everyday calls (tests/serve/triton_client_check.py) and a bearer token.
+# then the configuration and statistics (tests/serve/triton_client_check.py), the client's everyday
+# calls against the graph's numbers and with a bearer token (tests/serve/triton_everyday.py).
 . "$(dirname "$0")/lib.sh"
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 require_onnx_graph
 "$LOOM_BUILDDIR/loom-serve" --help 2>&1 | grep -q grpc-port || skip "loom-serve built without gRPC"
-peer_venv triton 'tritonclient[http,grpc]==2.41.1' nvidia-cuda-runtime-cu12 numpy
+peer_venv triton "${TRITON_PEER[@]}"
 cd "$LOOM_TMP" || exit 99
 
 /usr/bin/python3 - <<'PY' || exit 99
@@ -39,6 +40,11 @@ tab = ('name: "tab"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n' + x +
        'parameters { key: "note" value: { string_value: "from Triton" } }\n'
        'optimization { execution_accelerators { cpu_execution_accelerator : [ { name : "openvino" } ] } }\n')
 save("tab", "1", tab)
+rng = np.random.default_rng(7)  # plain's numbers for triton_everyday.py: save's seeded Gemm, then Relu
+w, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+x3 = np.arange(12, dtype=np.float32).reshape(3, 4)
+np.save("x.npy", x3)
+np.save("y.npy", np.maximum(x3 @ w + b, 0))
 save("tab", "2")
 save("plain")
 save("bad_dims", config='max_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 5 ] } ]\n')
@@ -83,6 +89,16 @@ echo "$out" | sed 's/^/  /'
 [ -n "$err" ] && echo "$err" | tail -n 5 | sed 's/^/  /'
 expect_eq "Triton's Python client finds everything as Triton would answer it" 0 "$rc"
 expect_match "it ran its checks" "^ok: " "$out"
+everyday() {  # WHAT, then triton_everyday.py's options
+  local what=$1
+  shift
+  run_cmd "$peer/bin/python" "$LOOM_SRCDIR/tests/serve/triton_everyday.py" "$http" "$grpc" plain 3 --want x.npy y.npy "$@"
+  echo "$out" | sed 's/^/  /'
+  [ -n "$err" ] && echo "$err" | tail -n 5 | sed 's/^/  /'
+  expect_eq "Triton's client's everyday calls$what" 0 "$rc"
+  expect_match "they ran$what" "^ok: " "$out"
+}
+everyday ""
 
 # perf_analyzer from tritonclient's wheel: libcudart from PyPI's nvidia-cuda-runtime-cu12, libb64 from
 # Debian. Zeros for data: its random FP32 are random bits, and loom-serve refuses NaN inputs.
@@ -114,29 +130,7 @@ wait "$pid"
 printf 's3cret-token\n' >token
 chmod 600 token
 serve_start tok --model-repository repo --grpc-port 0 --auth-token-file token
-run_cmd "$peer/bin/python" - "$http" "$grpc" <<'PY'
-import sys
-import numpy as np
-import tritonclient.grpc as g
-import tritonclient.http as h
-from tritonclient.utils import InferenceServerException
-auth = {"authorization": "Bearer s3cret-token"}  # gRPC metadata keys are lower case
-for name, mod, url in (("http", h, sys.argv[1]), ("grpc", g, sys.argv[2])):
-    c = mod.InferenceServerClient(url)
-    t = mod.InferInput("x", [1, 4], "FP32")
-    t.set_data_from_numpy(np.ones((1, 4), np.float32))
-    print(name, "with", c.infer("plain", [t], headers=dict(auth)).as_numpy("y").shape)  # the HTTP client adds to the dict
-    try:
-        c.infer("plain", [t])
-        print(name, "without answered")
-    except InferenceServerException as e:
-        print(name, "without refused:", e.status(), str(e)[:80])
-PY
-[ -n "$err" ] && echo "$err" | tail -n 5
-expect_match "with the token, HTTP answers" "^http with \(1, 3\)" "$out"
-expect_match "with the token, gRPC answers" "grpc with \(1, 3\)" "$out"
-expect_match "without it, HTTP refuses (401)" "http without refused: 401" "$out"
-expect_match "without it, gRPC refuses (UNAUTHENTICATED)" "grpc without refused: StatusCode.UNAUTHENTICATED" "$out"
+everyday " with a bearer token, and refused without it" --token s3cret-token
 kill "$pid"
 wait "$pid"
 finish

@@ -1,8 +1,7 @@
 """triton_client_check.py — Triton's own Python client (PyPI tritonclient) against loom-serve, over
 HTTP and gRPC: the server's extensions, the model configuration of a model with a config.pbtxt
-and of one without, the statistics after a known load, the errors for what is not there, and the
-everyday calls (metadata, readiness, the repository index, infer with binary and JSON tensors,
-async_infer, the gRPC stream).
+and of one without, the statistics after a known load, and the errors for what is not there (the
+everyday calls are triton_everyday.py's).
 
 Usage: python triton_client_check.py HOST:HTTP_PORT HOST:GRPC_PORT
 Prints one line per check ("ok: ..." or "FAIL: ...") and exits 1 when any failed.
@@ -123,53 +122,5 @@ try:
     check("HTTP status of statistics for an unknown model", False, "200")
 except urllib.error.HTTPError as e:
     check("HTTP status of statistics for an unknown model is 404", e.code == 404, e.code)
-
-# The client's everyday calls: metadata, readiness, the repository index, infer with binary tensors
-# (its default) and JSON, async_infer and the gRPC stream, all answering the graph's own numbers
-# (Gemm with the seeded weights of serve_triton.sh, then Relu).
-rng = np.random.default_rng(7)
-w, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
-want = np.maximum(x @ w + b, 0)
-for proto, mod in (("http", httpclient), ("grpc", grpcclient)):
-    c = clients[proto]
-    check(f"{proto}: server live and ready, plain ready", c.is_server_live() and c.is_server_ready() and c.is_model_ready("plain"))
-    md = c.get_model_metadata("plain", **({"as_json": True} if proto == "grpc" else {}))
-    check(f"{proto}: plain's metadata names x and y", md["inputs"][0]["name"] == "x" and md["outputs"][0]["name"] == "y", md)
-    index = c.get_model_repository_index(**({"as_json": True} if proto == "grpc" else {}))
-    index = index["models"] if proto == "grpc" else index
-    states = {(m["name"], m.get("version", "")): m.get("state", "") for m in index}
-    check(f"{proto}: the repository index has plain READY and bad_dims UNAVAILABLE",
-          states.get(("plain", "1")) == "READY" and states.get(("bad_dims", "1")) == "UNAVAILABLE", states)
-    for binary in ((True, False) if proto == "http" else (True,)):
-        t = mod.InferInput("x", [3, 4], "FP32")
-        t.set_data_from_numpy(x, **({"binary_data": binary} if proto == "http" else {}))
-        outs = [mod.InferRequestedOutput("y", **({"binary_data": binary} if proto == "http" else {}))]
-        got = c.infer("plain", [t], outputs=outs).as_numpy("y")
-        check(f"{proto}: infer ({'binary' if binary else 'JSON'} tensors) answers the graph's numbers",
-              got is not None and np.allclose(got, want, atol=1e-5), got)
-    t = mod.InferInput("x", [3, 4], "FP32")
-    t.set_data_from_numpy(x)
-    if proto == "http":
-        got = c.async_infer("plain", [t]).get_result().as_numpy("y")
-    else:
-        import queue
-        answers = queue.Queue()
-        c.async_infer("plain", [t], callback=lambda result, error: answers.put((result, error)))
-        result, error = answers.get(timeout=30)
-        got = None if error else result.as_numpy("y")
-    check(f"{proto}: async_infer answers the same", got is not None and np.allclose(got, want, atol=1e-5), got)
-
-import queue  # noqa: E402
-stream = queue.Queue()
-clients["grpc"].start_stream(callback=lambda result, error: stream.put((result, error)))
-for i in range(3):
-    t = grpcclient.InferInput("x", [3, 4], "FP32")
-    t.set_data_from_numpy(x * (i + 1))
-    clients["grpc"].async_stream_infer("plain", [t], request_id=str(i))
-got = [stream.get(timeout=30) for _ in range(3)]
-clients["grpc"].stop_stream()
-check("grpc: the stream answers each request in order, with its own rows",
-      all(e is None and r.get_response().id == str(i) and np.allclose(r.as_numpy("y"), np.maximum((x * (i + 1)) @ w + b, 0), atol=1e-4)
-          for i, (r, e) in enumerate(got)), [(e, r and r.get_response().id) for r, e in got])
 
 sys.exit(1 if failures else 0)
