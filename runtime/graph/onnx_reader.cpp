@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "loom/rt/graph/graph.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt::graph {
 
@@ -288,6 +289,11 @@ Model Loader::load(const std::string& path) {
   return model;
 }
 
-Model Model::load(const std::string& path) { return Loader::load(path); }
+Model Model::load(const std::string& path) {
+  // Each run allocates its intermediates and outputs and frees them again, the same sizes every
+  // time: on the heap, not fresh mapped pages (GPT-2's block at batch 32: 0.78 -> 0.61 ms).
+  cpu::keep_buffers_on_heap(32 << 20);
+  return Loader::load(path);
+}
 
 }  // namespace loom::rt::graph

@@ -1,6 +1,7 @@
 // ops_fused.cpp — the kernels of fused patterns (fuse.cpp) and the vectorised row loops the
 // operators share: the erf GELU in one pass, softmax rows and LayerNormalization rows, each
-// compiled for AVX2 and FMA beside the baseline (vec.hpp). A bias (+ GELU) after a GEMM is the
+// compiled for AVX2 and FMA beside the baseline (vec.hpp) and spread over the threads when a
+// call holds 16k values or more (vec::for_range, where OpenMP loops are on). A bias (+ GELU) after a GEMM is the
 // runtime's cpu::bias_act.
 #include "ops_fused.hpp"
 
@@ -13,11 +14,11 @@
 
 namespace loom::rt::graph {
 
-LOOM_VEC void gelu_rows(const float* x, float* y, int64_t n) {
+namespace {
+
+LOOM_VEC void gelu_span(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * vec::normal_cdf(x[i]);
 }
-
-namespace {
 
 // tanh from one exponential, odd: 1 - 2 / (e^2a + 1) for a = |x|, and its Taylor polynomial
 // where that loses digits (|x| < 0.0625), chosen without a branch.
@@ -43,50 +44,85 @@ LOOM_VEC void erf_rows(const float* x, float* y, int64_t n) {
   }
 }
 
+// In blocks of rows, one step at a time over the block: each row's step is a short chain (max,
+// exponentials, sum, one division), and rows of a few values (attention over 16 positions) spent
+// their time waiting on one row's chain; steps over a block of independent rows overlap.
+LOOM_VEC void softmax_span(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
+  constexpr int64_t kBlock = 64;
+  float m[kBlock], s[kBlock];
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t nr = std::min(kBlock, rows - r0);
+    const float* xb = x + r0 * cols;
+    float* yb = y + r0 * cols;
+    for (int64_t r = 0; r < nr; ++r) m[r] = vec::max(xb + r * cols, cols, -INFINITY);
+    for (int64_t r = 0; r < nr; ++r) s[r] = vec::exp_sum(xb + r * cols, yb + r * cols, m[r], cols);
+    if (log) {
+      for (int64_t r = 0; r < nr; ++r) s[r] = std::log(s[r]) + m[r];
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t c = 0; c < cols; ++c) yb[r * cols + c] = xb[r * cols + c] - s[r];
+    } else {
+      for (int64_t r = 0; r < nr; ++r) s[r] = 1.0f / s[r];
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t c = 0; c < cols; ++c) yb[r * cols + c] *= s[r];
+    }
+  }
+}
+
+// In blocks of rows, one step at a time, as softmax_span.
+LOOM_VEC void layer_norm_span(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
+                              float* means, float* invs) {
+  constexpr int64_t kBlock = 64;
+  float mean[kBlock], inv[kBlock];
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const int64_t nr = std::min(kBlock, rows - r0);
+    const float* xb = x + r0 * cols;
+    float* yb = y + r0 * cols;
+    for (int64_t r = 0; r < nr; ++r) mean[r] = vec::sum(xb + r * cols, cols) / static_cast<float>(cols);
+    for (int64_t r = 0; r < nr; ++r) inv[r] = vec::sum_sq_dev(xb + r * cols, mean[r], cols);
+    for (int64_t r = 0; r < nr; ++r) inv[r] = 1.0f / std::sqrt(inv[r] / static_cast<float>(cols) + eps);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* xr = xb + r * cols;
+      float* yr = yb + r * cols;
+      const float mr = mean[r], ir = inv[r];
+      if (b) {
+        for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mr) * ir * g[c] + b[c];
+      } else {
+        for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mr) * ir * g[c];
+      }
+    }
+    if (means) std::copy_n(mean, nr, means + r0);
+    if (invs) std::copy_n(inv, nr, invs + r0);
+  }
+}
+
 }  // namespace
+
+void gelu_rows(const float* x, float* y, int64_t n) {
+  vec::for_items(n, 1, [&](int64_t lo, int64_t hi) { gelu_span(x + lo, y + lo, hi - lo); });
+}
 
 bool unary_rows(const char* op, const float* x, float* y, int64_t n) {
   const std::string o = op;
-  if (o == "Tanh") tanh_rows(x, y, n);
-  else if (o == "Sigmoid") sigmoid_rows(x, y, n);
-  else if (o == "Exp") exp_rows(x, y, n);
-  else if (o == "Erf") erf_rows(x, y, n);
-  else return false;
+  void (*span)(const float*, float*, int64_t) = o == "Tanh" ? tanh_rows
+                                                : o == "Sigmoid" ? sigmoid_rows
+                                                : o == "Exp" ? exp_rows
+                                                : o == "Erf" ? erf_rows
+                                                : nullptr;
+  if (!span) return false;
+  vec::for_items(n, 1, [&](int64_t lo, int64_t hi) { span(x + lo, y + lo, hi - lo); });
   return true;
 }
 
-LOOM_VEC void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    const float m = vec::max(xr, cols, -INFINITY);
-    const float s = vec::exp_sum(xr, yr, m, cols);
-    if (log) {
-      const float ls = std::log(s) + m;
-      for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - ls;
-    } else {
-      const float inv = 1.0f / s;
-      for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-    }
-  }
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
+  vec::for_items(rows, cols, [&](int64_t lo, int64_t hi) { softmax_span(x + lo * cols, y + lo * cols, hi - lo, cols, log); });
 }
 
-LOOM_VEC void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
-                              float* means, float* invs) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    const float mean = vec::sum(xr, cols) / static_cast<float>(cols);
-    const float var = vec::sum_sq_dev(xr, mean, cols);
-    const float inv = 1.0f / std::sqrt(var / static_cast<float>(cols) + eps);
-    if (b) {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * inv * g[c] + b[c];
-    } else {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * inv * g[c];
-    }
-    if (means) means[r] = mean;
-    if (invs) invs[r] = inv;
-  }
+void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
+                     float* means, float* invs) {
+  vec::for_items(rows, cols, [&](int64_t lo, int64_t hi) {
+    layer_norm_span(x + lo * cols, g, b, y + lo * cols, hi - lo, cols, eps, means ? means + lo : nullptr,
+                    invs ? invs + lo : nullptr);
+  });
 }
 
 // Loom.Gelu: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5, as one pass.

@@ -1,4 +1,5 @@
-// ops_fused.hpp — vectorised row loops (ops_fused.cpp) for the operators and fused kernels.
+// ops_fused.hpp — vectorised row loops (ops_fused.cpp) for the operators and fused kernels, each
+// spread over the runtime's threads when it holds 16k values or more.
 #pragma once
 
 #include <cstdint>

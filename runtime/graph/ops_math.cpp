@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "loom/rt/tensor/kernels.hpp"
+#include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
 #include "ops_fused.hpp"
 
@@ -66,12 +67,19 @@ void matmul_strided4(const Node& n, const Tensor& a, const Tensor& b, float alph
   for (int k = 0; k < 4; ++k) yst[static_cast<size_t>(py[static_cast<size_t>(k)])] = ost[static_cast<size_t>(k)];
   if (yst[3] != 1) op_error(n, "a fused output transpose must keep the last axis");
   Tensor y = Tensor::empty(os);
-  for (int64_t i = 0; i < ys[0]; ++i)
-    for (int64_t j = 0; j < ys[1]; ++j)
+  // The heads' small GEMMs spread over the threads, each on one (as ONNX Runtime runs attention),
+  // rather than each GEMM split over all of them in turn; not when all of them are a few
+  // microseconds (one sequence of 16 positions), where waking the threads costs more.
+  const int64_t count = ys[0] * ys[1], macs = count * M * N * K;
+  vec::for_range(count, macs >= (int64_t{1} << 18) ? 2 : count + 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t ij = lo; ij < hi; ++ij) {
+      const int64_t i = ij / ys[1], j = ij % ys[1];
       cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
                 a.f32() + i * A.stride[0] + j * A.stride[1], static_cast<int>(A.ld),
                 b.f32() + i * B.stride[0] + j * B.stride[1], static_cast<int>(B.ld), 0.0f,
                 y.f32() + i * yst[0] + j * yst[1], static_cast<int>(yst[2]));
+    }
+  });
   *out = y;
 }
 

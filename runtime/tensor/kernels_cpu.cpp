@@ -7,6 +7,7 @@
 #include <dnnl.h>
 #endif
 
+#include <malloc.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -33,8 +34,6 @@ bool g_onednn = true;
 bool g_onednn = false;
 #endif
 
-// Elements below which a loop runs on one thread (the fork would cost more than it saves).
-constexpr int64_t kParallelElements = 1 << 14;
 
 LOOM_VEC void bias_act_rows(float* y, const float* bias, int64_t cols, Act act, int64_t lo, int64_t hi) {
   for (int64_t r = lo; r < hi; ++r) {
@@ -107,6 +106,11 @@ void set_threads(int n) {
   omp_set_num_threads(g_threads);
 }
 
+void keep_buffers_on_heap(size_t bytes) {
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes));
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 void set_gemm_backend(const std::string& name) {
 #ifdef LOOM_HAVE_DNNL
   const bool have = true;
@@ -140,7 +144,7 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
 }
 
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, Act act) {
-  const int64_t min_rows = kParallelElements / std::max<int64_t>(cols, 1);
+  const int64_t min_rows = vec::kParallelValues / std::max<int64_t>(cols, 1);
   vec::for_range(rows, min_rows, [&](int64_t lo, int64_t hi) { bias_act_rows(y, bias, cols, act, lo, hi); });
 }
 
@@ -150,7 +154,7 @@ void relu_backward(float* dy, const float* y, int64_t n) {
 
 // Each column's sum runs over the rows in order whatever the threads: the threads split the columns.
 void bias_grad(const float* dy, float* db, int rows, int cols) {
-  const bool parallel = int64_t{rows} * cols >= kParallelElements;
+  const bool parallel = int64_t{rows} * cols >= vec::kParallelValues;
   vec::for_range(cols, parallel ? 0 : int64_t{cols} + 1,
                  [&](int64_t lo, int64_t hi) { bias_grad_cols(dy, db, rows, cols, lo, hi); });
 }
@@ -163,7 +167,7 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
       throw Error("label " + std::to_string(labels[r]) + " outside [0, " + std::to_string(cols) + ")");
   const float inv_rows = 1.0f / static_cast<float>(grad_rows > 0 ? grad_rows : rows);
   std::vector<double> loss(static_cast<size_t>(rows));
-  vec::for_range(rows, kParallelElements / std::max(cols, 1), [&](int64_t lo, int64_t hi) {
+  vec::for_range(rows, vec::kParallelValues / std::max(cols, 1), [&](int64_t lo, int64_t hi) {
     std::vector<float> scratch(dlogits ? 0 : static_cast<size_t>(cols));
     for (int64_t r = lo; r < hi; ++r)
       loss[static_cast<size_t>(r)] = xent_row(logits + r * cols, labels[r], dlogits ? dlogits + r * cols : scratch.data(),

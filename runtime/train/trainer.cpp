@@ -3,7 +3,6 @@
 // signal and the reporter), each in a file of its own beside this one.
 #include "loom/rt/train/trainer.hpp"
 
-#include <malloc.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -83,8 +82,7 @@ const TrainConfig& prepared(const TrainConfig& c) {
   // mmap'ing (and page-faulting in) fresh zeroed pages every step (~3% of a gpt step). --zero 3
   // allocates each layer's whole parameters and gradients and frees them again: mapped, so
   // that what it frees leaves the process (the caching allocator keeps what the next step reuses).
-  mallopt(M_MMAP_THRESHOLD, c.zero == 3 ? 1 << 20 : 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  cpu::keep_buffers_on_heap(c.zero == 3 ? 1 << 20 : 32 << 20);
   cpu::set_threads(c.threads);
   cpu::set_gemm_backend(c.gemm);
   return c;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "loom/rt/graph/graph.hpp"
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace {
 
@@ -264,6 +266,52 @@ TEST(GraphOps, ConvWithGroupsStridesPadsAndDilations) {
   EXPECT_NEAR(y1.f32()[0], 1 + 0.01f * (0 * 0 + 1 * 49 + 2 * 98 + 3 * 147), 1e-4);
   const Tensor wbad = iota({6, 3, 3, 3});
   EXPECT_THROW(run1("Conv", {x, wbad}, {{"group", ai(2)}}), loom::rt::Error);
+}
+
+// The operators that spread over the threads (softmax and layer norm rows in blocks, the unary
+// functions, convolution and pools image by image, attention's per-head GEMMs) answer the same on
+// 2 threads as on 1, on sizes past the thresholds and the blocks' edges.
+TEST(GraphOps, SpreadOverThreadsAnswersAsOneThread) {
+  auto with_threads = [](int threads, const std::function<std::vector<Tensor>()>& f) {
+    const int before = loom::rt::cpu::threads();
+    loom::rt::cpu::set_threads(threads);
+    auto out = f();
+    loom::rt::cpu::set_threads(before);
+    return out;
+  };
+  auto noisy = [](std::vector<int64_t> shape, float scale) {
+    Tensor t = Tensor::empty(std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std::sin(static_cast<float>(i) * 0.37f) * scale;
+    return t;
+  };
+  const Tensor rows = noisy({301, 70}, 4.0f), g = noisy({70}, 1.0f), b = noisy({70}, 0.5f);
+  const Tensor img = noisy({5, 6, 17, 17}, 1.0f), w = noisy({8, 3, 3, 3}, 0.2f), w1 = noisy({8, 6, 3, 3}, 0.2f);
+  const Tensor q = noisy({3, 5, 40, 32}, 1.0f), k = noisy({3, 5, 40, 32}, 1.0f);
+  auto all = [&] {
+    return std::vector<Tensor>{
+        run1("Softmax", {rows}),
+        run1("LogSoftmax", {rows}),
+        run("LayerNormalization", {rows, g, b}, {}, 3)[0],
+        run1("Tanh", {rows}),
+        run1("Conv", {img, w}, {{"group", ai(2)}, {"pads", ints({1, 1, 1, 1})}}),
+        run1("Conv", {img, w1}, {{"pads", ints({1, 1, 1, 1})}, {"strides", ints({2, 2})}}),
+        run1("MaxPool", {img}, {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}}),
+        run1("MatMul", {q, k}, {{"loom.perm_b", ints({0, 1, 3, 2})}}),
+    };
+  };
+  const auto one = with_threads(1, all), two = with_threads(2, all);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].shape(), two[i].shape()) << i;
+    for (int64_t j = 0; j < one[i].numel(); ++j)
+      ASSERT_NEAR(one[i].f32()[j], two[i].f32()[j], 1e-5f * std::max(1.0f, std::fabs(one[i].f32()[j]))) << i << " at " << j;
+  }
+  // Softmax rows sum to 1 across the blocks of 64 rows (301 = four blocks and a part).
+  for (int64_t r = 0; r < 301; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < 70; ++c) sum += two[0].f32()[r * 70 + c];
+    ASSERT_NEAR(sum, 1.0, 1e-5) << r;
+  }
 }
 
 TEST(GraphOps, BatchNormAndPools) {

@@ -2,6 +2,7 @@
 // the layers need (fused bias + activation, softmax cross-entropy). Row-major throughout.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,6 +22,11 @@ enum class Act { kNone, kRelu, kGelu };
 //   SkylakeX's kernels where the CPU has AVX-512, Haswell's where it has AVX2 and FMA.
 void settle_library_env(char** argv);
 void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
+// Buffers below `bytes` come from the heap and go back to it (glibc's M_MMAP_THRESHOLD; the top of
+// the heap is trimmed past 256 MiB): a loop that allocates and frees the same sizes each step (a
+// training step's activations, an inference's outputs, HDF5's chunk buffers) otherwise maps fresh
+// zeroed pages each time and faults them in. Process-wide; the last call's threshold holds.
+void keep_buffers_on_heap(size_t bytes);
 int threads();
 
 // The GEMM behind gemm(): OpenBLAS's cblas_sgemm, or oneDNN's dnnl_sgemm when built with it

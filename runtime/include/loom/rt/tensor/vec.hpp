@@ -1,7 +1,7 @@
 // vec.hpp — what makes the hot loops (the ONNX executor's, the gpt's) vectorise on this generic
 // x86-64 build: LOOM_VEC compiles a function twice (x86-64-v3: AVX2 with FMA, and the baseline) and
 // picks one at load time; exp and the normal CDF written without branches or libm calls, so the vectoriser can widen them; and
-// for_range, which spreads a loop over the threads when OpenMP loops are on.
+// for_range and for_items, which spread a loop over the threads when OpenMP loops are on.
 #pragma once
 
 #include <omp.h>
@@ -31,6 +31,15 @@ void for_range(int64_t n, int64_t min_parallel, Fn fn) {
     const int64_t lo = n * me / p, hi = n * (me + 1) / p;
     if (lo < hi) fn(lo, hi);
   }
+}
+
+// Values below which a loop runs on one thread (waking the others would cost more than it saves).
+constexpr int64_t kParallelValues = 1 << 14;
+
+// fn(lo, hi) over [0, items) as for_range, spread when the items hold kParallelValues or more.
+template <class Fn>
+void for_items(int64_t items, int64_t values_each, Fn fn) {
+  for_range(items, kParallelValues / (values_each > 1 ? values_each : 1) + 1, fn);
 }
 
 // e^x for float: Cody-Waite reduction and Cephes' polynomial (about 1 ulp), x clamped to the
