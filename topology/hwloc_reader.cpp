@@ -156,38 +156,24 @@ void fill_cpus_and_numa(hwloc_topology_t t, Topology* topo) {
             [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
 }
 
-// Builds the model; with `nvml` (live discovery) GPU facts come from the driver and are
-// attached to the hwloc objects so that the exported XML carries them.
-Topology from_hwloc(hwloc_topology_t t, const std::string& source,
-                    const std::vector<detail::NvmlGpu>* nvml) {
-  Topology topo;
-  topo.source = source;
-  if (hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) > kMaxPus || hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE) > 4096 ||
-      hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PCI_DEVICE) > 65536)
-    throw Error(source + ": more CPUs, NUMA nodes or PCI devices than any real machine has");
-  fill_cpus_and_numa(t, &topo);
-
+// The GPUs, in PCI order; with NVML's facts (live discovery) attached to the hwloc objects so that
+// the exported XML carries them. `pos`: each GPU object's index.
+std::vector<hwloc_obj_t> read_gpus(hwloc_topology_t t, const std::map<std::string, const detail::NvmlGpu*>& by_pci,
+                                   Topology* topo, std::map<hwloc_obj_t, int>* pos) {
   std::vector<hwloc_obj_t> gpu_objs;
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_pcidev(t, o));)
     if (is_gpu(o)) gpu_objs.push_back(o);
   std::sort(gpu_objs.begin(), gpu_objs.end(), [](hwloc_obj_t a, hwloc_obj_t b) { return pci_id(a) < pci_id(b); });
-
-  std::map<std::string, const detail::NvmlGpu*> by_pci;
-  if (nvml) {
-    for (const auto& g : *nvml) by_pci[g.pci] = &g;
-    for (hwloc_obj_t o : gpu_objs) {
-      auto it = by_pci.find(pci_id(o));
-      if (it == by_pci.end()) continue;
-      if (!it->second->name.empty()) hwloc_obj_add_info(o, "GPUModel", it->second->name.c_str());
-      std::string kib = std::to_string(it->second->memory_mb << 10);
-      hwloc_obj_add_info(o, "CUDAGlobalMemorySize", kib.c_str());
-    }
+  for (hwloc_obj_t o : gpu_objs) {
+    auto it = by_pci.find(pci_id(o));
+    if (it == by_pci.end()) continue;
+    if (!it->second->name.empty()) hwloc_obj_add_info(o, "GPUModel", it->second->name.c_str());
+    std::string kib = std::to_string(it->second->memory_mb << 10);
+    hwloc_obj_add_info(o, "CUDAGlobalMemorySize", kib.c_str());
   }
-
-  std::map<hwloc_obj_t, int> pos;
   for (hwloc_obj_t o : gpu_objs) {
     Gpu g;
-    g.index = static_cast<int>(topo.gpus.size());
+    g.index = static_cast<int>(topo->gpus.size());
     g.pci = pci_id(o);
     if (const char* v = info_here_or_below(o, "GPUModel")) g.name = v;
     if (const char* v = info_here_or_below(o, "CUDAGlobalMemorySize")) g.memory_mb = std::strtoull(v, nullptr, 10) >> 10;
@@ -195,11 +181,14 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o);
     g.numa = numa_of(anc);
     g.cpus = pus_of(anc ? anc->cpuset : nullptr);
-    pos[o] = static_cast<int>(topo.gpus.size());
-    topo.gpus.push_back(g);
+    (*pos)[o] = static_cast<int>(topo->gpus.size());
+    topo->gpus.push_back(g);
   }
+  return gpu_objs;
+}
 
-  // RDMA NICs (OpenFabrics devices), in PCI order like the GPUs.
+// RDMA NICs (OpenFabrics devices), in PCI order like the GPUs; returns their objects.
+std::vector<hwloc_obj_t> read_nics(hwloc_topology_t t, Topology* topo) {
   struct NicObj {
     Nic nic;
     hwloc_obj_t obj;
@@ -223,9 +212,93 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
   });
   std::vector<hwloc_obj_t> nic_objs;
   for (const auto& f : found) {
-    topo.nics.push_back(f.nic);
+    topo->nics.push_back(f.nic);
     nic_objs.push_back(f.obj);
   }
+  return nic_objs;
+}
+
+// NVLinks: direct[i][j] links between GPUs i and j, switch_links[i] to an NVSwitch.
+struct NvLinks {
+  std::vector<std::vector<int>> direct;
+  std::vector<int> switch_links;
+};
+
+// From NVML's peers (live), attached to the hwloc topology so that `export --as xml` carries them.
+NvLinks nvlinks_from_nvml(hwloc_topology_t t, const std::map<std::string, const detail::NvmlGpu*>& by_pci,
+                          const Topology& topo, std::vector<hwloc_obj_t>& gpu_objs) {
+  const size_t g = gpu_objs.size();
+  NvLinks l{std::vector<std::vector<int>>(g, std::vector<int>(g, 0)), std::vector<int>(g, 0)};
+  std::map<std::string, int> gpu_at;
+  for (size_t i = 0; i < g; ++i) gpu_at[topo.gpus[i].pci] = static_cast<int>(i);
+  for (size_t i = 0; i < g; ++i) {
+    auto it = by_pci.find(topo.gpus[i].pci);
+    if (it == by_pci.end()) continue;
+    for (const auto& peer : it->second->nvlink_peers) {
+      auto p = gpu_at.find(peer);
+      if (p != gpu_at.end()) ++l.direct[i][p->second];
+      else ++l.switch_links[i];
+    }
+  }
+  bool any = false;
+  for (size_t i = 0; i < g; ++i)
+    any = any || l.switch_links[i] > 0 || std::any_of(l.direct[i].begin(), l.direct[i].end(), [](int n) { return n > 0; });
+  if (!any || g < 2) return l;
+  std::vector<hwloc_uint64_t> values(g * g, 0);
+  for (size_t i = 0; i < g; ++i)
+    for (size_t j = 0; j < g; ++j) {
+      int n = l.direct[i][j];
+      if (i != j && n == 0 && l.switch_links[i] && l.switch_links[j]) n = std::min(l.switch_links[i], l.switch_links[j]);
+      values[i * g + j] = static_cast<hwloc_uint64_t>(n * kNvlinkMBps);
+    }
+  auto h = hwloc_distances_add_create(t, kNvlinkDistances, HWLOC_DISTANCES_KIND_FROM_OS | HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH, 0);
+  if (h && hwloc_distances_add_values(t, h, static_cast<unsigned>(g), gpu_objs.data(), values.data(), 0) == 0)
+    hwloc_distances_add_commit(t, h, 0);
+  return l;
+}
+
+// From the NVLink bandwidth matrix an exported XML carries.
+NvLinks nvlinks_from_xml(hwloc_topology_t t, const std::map<hwloc_obj_t, int>& pos, size_t g) {
+  NvLinks l{std::vector<std::vector<int>>(g, std::vector<int>(g, 0)), std::vector<int>(g, 0)};
+  unsigned nr = 0;
+  hwloc_distances_get_by_name(t, kNvlinkDistances, &nr, nullptr, 0);
+  std::vector<hwloc_distances_s*> dist(nr);
+  if (!nr || hwloc_distances_get_by_name(t, kNvlinkDistances, &nr, dist.data(), 0) != 0) return l;
+  for (unsigned d = 0; d < nr; ++d) {
+    const unsigned n = dist[d]->nbobjs;
+    for (unsigned a = 0; a < n; ++a) {
+      auto ia = pos.find(pci_parent(dist[d]->objs[a]));
+      if (ia == pos.end()) continue;
+      for (unsigned b = 0; b < n; ++b) {
+        if (a == b) continue;
+        long links = std::lround(static_cast<double>(dist[d]->values[a * n + b]) / kNvlinkMBps);
+        if (links <= 0) continue;
+        auto ib = pos.find(pci_parent(dist[d]->objs[b]));
+        if (ib != pos.end()) l.direct[ia->second][ib->second] = static_cast<int>(links);
+        else l.switch_links[ia->second] += static_cast<int>(links);  // an NVSwitch
+      }
+    }
+    hwloc_distances_release(t, dist[d]);
+  }
+  return l;
+}
+
+// Builds the model; with `nvml` (live discovery) GPU facts come from the driver and are
+// attached to the hwloc objects so that the exported XML carries them.
+Topology from_hwloc(hwloc_topology_t t, const std::string& source,
+                    const std::vector<detail::NvmlGpu>* nvml) {
+  Topology topo;
+  topo.source = source;
+  if (hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU) > kMaxPus || hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE) > 4096 ||
+      hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PCI_DEVICE) > 65536)
+    throw Error(source + ": more CPUs, NUMA nodes or PCI devices than any real machine has");
+  fill_cpus_and_numa(t, &topo);
+  std::map<std::string, const detail::NvmlGpu*> by_pci;
+  if (nvml)
+    for (const auto& g : *nvml) by_pci[g.pci] = &g;
+  std::map<hwloc_obj_t, int> pos;
+  std::vector<hwloc_obj_t> gpu_objs = read_gpus(t, by_pci, &topo, &pos);
+  const std::vector<hwloc_obj_t> nic_objs = read_nics(t, &topo);
 
   const size_t g = gpu_objs.size();
   topo.gpu_paths.assign(g, std::vector<Path>(g));
@@ -237,63 +310,8 @@ Topology from_hwloc(hwloc_topology_t t, const std::string& source,
       if (topo.gpu_nic_paths[i][k].kind == PathKind::kSelf) topo.gpu_nic_paths[i][k] = {PathKind::kPIX, 0};
     }
   }
-
-  std::vector<std::vector<int>> direct(g, std::vector<int>(g, 0));
-  std::vector<int> switch_links(g, 0);
-  if (nvml) {
-    std::map<std::string, int> gpu_at;
-    for (size_t i = 0; i < g; ++i) gpu_at[topo.gpus[i].pci] = static_cast<int>(i);
-    for (size_t i = 0; i < g; ++i) {
-      auto it = by_pci.find(topo.gpus[i].pci);
-      if (it == by_pci.end()) continue;
-      for (const auto& peer : it->second->nvlink_peers) {
-        auto p = gpu_at.find(peer);
-        if (p != gpu_at.end()) ++direct[i][p->second];
-        else ++switch_links[i];
-      }
-    }
-    bool any = false;
-    for (size_t i = 0; i < g; ++i) any = any || switch_links[i] > 0 ||
-                                       std::any_of(direct[i].begin(), direct[i].end(), [](int n) { return n > 0; });
-    if (any && g > 1) {  // attach to the hwloc topology so `export --as xml` carries them
-      std::vector<hwloc_uint64_t> values(g * g, 0);
-      for (size_t i = 0; i < g; ++i)
-        for (size_t j = 0; j < g; ++j) {
-          int n = direct[i][j];
-          if (i != j && n == 0 && switch_links[i] && switch_links[j]) n = std::min(switch_links[i], switch_links[j]);
-          values[i * g + j] = static_cast<hwloc_uint64_t>(n * kNvlinkMBps);
-        }
-      auto h = hwloc_distances_add_create(t, kNvlinkDistances,
-                                          HWLOC_DISTANCES_KIND_FROM_OS | HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH, 0);
-      if (h && hwloc_distances_add_values(t, h, static_cast<unsigned>(g), gpu_objs.data(), values.data(), 0) == 0)
-        hwloc_distances_add_commit(t, h, 0);
-    }
-  } else {
-    unsigned nr = 0;
-    hwloc_distances_get_by_name(t, kNvlinkDistances, &nr, nullptr, 0);
-    std::vector<hwloc_distances_s*> dist(nr);
-    if (nr && hwloc_distances_get_by_name(t, kNvlinkDistances, &nr, dist.data(), 0) == 0) {
-      for (unsigned d = 0; d < nr; ++d) {
-        const unsigned n = dist[d]->nbobjs;
-        for (unsigned a = 0; a < n; ++a) {
-          hwloc_obj_t oa = pci_parent(dist[d]->objs[a]);
-          auto ia = pos.find(oa);
-          if (ia == pos.end()) continue;
-          for (unsigned b = 0; b < n; ++b) {
-            if (a == b) continue;
-            hwloc_obj_t ob = pci_parent(dist[d]->objs[b]);
-            long links = std::lround(static_cast<double>(dist[d]->values[a * n + b]) / kNvlinkMBps);
-            if (links <= 0) continue;
-            auto ib = pos.find(ob);
-            if (ib != pos.end()) direct[ia->second][ib->second] = static_cast<int>(links);
-            else switch_links[ia->second] += static_cast<int>(links);  // an NVSwitch
-          }
-        }
-        hwloc_distances_release(t, dist[d]);
-      }
-    }
-  }
-  apply_nvlinks(&topo, direct, switch_links);
+  const NvLinks links = nvml ? nvlinks_from_nvml(t, by_pci, topo, gpu_objs) : nvlinks_from_xml(t, pos, g);
+  apply_nvlinks(&topo, links.direct, links.switch_links);
 
   if (nvml) {  // live: export, with the NVML facts attached above (XML input keeps its text)
     char* buf = nullptr;
