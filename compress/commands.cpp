@@ -1,4 +1,5 @@
-// commands.cpp — loom-compress prune, quantize, distill, eval and convert.
+// commands.cpp — loom-compress prune, quantize, distill, eval and convert (their shared option
+// handling and reports are cli.hpp's).
 #include "commands.hpp"
 
 #include <unistd.h>
@@ -9,197 +10,20 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate.hpp"
+#include "cli.hpp"
 #include "gpt_eval.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/onnx_export.hpp"
-#include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/io/text.hpp"
 #include "loom/rt/train/trainer.hpp"
 #include "model_eval.hpp"
 #include "prune.hpp"
 
-namespace po = boost::program_options;
-
 namespace loom::compress {
 
 namespace {
-
-// loom-train's options that fine-tuning and distillation take.
-struct TrainOpts {
-  std::string data = "fashion-mnist", optimizer = "sgd", seed = "1", schedule = "constant", ckpt_dir, resume = "auto";
-  int64_t ckpt_every = 0;
-  int batch = 128, threads = 1;
-  float lr = 0.05f, momentum = 0.9f;  // prune sets lr 0.01: fine-tuning starts from a trained model
-};
-
-std::string shown(float v) {  // a default as --help shows it: 0.05, not 0.0500000007
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-
-void add_train_options(po::options_description& d, TrainOpts& t) {
-  d.add_options()("data", po::value(&t.data)->default_value(t.data), "fashion-mnist[:DIR]")(
-      "global-batch", po::value(&t.batch)->default_value(t.batch), "samples per step")(
-      "lr", po::value(&t.lr)->default_value(t.lr, shown(t.lr)), "learning rate")(
-      "optimizer", po::value(&t.optimizer)->default_value(t.optimizer), "sgd | adamw")(
-      "momentum", po::value(&t.momentum)->default_value(t.momentum, shown(t.momentum)), "SGD momentum")(
-      "lr-schedule", po::value(&t.schedule)->default_value(t.schedule), "constant | cosine")(
-      "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and shuffling")(
-      "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads")(
-      "ckpt-dir", po::value(&t.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5, and resume from there")(
-      "ckpt-every", po::value(&t.ckpt_every)->default_value(0), "checkpoint every N steps (with --ckpt-dir)")(
-      "resume", po::value(&t.resume)->default_value(t.resume), "auto (the newest good checkpoint in --ckpt-dir) | never | FILE");
-}
-
-std::string data_dir(const std::string& data) {
-  if (data.rfind("text:", 0) == 0 || data.rfind("tokens:", 0) == 0)
-    throw Usage{"--data " + data.substr(0, data.find(':')) + ":... is for a gpt; an mlp takes fashion-mnist[:DIR]"};
-  if (data == "fashion-mnist") return rt::kFashionMnistDir;
-  if (data.rfind("fashion-mnist:", 0) == 0 && data.size() > 14) return data.substr(14);
-  throw Usage{"--data must be fashion-mnist or fashion-mnist:DIR, not '" + data + "'"};
-}
-
-uint64_t train_config_seed(const std::string& seed) {
-  if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos)
-    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
-  try {
-    return std::stoull(seed);
-  } catch (const std::out_of_range&) {
-    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
-  }
-}
-
-// loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE or tokens:PATTERN.
-rt::TrainConfig train_config(const TrainOpts& t, const std::string& model = "mlp") {
-  rt::TrainConfig c;
-  c.model = model;
-  if (model == "mlp") c.data_dir = data_dir(t.data);
-  else {
-    const GptData d = gpt_data(t.data, "--data");
-    c.text_path = d.text;
-    c.token_files = d.tokens;
-  }
-  c.global_batch = t.batch;
-  c.threads = t.threads;
-  c.lr = t.lr;
-  c.optim.kind = t.optimizer;
-  c.optim.momentum = t.momentum;
-  c.schedule = t.schedule;
-  c.device = "cpu";
-  c.seed = train_config_seed(t.seed);
-  if (t.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
-  c.ckpt_dir = t.ckpt_dir;
-  c.ckpt_every = t.ckpt_every;
-  c.resume = t.resume;
-  rt::validate(c);
-  return c;
-}
-
-po::variables_map parse(int argc, char** argv, const po::options_description& d, const char* positional, int count) {
-  po::positional_options_description pos;
-  if (positional) pos.add(positional, count);
-  po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(d).positional(pos).run(), vm);
-  po::notify(vm);
-  return vm;
-}
-
-bool wants_help(int argc, char** argv, const std::string& name, const po::options_description& d) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << "usage: loom-compress " << name << " [options]\n" << d;
-      return true;
-    }
-  return false;
-}
-
-void require(const po::variables_map& vm, const char* opt, const std::string& cmd) {
-  if (!vm.count(opt)) throw Usage{cmd + " needs --" + std::string(opt)};
-}
-
-void train_log(const std::string& line) { std::cerr << line << "\n"; }
-
-std::string pct(double before, double after) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * (after - before) / before);
-  return b;
-}
-
-void print_side_by_side(const ModelReport& a, const ModelReport& b, const char* what) {
-  std::printf("%-15s %-18s %-18s\n", "", "before", what);
-  std::printf("%-15s %-18s %-18s\n", "layers", a.layers.c_str(), b.layers.c_str());
-  std::printf("%-15s %-18s %-18s\n", "precision", a.precision.c_str(), b.precision.c_str());
-  std::printf("%-15s %-18lld %-18lld %s\n", "params", static_cast<long long>(a.params), static_cast<long long>(b.params),
-              pct(static_cast<double>(a.params), static_cast<double>(b.params)).c_str());
-  std::printf("%-15s %-18lld %-18lld %.2fx\n", "file bytes", static_cast<long long>(a.file_bytes),
-              static_cast<long long>(b.file_bytes), static_cast<double>(b.file_bytes) / static_cast<double>(a.file_bytes));
-  std::printf("%-15s %-18.4f %-18.4f %+.2f pt\n", "test accuracy", a.test_accuracy, b.test_accuracy,
-              100.0 * (b.test_accuracy - a.test_accuracy));
-}
-
-void print_side_by_side(const GptReport& a, const GptReport& b, const char* what) {
-  std::printf("%-15s %-18s %-18s\n", "", "before", what);
-  std::printf("%-15s %-18s %-18s\n", "precision", a.precision.c_str(), b.precision.c_str());
-  std::printf("%-15s %-18lld %-18lld %s\n", "params", static_cast<long long>(a.params), static_cast<long long>(b.params),
-              pct(static_cast<double>(a.params), static_cast<double>(b.params)).c_str());
-  std::printf("%-15s %-18lld %-18lld %.2fx\n", "file bytes", static_cast<long long>(a.file_bytes),
-              static_cast<long long>(b.file_bytes), static_cast<double>(b.file_bytes) / static_cast<double>(a.file_bytes));
-  std::printf("%-15s %-18.4f %-18.4f %s\n", "perplexity", a.perplexity, b.perplexity, pct(a.perplexity, b.perplexity).c_str());
-  std::printf("%-15s %-18.4f %-18.4f %+.2f pt\n", "accuracy", a.accuracy, b.accuracy, 100.0 * (b.accuracy - a.accuracy));
-}
-
-void print_gpt(const std::string& path, const GptReport& r, const std::string& format) {
-  if (format == "json") {
-    nlohmann::json j{{"model", path},           {"type", "gpt"},         {"loss", r.loss},
-                     {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"params", r.params},
-                     {"file_bytes", r.file_bytes}, {"precision", r.precision}, {"tokens", r.tokens},
-                     {"unknown_bytes", r.unknown_bytes}};
-    std::cout << j.dump() << "\n";
-    return;
-  }
-  std::printf("%s: gpt (%s), %s, %lld params, %lld bytes; on %lld tokens: loss %.4f nats/token, perplexity %.4f, "
-              "next-token accuracy %.4f\n",
-              path.c_str(), r.shape.c_str(), r.precision.c_str(), static_cast<long long>(r.params),
-              static_cast<long long>(r.file_bytes), static_cast<long long>(r.tokens), r.loss, r.perplexity, r.accuracy);
-  if (r.unknown_bytes)
-    std::printf("  %lld bytes of the text are outside the model's vocabulary and were left out\n",
-                static_cast<long long>(r.unknown_bytes));
-}
-
-// The gpt file of quantize: a float one.
-rt::Gpt float_gpt(const std::string& path, const rt::ModelFile& f, const std::string& cmd) {
-  const std::string precision = rt::model_precision(path, f);
-  if (precision != "fp32")
-    throw rt::Error(path + ": an " + precision + " model; " + cmd + " takes the float model");
-  return rt::load_gpt(path, f);
-}
-
-// The input of prune and quantize: a float Loom MLP model file, never an INT8 one.
-rt::ModelFile float_model(const std::string& path, const std::string& cmd) {
-  rt::ModelFile f = read_model(path);
-  const std::string precision = mlp_precision(path, f);
-  if (precision != "fp32")
-    throw rt::Error(path + ": an " + precision + " model; " + cmd + " takes the float model (prune first, then quantize)");
-  return f;
-}
-
-struct TempFile {  // removed when it leaves scope, whatever happened
-  std::string path;
-  ~TempFile() { std::remove(path.c_str()); }
-};
-
-}  // namespace
-
-namespace {
-
-// A gpt trains with AdamW at `lr`, 16 sequences a step, where the options were left out: the
-// MLP's SGD defaults do not train a transformer.
-void gpt_training_defaults(const po::variables_map& vm, float lr, rt::TrainConfig* c) {
-  if (vm["optimizer"].defaulted()) c->optim.kind = "adamw";
-  if (vm["lr"].defaulted()) c->lr = lr;
-  if (vm["global-batch"].defaulted()) c->global_batch = 16;
-}
 
 // Heads and MLP neurons of a gpt, optionally fine-tuned on text:FILE by loom-train's loop
 // (--finetune-steps); --eval-data text:FILE scores the model before and after.

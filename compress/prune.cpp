@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 
+#include "loom/rt/io/text.hpp"
+
 namespace loom::compress {
 
 namespace {
@@ -43,21 +45,15 @@ std::vector<int> keep_column_groups(const float* w, int rows, int cols, int grou
   return largest(norms(w, rows, cols, false, group, l1), keep);
 }
 
-std::string shown(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-
 void check_prune_args(double sparsity, const std::string& criterion) {
-  if (!(sparsity > 0 && sparsity < 1)) throw rt::Error("--sparsity must be in (0, 1), not " + shown(sparsity));
+  if (!(sparsity > 0 && sparsity < 1)) throw rt::Error("--sparsity must be in (0, 1), not " + rt::number_text(sparsity));
   if (criterion != "l1" && criterion != "l2") throw rt::Error("--criterion must be l1 or l2, not '" + criterion + "'");
 }
 
 int kept_count(int n, double sparsity, const char* what) {
   const int keep = static_cast<int>(std::lround(n * (1.0 - sparsity)));
   if (keep < 1)
-    throw rt::Error("--sparsity " + shown(sparsity) + " would remove all " + std::to_string(n) + " " + what +
+    throw rt::Error("--sparsity " + rt::number_text(sparsity) + " would remove all " + std::to_string(n) + " " + what +
                     " of each block (a block keeps at least one)");
   return keep;
 }

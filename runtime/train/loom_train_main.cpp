@@ -24,6 +24,7 @@
 #include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/text.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/train/trainer.hpp"
 
@@ -87,13 +88,6 @@ void store_options(int argc, char** argv, const po::options_description& opts, p
   }
 }
 
-// A value as the help shows it ("0.05", not "0.0500000007").
-std::string shown(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 std::string widths_text(const std::vector<int>& w) {
   std::string s;
   for (int x : w) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -107,6 +101,7 @@ struct RawOptions {
 
 // The option table: each default is TrainConfig's own, so an option's default lives in one place.
 po::options_description option_table(loom::rt::TrainConfig& c, RawOptions& in) {
+  using loom::rt::number_text;
   po::options_description opts("loom-train options (also valid as key = value lines in --config FILE)");
   opts.add_options()
       ("help,h", "show this help")
@@ -123,23 +118,23 @@ po::options_description option_table(loom::rt::TrainConfig& c, RawOptions& in) {
       ("n-layer", po::value(&c.gpt_layers)->default_value(c.gpt_layers), "gpt: transformer blocks")
       ("n-head", po::value(&c.heads)->default_value(c.heads), "gpt: attention heads")
       ("n-embd", po::value(&c.embd)->default_value(c.embd), "gpt: embedding width")
-      ("dropout", po::value(&c.dropout)->default_value(c.dropout, shown(c.dropout)), "gpt: dropout probability")
+      ("dropout", po::value(&c.dropout)->default_value(c.dropout, number_text(c.dropout)), "gpt: dropout probability")
       ("recompute", po::bool_switch(&c.recompute), "gpt: keep only each block's input, recompute the rest in backward (less memory)")
       ("attention", po::value(&c.attention)->default_value(c.attention),
        "gpt: auto | full (keep each head's T x T softmax) | flash (no T x T matrix; auto from context 256)")
       ("epochs", po::value(&c.epochs)->default_value(c.epochs), "epochs over the training set")
       ("steps", po::value(&c.steps), "stop after this many steps (default: --epochs over the data)")
       ("global-batch", po::value(&c.global_batch)->default_value(c.global_batch), "samples per step")
-      ("lr", po::value(&c.lr)->default_value(c.lr, shown(c.lr)), "learning rate")
+      ("lr", po::value(&c.lr)->default_value(c.lr, number_text(c.lr)), "learning rate")
       ("optimizer", po::value(&c.optim.kind)->default_value(c.optim.kind), "sgd | adamw")
-      ("momentum", po::value(&c.optim.momentum)->default_value(c.optim.momentum, shown(c.optim.momentum)), "SGD momentum")
+      ("momentum", po::value(&c.optim.momentum)->default_value(c.optim.momentum, number_text(c.optim.momentum)), "SGD momentum")
       ("nesterov", po::bool_switch(&c.optim.nesterov), "Nesterov momentum")
-      ("weight-decay", po::value(&c.optim.weight_decay)->default_value(c.optim.weight_decay, shown(c.optim.weight_decay)), "weight decay (decoupled for adamw)")
+      ("weight-decay", po::value(&c.optim.weight_decay)->default_value(c.optim.weight_decay, number_text(c.optim.weight_decay)), "weight decay (decoupled for adamw)")
       ("lr-schedule", po::value(&c.schedule)->default_value(c.schedule), "constant | cosine")
       ("warmup-steps", po::value(&c.warmup)->default_value(c.warmup), "linear warmup steps")
       ("lr-replan", po::bool_switch(&c.lr_replan),
        "resuming with another --steps/--epochs: re-plan the cosine schedule over the new total")
-      ("clip-grad-norm", po::value(&c.clip)->default_value(c.clip, shown(c.clip)), "clip gradients to this global norm (0: off)")
+      ("clip-grad-norm", po::value(&c.clip)->default_value(c.clip, number_text(c.clip)), "clip gradients to this global norm (0: off)")
       ("seed", po::value(&in.seed)->default_value(std::to_string(c.seed)), "seed of weights and shuffling (0 to 2^64-1)")
       ("device", po::value(&c.device)->default_value(c.device), "auto | cpu | cuda")
       ("threads", po::value(&c.threads)->default_value(c.threads), "CPU threads")
@@ -163,11 +158,11 @@ po::options_description option_table(loom::rt::TrainConfig& c, RawOptions& in) {
        "none | optimizer: with --zero 1 or 3 on GPUs, the optimizer state and its step in host memory (ZeRO-Offload)")
       ("gpu-backend", po::value(&c.gpu_backend)->default_value(c.gpu_backend),
        "several CUDA ranks: nccl (gradients summed on the GPUs) | host (staged over MPI) | auto")
-      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb, shown(c.bucket_mb)), "gradient bucket size, overlapped with backward (0: after it)")
-      ("comm-timeout", po::value(&c.comm_timeout)->default_value(c.comm_timeout, shown(c.comm_timeout)), "seconds a collective waits for a peer before failing")
+      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb, number_text(c.bucket_mb)), "gradient bucket size, overlapped with backward (0: after it)")
+      ("comm-timeout", po::value(&c.comm_timeout)->default_value(c.comm_timeout, number_text(c.comm_timeout)), "seconds a collective waits for a peer before failing")
       ("ckpt-dir", po::value(&c.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5 (and resume from there)")
       ("ckpt-every", po::value(&c.ckpt_every), "checkpoint every N steps")
-      ("ckpt-every-min", po::value(&c.ckpt_every_min)->default_value(c.ckpt_every_min, shown(c.ckpt_every_min)), "checkpoint every M minutes")
+      ("ckpt-every-min", po::value(&c.ckpt_every_min)->default_value(c.ckpt_every_min, number_text(c.ckpt_every_min)), "checkpoint every M minutes")
       ("ckpt-keep", po::value(&c.ckpt_keep)->default_value(c.ckpt_keep), "keep the newest K checkpoints")
       ("ckpt-async", po::bool_switch(&c.ckpt_async), "write checkpoints in the background")
       ("resume", po::value(&c.resume)->default_value(c.resume), "auto (newest good checkpoint in --ckpt-dir) | never | FILE")
