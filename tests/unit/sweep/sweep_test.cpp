@@ -251,13 +251,19 @@ TEST(GaussianProcess, LengthScalesStayInsideTheCubeFromFewPoints) {
   EXPECT_LT(gp.length_scales().maxCoeff(), 5.0) << gp.length_scales().transpose();
 }
 
-TEST(GaussianProcess, JointPosteriorMatchesThePointwiseOne) {
-  std::mt19937_64 rng(5);
+// A GP fitted to Branin at 8 random points of the unit square.
+GaussianProcess branin_gp(unsigned long seed) {
+  std::mt19937_64 rng(seed);
   Eigen::MatrixXd X = (Eigen::MatrixXd::Random(8, 2).array() + 1) / 2;
   Eigen::VectorXd y(8);
   for (int i = 0; i < 8; ++i) y(i) = branin(X(i, 0) * 15 - 5, X(i, 1) * 15);
   GaussianProcess gp;
   gp.fit(X, y, true, rng);
+  return gp;
+}
+
+TEST(GaussianProcess, JointPosteriorMatchesThePointwiseOne) {
+  const GaussianProcess gp = branin_gp(5);
   Eigen::MatrixXd P(3, 2);
   P << 0.1, 0.2, 0.1001, 0.2, 0.9, 0.9;
   Eigen::VectorXd mean;
@@ -297,12 +303,7 @@ TEST(Bayes, PendingTrialsShapeTheNextProposals) {
 }
 
 TEST(ExpectedImprovement, GradientsMatchFiniteDifferences) {
-  std::mt19937_64 rng(3);
-  Eigen::MatrixXd X = (Eigen::MatrixXd::Random(8, 2).array() + 1) / 2;
-  Eigen::VectorXd y(8);
-  for (int i = 0; i < 8; ++i) y(i) = branin(X(i, 0) * 15 - 5, X(i, 1) * 15);
-  GaussianProcess gp;
-  gp.fit(X, y, true, rng);
+  const GaussianProcess gp = branin_gp(3);
   const Eigen::Vector2d x(0.3, 0.6);
   double m = 0, v = 0;
   Eigen::VectorXd dm, dv;
