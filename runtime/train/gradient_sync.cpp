@@ -111,7 +111,6 @@ StateBytes GradientSync::state_bytes(const Optimizer& opt, const std::vector<Par
 }
 
 size_t GradientSync::optimizer_bytes(const Optimizer& opt) const {
-  if (zero3_ && zero3_->sharded()) return zero3_->optimizer_bytes();
   if (zero_) return zero_->state_bytes();
   size_t n = 0;
   for (const auto* ts : {&opt.first_moments(), &opt.second_moments()})
