@@ -14,6 +14,7 @@
 #     target within 15%.
 # MPIRUN_ARGS (default --oversubscribe) and TRAIN_ARGS add launcher and loom-train options.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 T=${LOOM_BUILDDIR:?set LOOM_BUILDDIR}/loom-train
 steps=${STEPS:-6}
 rounds=${ROUNDS:-3}
@@ -23,12 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
-cat >peakof.sh <<'SH'
-#!/bin/sh
-p=$1
-shift
-exec /usr/bin/time -f "%M" -o "$p.${OMPI_COMM_WORLD_RANK:-0}" "$@"
-SH
+cp "$here/../train/peakof.sh" peakof.sh
 chmod +x peakof.sh
 python3 -c "
 import random; random.seed(1)

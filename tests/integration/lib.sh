@@ -130,14 +130,7 @@ export LOOM_DEVICE_WEIGHT=$((r + 1)) LOOM_NODE_ID=node$((r / 2))
 exec "$@"
 SH
   chmod +x nodeenv.sh
-  # peakof.sh PREFIX CMD...: runs CMD and writes its peak resident KiB to PREFIX.<rank> (a file:
-  # mpirun may drop what a rank prints as it exits).
-  cat >peakof.sh <<'SH'
-#!/bin/sh
-p=$1
-shift
-exec /usr/bin/time -f "%M" -o "$p.${OMPI_COMM_WORLD_RANK:-0}" "$@"
-SH
+  cp "$LOOM_SRCDIR/tests/train/peakof.sh" peakof.sh  # PREFIX CMD...: the peak resident KiB in PREFIX.<rank>
   chmod +x peakof.sh
 }
 
