@@ -191,14 +191,32 @@ try:
     st, r = post(f"{base}/multimodal/infer", {"inputs": [as_json("input_ids", ids.float()), as_json("attention_mask", mask),
                                                          as_json("image", image)]})
     check(st == 400 and "must be INT64" in r.get("error", ""), f"wrong datatype: {st} {r}")
-    # The caller's deadline bounds the hops.
+    # The caller's deadline bounds the hops. A fusion step that holds each request 2 s for its
+    # batch to fill, a 300 ms deadline: the caller gets DEADLINE_EXCEEDED, and the step itself
+    # answers the request as timed out instead of computing it (the deadline travelled with it).
+    # (A deadline shorter than the hops is no test: gRPC keeps deadlines in whole milliseconds and
+    # three loopback hops of these models can finish within one.)
+    slow_port = free_port()
+    _, (slow_step, _), _ = start("slow-fusion", ["--model-repository", os.path.join(work, "repo"), "--max-queue-delay-us", "2000000"],
+                                 grpc_port=slow_port)
+    slow_spec = pipeline_spec(os.path.join(work, "slow.yaml"), ports[:2] + [f"127.0.0.1:{slow_port}"])
+    _, (slow_http, slow_grpc), _ = start("slow-pipeline", ["--spec", slow_spec])
+    check(wait_ready(slow_http, True), "the pipeline over the slow step did not become ready")
+    t0 = time.monotonic()
     try:
-        # 50 us: less than one loopback gRPC round trip, let alone three hops (0.5 ms was met at
-        # times once the steps stopped waiting out a batching delay).
-        grpc_call(infer, "multimodal", {"input_ids": ids, "attention_mask": mask, "image": image}, timeout=0.00005)
-        check(False, "a 50 us deadline was met")
+        grpc_call(stub(slow_grpc), "multimodal", {"input_ids": ids, "attention_mask": mask, "image": image}, timeout=0.3)
+        check(False, "a 300 ms deadline was met by a step that waits 2 s")
     except grpc.RpcError as e:
-        check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline: {e.code()}")
+        check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - t0 < 1.5,
+              f"deadline: {e.code()} after {time.monotonic() - t0:.2f} s")
+    fused = {}
+    for _ in range(50):
+        fused = get(f"http://{slow_step}/v2/models/fusion/stats")[1].get("model_stats", [{}])[0].get("inference_stats", {})
+        if fused.get("fail", {}).get("count"):
+            break
+        time.sleep(0.1)
+    check(fused.get("fail", {}).get("count") == 1 and fused.get("success", {}).get("count") == 0,
+          f"the slow step did not answer the request as timed out: {fused}")
     # Bad specs: one clear error at load, exit status 1.
     def refused(what, edit, message):
         path = pipeline_spec(os.path.join(work, f"bad-{len(what)}.yaml"), ports, edit)
