@@ -4,11 +4,11 @@
 
 #include <string>
 
+#include "loom/error.hpp"
+
 namespace loom::compress {
 
-struct Usage {
-  std::string msg;
-};
+using Usage = loom::UsageError;
 
 int cmd_prune(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);

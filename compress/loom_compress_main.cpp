@@ -52,14 +52,9 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return loom::compress::cmd_eval(argc - 1, argv + 1);
     if (cmd == "convert") return loom::compress::cmd_convert(argc - 1, argv + 1);
     throw Usage{"unknown command '" + cmd + "' (prune, quantize, distill, eval or convert)"};
-  } catch (const Usage& u) {
-    std::fprintf(stderr, "loom-compress: %s\n", u.msg.c_str());
-    return 2;
   } catch (const po::error& e) {
-    std::fprintf(stderr, "loom-compress: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-compress: %s\n", e.what());
-    return 1;
+    return loom::report("loom-compress", loom::UsageError(e.what()));
+  } catch (const std::exception& e) {  // a Usage exits 2, anything else 1
+    return loom::report("loom-compress", e);
   }
 }

@@ -56,7 +56,7 @@ size_t Batcher::queued() const {
 
 void Batcher::submit(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline, Done done) {
   if (rows > o_.max_batch_size)
-    throw ServeError(Status::kBadRequest, too_many_rows(rows, o_.max_batch_size));
+    throw ServeError(Status::kInput, too_many_rows(rows, o_.max_batch_size));
   size_t n;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -212,9 +212,9 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
       for (const auto& o : outs)
         if (o.ndim() == 0 || o.dim(0) != rows)
           throw rt::Error("an output has " + o.shape_str() + " for a batch of " + std::to_string(rows) + " rows");
-  } catch (const rt::InvalidInput& e) {  // what the request's data made an operator refuse: 400
+  } catch (const loom::Error& e) {  // by its kind: what the request's data made an operator refuse is a 400
     error = e.what();
-    failed = Status::kBadRequest;
+    failed = e.kind();
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -47,7 +47,7 @@ class Batcher {
   ~Batcher();  // drains: every admitted request gets its answer
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
-  // Throws ServeError kUnavailable (queue full, or stopping) or kBadRequest (too many rows).
+  // Throws ServeError kUnavailable (queue full, or stopping) or kInput (too many rows).
   // `x`: the model's inputs as ServedModel::decode gives them, `rows` the request's rows.
   void submit(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline, Done done);
   // Blocking convenience for the synchronous front ends.

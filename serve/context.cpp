@@ -58,7 +58,7 @@ inference::ModelConfig Context::model_config(const std::string& name, const std:
 
 inference::ModelStatisticsResponse Context::statistics(const std::string& name, const std::string& version) const {
   if (!name.empty() && pipeline(name))
-    throw ServeError(Status::kBadRequest, "pipeline " + name + " keeps no statistics of its own: its steps' servers do");
+    throw ServeError(Status::kInput, "pipeline " + name + " keeps no statistics of its own: its steps' servers do");
   if (!name.empty()) repo->find(name, version);  // 404 naming the model or the version
   inference::ModelStatisticsResponse r;
   for (const auto& v : repo->loaded_versions()) {

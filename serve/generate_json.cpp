@@ -13,7 +13,7 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw ServeError(Status::kBadRequest, msg); }
+[[noreturn]] void bad(const std::string& msg) { throw ServeError(Status::kInput, msg); }
 
 // The value of `key`: in params (when given) first, then in req.
 const json* param(const json& req, const json* params, const char* key) {

@@ -173,7 +173,7 @@ class Service final
         answer(seq, std::move(out));
       };
       if (!parsed.ok()) {
-        s_.ctx_.metrics->request(s_.ctx_.metrics_label(""), "grpc", Status::kBadRequest);
+        s_.ctx_.metrics->request(s_.ctx_.metrics_label(""), "grpc", Status::kInput);
         const std::string why = parsed.error_message().empty() ? "" : ": " + parsed.error_message();
         return done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "the stream's message " + std::to_string(seq + 1) + " is not a ModelInferRequest" + why));
@@ -261,8 +261,8 @@ class Service final
     try {
       f();
       return grpc::Status::OK;
-    } catch (const ServeError& e) {
-      return to_grpc(e.status, e.what());
+    } catch (const loom::Error& e) {  // any part's error, answered by its kind
+      return to_grpc(e.kind(), e.what());
     } catch (const std::exception& e) {
       return to_grpc(Status::kInternal, e.what());
     } catch (...) {
@@ -295,12 +295,12 @@ class Service final
       return std::string(reinterpret_cast<const char*>(c.int_contents().data()), static_cast<size_t>(c.int_contents_size()) * 4);
     if (dt == "UINT8")
       return packed(c.uint_contents(), [](uint32_t v, std::string& o) {
-        if (v > 255) throw ServeError(Status::kBadRequest, "UINT8 contents must be 0-255");
+        if (v > 255) throw ServeError(Status::kInput, "UINT8 contents must be 0-255");
         o.push_back(static_cast<char>(v));
       });
     if (dt == "INT8")
       return packed(c.int_contents(), [](int32_t v, std::string& o) {
-        if (v < -128 || v > 127) throw ServeError(Status::kBadRequest, "INT8 contents must be -128-127");
+        if (v < -128 || v > 127) throw ServeError(Status::kInput, "INT8 contents must be -128-127");
         o.push_back(static_cast<char>(v));
       });
     if (dt == "BOOL") return packed(c.bool_contents(), [](bool v, std::string& o) { o.push_back(v ? 1 : 0); });
@@ -314,7 +314,7 @@ class Service final
     auto& req = const_cast<inference::ModelInferRequest&>(request);
     std::vector<TensorIn> inputs;
     if (req.raw_input_contents_size() > 0 && req.raw_input_contents_size() != req.inputs_size())
-      throw ServeError(Status::kBadRequest, "raw_input_contents must hold one entry per input");
+      throw ServeError(Status::kInput, "raw_input_contents must hold one entry per input");
     for (int i = 0; i < req.inputs_size(); ++i) {
       const auto& in = req.inputs(i);
       TensorIn t;

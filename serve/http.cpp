@@ -109,8 +109,8 @@ struct HttpServer::Impl {
                               req.target().find("/generate") != beast::string_view::npos;
         try {
           r = route(ctx, req, &model);
-        } catch (const ServeError& e) {
-          r = error_reply(e.status, e.what());
+        } catch (const loom::Error& e) {  // any part's error, answered by its kind
+          r = error_reply(e.kind(), e.what());
         } catch (const std::exception& e) {
           r = error_reply(Status::kInternal, e.what());
         }

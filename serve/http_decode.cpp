@@ -21,7 +21,7 @@ ParseFailure parse_failure(const boost::beast::error_code& ec, size_t max_body) 
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
     return {Status::kTooLarge, 431,
             "request headers, a chunk extension or a trailer exceed " + std::to_string(kHeaderLimit / 1024) + " KiB"};
-  return {Status::kBadRequest, 400, "malformed HTTP request: " + ec.message()};
+  return {Status::kInput, 400, "malformed HTTP request: " + ec.message()};
 }
 
 Status decode_http_request(const std::string& bytes, const InputSpec& spec, size_t max_body, int max_rows) {
@@ -41,7 +41,7 @@ Status decode_http_request(const std::string& bytes, const InputSpec& spec, size
     const size_t room = buf.max_size() - buf.size();
     if (room == 0) return parse_failure(http::error::buffer_overflow, max_body).status;
     const size_t n = std::min(room, bytes.size() - at);
-    if (n == 0) return Status::kBadRequest;  // the request ends early
+    if (n == 0) return Status::kInput;  // the request ends early
     auto mb = buf.prepare(n);
     std::memcpy(mb.data(), bytes.data() + at, n);
     buf.commit(n);
@@ -64,8 +64,8 @@ Status decode_http_request(const std::string& bytes, const InputSpec& spec, size
     int rows = 0;
     decode_input(spec, r.inputs, max_rows, &rows);
     return Status::kOk;
-  } catch (const ServeError& e) {
-    return e.status;
+  } catch (const loom::Error& e) {
+    return e.kind();
   }
 }
 

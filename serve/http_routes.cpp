@@ -68,7 +68,7 @@ void check_json_cost(const std::vector<const TensorIn*>& outs, size_t budget) {
   size_t cost = 0;
   for (const TensorIn* t : outs) cost += t->data.size() + json_cost(t->datatype, t->data.size());
   if (budget && cost > budget)
-    throw ServeError(Status::kBadRequest, "the answer as JSON would take " + std::to_string(cost >> 20) +
+    throw ServeError(Status::kInput, "the answer as JSON would take " + std::to_string(cost >> 20) +
                                               " MiB to render, past --max-run-memory-mb " + std::to_string(budget >> 20) +
                                               ": ask for the binary extension (\"binary_data_output\": true) or fewer rows");
 }
@@ -131,7 +131,7 @@ std::vector<std::string> split_path(const std::string& target) {
 }  // namespace
 
 Reply method_not_allowed(const char* allowed) {
-  Reply r = error_reply(Status::kBadRequest, std::string("use ") + allowed, 405);
+  Reply r = error_reply(Status::kInput, std::string("use ") + allowed, 405);
   r.headers.emplace_back("Allow", allowed);
   return r;
 }
@@ -163,7 +163,7 @@ Reply proto_reply(const google::protobuf::Message& m) {
 Status status_of(int http) {
   switch (http) {
     case 200: return Status::kOk;
-    case 400: case 405: case 411: return Status::kBadRequest;
+    case 400: case 405: case 411: return Status::kInput;
     case 401: return Status::kUnauthorized;
     case 404: return Status::kNotFound;
     case 413: case 431: return Status::kTooLarge;
@@ -250,7 +250,7 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
       rest = 5;
     }
     if (!valid_name(name) || (rest == 5 && !valid_name(version)))
-      return error_reply(Status::kBadRequest, "bad model name or version in the URL");
+      return error_reply(Status::kInput, "bad model name or version in the URL");
     *model_for_metrics = ctx.metrics_label(name);  // unknown names share one label
     if (p.size() == rest) {
       if (!get) return method_not_allowed("GET");

@@ -14,7 +14,7 @@ namespace {
 std::shared_ptr<Batcher> infer_model(Context& ctx, const std::string& model, const std::string& version) {
   std::shared_ptr<Batcher> b = ctx.repo->find(model, version);
   if (b->model().engine())
-    throw ServeError(Status::kBadRequest, "model " + b->model().name() + " is a language model: use POST /v2/models/" +
+    throw ServeError(Status::kInput, "model " + b->model().name() + " is a language model: use POST /v2/models/" +
                                               b->model().name() + "/generate");
   return b;
 }
@@ -48,7 +48,7 @@ void start_model(Context& ctx, const std::shared_ptr<Batcher>& batcher, InferCal
   std::vector<rt::Tensor> x;
   try {
     x = m.decode(call.inputs, batcher->max_rows(), &rows);
-  } catch (const ServeError&) {  // the statistics extension counts it failed, as Triton does
+  } catch (const loom::Error&) {  // the statistics extension counts it failed, as Triton does
     batcher->stats().refused(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - arrived).count()));
     throw;
   }

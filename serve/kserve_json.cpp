@@ -19,20 +19,20 @@ json parse_json(const char* begin, const char* end) {
   // neither the parser nor whatever walks the value later can run out of stack.
   json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
     if (depth > kMaxJsonDepth)
-      throw ServeError(Status::kBadRequest, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      throw ServeError(Status::kInput, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     return true;
   };
   try {
     return json::parse(begin, end, limit);
   } catch (const json::exception& e) {
     // e.what() may quote the client's bytes; dump_json makes them safe wherever they go.
-    throw ServeError(Status::kBadRequest, std::string("malformed JSON: ") + e.what());
+    throw ServeError(Status::kInput, std::string("malformed JSON: ") + e.what());
   }
 }
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw ServeError(Status::kBadRequest, msg); }
+[[noreturn]] void bad(const std::string& msg) { throw ServeError(Status::kInput, msg); }
 
 const json* member(const json& obj, const char* key) {
   auto it = obj.find(key);

@@ -18,7 +18,7 @@ constexpr int kMaxJsonDepth = 32;  // an inference request nests 4 levels, its d
 // JSON text of `j`; invalid UTF-8 in its strings is replaced, so this never throws.
 std::string dump_json(const nlohmann::json& j);
 
-// Parses [begin, end) as JSON no deeper than kMaxJsonDepth. Throws ServeError kBadRequest.
+// Parses [begin, end) as JSON no deeper than kMaxJsonDepth. Throws ServeError kInput.
 nlohmann::json parse_json(const char* begin, const char* end);
 
 struct InferRequest {
@@ -30,7 +30,7 @@ struct InferRequest {
 };
 
 // An infer request's body: JSON, or `header_length` bytes of JSON followed by the binary
-// tensors (Inference-Header-Content-Length). Throws ServeError kBadRequest naming the fault.
+// tensors (Inference-Header-Content-Length). Throws ServeError kInput naming the fault.
 InferRequest parse_infer_request(const std::string& body, const std::string& header_length);
 
 // Hands on whole UTF-8 characters of a byte stream (a byte-level model emits one byte at a

@@ -27,7 +27,7 @@ struct Target {
 Target language_model(Context& ctx, const std::string& name, const std::string& version, const char* use_instead) {
   auto b = ctx.repo->find(name, version);
   llm::Engine* e = b->model().engine();
-  if (!e) throw ServeError(Status::kBadRequest, "model " + name + " is not a language model: use " + use_instead);
+  if (!e) throw ServeError(Status::kInput, "model " + name + " is not a language model: use " + use_instead);
   return {b, e, b->model().name(), b->model().version()};
 }
 
@@ -56,13 +56,13 @@ Clock::time_point deadline_of(const Context& ctx) { return Clock::now() + std::c
 
 std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
   if (!t.engine->tokenizer())
-    throw ServeError(Status::kBadRequest, "model " + t.name +
+    throw ServeError(Status::kInput, "model " + t.name +
                                               " has no tokenizer (its folder has no vocab.json and merges.txt that loom-serve reads): "
                                               "send token ids to POST /v1/completions");
   // Bounded before it is encoded: a text no context could hold is refused at once.
   const size_t most = static_cast<size_t>(t.engine->context()) * t.engine->tokenizer()->max_token_bytes();
   if (text.size() > most)
-    throw ServeError(Status::kBadRequest, "the prompt's " + std::to_string(text.size()) + " bytes cannot fit in the model's context of " +
+    throw ServeError(Status::kInput, "the prompt's " + std::to_string(text.size()) + " bytes cannot fit in the model's context of " +
                                               std::to_string(t.engine->context()) + " tokens");
   return t.engine->tokenizer()->encode(text);
 }
@@ -74,10 +74,10 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
   GenerateRequest req;
   try {
     req = parse_generate_request(body);
-  } catch (const ServeError& e) {  // the generate extension's 422 for parameters; malformed JSON stays a 400
+  } catch (const loom::Error& e) {  // the generate extension's 422 for parameters; malformed JSON stays a 400
     const std::string what = e.what();
-    if (e.status != Status::kBadRequest || what.rfind("malformed JSON", 0) == 0 || what.find("JSON object") != std::string::npos) throw;
-    return error_reply(e.status, what, 422);
+    if (e.kind() != Status::kInput || what.rfind("malformed JSON", 0) == 0 || what.find("JSON object") != std::string::npos) throw;
+    return error_reply(e.kind(), what, 422);
   }
   const auto deadline = deadline_of(ctx);
   std::shared_ptr<void> slot = stream ? stream_slot(ctx) : nullptr;
@@ -115,7 +115,7 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
         if ((!whole.empty() || e.done) && !send("data: " + event(whole, e.done ? &e : nullptr, true) + "\n\n")) return s->cancel();
         if (e.done) return;
       }
-    } catch (const ServeError& e) {
+    } catch (const loom::Error& e) {
       send("data: " + dump_json({{"error", e.what()}}) + "\n\n");
     }
   };
@@ -126,7 +126,7 @@ namespace {
 
 const char* openai_type(Status s) {
   switch (s) {
-    case Status::kBadRequest: case Status::kTooLarge: return "invalid_request_error";
+    case Status::kInput: case Status::kTooLarge: return "invalid_request_error";
     case Status::kNotFound: return "not_found_error";
     case Status::kUnauthorized: return "authentication_error";
     case Status::kUnavailable: return "server_overloaded";
@@ -194,7 +194,7 @@ json add_event(ChoiceText& c, const llm::TokenEvent& e, const CompletionRequest&
 
 Reply completions(Context& ctx, const std::string& body) {
   CompletionRequest req = parse_completion_request(body);
-  if (req.model.empty()) throw ServeError(Status::kBadRequest, "the request names no model");
+  if (req.model.empty()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
   const std::vector<int32_t> prompt = req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text);
   const auto deadline = deadline_of(ctx);
@@ -262,9 +262,9 @@ Reply completions(Context& ctx, const std::string& body) {
         chunk["usage"] = usage(cs);
         send("data: " + dump_json(chunk) + "\n\n");
       }
-    } catch (const ServeError& e) {
+    } catch (const loom::Error& e) {
       s->cancel();
-      send("data: " + dump_json({{"error", {{"message", e.what()}, {"type", openai_type(e.status)}, {"code", http_status(e.status)}}}}) + "\n\n");
+      send("data: " + dump_json({{"error", {{"message", e.what()}, {"type", openai_type(e.kind())}, {"code", http_status(e.kind())}}}}) + "\n\n");
     }
     send("data: [DONE]\n\n");
   };
@@ -275,22 +275,22 @@ Reply completions(Context& ctx, const std::string& body) {
 // POST /detokenize {"model", "tokens"} -> {"prompt"}.
 Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
   const json req = parse_json(body.data(), body.data() + body.size());
-  if (!req.is_object() || !req.contains("model") || !req["model"].is_string()) throw ServeError(Status::kBadRequest, "the request names no model");
+  if (!req.is_object() || !req.contains("model") || !req["model"].is_string()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req["model"].get<std::string>(), "", "POST /v2/models/<name>/infer");
   Reply r;
   if (encode) {
-    if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kBadRequest, "prompt must be a string");
+    if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
     const std::vector<int32_t> ids = prompt_ids(t, req["prompt"].get<std::string>());
     r.body = dump_json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", t.engine->context()}});
     return r;
   }
   if (!req.contains("tokens") || !req["tokens"].is_array() || req["tokens"].size() > (1u << 20))
-    throw ServeError(Status::kBadRequest, "tokens must be a list of token ids");
+    throw ServeError(Status::kInput, "tokens must be a list of token ids");
   if (!t.engine->tokenizer()) prompt_ids(t, "");  // says there is no tokenizer
   std::string text;
   for (const auto& id : req["tokens"]) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t.engine->vocab())
-      throw ServeError(Status::kBadRequest, "tokens must be ids from 0 to " + std::to_string(t.engine->vocab() - 1));
+      throw ServeError(Status::kInput, "tokens must be ids from 0 to " + std::to_string(t.engine->vocab() - 1));
     text += t.engine->tokenizer()->decode(static_cast<int32_t>(id.get<int64_t>()));
   }
   r.body = dump_json({{"prompt", text}});
@@ -316,7 +316,7 @@ Reply models(Context& ctx) {
 
 Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bool post, const std::string& body) {
   auto method_not_allowed = [](const char* allowed) {
-    Reply r = openai_error(Status::kBadRequest, std::string("use ") + allowed);
+    Reply r = openai_error(Status::kInput, std::string("use ") + allowed);
     r.status = http::status::method_not_allowed;
     r.headers.emplace_back("Allow", allowed);
     return r;
@@ -338,17 +338,17 @@ Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bo
       if (!post) return method_not_allowed("POST");
       const json req = parse_json(body.data(), body.data() + body.size());
       const std::string model = req.is_object() && req.contains("model") && req["model"].is_string() ? req["model"].get<std::string>() : "";
-      if (model.empty()) throw ServeError(Status::kBadRequest, "the request names no model");
+      if (model.empty()) throw ServeError(Status::kInput, "the request names no model");
       language_model(ctx, model, "", "POST /v2/models/<name>/infer");
-      throw ServeError(Status::kBadRequest, "model " + model + " has no chat template (tokenizer_config.json's chat_template is not read by this build): use POST /v1/completions");
+      throw ServeError(Status::kInput, "model " + model + " has no chat template (tokenizer_config.json's chat_template is not read by this build): use POST /v1/completions");
     }
     return openai_error(Status::kNotFound, "unknown endpoint /" + [&] {
       std::string s;
       for (const auto& x : p) s += (s.empty() ? "" : "/") + x;
       return s.substr(0, 200);
     }());
-  } catch (const ServeError& e) {
-    return openai_error(e.status, e.what());
+  } catch (const loom::Error& e) {
+    return openai_error(e.kind(), e.what());
   }
 }
 

@@ -348,7 +348,7 @@ int main(int argc, char** argv) {
     return c.controller ? control(c, ctx, set) : serve(c, ctx, set, vm.count("poll-s") > 0);
   } catch (const ServeError& e) {
     log_line("error", e.what());
-    return c.controller ? 2 : 1;  // the controller's spec is checked at start: a usage error
+    return c.controller ? 2 : exit_status(e.kind());  // the controller's spec is checked at start: a usage error
   } catch (const std::exception& e) {
     log_line("error", e.what());
     return 1;

@@ -73,7 +73,7 @@ class ServedModel {
   // its decoder engine, not infer; null for the others.
   llm::Engine* engine() const { return engine_.get(); }
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
-  // ServeError kBadRequest naming what is wrong.
+  // ServeError kInput naming what is wrong.
   std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const;
   // The inputs (rows stacked) to the outputs (outputs() order); one caller at a time (the batcher).
   std::vector<rt::Tensor> forward(const std::vector<rt::Tensor>& in);

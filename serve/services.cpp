@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "loom/error.hpp"
 #include "loom/rt/proc/process.hpp"
 #include "tensor_in.hpp"
 
@@ -79,16 +80,16 @@ std::string services_dir(const std::string& given) {
 }
 
 std::string service_file(const std::string& dir, const std::string& name) {
-  if (!valid_name(name)) throw std::runtime_error("'" + name + "' is not a service name");
+  if (!valid_name(name)) throw loom::Error("'" + name + "' is not a service name", Kind::kInput);
   return dir + "/" + name + ".json";
 }
 
 void announce_service(const std::string& dir, const std::string& name, const std::string& bind, int http_port, int grpc_port) {
-  if (dir.empty()) throw std::runtime_error("no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)");
+  if (dir.empty()) throw loom::Error("no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)", Kind::kUsage);
   const std::string file = service_file(dir, name);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("the services folder " + dir + ": " + ec.message());
+  if (ec) throw loom::Error("the services folder " + dir + ": " + ec.message(), Kind::kIO);
   write_announcement(file, bind, http_port, grpc_port);
 }
 
@@ -99,18 +100,19 @@ void withdraw_service(const std::string& dir, const std::string& name) {
 }
 
 std::string service_grpc_address(const std::string& dir, const std::string& name) {
-  if (dir.empty()) throw std::runtime_error("service " + name + ": no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)");
+  if (dir.empty()) throw loom::Error("service " + name + ": no services folder (set --services-dir, LOOM_SERVICES_DIR or HOME)", Kind::kUsage);
   const std::string file = service_file(dir, name);
   Announcement a;
   std::string why;
   if (!read_announcement(file, &a, &why)) {
     if (::access(file.c_str(), F_OK) == 0 && !why.empty())
-      throw std::runtime_error("service " + name + ": " + why);
-    throw std::runtime_error("service " + name + " is not announced in " + dir + " (no " + name +
-                             ".json: no controller of that name runs with this services folder; or give url: grpc://host:port)");
+      throw loom::Error("service " + name + ": " + why, Kind::kUnavailable);
+    throw loom::Error("service " + name + " is not announced in " + dir + " (no " + name +
+                          ".json: no controller of that name runs with this services folder; or give url: grpc://host:port)",
+                      Kind::kNotFound);
   }
   if (a.grpc_port < 0)
-    throw std::runtime_error("service " + name + " (" + file + ") serves no gRPC: start its controller with --grpc-port");
+    throw loom::Error("service " + name + " (" + file + ") serves no gRPC: start its controller with --grpc-port", Kind::kUnavailable);
   return (a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.grpc_port);
 }
 

@@ -23,7 +23,7 @@ struct Announcement {
 // listens on every interface (0.0.0.0 or ::).
 std::string announced_host(const std::string& bind);
 
-// Writes {host, http_port, grpc_port, pid} to `path` atomically. Throws std::runtime_error.
+// Writes {host, http_port, grpc_port, pid} to `path` atomically. Throws loom::Error.
 void write_announcement(const std::string& path, const std::string& bind, int http_port, int grpc_port);
 
 // Reads an announcement. Returns false when the file is missing, is not one (yet), or is not
@@ -40,12 +40,12 @@ std::string service_file(const std::string& dir, const std::string& name);
 
 // A controller's announcement of `name` in `dir` (created with its parents, mode 0755) and its
 // withdrawal at the end (only while the file is still this process's: a newer controller of the
-// same name may have taken it over). Throw std::runtime_error.
+// same name may have taken it over). Throw loom::Error.
 void announce_service(const std::string& dir, const std::string& name, const std::string& bind, int http_port, int grpc_port);
 void withdraw_service(const std::string& dir, const std::string& name);
 
 // The gRPC address host:port of the controller that announced `name` in `dir`. Throws
-// std::runtime_error saying which: a bad name, no services folder, no controller of that
+// loom::Error saying which: a bad name, no services folder, no controller of that
 // name, or a controller that serves no gRPC.
 std::string service_grpc_address(const std::string& dir, const std::string& name);
 

@@ -12,7 +12,7 @@
 namespace loom::serve {
 
 [[noreturn]] void spec_error(const std::string& file, const std::string& msg) {
-  throw ServeError(Status::kBadRequest, file + ": " + msg);
+  throw ServeError(Status::kInput, file + ": " + msg);
 }
 
 void spec_only(const std::string& file, const YAML::Node& n, const std::string& at, const std::set<std::string>& known,

@@ -14,7 +14,7 @@ namespace loom::serve {
 // An InferenceService spec, validated, in any of the dialects --spec takes (Contract 15):
 // Loom's own (examples/inferenceservice.yaml), KServe's serving.kserve.io/v1beta1
 // (examples/kserve-inferenceservice.yaml) and the seed's ai.baidu.com/v1 as written. Throws
-// ServeError kBadRequest naming the field at fault; in Loom's dialect unknown fields are errors
+// ServeError kInput naming the field at fault; in Loom's dialect unknown fields are errors
 // too (a typo must not pass), in the others they are listed in `ignored` for one warning.
 struct InferenceServiceSpec {
   std::string name, path, format;  // format: ONNX or loom-hdf5

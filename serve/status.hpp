@@ -1,26 +1,28 @@
-// status.hpp — what went wrong with a request, as the protocol says it: one kind, mapped to
-// the HTTP status and the gRPC code, and the exception that carries it from any depth.
+// status.hpp — what went wrong with a request, as the protocol says it: a loom::Kind, whose
+// HTTP status and gRPC code come from loom/error.hpp's one table, and the exception that carries
+// it from any depth.
 #pragma once
 
 #include <chrono>
-#include <stdexcept>
 #include <string>
+
+#include "loom/error.hpp"
 
 namespace loom::serve {
 
 using Clock = std::chrono::steady_clock;
 
-// What went wrong, as the protocol says it: HTTP status and gRPC code come from the kind.
-enum class Status { kOk, kBadRequest, kUnauthorized, kNotFound, kTooLarge, kUnavailable, kTimeout, kInternal };
-int http_status(Status s);
-int grpc_code(Status s);  // grpc::StatusCode values
-Status from_grpc_code(int code);  // the kind of a gRPC code (what a replica answered the router)
-const char* status_reason(Status s);  // metrics label: "bad_request", "not_found", ...
+using Status = loom::Kind;
+using loom::from_grpc_code;
+using loom::grpc_code;
+using loom::http_status;
+inline const char* status_reason(Status s) { return loom::kind_name(s); }  // metrics label
 
-class ServeError : public std::runtime_error {
+// A serving failure with its kind (not found, unavailable, timeout, ...). Front ends catch any
+// loom::Error and answer by its kind, so a runtime's InvalidInput is a 400 as this is.
+class ServeError : public loom::Error {
  public:
-  ServeError(Status s, const std::string& msg) : std::runtime_error(msg), status(s) {}
-  Status status;
+  ServeError(Status s, const std::string& msg) : loom::Error(msg, s) {}
 };
 
 }  // namespace loom::serve

@@ -20,39 +20,39 @@ bool valid_name(const std::string& s) {
 }
 
 std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows) {
-  if (inputs.empty()) throw ServeError(Status::kBadRequest, "missing input: the model takes one tensor named 'input'");
-  if (inputs.size() > 1) throw ServeError(Status::kBadRequest, "the model takes one input ('input'), not " + std::to_string(inputs.size()));
+  if (inputs.empty()) throw ServeError(Status::kInput, "missing input: the model takes one tensor named 'input'");
+  if (inputs.size() > 1) throw ServeError(Status::kInput, "the model takes one input ('input'), not " + std::to_string(inputs.size()));
   const TensorIn& t = inputs[0];
-  if (t.name != "input") throw ServeError(Status::kBadRequest, "unexpected input '" + t.name + "': the model's input is 'input'");
+  if (t.name != "input") throw ServeError(Status::kInput, "unexpected input '" + t.name + "': the model's input is 'input'");
   const std::string want = "[N, " + std::to_string(m.features) + "]";
-  if (t.shape.size() < 2 || t.shape.size() > 8) throw ServeError(Status::kBadRequest, "input shape must be " + want);
+  if (t.shape.size() < 2 || t.shape.size() > 8) throw ServeError(Status::kInput, "input shape must be " + want);
   // Every product stays below the model's features (or fails), so nothing here can overflow.
   int64_t features = 1;
   for (size_t i = 0; i < t.shape.size(); ++i) {
-    if (t.shape[i] <= 0) throw ServeError(Status::kBadRequest, "input shape has a bad dimension " + std::to_string(t.shape[i]));
+    if (t.shape[i] <= 0) throw ServeError(Status::kInput, "input shape has a bad dimension " + std::to_string(t.shape[i]));
     if (i == 0) continue;
     if (t.shape[i] > m.features || features * t.shape[i] > m.features)
-      throw ServeError(Status::kBadRequest, "input shape: each row must hold " + std::to_string(m.features) + " values (" +
+      throw ServeError(Status::kInput, "input shape: each row must hold " + std::to_string(m.features) + " values (" +
                                                 want + ")");
     features *= t.shape[i];
   }
   if (features != m.features)
-    throw ServeError(Status::kBadRequest, "input shape: each row must hold " + std::to_string(m.features) +
+    throw ServeError(Status::kInput, "input shape: each row must hold " + std::to_string(m.features) +
                                               " values, not " + std::to_string(features));
   if (t.shape[0] > max_rows)
-    throw ServeError(Status::kBadRequest, too_many_rows(t.shape[0], max_rows));
+    throw ServeError(Status::kInput, too_many_rows(t.shape[0], max_rows));
   const int64_t n = t.shape[0];
   const size_t count = static_cast<size_t>(n * features);
   const size_t width = t.datatype == "FP32" ? 4 : t.datatype == "UINT8" ? 1 : 0;
-  if (width == 0) throw ServeError(Status::kBadRequest, "input datatype " + t.datatype + " is not supported (FP32 or UINT8)");
+  if (width == 0) throw ServeError(Status::kInput, "input datatype " + t.datatype + " is not supported (FP32 or UINT8)");
   if (t.data.size() != count * width)
-    throw ServeError(Status::kBadRequest, "input holds " + std::to_string(t.data.size()) + " bytes, shape and " + t.datatype +
+    throw ServeError(Status::kInput, "input holds " + std::to_string(t.data.size()) + " bytes, shape and " + t.datatype +
                                               " need " + std::to_string(count * width));
   std::vector<float> x(count);
   if (width == 4) {
     std::memcpy(x.data(), t.data.data(), count * 4);
     for (float v : x)
-      if (!std::isfinite(v)) throw ServeError(Status::kBadRequest, "input holds a NaN or infinite value");
+      if (!std::isfinite(v)) throw ServeError(Status::kInput, "input holds a NaN or infinite value");
   } else {
     const float scale = m.scale, mean = m.mean, inv_std = 1.0f / m.std;
     for (size_t i = 0; i < count; ++i)
@@ -92,31 +92,31 @@ std::string shape_text(const std::vector<int64_t>& s) {
 int64_t check_one(const TensorDesc& w, const TensorIn& t) {
   const std::string where = "input '" + w.name + "'";
   if (t.datatype != w.datatype)
-    throw ServeError(Status::kBadRequest, where + " must be " + w.datatype + ", not " + t.datatype);
+    throw ServeError(Status::kInput, where + " must be " + w.datatype + ", not " + t.datatype);
   if (t.shape.size() != w.shape.size())
-    throw ServeError(Status::kBadRequest, where + " must have shape " + shape_text(w.shape) + " (rank " +
+    throw ServeError(Status::kInput, where + " must have shape " + shape_text(w.shape) + " (rank " +
                                               std::to_string(w.shape.size()) + "), not " + shape_text(t.shape));
   int64_t n = 1;
   for (size_t i = 0; i < t.shape.size(); ++i) {
     const int64_t d = t.shape[i];
     if (d <= 0 || (w.shape[i] >= 0 && d != w.shape[i]))
-      throw ServeError(Status::kBadRequest, where + " must have shape " + shape_text(w.shape) + ", not " + shape_text(t.shape));
-    if (d > (int64_t{1} << 31) / n) throw ServeError(Status::kBadRequest, where + " claims more than 2^31 elements");
+      throw ServeError(Status::kInput, where + " must have shape " + shape_text(w.shape) + ", not " + shape_text(t.shape));
+    if (d > (int64_t{1} << 31) / n) throw ServeError(Status::kInput, where + " claims more than 2^31 elements");
     n *= d;
   }
   const size_t width = datatype_width(w.datatype);
   if (t.data.size() != static_cast<size_t>(n) * width)
-    throw ServeError(Status::kBadRequest, where + " holds " + std::to_string(t.data.size()) + " bytes; shape " +
+    throw ServeError(Status::kInput, where + " holds " + std::to_string(t.data.size()) + " bytes; shape " +
                                               shape_text(t.shape) + " of " + t.datatype + " needs " +
                                               std::to_string(static_cast<size_t>(n) * width));
   if (w.datatype == "BOOL")
     for (char c : t.data)
-      if (c != 0 && c != 1) throw ServeError(Status::kBadRequest, where + ": BOOL data must be 0 or 1");
+      if (c != 0 && c != 1) throw ServeError(Status::kInput, where + ": BOOL data must be 0 or 1");
   if (w.datatype == "FP32")
     for (size_t i = 0; i < t.data.size(); i += 4) {
       float v;
       std::memcpy(&v, t.data.data() + i, 4);
-      if (!std::isfinite(v)) throw ServeError(Status::kBadRequest, where + " holds a NaN or infinite value");
+      if (!std::isfinite(v)) throw ServeError(Status::kInput, where + " holds a NaN or infinite value");
     }
   return n;
 }
@@ -163,7 +163,7 @@ std::vector<size_t> output_indices(const std::vector<TensorDesc>& outputs, const
     if (k == outputs.size()) {
       std::string all;
       for (const auto& o : outputs) all += (all.empty() ? "'" : ", '") + o.name + "'";
-      throw ServeError(Status::kBadRequest, "unknown output '" + n + "': the outputs are " + all);
+      throw ServeError(Status::kInput, "unknown output '" + n + "': the outputs are " + all);
     }
     idx.push_back(k);
   }
@@ -179,12 +179,12 @@ std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, co
     size_t k = 0;
     while (k < want.size() && want[k].name != t.name) ++k;
     if (k == want.size())
-      throw ServeError(Status::kBadRequest, "unexpected input '" + t.name + "': the model's inputs are " + names_of(want));
-    if (out[k]) throw ServeError(Status::kBadRequest, "input '" + t.name + "' is given twice");
+      throw ServeError(Status::kInput, "unexpected input '" + t.name + "': the model's inputs are " + names_of(want));
+    if (out[k]) throw ServeError(Status::kInput, "input '" + t.name + "' is given twice");
     out[k] = &t;
   }
   for (size_t k = 0; k < want.size(); ++k)
-    if (!out[k]) throw ServeError(Status::kBadRequest, "missing input '" + want[k].name + "': the model's inputs are " + names_of(want));
+    if (!out[k]) throw ServeError(Status::kInput, "missing input '" + want[k].name + "': the model's inputs are " + names_of(want));
   *rows = 1;
   for (size_t k = 0; k < want.size(); ++k) {
     check_one(want[k], *out[k]);
@@ -192,11 +192,11 @@ std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, co
     const int64_t r = out[k]->shape.empty() ? 1 : out[k]->shape[0];
     if (k == 0) *rows = static_cast<int>(std::min<int64_t>(r, INT32_MAX));
     else if (r != *rows)
-      throw ServeError(Status::kBadRequest, "input '" + want[k].name + "' has " + std::to_string(r) + " rows, input '" +
+      throw ServeError(Status::kInput, "input '" + want[k].name + "' has " + std::to_string(r) + " rows, input '" +
                                                 want[0].name + "' " + std::to_string(*rows));
   }
   if (batched && *rows > max_rows)
-    throw ServeError(Status::kBadRequest, too_many_rows(*rows, max_rows));
+    throw ServeError(Status::kInput, too_many_rows(*rows, max_rows));
   return out;
 }
 

@@ -23,7 +23,7 @@ bool valid_name(const std::string& s);
 // Decodes one input tensor's bytes to the model's FP32 rows: checks name, datatype, shape and
 // size against the model, and rows against `max_rows` (--max-batch-size), all before anything
 // is allocated. `data` holds datatype-sized little-endian elements. Throws ServeError
-// kBadRequest naming what is wrong.
+// kInput naming what is wrong.
 struct TensorIn {
   std::string name, datatype;
   std::vector<int64_t> shape;
@@ -54,14 +54,14 @@ size_t kserve_type_width(const std::string& datatype);
 // ServeError kInternal naming `what` and the fault, before the tensor is used or passed on.
 void check_answer(const TensorDesc& want, const TensorIn& got, const std::string& what);
 // The indices in `outputs` of the names a request asks for (every output when none). Throws
-// ServeError kBadRequest for a name that is not there, listing the ones that are.
+// ServeError kInput for a name that is not there, listing the ones that are.
 std::vector<size_t> output_indices(const std::vector<TensorDesc>& outputs, const std::vector<std::string>& names);
 
 // Checks a request's tensors against a graph model's inputs: each input once by name, of its
 // datatype and rank, fixed dimensions equal, at most 2^31 elements, data of the size the shape
 // says (before anything is allocated), BOOL bytes 0 or 1, FP32 finite; with `batched`, dimension
 // 0 is the request's rows, equal across inputs and at most `max_rows`. Returns the tensors in the
-// model's order. Throws ServeError kBadRequest naming the input.
+// model's order. Throws ServeError kInput naming the input.
 std::vector<const TensorIn*> check_named(const std::vector<TensorDesc>& want, const std::vector<TensorIn>& inputs,
                                          int max_rows, bool batched, int* rows);
 

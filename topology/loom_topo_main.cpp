@@ -52,9 +52,7 @@ constexpr const char* kUsage =
     "--topology reads any of the three and the JSON of `export` (the forms the plugin's topology= takes).\n"
     "Exit status: 0 ok, 1 bad input or failure, 2 usage.\n";
 
-struct UsageError {
-  std::string msg;
-};
+using loom::UsageError;
 
 struct Options {
   std::string xml, nvsmi, any, host, command, format = "text", as = "json", dev_dir = "/dev";
@@ -208,7 +206,7 @@ int main(int argc, char** argv) {
   try {
     o = parse_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "loom-topo: %s\n%s", e.msg.c_str(), "Try 'loom-topo --help'.\n");
+    std::fprintf(stderr, "loom-topo: %s\n%s", e.what(), "Try 'loom-topo --help'.\n");
     return 2;
   }
   if (o.command == "help") {
@@ -229,14 +227,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "loom-topo: %s\n", e.msg.c_str());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "loom-topo: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-topo: internal error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {  // a UsageError exits 2, anything else 1
+    return loom::report("loom-topo", e);
   }
 }

@@ -18,13 +18,16 @@ namespace {
 
 constexpr int kTag = 7301;
 
-void mpi_check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
+bool mpi_ok(int rc) { return rc == MPI_SUCCESS; }
+
+std::string mpi_text(int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw Error(std::string(what) + ": " + std::string(msg, static_cast<size_t>(len)));
+  return std::string(msg, static_cast<size_t>(len));
 }
+
+#define LOOM_CHECK_MPI(call) LOOM_CHECK_CALL(call, mpi_ok, mpi_text)
 
 class MpiTransport : public Transport {
  public:
@@ -44,13 +47,13 @@ class MpiTransport : public Transport {
   const char* name() const override { return "mpi"; }
   void send(int dst, const void* data, size_t bytes) override {
     MPI_Request req;
-    mpi_check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kTag, MPI_COMM_WORLD, &req), "MPI_Isend");
+    LOOM_CHECK_MPI(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kTag, MPI_COMM_WORLD, &req));
     sends_.push_back(req);
     send_peers_.push_back(dst);
   }
   void post_recv(int src, void* data, size_t bytes) override {
     MPI_Request req;
-    mpi_check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, kTag, MPI_COMM_WORLD, &req), "MPI_Irecv");
+    LOOM_CHECK_MPI(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, kTag, MPI_COMM_WORLD, &req));
     recvs_.push_back(req);
     recv_peers_.push_back(src);
   }
@@ -66,7 +69,7 @@ class MpiTransport : public Transport {
     peers.swap(*list_peers);
     for (int spins = 0; !reqs.empty(); ++spins) {
       int done = 0;
-      mpi_check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      LOOM_CHECK_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
         int peer = peers.front();  // the first one not done
@@ -109,12 +112,12 @@ std::vector<int> mpi_node_ids() {
   int len = 0;
   if (forced && *forced) std::snprintf(name, sizeof name, "id:%s", forced);
   else if (slurm && *slurm) std::snprintf(name, sizeof name, "slurm:%s", slurm);
-  else mpi_check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+  else LOOM_CHECK_MPI(MPI_Get_processor_name(name, &len));
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int width = MPI_MAX_PROCESSOR_NAME + 1;
   std::vector<char> all(static_cast<size_t>(size) * width);
-  mpi_check(MPI_Allgather(name, width, MPI_CHAR, all.data(), width, MPI_CHAR, MPI_COMM_WORLD), "MPI_Allgather");
+  LOOM_CHECK_MPI(MPI_Allgather(name, width, MPI_CHAR, all.data(), width, MPI_CHAR, MPI_COMM_WORLD));
   std::map<std::string, int> ids;
   std::vector<int> out;
   for (int r = 0; r < size; ++r) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "../tensor/cuda_check.cuh"
 #include "loom/rt/dist/comm.hpp"
 
 namespace loom::rt {
@@ -32,14 +33,9 @@ struct NcclCommunicator::Impl {
 
 namespace {
 
-void nccl_check(ncclResult_t r, const char* what) {
-  if (r == ncclSuccess || r == ncclInProgress) return;
-  throw Error(std::string(what) + ": " + ncclGetErrorString(r));
-}
+bool nccl_ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+#define LOOM_CHECK_NCCL(call) LOOM_CHECK_CALL(call, nccl_ok, ncclGetErrorString)
 
 // Position of this task's GPU (LOOM_GPU) in its node's ring (LOOM_RING "0,3,2,1"); -1 when the
 // plugin did not say.
@@ -58,8 +54,8 @@ int ring_position() {
 
 void NcclCommunicator::Impl::after_default_stream(void* after) {
   cudaEvent_t e = after ? static_cast<cudaEvent_t>(after) : queued;
-  if (!after) cuda_check(cudaEventRecord(queued, cudaStreamLegacy), "cudaEventRecord");
-  cuda_check(cudaStreamWaitEvent(stream, e, 0), "cudaStreamWaitEvent");
+  if (!after) LOOM_CHECK_CUDA(cudaEventRecord(queued, cudaStreamLegacy));
+  LOOM_CHECK_CUDA(cudaStreamWaitEvent(stream, e, 0));
 }
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
@@ -70,7 +66,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   c->timeout_s_ = timeout_s;
   if (!init) {  // no MPI: one rank (a single GPU; the bare GPU machine has no MPI to launch with)
     ncclUniqueId id;
-    nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    LOOM_CHECK_NCCL(ncclGetUniqueId(&id));
     c->init_comm(1, &id, 0);
     return c;
   }
@@ -91,7 +87,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   c->size_ = mpi_size;
 
   ncclUniqueId id;
-  if (mpi_rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (mpi_rank == 0) LOOM_CHECK_NCCL(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   c->init_comm(mpi_size, &id, c->rank_);
   return c;
@@ -100,13 +96,13 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
 void NcclCommunicator::init_comm(int size, const void* unique_id, int rank) {
   rank_ = rank;
   size_ = size;
-  cuda_check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_check(cudaEventCreateWithFlags(&impl_->queued, cudaEventDisableTiming), "cudaEventCreate");
+  LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&impl_->queued, cudaEventDisableTiming));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; wait() bounds the time
   ncclUniqueId copy;
   std::memcpy(&copy, unique_id, sizeof copy);
-  nccl_check(ncclCommInitRankConfig(&impl_->comm, size, copy, rank, &config), "ncclCommInitRankConfig");
+  LOOM_CHECK_NCCL(ncclCommInitRankConfig(&impl_->comm, size, copy, rank, &config));
   wait("communicator set-up");
 }
 
@@ -119,7 +115,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 int NcclCommunicator::select_device() {
   int gpus = 0;
-  cuda_check(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
+  LOOM_CHECK_CUDA(cudaGetDeviceCount(&gpus));
   if (gpus == 0) throw Error("no CUDA device is visible to this rank");
   int dev = 0;
   const char* own = std::getenv("LOOM_GPU");
@@ -133,7 +129,7 @@ int NcclCommunicator::select_device() {
     MPI_Comm_free(&local);
     dev = local_rank % gpus;
   }
-  cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+  LOOM_CHECK_CUDA(cudaSetDevice(dev));
   return dev;
 }
 
@@ -142,9 +138,9 @@ std::string NcclCommunicator::shared_gpu() {
   MPI_Initialized(&init);
   if (!init) return {};
   int dev = 0, me = 0, size = 1;
-  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
   char bus[32] = {0};  // "0000:3b:00.0": the GPU itself, whatever CUDA_VISIBLE_DEVICES numbers it
-  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, dev), "cudaDeviceGetPCIBusId");
+  LOOM_CHECK_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, dev));
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::vector<char> all(sizeof bus * static_cast<size_t>(size));
@@ -172,7 +168,7 @@ void NcclCommunicator::wait(const char* what) {
       throw Error(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(async));
     }
     cudaError_t q = cudaStreamQuery(impl_->stream);
-    if (q != cudaSuccess && q != cudaErrorNotReady) cuda_check(q, what);
+    if (q != cudaSuccess && q != cudaErrorNotReady) check_failed(__FILE__, __LINE__, what, cudaGetErrorString(q));
     if (q == cudaSuccess && async == ncclSuccess) return;
     if (std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(impl_->comm);
@@ -191,29 +187,28 @@ void NcclCommunicator::wait(const char* what) {
 void NcclCommunicator::allreduce_sum(float* d, size_t n, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   impl_->after_default_stream(after);
-  nccl_check(ncclAllReduce(d, d, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
+  LOOM_CHECK_NCCL(ncclAllReduce(d, d, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream));
   wait("allreduce");
 }
 
 void NcclCommunicator::allreduce_sum_half(void* d, size_t n, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   impl_->after_default_stream(after);
-  nccl_check(ncclAllReduce(d, d, n, ncclFloat16, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
+  LOOM_CHECK_NCCL(ncclAllReduce(d, d, n, ncclFloat16, ncclSum, impl_->comm, impl_->stream));
   wait("allreduce (fp16)");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count, void* after) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   impl_->after_default_stream(after);
-  nccl_check(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, impl_->comm, impl_->stream),
-             "ncclReduceScatter");
+  LOOM_CHECK_NCCL(ncclReduceScatter(send, recv, recv_count, ncclFloat32, ncclSum, impl_->comm, impl_->stream));
   wait("reduce-scatter");
 }
 
 void NcclCommunicator::allgather(const float* send, float* recv, size_t send_count) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   impl_->after_default_stream();
-  nccl_check(ncclAllGather(send, recv, send_count, ncclFloat32, impl_->comm, impl_->stream), "ncclAllGather");
+  LOOM_CHECK_NCCL(ncclAllGather(send, recv, send_count, ncclFloat32, impl_->comm, impl_->stream));
   wait("allgather");
 }
 
@@ -228,15 +223,15 @@ void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");
   if (root < 0 || root >= size_) throw Error("broadcast root " + std::to_string(root) + " is not a rank");
   impl_->after_default_stream();
-  nccl_check(ncclBroadcast(d, d, bytes, ncclUint8, root, impl_->comm, impl_->stream), "ncclBroadcast");
+  LOOM_CHECK_NCCL(ncclBroadcast(d, d, bytes, ncclUint8, root, impl_->comm, impl_->stream));
   wait("broadcast");
 }
 
 void NcclCommunicator::barrier() {
   float* d = nullptr;
-  cuda_check(cudaMalloc(&d, sizeof(float)), "cudaMalloc");
+  LOOM_CHECK_CUDA(cudaMalloc(&d, sizeof(float)));
   try {
-    cuda_check(cudaMemsetAsync(d, 0, sizeof(float), impl_->stream), "cudaMemsetAsync");
+    LOOM_CHECK_CUDA(cudaMemsetAsync(d, 0, sizeof(float), impl_->stream));
     allreduce_sum(d, 1);
   } catch (...) {
     cudaFree(d);

@@ -182,12 +182,12 @@ void check_operators(const onnx::GraphProto& g, int64_t opset, const std::string
 // refused outright. What the newer IRs added and this executor does not run (new datatypes) is
 // refused by its own reader, naming the tensor.
 void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
-  if (!m.has_ir_version()) throw std::runtime_error("the model has no ir_version");
+  if (!m.has_ir_version()) throw Error("the model has no ir_version", Kind::kInput);
   onnx::checker::CheckerContext ctx;
   ctx.set_ir_version(static_cast<int>(std::min<int64_t>(m.ir_version(), onnx::IR_VERSION)));
   std::unordered_map<std::string, int> opsets;
   for (const auto& o : m.opset_import()) opsets[o.domain()] = static_cast<int>(o.version());
-  if (opsets.empty()) throw std::runtime_error("the model imports no opset");
+  if (opsets.empty()) throw Error("the model imports no opset", Kind::kInput);
   ctx.set_opset_imports(opsets);
   ctx.set_model_dir(dir);
   onnx::checker::LexicalScopeContext lex;

@@ -26,28 +26,30 @@ herr_t innermost(unsigned, const H5E_error2_t* e, void* out) {  // the first err
 }
 }  // namespace
 
-void h5check(hid_t id_or_status, const std::string& what) {
+void h5check_at(hid_t id_or_status, const std::string& what, const char* file, int line) {
   if (id_or_status >= 0) return;
   std::string why;  // HDF5's own words for it, from its error stack (printing is silenced)
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &why);
   H5Eclear2(H5E_DEFAULT);
-  throw Error(what + (why.empty() ? "" : " (HDF5: " + why + ")"));
+  const char* base = std::strrchr(file, '/');
+  throw Error(what + " (" + (why.empty() ? "" : "HDF5: " + why + "; ") + "at " + (base ? base + 1 : file) + ":" +
+              std::to_string(line) + ")");
 }
 
 void write_string_attr(hid_t obj, const char* name, const std::string& value, const std::string& path) {
   H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  h5check(type, path + ": H5Tcopy failed");
-  h5check(H5Tset_size(type, value.size() + 1), path + ": H5Tset_size failed");
+  LOOM_CHECK_H5(type, path + ": H5Tcopy failed");
+  LOOM_CHECK_H5(H5Tset_size(type, value.size() + 1), path + ": H5Tset_size failed");
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle attr(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  h5check(attr, path + ": cannot create attribute " + name);
-  h5check(H5Awrite(attr, type, value.c_str()), path + ": cannot write attribute " + name);
+  LOOM_CHECK_H5(attr, path + ": cannot create attribute " + name);
+  LOOM_CHECK_H5(H5Awrite(attr, type, value.c_str()), path + ": cannot write attribute " + name);
 }
 
 std::string read_string_attr(hid_t obj, const char* name, const std::string& path) {
   if (H5Aexists(obj, name) <= 0) throw Error(path + ": not a Loom model file (no attribute " + name + ")");
   H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  h5check(attr, path + ": cannot open attribute " + name);
+  LOOM_CHECK_H5(attr, path + ": cannot open attribute " + name);
   H5Handle type(H5Aget_type(attr), H5Tclose);
   if (H5Tget_class(type) != H5T_STRING) throw Error(path + ": attribute " + std::string(name) + " is not a string");
   size_t size = H5Tget_size(type);
@@ -56,13 +58,13 @@ std::string read_string_attr(hid_t obj, const char* name, const std::string& pat
     H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem, H5T_VARIABLE);
     H5Tset_cset(mem, H5Tget_cset(type));  // h5py writes str attributes as UTF-8; HDF5 converts no cset
-    h5check(H5Aread(attr, mem, &s), path + ": cannot read attribute " + name);
+    LOOM_CHECK_H5(H5Aread(attr, mem, &s), path + ": cannot read attribute " + name);
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;
   }
   std::string buf(size, '\0');
-  h5check(H5Aread(attr, type, buf.data()), path + ": cannot read attribute " + name);
+  LOOM_CHECK_H5(H5Aread(attr, type, buf.data()), path + ": cannot read attribute " + name);
   return std::string(buf.c_str());
 }
 
@@ -73,21 +75,21 @@ void write_float_array_attr(hid_t obj, const char* name, const std::vector<float
   const hsize_t n = v.size();
   H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
   H5Handle attr(H5Acreate2(obj, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  h5check(attr, path + ": cannot create attribute " + name);
-  h5check(H5Awrite(attr, H5T_NATIVE_FLOAT, v.data()), path + ": cannot write attribute " + name);
+  LOOM_CHECK_H5(attr, path + ": cannot create attribute " + name);
+  LOOM_CHECK_H5(H5Awrite(attr, H5T_NATIVE_FLOAT, v.data()), path + ": cannot write attribute " + name);
 }
 
 void write_int_attr(hid_t obj, const char* name, int v, const std::string& path) {
   H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Handle attr(H5Acreate2(obj, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  h5check(attr, path + ": cannot create attribute " + name);
-  h5check(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write attribute " + name);
+  LOOM_CHECK_H5(attr, path + ": cannot create attribute " + name);
+  LOOM_CHECK_H5(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write attribute " + name);
 }
 
 hid_t open_or_create_group(hid_t parent, const std::string& name, const std::string& path) {
   if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0) return H5Gopen2(parent, name.c_str(), H5P_DEFAULT);
   hid_t g = H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  h5check(g, path + ": cannot create group " + name);
+  LOOM_CHECK_H5(g, path + ": cannot create group " + name);
   return g;
 }
 
@@ -108,14 +110,14 @@ void write_h5_atomic(const std::string& path, const std::vector<std::pair<std::s
   try {
     {
       H5Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      h5check(file, tmp + ": cannot create (" + std::strerror(errno) + ")");
+      LOOM_CHECK_H5(file, tmp + ": cannot create (" + std::strerror(errno) + ")");
       for (const auto& a : attrs) write_string_attr(file, a.first.c_str(), a.second, path);
       {
         H5Handle space(H5Screate(H5S_SCALAR), H5Sclose);
         H5Handle attr(H5Acreate2(file, "loom.version", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
         int v = kFormatVersion;
-        h5check(attr, path + ": cannot create loom.version");
-        h5check(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write loom.version");
+        LOOM_CHECK_H5(attr, path + ": cannot create loom.version");
+        LOOM_CHECK_H5(H5Awrite(attr, H5T_NATIVE_INT, &v), path + ": cannot write loom.version");
       }
       for (const auto& b : blobs) {
         // Parent groups ("optimizer/m") first, then the dataset, chunked so that it can carry
@@ -143,19 +145,19 @@ void write_h5_atomic(const std::string& path, const std::vector<std::pair<std::s
           for (size_t e = d + 1; e < chunk.size(); ++e) rest *= chunk[e];
           chunk[d] = std::max<hsize_t>(1, std::min<hsize_t>(chunk[d], (hsize_t{1} << 17) / std::max<hsize_t>(rest, 1)));
         }
-        h5check(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), path + ": H5Pset_chunk failed");
-        h5check(H5Pset_fletcher32(dcpl), path + ": H5Pset_fletcher32 failed");
+        LOOM_CHECK_H5(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()), path + ": H5Pset_chunk failed");
+        LOOM_CHECK_H5(H5Pset_fletcher32(dcpl), path + ": H5Pset_fletcher32 failed");
         hid_t ftype = b.bytes ? H5T_STD_U8LE : H5T_IEEE_F32LE, mtype = b.bytes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
         if (b.int8) ftype = H5T_STD_I8LE, mtype = H5T_NATIVE_INT8;
         H5Handle ds(H5Dcreate2(parent, leaf.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
-        h5check(ds, path + ": cannot create dataset " + b.name);
-        h5check(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data), path + ": cannot write dataset " + b.name);
+        LOOM_CHECK_H5(ds, path + ": cannot create dataset " + b.name);
+        LOOM_CHECK_H5(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data), path + ": cannot write dataset " + b.name);
         if (b.int8) {
           write_float_array_attr(ds, "scale", b.int8->scale, path);
           write_int_attr(ds, "zero_point", b.int8->zero_point, path);
         }
       }
-      h5check(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
+      LOOM_CHECK_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": flush failed");
     }
     commit_file(tmp, path);
   } catch (...) {
@@ -240,14 +242,14 @@ std::vector<std::pair<std::string, Tensor>> read_group(hid_t file, const std::st
     return out;
   }
   H5Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
-  h5check(group, path + ": cannot open /" + group_path);
+  LOOM_CHECK_H5(group, path + ": cannot open /" + group_path);
   hsize_t n = 0;
-  h5check(H5Gget_num_objs(group, &n), path + ": cannot list /" + group_path);
+  LOOM_CHECK_H5(H5Gget_num_objs(group, &n), path + ": cannot list /" + group_path);
   for (hsize_t i = 0; i < n; ++i) {
     char name[256] = {0};
     if (H5Gget_objname_by_idx(group, i, name, sizeof name - 1) < 0) throw Error(path + ": cannot list /" + group_path);
     H5Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
-    h5check(ds, path + ": cannot open /" + group_path + "/" + name);
+    LOOM_CHECK_H5(ds, path + ": cannot open /" + group_path + "/" + name);
     H5Handle space(H5Dget_space(ds), H5Sclose);
     int nd = H5Sget_simple_extent_ndims(space);
     if (nd < 1 || nd > 4) throw Error(path + ": /" + group_path + "/" + name + " has " + std::to_string(nd) + " dimensions");
@@ -277,7 +279,7 @@ std::string read_bytes(hid_t file, const std::string& ds_path, const std::string
     return "";
   }
   H5Handle ds(H5Dopen2(file, ds_path.c_str(), H5P_DEFAULT), H5Dclose);
-  h5check(ds, path + ": cannot open /" + ds_path);
+  LOOM_CHECK_H5(ds, path + ": cannot open /" + ds_path);
   H5Handle space(H5Dget_space(ds), H5Sclose);
   hssize_t n = H5Sget_simple_extent_npoints(space);
   if (n <= 0 || n > (hssize_t{1} << 26)) throw Error(path + ": /" + ds_path + " has an unreasonable size");
@@ -295,14 +297,14 @@ hid_t open_loom_file(const std::string& path, std::string* format) {
   if (access(path.c_str(), R_OK) != 0) throw Error(path + ": " + std::strerror(errno));
   if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (or truncated)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  h5check(id, path + ": cannot open as HDF5 (truncated or corrupt)");
+  LOOM_CHECK_H5(id, path + ": cannot open as HDF5 (truncated or corrupt)");
   H5Handle file(id, H5Fclose);
   *format = read_string_attr(file, "loom.format", path);
   if (H5Aexists(file, "loom.version") <= 0) throw Error(path + ": not a Loom model file (no loom.version)");
   int version = 0;
   {
     H5Handle attr(H5Aopen(file, "loom.version", H5P_DEFAULT), H5Aclose);
-    h5check(H5Aread(attr, H5T_NATIVE_INT, &version), path + ": cannot read loom.version");
+    LOOM_CHECK_H5(H5Aread(attr, H5T_NATIVE_INT, &version), path + ": cannot read loom.version");
   }
   if (version != kFormatVersion)
     throw Error(path + ": format version " + std::to_string(version) + " is not supported (this build reads " +

@@ -39,8 +39,10 @@ struct Blob {  // one dataset: a path below the root ("params/fc1.weight"), floa
   const QuantizedTensor* int8 = nullptr;  // an int8 tensor: its integers, scales and zero point
 };
 
-// Throws Error(what) when an HDF5 call returned a negative id or status.
-void h5check(hid_t id_or_status, const std::string& what);
+// LOOM_CHECK_H5(call, what): throws Error (kind kIO) when an HDF5 call returned a negative id or
+// status: `what` (the file and what was being done), HDF5's own words for it, and file:line.
+void h5check_at(hid_t id_or_status, const std::string& what, const char* file, int line);
+#define LOOM_CHECK_H5(call, what) ::loom::rt::h5::h5check_at((call), (what), __FILE__, __LINE__)
 void write_string_attr(hid_t obj, const char* name, const std::string& value, const std::string& path);
 std::string read_string_attr(hid_t obj, const char* name, const std::string& path);
 // `attrs` and `blobs` as a Loom file at `path`, atomically.

@@ -220,7 +220,7 @@ struct Backward {
   static void run(dim3 grid, const float* dy, const float* qkv, const float* lse, const float* rowsum, float* dqkv,
                   int t, int h, int c, int hs, float scale) {
     k_flash_dq<HS><<<grid, kRows>>>(dy, qkv, lse, rowsum, dqkv, t, h, c, hs, scale);
-    CUDA_OK(cudaGetLastError());
+    LOOM_CHECK_CUDA(cudaGetLastError());
     k_flash_dkv<HS><<<grid, kRows>>>(dy, qkv, lse, rowsum, dqkv, t, h, c, hs, scale);
   }
 };
@@ -232,7 +232,7 @@ void flash_attention_fwd(const float* qkv, float* y, float* lse, int b, int t, i
   if (int64_t{b} * h * t == 0) return;
   const dim3 grid(static_cast<unsigned>(b * h), blocks(t, kRows));
   by_head_size<Forward>(hs, grid, qkv, y, lse, t, h, c, hs, 1.0f / sqrtf(static_cast<float>(hs)));
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void flash_attention_bwd(const float* dy, const float* qkv, const float* y, const float* lse, float* rowsum,
@@ -242,10 +242,10 @@ void flash_attention_bwd(const float* dy, const float* qkv, const float* y, cons
   if (rows == 0) return;
   check_head_size(hs);
   k_flash_rowsum<<<blocks(rows, 256), 256>>>(dy, y, rowsum, rows, t, h, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
   const dim3 grid(static_cast<unsigned>(b * h), blocks(t, kRows));
   by_head_size<Backward>(hs, grid, dy, qkv, lse, rowsum, dqkv, t, h, c, hs, 1.0f / sqrtf(static_cast<float>(hs)));
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace loom::rt::gpt_cuda

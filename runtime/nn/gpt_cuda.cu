@@ -169,69 +169,69 @@ __global__ void k_mul(float* x, const float* m, int64_t n) {
 void embed_fwd(const int32_t* tok, const float* wte, const float* wpe, float* x, int64_t n, int t, int c) {
   if (n * c == 0) return;
   k_embed_fwd<<<blocks(n * c, 256), 256>>>(tok, wte, wpe, x, n, t, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void embed_bwd(const int32_t* tok, const float* dx, float* dwte, float* dwpe, int64_t n, int t, int c, int64_t vocab) {
-  CUDA_OK(cudaMemsetAsync(dwte, 0, sizeof(float) * vocab * c));
+  LOOM_CHECK_CUDA(cudaMemsetAsync(dwte, 0, sizeof(float) * vocab * c));
   if (int64_t{t} * c == 0) return;
   if (n > 0) {
     k_embed_bwd_tokens<<<blocks(n * c, 256), 256>>>(tok, dx, dwte, n, c);
-    CUDA_OK(cudaGetLastError());
+    LOOM_CHECK_CUDA(cudaGetLastError());
   }
   // With no rows, zeros: dwpe is overwritten either way.
   k_embed_bwd_positions<<<blocks(int64_t{t} * c, 256), 256>>>(dx, dwpe, n / t, t, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void layernorm_fwd(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd, int64_t n,
                    int c) {
   if (n == 0) return;
   k_ln_fwd<<<row_blocks(n), 32 * kRowsPerBlock>>>(x, gamma, beta, y, mean, rstd, n, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void layernorm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma, float* dx,
                    float* dgamma, float* dbeta, int64_t n, int c) {
-  CUDA_OK(cudaMemsetAsync(dgamma, 0, sizeof(float) * c));
-  CUDA_OK(cudaMemsetAsync(dbeta, 0, sizeof(float) * c));
+  LOOM_CHECK_CUDA(cudaMemsetAsync(dgamma, 0, sizeof(float) * c));
+  LOOM_CHECK_CUDA(cudaMemsetAsync(dbeta, 0, sizeof(float) * c));
   if (n == 0) return;
   k_ln_bwd_rows<<<row_blocks(n), 32 * kRowsPerBlock>>>(dy, x, mean, rstd, gamma, dx, n, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
   const dim3 grid(blocks(c, 32), blocks(n, kChunkRows)), block(32, 8);
   k_ln_bwd_params<<<grid, block>>>(dy, x, mean, rstd, dgamma, dbeta, n, c);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void causal_softmax(float* a, int64_t rows, int t) {
   if (rows == 0) return;
   k_causal_softmax<<<row_blocks(rows), 32 * kRowsPerBlock>>>(a, rows, t);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void softmax_bwd(const float* p, float* dp, int64_t rows, int t, float scale) {
   if (rows == 0) return;
   k_softmax_bwd<<<row_blocks(rows), 32 * kRowsPerBlock>>>(p, dp, rows, t, scale);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void bias_gelu_fwd(float* x, const float* bias, float* y, int64_t rows, int cols) {
   const int64_t n = rows * cols;
   if (n == 0) return;
   k_bias_gelu_fwd<<<blocks(n, 256), 256>>>(x, bias, y, n, cols);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void add(const float* a, const float* b, float* out, int64_t n) {
   if (n == 0) return;
   k_add<<<blocks(n, 256), 256>>>(a, b, out, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void mul(float* x, const float* m, int64_t n) {
   if (n == 0) return;
   k_mul<<<blocks(n, 256), 256>>>(x, m, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace loom::rt::gpt_cuda

@@ -85,7 +85,7 @@ class LocalLauncher : public Launcher {
     const std::string wrapper = dir_ + "/trial.sh";
     const std::string task = std::to_string(id);
     const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed for trial " + task);
+    if (pid < 0) throw loom::Error("fork failed for trial " + task, Kind::kIO);
     if (pid == 0) {
       ::setpgid(0, 0);
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);

@@ -73,11 +73,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
-  } catch (const loom::sweep::SpecError& e) {
-    std::fprintf(stderr, "loom-sweep: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-sweep: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {  // a SpecError exits 2, anything else 1
+    return loom::report("loom-sweep", e);
   }
 }

@@ -3,15 +3,16 @@
 // centre of a bin encodes its value, so a decoded point encodes back to the same place).
 #pragma once
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "loom/error.hpp"
+
 namespace loom::sweep {
 
-// A bad spec or bad use: loom-sweep exits 2 with the message.
-struct SpecError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A bad spec or bad use: a loom::Error of kind kUsage (loom-sweep exits 2 with the message).
+struct SpecError : loom::Error {
+  explicit SpecError(const std::string& msg) : loom::Error(msg, Kind::kUsage) {}
 };
 
 enum class ParamType { Float, Int, Log, Choice };

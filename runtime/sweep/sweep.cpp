@@ -1,5 +1,6 @@
 // sweep.cpp — the sweep controller (sweep.hpp).
 #include "sweep.hpp"
+#include "loom/error.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,7 +85,7 @@ void Controller::prepare_dir() {
   std::error_code ec;
   fs::create_directories(o_.dir + "/trials", ec);
   fs::create_directories(o_.dir + "/logs", ec);
-  if (ec) throw std::runtime_error(o_.dir + ": cannot create the sweep folder: " + ec.message());
+  if (ec) throw loom::Error(o_.dir + ": cannot create the sweep folder: " + ec.message(), Kind::kIO);
   o_.dir = fs::canonical(o_.dir).string();
   const std::string stored = o_.dir + "/spec.yaml";
   if (fs::exists(stored)) {

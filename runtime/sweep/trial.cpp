@@ -1,5 +1,6 @@
 // trial.cpp — a trial's folder (trial.hpp), with nlohmann-json.
 #include "trial.hpp"
+#include "loom/error.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -49,7 +50,7 @@ std::string trial_dir(const std::string& sweep_dir, int id) { return sweep_dir +
 
 void write_proposal(const std::string& sweep_dir, Trial& t, const std::string& command) {
   const std::string d = trial_dir(sweep_dir, t.id);
-  if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) throw std::runtime_error(d + ": cannot create");
+  if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) throw loom::Error(d + ": cannot create", Kind::kIO);
   t.proposed_at = now_seconds();
   json j = {{"id", t.id}, {"u", t.u}, {"values", t.values}, {"after", t.after}, {"proposed_at", t.proposed_at}};
   write_file_atomic(d + "/trial.json", j.dump() + "\n");
@@ -72,7 +73,7 @@ bool read_finish(const std::string& sweep_dir, Trial& t) {
 
 double read_metric(const std::string& metrics_file, const std::string& metric) {
   std::ifstream in(metrics_file);
-  if (!in) throw std::runtime_error("the trial wrote no metrics file");
+  if (!in) throw loom::Error("the trial wrote no metrics file", Kind::kInput);
   std::string line;
   bool found = false;
   double value = 0;
@@ -83,8 +84,8 @@ double read_metric(const std::string& metrics_file, const std::string& metric) {
     value = j[metric].get<double>();
     found = true;
   }
-  if (!found) throw std::runtime_error("metric '" + metric + "' is not in the metrics file (JSON lines)");
-  if (!std::isfinite(value)) throw std::runtime_error("metric '" + metric + "' is not finite");
+  if (!found) throw loom::Error("metric '" + metric + "' is not in the metrics file (JSON lines)", Kind::kInput);
+  if (!std::isfinite(value)) throw loom::Error("metric '" + metric + "' is not finite", Kind::kInput);
   return value;
 }
 
@@ -102,7 +103,7 @@ bool load_trial(const std::string& sweep_dir, const Space& space, int id, Trial&
   t = Trial{};
   t.id = id;
   t.u = p.at("u").get<std::vector<double>>();
-  if (t.u.size() != space.dims()) throw std::runtime_error(d + "/trial.json: a point of another spec");
+  if (t.u.size() != space.dims()) throw loom::Error(d + "/trial.json: a point of another spec", Kind::kInput);
   t.values = space.decode(t.u);
   t.after = p.value("after", -1);
   t.proposed_at = p.value("proposed_at", 0.0);

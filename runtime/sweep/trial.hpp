@@ -35,7 +35,7 @@ void write_proposal(const std::string& sweep_dir, Trial& t, const std::string& c
 bool read_finish(const std::string& sweep_dir, Trial& t);
 bool has_started(const std::string& sweep_dir, const Trial& t);
 // The metric's value: the last line of the metrics file (JSON lines) that has it as a number.
-// Throws std::runtime_error saying what is wrong.
+// Throws loom::Error saying what is wrong.
 double read_metric(const std::string& metrics_file, const std::string& metric);
 // result.json, and the trial back from its folder (nullopt-like: false when not proposed).
 void write_result(const std::string& sweep_dir, const Trial& t);

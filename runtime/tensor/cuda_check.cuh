@@ -9,17 +9,16 @@
 
 #include "loom/rt/error.hpp"
 
-#define CUDA_OK(call)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) ::loom::rt::check_failed(__FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-  } while (0)
-#define CUBLAS_OK(call)                                                                                      \
-  do {                                                                                                       \
-    cublasStatus_t s_ = (call);                                                                              \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                         \
-      ::loom::rt::check_failed(__FILE__, __LINE__, #call, "cuBLAS status " + std::to_string(static_cast<int>(s_))); \
-  } while (0)
+namespace loom::rt::cuda {
+
+inline bool cuda_ok(cudaError_t e) { return e == cudaSuccess; }
+inline bool cublas_ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
+inline std::string cublas_text(cublasStatus_t s) { return "cuBLAS status " + std::to_string(static_cast<int>(s)); }
+
+}  // namespace loom::rt::cuda
+
+#define LOOM_CHECK_CUDA(call) LOOM_CHECK_CALL(call, ::loom::rt::cuda::cuda_ok, cudaGetErrorString)
+#define LOOM_CHECK_CUBLAS(call) LOOM_CHECK_CALL(call, ::loom::rt::cuda::cublas_ok, ::loom::rt::cuda::cublas_text)
 
 namespace loom::rt::cuda {
 

@@ -32,7 +32,7 @@ void* cuda_fresh(size_t bytes) {
     cudaGetLastError();  // not sticky: clear it
     return nullptr;
   }
-  CUDA_OK(e);
+  LOOM_CHECK_CUDA(e);
   return p;
 }
 
@@ -72,12 +72,12 @@ class ThreadHandles {
  private:
   const std::pair<H, void*>& mine() {
     int dev = 0;
-    CUDA_OK(cudaGetDevice(&dev));
+    LOOM_CHECK_CUDA(cudaGetDevice(&dev));
     auto it = by_device_.find(dev);
     if (it != by_device_.end()) return it->second;
     std::pair<H, void*> one{};
-    CUBLAS_OK(Create(&one.first));
-    if (kWorkspace > 0) CUDA_OK(cudaMalloc(&one.second, kWorkspace));
+    LOOM_CHECK_CUBLAS(Create(&one.first));
+    if (kWorkspace > 0) LOOM_CHECK_CUDA(cudaMalloc(&one.second, kWorkspace));
     return by_device_.emplace(dev, one).first->second;
   }
   std::map<int, std::pair<H, void*>> by_device_;
@@ -243,7 +243,7 @@ struct LowOperands {
   void* get(int which, size_t need) {
     if (bytes[which] < need) {
       if (p[which]) {
-        CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+        LOOM_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
         device_free(p[which], bytes[which]);
       }
       p[which] = device_alloc(need);
@@ -258,12 +258,12 @@ struct LowOperands {
 const void* to_low(int which, const float* src, int64_t elements) {
   thread_local std::map<int, LowOperands> per_device;
   int dev = 0;
-  CUDA_OK(cudaGetDevice(&dev));
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
   void* dst = per_device[dev].get(which, static_cast<size_t>(elements) * 2);
   const unsigned grid = std::min<unsigned>(blocks(elements, 256), 65535u * 4);
   if (g_gemm_low == 1) k_to_low<<<grid, 256>>>(static_cast<__nv_bfloat16*>(dst), src, elements);
   else k_to_low<<<grid, 256>>>(static_cast<__half*>(dst), src, elements);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
   return dst;
 }
 
@@ -281,10 +281,10 @@ cudaStream_t side_stream() {
   static std::mutex mu;
   static std::map<int, cudaStream_t> side;
   int dev = 0;
-  CUDA_OK(cudaGetDevice(&dev));
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = side[dev];
-  if (!slot) CUDA_OK(cudaStreamCreateWithFlags(&slot, cudaStreamNonBlocking));
+  if (!slot) LOOM_CHECK_CUDA(cudaStreamCreateWithFlags(&slot, cudaStreamNonBlocking));
   return slot;
 }
 
@@ -330,30 +330,30 @@ int select_device(int local_rank) {
   }
   const char* own = std::getenv("LOOM_GPU");  // the plugin put this task's own GPU first
   const int dev = own && *own ? 0 : local_rank % n;
-  CUDA_OK(cudaSetDevice(dev));
+  LOOM_CHECK_CUDA(cudaSetDevice(dev));
   return dev;
 }
 
 int current_device() {
   int dev = -1;
-  CUDA_OK(cudaGetDevice(&dev));
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
   return dev;
 }
 
-void set_device(int dev) { CUDA_OK(cudaSetDevice(dev)); }
+void set_device(int dev) { LOOM_CHECK_CUDA(cudaSetDevice(dev)); }
 
 int compute_capability() {
   int dev = 0, major = 0, minor = 0;
-  CUDA_OK(cudaGetDevice(&dev));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
+  LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  LOOM_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   return major * 10 + minor;
 }
 
 // On the current device; blocks it gives back to cudaFree are that device's too.
 void* device_alloc(size_t bytes) {
   int dev = 0;
-  CUDA_OK(cudaGetDevice(&dev));
+  LOOM_CHECK_CUDA(cudaGetDevice(&dev));
   return device_cache(dev).allocate(bytes);
 }
 
@@ -368,35 +368,35 @@ void device_free(void* p, size_t bytes) {
   device_cache(attr.device).release(p, bytes);
 }
 
-void to_device(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
-void to_host(void* dst, const void* src, size_t bytes) { CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+void to_device(void* dst, const void* src, size_t bytes) { LOOM_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void to_host(void* dst, const void* src, size_t bytes) { LOOM_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
 
 void* mark_queued() {
   cudaEvent_t e;
-  CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  CUDA_OK(cudaEventRecord(e, cudaStreamLegacy));
+  LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  LOOM_CHECK_CUDA(cudaEventRecord(e, cudaStreamLegacy));
   return e;
 }
 
 void to_host_after(void* mark, void* dst, const void* src, size_t bytes) {
   cudaStream_t s = side_stream();
-  CUDA_OK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(mark), 0));
-  CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-  CUDA_OK(cudaStreamSynchronize(s));
+  LOOM_CHECK_CUDA(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(mark), 0));
+  LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  LOOM_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
 void to_device_beside(void* dst, const void* src, size_t bytes) {
-  if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side_stream()));
+  if (bytes) LOOM_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, side_stream()));
 }
 
 void* mark_beside() {
   cudaEvent_t e;
-  CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  CUDA_OK(cudaEventRecord(e, side_stream()));
+  LOOM_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  LOOM_CHECK_CUDA(cudaEventRecord(e, side_stream()));
   return e;
 }
 
-void queue_after(void* mark) { CUDA_OK(cudaStreamWaitEvent(cudaStreamLegacy, static_cast<cudaEvent_t>(mark), 0)); }
+void queue_after(void* mark) { LOOM_CHECK_CUDA(cudaStreamWaitEvent(cudaStreamLegacy, static_cast<cudaEvent_t>(mark), 0)); }
 
 bool pin_host(void* p, size_t bytes) {
   if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
@@ -408,26 +408,26 @@ void unpin_host(void* p) {
   if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
-void release_mark(void* mark) { CUDA_OK(cudaEventDestroy(static_cast<cudaEvent_t>(mark))); }
-void synchronize() { CUDA_OK(cudaDeviceSynchronize()); }
-void wait_default_stream() { CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy)); }
+void release_mark(void* mark) { LOOM_CHECK_CUDA(cudaEventDestroy(static_cast<cudaEvent_t>(mark))); }
+void synchronize() { LOOM_CHECK_CUDA(cudaDeviceSynchronize()); }
+void wait_default_stream() { LOOM_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy)); }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (g_gemm_low < 0) {
-    CUBLAS_OK(cublasSgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    LOOM_CHECK_CUBLAS(cublasSgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
     return;
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no operand to round: C = beta C, as cuBLAS computes it
-    CUBLAS_OK(cublasSgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    LOOM_CHECK_CUBLAS(cublasSgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
     return;
   }
   const void* la = to_low(0, a, ta ? span(k, m, lda) : span(m, k, lda));
   const void* lb = to_low(1, b, tb ? span(n, k, ldb) : span(k, n, ldb));
-  CUBLAS_OK(cublasGemmEx(handle(), op_b, op_a, n, m, k, &alpha, lb, low_type(), ldb, la, low_type(), lda, &beta, c,
+  LOOM_CHECK_CUBLAS(cublasGemmEx(handle(), op_b, op_a, n, m, k, &alpha, lb, low_type(), ldb, la, low_type(), lda, &beta, c,
                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -437,13 +437,13 @@ int gemm_precision() { return g_gemm_low; }
 void round_low(float* x, int64_t n, bool bf16) {
   if (n == 0) return;
   k_round_low<<<blocks(n, 256), 256>>>(x, n, bf16 ? 1 : 0);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void amp_grad(float* g, int64_t n, float scale, bool bf16, float* nonfinite) {
   if (n == 0) return;
   k_amp_grad<<<blocks(n, 256), 256>>>(g, n, scale, 1.0f / scale, bf16 ? 1 : 0, nonfinite);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, int64_t stride_a,
@@ -451,44 +451,44 @@ void gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const floa
   if (count == 0) return;
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (g_gemm_low < 0) {
-    CUBLAS_OK(cublasSgemmStridedBatched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
+    LOOM_CHECK_CUBLAS(cublasSgemmStridedBatched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
                                         c, ldc, stride_c, count));
     return;
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    CUBLAS_OK(cublasSgemmStridedBatched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
+    LOOM_CHECK_CUBLAS(cublasSgemmStridedBatched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
                                         c, ldc, stride_c, count));
     return;
   }
   const void* la = to_low(0, a, ta ? span(k, m, lda, stride_a, count) : span(m, k, lda, stride_a, count));
   const void* lb = to_low(1, b, tb ? span(n, k, ldb, stride_b, count) : span(k, n, ldb, stride_b, count));
-  CUBLAS_OK(cublasGemmStridedBatchedEx(handle(), op_b, op_a, n, m, k, &alpha, lb, low_type(), ldb, stride_b, la,
+  LOOM_CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle(), op_b, op_a, n, m, k, &alpha, lb, low_type(), ldb, stride_b, la,
                                        low_type(), lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, count,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) CUDA_OK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  if (bytes) LOOM_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
 
 void bias_act(float* y, const float* bias, int rows, int cols, cpu::Act act) {
   int64_t n = int64_t{rows} * cols;
   if (n == 0) return;  // a launch of zero blocks is an error, not a no-op
   k_bias_act<<<blocks(n, 256), 256>>>(y, bias, rows, cols, act == cpu::Act::kRelu ? 1 : act == cpu::Act::kGelu ? 2 : 0);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void relu_backward(float* dy, const float* y, int64_t n) {
   if (n == 0) return;
   k_relu_backward<<<blocks(n, 256), 256>>>(dy, y, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void bias_grad(const float* dy, float* db, int rows, int cols) {
   if (cols == 0) return;
   k_bias_grad<<<blocks(cols, 128), 128>>>(dy, db, rows, cols);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, int rows, int cols, int64_t grad_rows) {
@@ -500,7 +500,7 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
   float* row_loss = static_cast<float*>(device_alloc(sizeof(float) * rows));
   k_softmax_xent<<<rows, 256, 256 * sizeof(float)>>>(logits, labels, dlogits, row_loss, cols,
                                                     1.0f / static_cast<float>(grad_rows > 0 ? grad_rows : rows));
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
   std::vector<float> host(static_cast<size_t>(rows));
   to_host(host.data(), row_loss, sizeof(float) * rows);
   device_free(row_loss, sizeof(float) * rows);
@@ -512,50 +512,50 @@ double softmax_xent(const float* logits, const int32_t* labels, float* dlogits, 
 void argmax_rows(const float* x, int rows, int cols, int32_t* out) {
   if (rows == 0) return;
   k_argmax<<<blocks(rows, 128), 128>>>(x, rows, cols, out);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void fill(float* x, float v, int64_t n) {
   if (n == 0) return;
   k_fill<<<blocks(n, 256), 256>>>(x, v, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void scale_copy(float* dst, const float* src, float a, int64_t n) {
   if (n == 0) return;
   k_scale_copy<<<blocks(n, 256), 256>>>(dst, src, a, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void axpy(float* y, const float* x, float a, int64_t n) {
   if (n == 0) return;
   k_axpy<<<blocks(n, 256), 256>>>(y, x, a, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void to_half(uint16_t* dst, const float* src, int64_t n) {
   if (n == 0) return;
   k_to_half<<<blocks(n, 256), 256>>>(reinterpret_cast<__half*>(dst), src, n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void from_half(float* dst, const uint16_t* src, int64_t n) {
   if (n == 0) return;
   k_from_half<<<blocks(n, 256), 256>>>(dst, reinterpret_cast<const __half*>(src), n);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void sgd_step(float* w, const float* g, float* m, int64_t n, float lr, float mu, float wd, float keep, bool nesterov) {
   if (n == 0) return;
   k_sgd<<<blocks(n, 256), 256>>>(w, g, m, n, lr, mu, wd, keep, nesterov ? 1 : 0);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
                 float wd, float bc1, float root_bc2) {
   if (n == 0) return;
   k_adamw<<<blocks(n, 256), 256>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, root_bc2);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
 }
 
 namespace {
@@ -605,13 +605,13 @@ __global__ void k_int8_epilogue(const int32_t* acc, int m, int n, int x_zp, cons
 bool lt_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, int k) {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  CUBLAS_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+  LOOM_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32I, CUDA_R_32I));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CUBLAS_OK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, k, n, k));
-  CUBLAS_OK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, k, m, k));
-  CUBLAS_OK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32I, n, m, n));
+  LOOM_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LOOM_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  LOOM_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a, CUDA_R_8I, k, n, k));
+  LOOM_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b, CUDA_R_8I, k, m, k));
+  LOOM_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&c, CUDA_R_32I, n, m, n));
   const int32_t alpha = 1, beta = 0;
   const cublasStatus_t st =
       cublasLtMatmul(lt().get(), op, &alpha, w, a, x, b, &beta, acc, c, acc, c, nullptr, lt().workspace(), kLtWorkspace, 0);
@@ -620,7 +620,7 @@ bool lt_gemm_s8(const int8_t* x, const int8_t* w, int32_t* acc, int m, int n, in
   cublasLtMatrixLayoutDestroy(a);
   cublasLtMatmulDescDestroy(op);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) return false;
-  CUBLAS_OK(st);
+  LOOM_CHECK_CUBLAS(st);
   return true;
 }
 
@@ -632,11 +632,11 @@ void int8_linear(int m, int n, int k, const int8_t* x, int x_zp, const int8_t* w
   int32_t* acc = static_cast<int32_t*>(device_alloc(bytes));
   g_int8_lt = lt_gemm_s8(x, w, acc, m, n, k);
   if (!g_int8_lt) k_gemm_s8<<<blocks(int64_t{m} * n, 256), 256>>>(x, w, acc, m, n, k);
-  CUDA_OK(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaGetLastError());
   k_int8_epilogue<<<blocks(int64_t{m} * n, 256), 256>>>(acc, m, n, x_zp, w_rowsum, scale, bias, relu ? 1 : 0, out_kind,
                                                         out_zp, act_max, y);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
+  LOOM_CHECK_CUDA(cudaGetLastError());
+  LOOM_CHECK_CUDA(cudaDeviceSynchronize());
   device_free(acc, bytes);
 }
 

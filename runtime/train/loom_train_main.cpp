@@ -32,9 +32,7 @@ namespace po = boost::program_options;
 
 namespace {
 
-struct Usage {
-  std::string msg;
-};
+using Usage = loom::UsageError;
 
 // What an option's value is refused with (rt::Error from the runtime's checks) is a usage error.
 template <typename F>
@@ -349,11 +347,10 @@ int main(int argc, char** argv) {
     if (help_only) return 0;
     if (!inspect_path.empty()) return inspect(inspect_path);
   } catch (const Usage& u) {
-    std::fprintf(stderr, "loom-train: %s\nTry 'loom-train --help'.\n", u.msg.c_str());
+    std::fprintf(stderr, "loom-train: %s\nTry 'loom-train --help'.\n", u.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom-train: %s\n", e.what());
-    return 1;
+    return loom::report("loom-train", e);
   }
   watch_stop_signals();  // before MPI starts its threads
   std::unique_ptr<loom::rt::Communicator> comm;

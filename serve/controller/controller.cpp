@@ -37,7 +37,7 @@ bool pending_state(const std::string& s) { return s == "PENDING" || s.rfind("REQ
 
 ScalerConfig scaler_config(const InferenceServiceSpec& s, const ControllerOptions& o) {
   if (s.queue_length <= 0)
-    throw ServeError(Status::kBadRequest, o.spec_file + ": spec.autoscaling.metrics needs a Requests metric with "
+    throw ServeError(Status::kInput, o.spec_file + ": spec.autoscaling.metrics needs a Requests metric with "
                                                         "queueLength (the controller scales on it)");
   ScalerConfig c;
   c.min_replicas = s.min_replicas;

@@ -250,7 +250,7 @@ GrpcRouter::GrpcRouter(Context& ctx, ReplicaPool& pool, const std::string& bind,
   b.RegisterCallbackGenericService(impl_->service.get());
   impl_->server = b.BuildAndStart();
   if (!impl_->server || impl_->port == 0)
-    throw std::runtime_error("gRPC: cannot listen on " + bind + ":" + std::to_string(port));
+    throw loom::Error("gRPC: cannot listen on " + bind + ":" + std::to_string(port), Kind::kIO);
 }
 
 GrpcRouter::~GrpcRouter() { shutdown(); }

@@ -97,14 +97,14 @@ Engine::~Engine() {
 std::shared_ptr<Stream> Engine::submit(std::vector<int32_t> prompt, SamplingParams p, Clock::time_point deadline,
                                        std::shared_ptr<Stream> into, int index) {
   const int T = context(), V = vocab();
-  if (prompt.empty()) throw ServeError(Status::kBadRequest, "the prompt must not be empty");
+  if (prompt.empty()) throw ServeError(Status::kInput, "the prompt must not be empty");
   for (int32_t t : prompt)
-    if (t < 0 || t >= V) throw ServeError(Status::kBadRequest, "token id " + std::to_string(t) + " is outside the vocabulary (0 to " + std::to_string(V - 1) + ")");
+    if (t < 0 || t >= V) throw ServeError(Status::kInput, "token id " + std::to_string(t) + " is outside the vocabulary (0 to " + std::to_string(V - 1) + ")");
   if (static_cast<int>(prompt.size()) >= T)
-    throw ServeError(Status::kBadRequest, "the prompt's " + std::to_string(prompt.size()) + " tokens leave no room in the model's context of " +
+    throw ServeError(Status::kInput, "the prompt's " + std::to_string(prompt.size()) + " tokens leave no room in the model's context of " +
                                               std::to_string(T) + " tokens");
   if (blocks_for(prompt.size() + 1, o_.kv_block_tokens) > kv_.blocks())
-    throw ServeError(Status::kBadRequest, "the prompt's " + std::to_string(prompt.size()) + " tokens need more than the KV cache's " +
+    throw ServeError(Status::kInput, "the prompt's " + std::to_string(prompt.size()) + " tokens need more than the KV cache's " +
                                               std::to_string(kv_.blocks()) + " blocks of " + std::to_string(o_.kv_block_tokens) + " tokens");
   auto s = std::make_unique<Seq>();
   s->prompt_len = static_cast<int>(prompt.size());

@@ -80,7 +80,7 @@ class Engine {
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-  // Queues a sequence. Throws ServeError: kBadRequest (empty prompt, a token outside the
+  // Queues a sequence. Throws ServeError: kInput (empty prompt, a token outside the
   // vocabulary, a prompt that leaves no room in the context or needs more blocks than the pool
   // has), kUnavailable (the waiting queue is full). max_tokens is capped by the context.
   // `into`, when given, is the Stream the events go to (tagged with `index`): the n choices of

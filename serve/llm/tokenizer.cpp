@@ -36,7 +36,7 @@ std::vector<int32_t> ByteTokenizer::encode(const std::string& text) const {
   ids.reserve(text.size());
   for (unsigned char ch : text) {
     if (token_of_[ch] < 0)
-      throw ServeError(Status::kBadRequest, "the prompt holds byte " + std::to_string(ch) + ", not in the model's vocabulary");
+      throw ServeError(Status::kInput, "the prompt holds byte " + std::to_string(ch) + ", not in the model's vocabulary");
     ids.push_back(token_of_[ch]);
   }
   return ids;

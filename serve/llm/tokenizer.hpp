@@ -15,7 +15,7 @@ namespace loom::serve::llm {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Throws ServeError kBadRequest for text the vocabulary cannot spell.
+  // Throws ServeError kInput for text the vocabulary cannot spell.
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
   // The bytes a token stands for (a piece of UTF-8, possibly part of a character).
   virtual std::string decode(int32_t token) const = 0;

@@ -30,7 +30,7 @@ struct PipelineSpec {
 };
 
 // Reads and checks a pipeline spec: names, url grpc://host:port, every source "request.X" or
-// "<earlier step>.<output>", no cycle, no unknown field. Throws ServeError kBadRequest naming
+// "<earlier step>.<output>", no cycle, no unknown field. Throws ServeError kInput naming
 // the field at fault. A step's `service: <name>` is looked up in `services_dir` (services.hpp);
 // one that is not announced there is an rt::Error naming the step and the folder.
 PipelineSpec load_pipeline_spec(const std::string& file, const std::string& services_dir);

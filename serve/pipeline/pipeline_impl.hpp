@@ -28,7 +28,7 @@ struct Source {
 
 inline Status from_grpc(grpc::StatusCode c) {
   switch (c) {
-    case grpc::INVALID_ARGUMENT: return Status::kBadRequest;
+    case grpc::INVALID_ARGUMENT: return Status::kInput;
     case grpc::UNAUTHENTICATED: return Status::kUnauthorized;
     case grpc::UNAVAILABLE: return Status::kUnavailable;
     case grpc::DEADLINE_EXCEEDED:

@@ -123,7 +123,7 @@ void Run::on_done(size_t i, const grpc::Status& st) {
     got.push_back({want, o.datatype(), {o.shape().begin(), o.shape().end()}, std::move(*c.res.mutable_raw_output_contents(k))});
     try {  // checked before it is passed on to a step or returned: a hop is another server
       check_answer(plan_->needed_desc[i][w], got.back(), p_.where(i, c.address) + " answered output '" + want + "', which");
-    } catch (const ServeError& e) {
+    } catch (const loom::Error& e) {
       return fail(Status::kInternal, e.what(), lock);
     }
   }

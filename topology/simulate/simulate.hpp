@@ -102,9 +102,7 @@ Workload load_workload(const std::string& path);
 
 // The cluster commands' shared frame: a bad command line is a Usage (exit 2, "loom-topo: MSG"),
 // a bad file or model an Error (exit 1).
-struct Usage {
-  std::string msg;
-};
+using Usage = loom::UsageError;
 int run_command(const std::function<int()>& body);
 // The --key value and --key=value pairs of a command line, in order; Usage for a key without one.
 std::vector<std::pair<std::string, std::string>> options_of(const std::vector<std::string>& args);

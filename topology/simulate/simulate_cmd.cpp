@@ -173,12 +173,8 @@ std::vector<std::pair<std::string, std::string>> options_of(const std::vector<st
 int run_command(const std::function<int()>& body) {
   try {
     return body();
-  } catch (const Usage& u) {
-    std::fprintf(stderr, "loom-topo: %s\n", u.msg.c_str());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "loom-topo: %s\n", e.what());
-    return 1;
+  } catch (const loom::Error& e) {  // a Usage exits 2, a bad file or model 1
+    return loom::report("loom-topo", e);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "services.hpp"
 #include "spec.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/topo/topology.hpp"
 
 namespace {
 
@@ -77,6 +78,36 @@ class ServeCore : public ::testing::Test {
   std::shared_ptr<ServedModel> model_;
 };
 
+// One error type for every part (loom/error.hpp): each part's class carries its kind, and the
+// kind alone gives the exit status, the HTTP status and the gRPC code.
+TEST(Errors, EachPartsErrorIsALoomErrorAnsweredByItsKind) {
+  const auto kind = [](const std::exception& e) { return loom::kind_of(e); };
+  EXPECT_EQ(kind(loom::topo::Error("x")), Status::kInput);
+  EXPECT_EQ(kind(loom::rt::InvalidInput("x")), Status::kInput);
+  EXPECT_EQ(kind(loom::rt::Error("x")), Status::kIO);
+  EXPECT_EQ(kind(loom::rt::DataChanged("x")), Status::kIO);
+  EXPECT_EQ(kind(ServeError(Status::kNotFound, "x")), Status::kNotFound);
+  EXPECT_EQ(kind(std::runtime_error("x")), Status::kInternal);
+  struct Row {
+    Status kind;
+    int exit, http, grpc;
+  };
+  for (const Row& r : {Row{Status::kOk, 0, 200, 0}, Row{Status::kUsage, 2, 400, 3}, Row{Status::kInput, 1, 400, 3},
+                       Row{Status::kUnauthorized, 1, 401, 16}, Row{Status::kNotFound, 1, 404, 5}, Row{Status::kTooLarge, 1, 413, 8},
+                       Row{Status::kUnavailable, 1, 503, 14}, Row{Status::kTimeout, 1, 504, 4}, Row{Status::kIO, 1, 500, 13},
+                       Row{Status::kInternal, 1, 500, 13}}) {
+    EXPECT_EQ(loom::exit_status(r.kind), r.exit) << loom::kind_name(r.kind);
+    EXPECT_EQ(loom::http_status(r.kind), r.http) << loom::kind_name(r.kind);
+    EXPECT_EQ(loom::grpc_code(r.kind), r.grpc) << loom::kind_name(r.kind);
+  }
+  // A code another server answered maps back to the kind a client can act on.
+  EXPECT_EQ(loom::from_grpc_code(3), Status::kInput);
+  EXPECT_EQ(loom::from_grpc_code(13), Status::kInternal);
+  EXPECT_EQ(loom::from_grpc_code(14), Status::kUnavailable);
+  EXPECT_EQ(loom::from_grpc_code(99), Status::kInternal);
+  EXPECT_STREQ(loom::kind_name(Status::kInput), "bad_request");  // the metrics label it always had
+}
+
 TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {
   Options o;
   o.max_batch_size = 8;
@@ -121,14 +152,14 @@ TEST_F(ServeCore, RefusesBeyondTheQueueBoundAndTooManyRows) {
     b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), done);
     FAIL() << "a third request was admitted into a queue of 2";
   } catch (const ServeError& e) {
-    EXPECT_EQ(e.status, Status::kUnavailable);
+    EXPECT_EQ(e.kind(), Status::kUnavailable);
     EXPECT_NE(std::string(e.what()).find("queue full"), std::string::npos);
   }
   try {
     b.submit(rows(5, 0), 5, Clock::now() + std::chrono::seconds(10), done);
     FAIL() << "5 rows admitted with --max-batch-size 4";
   } catch (const ServeError& e) {
-    EXPECT_EQ(e.status, Status::kBadRequest);
+    EXPECT_EQ(e.kind(), Status::kInput);
   }
   while (answered.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
@@ -202,7 +233,7 @@ TEST_F(ServeCore, DecodesUint8WithTheModelsPreprocessingAndChecksShapes) {
       loom::serve::decode_input(model_->input(), {in}, 32, &n);
       ADD_FAILURE() << "accepted: " << what;
     } catch (const ServeError& e) {
-      EXPECT_EQ(e.status, Status::kBadRequest) << what;
+      EXPECT_EQ(e.kind(), Status::kInput) << what;
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
@@ -312,7 +343,7 @@ TEST(TensorIn, GraphInputsAreCheckedByNameTypeRankAndSize) {
       check_named(want, in, max_rows, true, &rows);
       ADD_FAILURE() << "accepted: " << what;
     } catch (const ServeError& e) {
-      EXPECT_EQ(e.status, Status::kBadRequest);
+      EXPECT_EQ(e.kind(), Status::kInput);
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };

@@ -3,17 +3,18 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "loom/error.hpp"
+
 namespace loom::topo {
 
-// Every recoverable failure of the library (bad input, missing file, impossible request).
-// The message is one line, without the program prefix.
-class Error : public std::runtime_error {
+// Every recoverable failure of the library (bad input, missing file, impossible request): a
+// loom::Error of kind kInput. The message is one line, without the program prefix.
+class Error : public loom::Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& msg) : loom::Error(msg, Kind::kInput) {}
 };
 
 // Path classes, best first, in the words `nvidia-smi topo -m` prints.
