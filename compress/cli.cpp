@@ -14,16 +14,6 @@ namespace loom::compress {
 
 namespace {
 
-uint64_t train_config_seed(const std::string& seed) {
-  if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos)
-    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
-  try {
-    return std::stoull(seed);
-  } catch (const std::out_of_range&) {
-    throw Usage{"--seed must be a number from 0 to 2^64-1, not '" + seed + "'"};
-  }
-}
-
 std::string pct(double before, double after) {
   char b[64];
   std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * (after - before) / before);
@@ -33,17 +23,10 @@ std::string pct(double before, double after) {
 }  // namespace
 
 void add_train_options(po::options_description& d, TrainOpts& t) {
-  d.add_options()("data", po::value(&t.data)->default_value(t.data), "fashion-mnist[:DIR]")(
-      "global-batch", po::value(&t.batch)->default_value(t.batch), "samples per step")(
-      "lr", po::value(&t.lr)->default_value(t.lr, rt::number_text(t.lr)), "learning rate")(
-      "optimizer", po::value(&t.optimizer)->default_value(t.optimizer), "sgd | adamw")(
-      "momentum", po::value(&t.momentum)->default_value(t.momentum, rt::number_text(t.momentum)), "SGD momentum")(
-      "lr-schedule", po::value(&t.schedule)->default_value(t.schedule), "constant | cosine")(
-      "seed", po::value(&t.seed)->default_value(t.seed), "seed of weights and shuffling")(
-      "threads", po::value(&t.threads)->default_value(t.threads), "CPU threads")(
-      "ckpt-dir", po::value(&t.ckpt_dir), "write checkpoints to DIR/ckpt-<step>.h5, and resume from there")(
-      "ckpt-every", po::value(&t.ckpt_every)->default_value(0), "checkpoint every N steps (with --ckpt-dir)")(
-      "resume", po::value(&t.resume)->default_value(t.resume), "auto (the newest good checkpoint in --ckpt-dir) | never | FILE");
+  d.add(rt::train_options(t.c, t.in,
+                          {"data", "global-batch", "lr", "optimizer", "momentum", "lr-schedule", "seed", "threads", "ckpt-dir",
+                           "ckpt-every", "resume"},
+                          "training options (loom-train's)"));
 }
 
 std::string data_dir(const std::string& data) {
@@ -56,26 +39,18 @@ std::string data_dir(const std::string& data) {
 
 // loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE or tokens:PATTERN.
 rt::TrainConfig train_config(const TrainOpts& t, const std::string& model) {
-  rt::TrainConfig c;
+  rt::TrainConfig c = t.c;
   c.model = model;
-  if (model == "mlp") c.data_dir = data_dir(t.data);
+  const std::string data = t.in.data.empty() ? "fashion-mnist" : t.in.data;
+  if (model == "mlp") c.data_dir = data_dir(data);
   else {
-    const GptData d = gpt_data(t.data, "--data");
+    const GptData d = gpt_data(data, "--data");
     c.text_path = d.text;
     c.token_files = d.tokens;
   }
-  c.global_batch = t.batch;
-  c.threads = t.threads;
-  c.lr = t.lr;
-  c.optim.kind = t.optimizer;
-  c.optim.momentum = t.momentum;
-  c.schedule = t.schedule;
   c.device = "cpu";
-  c.seed = train_config_seed(t.seed);
-  if (t.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
-  c.ckpt_dir = t.ckpt_dir;
-  c.ckpt_every = t.ckpt_every;
-  c.resume = t.resume;
+  c.seed = rt::parse_seed(t.in.seed);
+  if (c.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
   rt::validate(c);
   return c;
 }

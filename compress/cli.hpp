@@ -12,19 +12,18 @@
 #include "gpt_eval.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/nn/gpt.hpp"
-#include "loom/rt/train/train_config.hpp"
+#include "loom/rt/train/options.hpp"
 #include "model_eval.hpp"
 
 namespace loom::compress {
 
 namespace po = boost::program_options;
 
-// loom-train's options that fine-tuning and distillation take.
+// loom-train's options that fine-tuning and distillation take: the same table
+// (loom/rt/train/options.hpp), bound to a TrainConfig whose defaults are loom-train's.
 struct TrainOpts {
-  std::string data = "fashion-mnist", optimizer = "sgd", seed = "1", schedule = "constant", ckpt_dir, resume = "auto";
-  int64_t ckpt_every = 0;
-  int batch = 128, threads = 1;
-  float lr = 0.05f, momentum = 0.9f;  // prune sets lr 0.01: fine-tuning starts from a trained model
+  rt::TrainConfig c;
+  rt::TrainOptionText in;
 };
 
 void add_train_options(po::options_description& d, TrainOpts& t);

@@ -75,7 +75,7 @@ int cmd_prune(int argc, char** argv) {
   double sparsity = 0;
   int finetune = 0;
   TrainOpts t;
-  t.lr = 0.01f;
+  t.c.lr = 0.01f;  // fine-tuning starts from a trained model
   po::options_description d("prune options");
   d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the pruned model file")(
       "sparsity", po::value(&sparsity), "fraction of each hidden layer's neurons (a gpt: of each block's heads and MLP neurons) to remove, in (0, 1)")(

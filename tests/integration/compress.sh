@@ -12,6 +12,26 @@ cd "$LOOM_TMP"
 json() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
 check() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print('yes' if $1 else 'no: %s' % d)"; }
 
+# The training options are loom-train's own table (one place): each reads as loom-train's --help
+# says it, default included.
+help_of() {  # option -> its description and default, whitespace collapsed
+  /usr/bin/python3 -c '
+import re, sys
+opts, name = {}, None
+for line in sys.stdin:
+    m = re.match(r"  (?:-\w \[ )?--([\w-]+)( \])?(.*)", line)
+    if m:
+        name = m.group(1)
+        opts[name] = m.group(3)
+    elif name and line.startswith("    "):
+        opts[name] += " " + line
+for k in sys.argv[1:]:
+    print(k, " ".join(opts.get(k, "MISSING").split()))' "$@"
+}
+train_opts="data global-batch lr optimizer momentum lr-schedule seed threads ckpt-dir ckpt-every resume"
+expect_eq "loom-compress distill's training options are loom-train's" \
+  "$("$B/loom-train" --help | help_of $train_opts)" "$("$B/loom-compress" distill --help | help_of $train_opts)"
+
 run_cmd "$B/loom-train" --layers 784,64,64,10 --epochs 2 --seed 4 --export fp32.h5 --log-every 1000
 expect_eq "train the float model" 0 "$rc"
 fp=$("$B/loom-compress" eval fp32.h5 --format json)
