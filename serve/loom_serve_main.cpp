@@ -30,7 +30,7 @@
 
 #include "config.h"
 #include "loom/rt/tensor/kernels.hpp"
-#include "loom/rt/io/timestamp.hpp"
+#include "loom/log.hpp"
 #include "repository.hpp"
 #include "spec.hpp"
 #include "frontend.hpp"
@@ -45,20 +45,18 @@ using namespace loom::serve;
 
 namespace {
 
-std::mutex g_log_mu;
 std::string g_log_format = "text";
 
-// One log line; in JSON, `fields` join ts/level/component/msg (the controller's events).
+// One log line (loom/log.hpp); in JSON, `fields` join ts/level/component/msg (the controller's
+// events).
 void log_event(const std::string& level, const std::string& msg, const nlohmann::json& fields) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  if (g_log_format == "json") {
-    nlohmann::json j = {{"ts", loom::rt::utc_timestamp()}, {"level", level}, {"component", "loom-serve"}, {"msg", msg}};
-    if (fields.is_object()) j.update(fields);
-    std::fprintf(stderr, "%s\n", dump_json(j).c_str());
-  } else {
-    std::fprintf(stderr, "loom-serve: %s%s\n", level == "info" ? "" : (level + ": ").c_str(), msg.c_str());
+  static const loom::Logger text("loom-serve"), json("loom-serve", true);
+  std::string members;
+  if (g_log_format == "json" && fields.is_object() && !fields.empty()) {
+    members = dump_json(fields);
+    members = members.substr(1, members.size() - 2);
   }
-  std::fflush(stderr);
+  (g_log_format == "json" ? json : text).write(loom::parse_level(level), msg, members);
 }
 
 void log_line(const std::string& level, const std::string& msg) { log_event(level, msg, nlohmann::json::object()); }

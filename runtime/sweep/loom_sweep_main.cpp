@@ -18,7 +18,7 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 void on_signal(int) { g_interrupted = true; }
-void progress(const std::string& line) { std::fprintf(stderr, "loom-sweep: %s\n", line.c_str()); }
+const loom::Logger g_log("loom-sweep");
 
 }  // namespace
 
@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::fprintf(stderr, "loom-sweep: %s\n", e.what());
-    return 2;
+    return loom::report("loom-sweep", loom::UsageError(e.what()));
   }
   if (vm.count("help")) {
     std::cout << desc << "\n";
@@ -54,12 +53,11 @@ int main(int argc, char** argv) {
   }
   if (spec_path.empty() || opts.dir.empty() || (format != "text" && format != "json") ||
       (executor != "slurm" && executor != "local")) {
-    std::fprintf(stderr, "loom-sweep: needs --spec and --dir; --format text|json; --executor slurm|local\n");
-    return 2;
+    return loom::report("loom-sweep", loom::UsageError("needs --spec and --dir; --format text|json; --executor slurm|local"));
   }
   opts.local = executor == "local";
   opts.interrupted = &g_interrupted;
-  opts.progress = progress;
+  opts.log = &g_log;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   try {
@@ -69,7 +67,7 @@ int main(int argc, char** argv) {
     if (format == "json") std::fputs(loom::sweep::result_json(spec, result).c_str(), stdout);
     else std::fputs(loom::sweep::result_text(spec, result).c_str(), stdout);
     if (!result.complete) {
-      std::fprintf(stderr, "loom-sweep: stopped: %s\n", result.error.c_str());
+      g_log.write(loom::LogLevel::kError, "stopped: " + result.error);
       return 1;
     }
     return 0;

@@ -51,7 +51,7 @@ class Controller {
 
  private:
   void say(const std::string& line) const {
-    if (o_.progress) o_.progress(line);
+    if (o_.log) o_.log->write(LogLevel::kInfo, line);
   }
   void prepare_dir();
   std::vector<int> resume();  // returns the ids still to run

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/log.hpp"
 #include "spec.hpp"
 #include "trial.hpp"
 
@@ -16,7 +17,7 @@ struct SweepOptions {
   std::string dir;
   bool local = false;  // --executor local
   std::atomic<bool>* interrupted = nullptr;
-  void (*progress)(const std::string& line) = nullptr;
+  const Logger* log = nullptr;  // progress lines; none when null
 };
 
 struct SweepResult {

@@ -3,17 +3,15 @@
 
 #include <chrono>
 
-#include "loom/rt/io/timestamp.hpp"
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/train/metrics_http.hpp"
 #include "loom/rt/train/trainer.hpp"
-#include "loom/topo/emit.hpp"
 
 namespace loom::rt {
 
 Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
-    : metrics_path_(c.metrics_file), json_(c.log_format == "json"), rank_(rank), ranks_(ranks), log_(std::move(log)) {
+    : metrics_path_(c.metrics_file), rank_(rank), log_("loom-train", c.log_format == "json", rank, ranks, std::move(log)) {
   if (!c.metrics_file.empty() && rank == 0) {
     metrics_.open(c.metrics_file, std::ios::trunc);
     if (!metrics_) throw Error(c.metrics_file + ": cannot open for writing");
@@ -25,7 +23,7 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
       g.ranks = ranks;
     });
     say("metrics: http://" + c.metrics_bind + ":" + std::to_string(server_->port()) + "/metrics",
-        "\"level\":\"info\",\"event\":\"metrics\",\"port\":" + std::to_string(server_->port()));
+        LogFields(LogLevel::kInfo) + "\"event\":\"metrics\",\"port\":" + std::to_string(server_->port()));
   }
 }
 
@@ -47,16 +45,9 @@ void Reporter::live(const StepLine& s, int64_t planned) {
   });
 }
 
-void Reporter::say_mine(const std::string& human, const std::string& fields) const {
-  if (json_) {
-    log_("{\"ts\":\"" + utc_timestamp() + "\",\"component\":\"loom-train\",\"rank\":" + std::to_string(rank_) + "," + fields +
-         ",\"msg\":" + loom::topo::json_quote(human) + "}");
-  } else {
-    log_("loom-train: " + (ranks_ > 1 ? "rank " + std::to_string(rank_) + ": " : std::string()) + human);
-  }
-}
+void Reporter::say_mine(const std::string& human, const LogFields& fields) const { log_.write(human, fields); }
 
-void Reporter::say(const std::string& human, const std::string& fields) const {
+void Reporter::say(const std::string& human, const LogFields& fields) const {
   if (rank_ == 0) say_mine(human, fields);
 }
 
@@ -69,7 +60,7 @@ void Reporter::step(const StepLine& s) {
 
 void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
   say("epoch " + std::to_string(epoch) + " test accuracy " + num(accuracy) + " test loss " + num(loss),
-      "\"level\":\"info\",\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) + ",\"test_accuracy\":" + num(accuracy));
+      LogFields(LogLevel::kInfo) + "\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) + ",\"test_accuracy\":" + num(accuracy));
   if (server_) server_->update([&](TrainGauges& g) { g.test_accuracy = accuracy; });
   if (metrics_.is_open())
     metrics_ << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step << ",\"test_accuracy\":" << num(accuracy)
@@ -78,7 +69,7 @@ void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
 
 void Reporter::overflow(int64_t step, double loss_scale) {
   say("gradient overflow at step " + std::to_string(step) + ": step skipped on every rank, loss scale " + num(loss_scale),
-      "\"level\":\"warning\",\"event\":\"overflow\",\"step\":" + std::to_string(step) + ",\"loss_scale\":" + num(loss_scale));
+      LogFields(LogLevel::kWarning) + "\"event\":\"overflow\",\"step\":" + std::to_string(step) + ",\"loss_scale\":" + num(loss_scale));
   if (metrics_.is_open())
     metrics_ << "{\"event\":\"overflow\",\"step\":" << step << ",\"loss_scale\":" << num(loss_scale) << "}\n";
 }
@@ -96,7 +87,7 @@ void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
   const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, param_bytes_per_rank " +
                             std::to_string(r.param_bytes) + ", grad_bytes_per_rank " + std::to_string(r.grad_bytes) +
                             ", optimizer_bytes_per_rank " + std::to_string(r.optimizer_bytes) + ", peak memory " + fixed(r.peak_memory_bytes / 1048576.0, 1) + " MiB";
-  const std::string fields = "\"level\":\"info\",\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
+  const LogFields fields = LogFields(LogLevel::kInfo) + "\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
                              ",\"param_bytes_per_rank\":" + std::to_string(r.param_bytes) +
                              ",\"grad_bytes_per_rank\":" + std::to_string(r.grad_bytes) +
                              ",\"optimizer_bytes_per_rank\":" + std::to_string(r.optimizer_bytes) +

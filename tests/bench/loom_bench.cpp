@@ -294,7 +294,7 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
     state.state_json = k.state_json;
     for (const auto& p : k.params) state.tensors.push_back({"params", p.first, p.second});
     {
-      loom::rt::CheckpointWriter writer(tc, nullptr, [](const std::string&, const std::string&) {});
+      loom::rt::CheckpointWriter writer(tc, nullptr, [](const std::string&, const loom::LogFields&) {});
       for (int r = 0; r < reps + 1; ++r) {
         bench_progress("copying the state for an async checkpoint, " + std::to_string(r + 1) + " of " + std::to_string(reps + 1));
         auto t0 = Clock::now();

@@ -282,7 +282,7 @@ check_err "--attention for the mlp" 2 "--attention is for --model gpt" --attenti
 printf 'steps = 20\nglobal-batch = 64\nlr = 0.02\nseed = 9\nlog-every = 10\n' >cfg.ini
 run_cmd "$T" --config cfg.ini --log-format json --metrics-file m.jsonl --export a.h5
 expect_eq "config run" 0 "$rc"
-expect_match "json log lines" '^\{"ts":"20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z","component":"loom-train","rank":0,"level":"info"' "$err"
+expect_match "json log lines" '^\{"ts":"20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z","level":"info","component":"loom-train","rank":0' "$err"
 /usr/bin/python3 - "$LOOM_TMP/m.jsonl" <<'PY' && pass || fail "metrics file fields"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]

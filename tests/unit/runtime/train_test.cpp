@@ -108,7 +108,7 @@ TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration)
   c.ckpt_dir = dir;
   c.resume = "auto";
   std::vector<std::string> said;
-  CheckpointWriter w(c, nullptr, [&](const std::string& human, const std::string&) { said.push_back(human); });
+  CheckpointWriter w(c, nullptr, [&](const std::string& human, const loom::LogFields&) { said.push_back(human); });
   Checkpoint k;
   k.model_config = "{}";
   k.train_config = R"({"lr":0.1,"total_steps":10})";
@@ -131,7 +131,7 @@ TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration)
     EXPECT_NE(std::string(e.what()).find("checkpoint of another configuration"), std::string::npos) << e.what();
   }
   c.resume = "never";
-  CheckpointWriter never(c, nullptr, [](const std::string&, const std::string&) {});
+  CheckpointWriter never(c, nullptr, [](const std::string&, const loom::LogFields&) {});
   EXPECT_FALSE(never.find_resume(k.train_config).has_value());
   for (int64_t step : {5, 9}) std::remove(w.path_for(step).c_str());
   ::rmdir(dir.c_str());

@@ -24,6 +24,7 @@
 #include "services.hpp"
 #include "spec.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/log.hpp"
 #include "loom/topo/topology.hpp"
 
 namespace {
@@ -106,6 +107,30 @@ TEST(Errors, EachPartsErrorIsALoomErrorAnsweredByItsKind) {
   EXPECT_EQ(loom::from_grpc_code(14), Status::kUnavailable);
   EXPECT_EQ(loom::from_grpc_code(99), Status::kInternal);
   EXPECT_STREQ(loom::kind_name(Status::kInput), "bad_request");  // the metrics label it always had
+}
+
+// One log line for every tool and daemon (loom/log.hpp): text shows the rank where there are
+// several and the level where it is not info; JSON carries both, the members and the message.
+TEST(Log, OneLineTextOrJson) {
+  std::vector<std::string> lines;
+  const auto sink = [&](const std::string& l) { lines.push_back(l); };
+  loom::Logger("loom-train", false, 1, 2, sink).write("overflow", loom::LogFields(loom::LogLevel::kWarning) + "\"event\":\"x\"");
+  loom::Logger("loom-train", false, 0, 1, sink).write(loom::LogLevel::kInfo, "done");
+  loom::Logger("loom-serve", false, -1, 1, sink).write(loom::LogLevel::kError, "bad");
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "loom-train: rank 1: warning: overflow");
+  EXPECT_EQ(lines[1], "loom-train: done");
+  EXPECT_EQ(lines[2], "loom-serve: error: bad");
+  loom::Logger("loom-train", true, 3, 4, sink).write(loom::LogLevel::kError, "a \"quoted\"\nline", "\"step\":7");
+  const auto j = nlohmann::json::parse(lines.back());
+  EXPECT_EQ(j["level"], "error");
+  EXPECT_EQ(j["component"], "loom-train");
+  EXPECT_EQ(j["rank"], 3);
+  EXPECT_EQ(j["step"], 7);
+  EXPECT_EQ(j["msg"], "a \"quoted\"\nline");
+  EXPECT_EQ(std::string(j["ts"]).size(), 24u);  // 2026-12-01T13:05:17.123Z
+  loom::Logger("loom-serve", true, -1, 1, sink).write(loom::LogLevel::kInfo, "up");
+  EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("rank"));
 }
 
 TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/log.hpp"
 #include "loom/rt/io/model_io.hpp"
 
 namespace loom::rt {
@@ -41,7 +42,7 @@ struct CheckpointState {
 
 class CheckpointWriter {
  public:
-  using Log = std::function<void(const std::string& human, const std::string& json_fields)>;
+  using Log = std::function<void(const std::string& human, const LogFields& fields)>;
   // `comm` is null for one process; with several ranks every rank makes the same calls at the
   // same steps (save, finish and the agreement are collective).
   CheckpointWriter(const TrainConfig& c, Communicator* comm, Log log);
@@ -123,7 +124,7 @@ class CheckpointWriter {
   std::chrono::steady_clock::time_point last_;
   std::thread thread_;
   std::mutex mu_;
-  std::vector<std::pair<std::string, std::string>> messages_;  // from the writer thread
+  std::vector<std::pair<std::string, LogFields>> messages_;  // from the writer thread
 };
 
 }  // namespace loom::rt

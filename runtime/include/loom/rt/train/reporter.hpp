@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "loom/log.hpp"
+
 namespace loom::rt {
 
 struct TrainConfig;
@@ -23,10 +25,11 @@ class Reporter {
   Reporter(const TrainConfig& c, int rank, int ranks, Log log);
   ~Reporter();
 
-  // Rank 0's line for the job; `fields` are extra JSON members ("\"level\":\"info\",...").
-  void say(const std::string& human, const std::string& fields) const;
+  // Rank 0's line for the job (loom::Logger's: component loom-train, the rank, text or JSON);
+  // `fields`: its level and extra JSON members.
+  void say(const std::string& human, const LogFields& fields) const;
   // This rank's own line (prefixed "rank R:" in text when there are several).
-  void say_mine(const std::string& human, const std::string& fields) const;
+  void say_mine(const std::string& human, const LogFields& fields) const;
 
   struct StepLine {
     int64_t step, epoch;
@@ -47,9 +50,8 @@ class Reporter {
  private:
   std::string metrics_path_;
   std::ofstream metrics_;
-  bool json_;
-  int rank_, ranks_;
-  Log log_;
+  int rank_;
+  Logger log_;
   std::unique_ptr<MetricsServer> server_;
 };
 
