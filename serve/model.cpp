@@ -54,15 +54,16 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   if (type != "mlp")
     throw rt::Error(path_ + ": model type '" + type + "' cannot be served (loom-serve serves types mlp and gpt)");
   precision_ = rt::model_precision(path_, f);
-  mlp_ = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
-  if (precision_ == "int8") int8_ = std::make_unique<rt::QuantMlp>(rt::load_quant_mlp(path_, f));
-  in_ = mlp_->widths().front();
-  out_ = mlp_->widths().back();
+  auto mlp = std::make_unique<rt::Mlp>(rt::load_mlp(path_, f));  // the file is read (and verified) once
+  std::unique_ptr<rt::QuantMlp> int8;
+  if (precision_ == "int8") int8 = std::make_unique<rt::QuantMlp>(rt::load_quant_mlp(path_, f));
+  in_ = mlp->widths().front();
+  out_ = mlp->widths().back();
   input_.features = in_;
   inputs_ = {{"input", "FP32", {-1, in_}}};
   outputs_ = {{"logits", "FP32", {-1, out_}}};
-  check_finite(mlp_->params());
-  if (int8_) mlp_.reset();  // checked; the INT8 model serves, without a float copy 4x its size
+  check_finite(mlp->params());
+  if (int8) mlp.reset();  // checked; the INT8 model serves, without a float copy 4x its size
   if (cfg.contains("preprocess")) {
     const auto& p = cfg["preprocess"];
     try {
@@ -79,8 +80,9 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   std::string why;
   cuda_ = device != "cpu" && rt::ops::cuda_usable(&why);
   if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
-  if (cuda_ && int8_) int8_->to(rt::Device::kCuda);  // cuBLASLt's int8 GEMM
-  else if (cuda_) mlp_->to(rt::Device::kCuda);
+  if (cuda_ && int8) int8->to(rt::Device::kCuda);  // cuBLASLt's int8 GEMM
+  else if (cuda_) mlp->to(rt::Device::kCuda);
+  backend_ = mlp_backend(std::move(mlp), std::move(int8), cuda_, input_, in_);
 }
 
 // A model of NaN weights would answer null with 200: refused at load.
@@ -106,7 +108,7 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
     throw rt::Error(path_ + ": model.config has no vocab_bytes (a gpt exported before byte-level tokens: train it again)");
   }
   auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
-  engine_ = std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), -1, llm);
+  backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), -1, llm), path_);
 }
 
 // GPT-2 as people download it: config.json and model.safetensors in the version folder (path_
@@ -123,7 +125,7 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   } catch (const nlohmann::json::exception&) {  // load_gpt2 read it already
   }
   if (eos >= w.c.vocab) throw rt::Error(folder + "/config.json: eos_token_id " + std::to_string(eos) + " is outside the vocabulary");
-  gpt2_ = true;
+  platform_ = "loom-gpt2";
   config_ = "{\"type\": \"gpt2\", \"n_layer\": " + std::to_string(w.c.layers) + ", \"n_embd\": " + std::to_string(w.c.embd) +
             ", \"n_positions\": " + std::to_string(w.c.context) + ", \"vocab_size\": " + std::to_string(w.c.vocab) + "}";
   std::unique_ptr<llm::Tokenizer> tok;
@@ -131,7 +133,7 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   if (vocab != merges)
     throw rt::Error(folder + ": " + (vocab ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
   if (vocab) tok = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
-  engine_ = std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm);
+  backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
 }
 
 ServedModel::~ServedModel() = default;
@@ -141,73 +143,31 @@ ServedModel::~ServedModel() = default;
 // input and output has a dynamic first dimension and the rows are independent.
 void ServedModel::load_onnx(const std::string& device) {
   if (device == "cuda") throw rt::Error("--device cuda: ONNX models are served on the CPU in this build");
-  graph_ = std::make_unique<rt::graph::Model>(rt::graph::Model::load(path_));
+  auto graph = std::make_unique<rt::graph::Model>(rt::graph::Model::load(path_));
+  platform_ = "loom-onnx";
   auto desc = [this](const rt::graph::TensorInfo& t) {
     if (!datatype_width(rt::graph::kserve_type_name(t.dtype)))
       throw rt::Error(path_ + ": '" + t.name + "' is " + rt::graph::kserve_type_name(t.dtype) + ", which loom-serve does not take");
     batched_ = batched_ && !t.shape.empty() && t.shape[0] < 0;
     return TensorDesc{t.name, rt::graph::kserve_type_name(t.dtype), t.shape};
   };
-  for (const auto& t : graph_->inputs()) inputs_.push_back(desc(t));
-  for (const auto& t : graph_->outputs()) outputs_.push_back(desc(t));
+  for (const auto& t : graph->inputs()) inputs_.push_back(desc(t));
+  for (const auto& t : graph->outputs()) outputs_.push_back(desc(t));
   if (inputs_.empty()) throw rt::Error(path_ + ": the graph has no inputs");
   // A dynamic first dimension is not enough: requests share a run only when a pass proved that
   // no row's answer depends on another row (x - ReduceMean(x, axes=[0]) would mix them).
-  if (batched_ && !graph_->row_independent()) {
+  if (batched_ && !graph->row_independent()) {
     batched_ = false;
-    not_batched_ = graph_->why_not_row_independent();
+    not_batched_ = graph->why_not_row_independent();
   }
-  config_ = "{\"type\": \"onnx\", \"opset\": " + std::to_string(graph_->opset()) + "}";
+  config_ = "{\"type\": \"onnx\", \"opset\": " + std::to_string(graph->opset()) + "}";
+  backend_ = graph_backend(std::move(graph));
 }
 
-int64_t ServedModel::opset() const { return graph_ ? graph_->opset() : 0; }
-
-void ServedModel::set_run_memory_budget(size_t bytes) {
-  if (graph_) graph_->set_memory_budget(bytes);
-}
-
-std::string ServedModel::graph_summary() const {
-  if (!graph_) return "";
-  return std::to_string(graph_->node_count()) + " nodes, " + std::to_string(graph_->folded()) + " folded, " +
-         std::to_string(graph_->fused()) + " fused";
-}
 #else
-void ServedModel::set_run_memory_budget(size_t) {}
-
 void ServedModel::load_onnx(const std::string&) {
   throw rt::Error(path_ + ": this build of loom-serve has no ONNX support (configure found no libonnx-dev)");
 }
-
-int64_t ServedModel::opset() const { return 0; }
-
-std::string ServedModel::graph_summary() const { return ""; }
 #endif
-
-std::vector<rt::Tensor> ServedModel::decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const {
-  if (!graph_) {
-    std::vector<float> x = decode_input(input_, in, max_rows, rows);
-    rt::Tensor t = rt::Tensor::empty({*rows, in_});
-    std::memcpy(t.f32(), x.data(), x.size() * sizeof(float));
-    return {t};
-  }
-  const std::vector<const TensorIn*> got = check_named(inputs_, in, max_rows, batched_, rows);
-  std::vector<rt::Tensor> out;
-  for (size_t k = 0; k < got.size(); ++k) {
-    rt::Tensor t = rt::Tensor::empty(got[k]->shape, graph_->inputs()[k].dtype);
-    std::memcpy(t.data<char>(), got[k]->data.data(), t.bytes());
-    out.push_back(t);
-  }
-  return out;
-}
-
-std::vector<rt::Tensor> ServedModel::forward(const std::vector<rt::Tensor>& in) {
-#ifdef LOOM_HAVE_ONNX
-  if (graph_) return graph_->run(in);
-#endif
-  const rt::Tensor& x = in.at(0);
-  if (int8_) return {int8_->forward(x)};
-  if (cuda_) return {mlp_->forward(x.to(rt::Device::kCuda)).to(rt::Device::kCpu)};
-  return {mlp_->forward(x).clone()};  // the model reuses its activations on the next call
-}
 
 }  // namespace loom::serve

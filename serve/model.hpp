@@ -1,5 +1,5 @@
-// model.hpp — one model version as loom-serve runs it: a Loom HDF5 MLP or an ONNX graph loaded
-// and checked, its forward pass (CPU or CUDA), and the decoding of a request's tensors.
+// model.hpp — one model version as loom-serve runs it: a Loom HDF5 MLP or gpt, GPT-2 or an ONNX
+// graph loaded and checked into its backend (backend.hpp), and what the front ends ask of it.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend.hpp"
 #include "llm/engine.hpp"
 #include "options.hpp"
 #include "loom/rt/io/model_io.hpp"
-#include "loom/rt/nn/mlp.hpp"
-#include "loom/rt/nn/quant_mlp.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "status.hpp"
 #include "tensor_in.hpp"
-
-namespace loom::rt::graph {
-class Model;
-}
 
 namespace loom::serve {
 
@@ -40,7 +35,7 @@ class ServedModel {
   const std::string& version() const { return version_; }
   // The bytes an ONNX graph's run may hold at once (rt::graph::Model::set_memory_budget); a run
   // past it fails with AllocationRefused naming the node. Nothing for other models.
-  void set_run_memory_budget(size_t bytes);
+  void set_run_memory_budget(size_t bytes) { backend_->set_run_memory_budget(bytes); }
   const std::string& path() const { return path_; }
   int in_features() const { return in_; }
   bool on_cuda() const { return cuda_; }
@@ -48,7 +43,7 @@ class ServedModel {
   const std::string& config_json() const { return config_; }
   const InputSpec& input() const { return input_; }
   // "loom-hdf5", "loom-onnx" or "loom-gpt2" (config.json + model.safetensors), for the metadata.
-  const char* platform() const { return graph_ ? "loom-onnx" : gpt2_ ? "loom-gpt2" : "loom-hdf5"; }
+  const char* platform() const { return platform_; }
   // What the model takes and gives, as the metadata reports it.
   const std::vector<TensorDesc>& inputs() const { return inputs_; }
   const std::vector<TensorDesc>& outputs() const { return outputs_; }
@@ -63,33 +58,33 @@ class ServedModel {
   }
   // The shape input k takes, where the model's configuration fixes a dim the graph leaves free.
   void narrow_input(size_t k, std::vector<int64_t> shape) { inputs_.at(k).shape = std::move(shape); }
-  int64_t opset() const;
+  int64_t opset() const { return backend_->opset(); }
   // An ONNX graph's shape after the load-time passes: "209 nodes, 133 folded, 60 fused".
-  std::string graph_summary() const;
+  std::string graph_summary() const { return backend_->summary(); }
   // "fp32", "int8" (run by the INT8 kernels) or "int8-weights" (dequantized weights, float
   // arithmetic), for metadata and metrics.
   const std::string& precision() const { return precision_; }
   // A language model (Loom's gpt, GPT-2): served by generate and the OpenAI completions through
   // its decoder engine, not infer; null for the others.
-  llm::Engine* engine() const { return engine_.get(); }
+  llm::Engine* engine() const { return backend_->engine(); }
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
   // ServeError kInput naming what is wrong.
-  std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const;
+  std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const {
+    return backend_->decode(inputs_, batched_, in, max_rows, rows);
+  }
   // The inputs (rows stacked) to the outputs (outputs() order); one caller at a time (the batcher).
-  std::vector<rt::Tensor> forward(const std::vector<rt::Tensor>& in);
+  std::vector<rt::Tensor> forward(const std::vector<rt::Tensor>& in) { return backend_->forward(in); }
 
  private:
   std::string name_, version_, path_, config_, precision_ = "fp32";
   int in_ = 0, out_ = 0;
-  bool cuda_ = false, gpt2_ = false;
+  bool cuda_ = false;
+  const char* platform_ = "loom-hdf5";
   InputSpec input_;
   std::vector<TensorDesc> inputs_, outputs_;
   bool batched_ = true;
   std::string not_batched_;
-  std::unique_ptr<rt::graph::Model> graph_;
-  std::unique_ptr<rt::Mlp> mlp_;
-  std::unique_ptr<rt::QuantMlp> int8_;
-  std::unique_ptr<llm::Engine> engine_;
+  std::unique_ptr<Backend> backend_;  // what computes: an MLP, an ONNX graph or an LLM engine
   void check_finite(const std::vector<rt::Param>& params) const;
   void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm);
   void load_gpt2(const LlmOptions& llm);
