@@ -125,12 +125,6 @@ void parse_data(const po::variables_map& vm, loom::rt::TrainOptionText& in, loom
 // The checks of what Boost reads without knowing its meaning (validate() checks the rest).
 void check_values(const po::variables_map& vm, const loom::rt::TrainOptionText& in, loom::rt::TrainConfig& c) {
   c.seed = loom::rt::parse_seed(in.seed);
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") throw Usage{"--device must be auto, cpu or cuda"};
-  if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
-    throw Usage{"--precision must be fp32, fp16 or bf16, not '" + c.precision + "'"};
-  if (c.log_format != "text" && c.log_format != "json") throw Usage{"--log-format must be text or json"};
-  if (c.balance != "off" && c.balance != "static" && c.balance != "dynamic")
-    throw Usage{"--balance must be off, static or dynamic, not '" + c.balance + "'"};
   // Counts left out take their defaults; given, they must be positive (validate() checks the rest).
   if (vm.count("steps") && c.steps <= 0)
     throw Usage{"--steps must be positive, not " + std::to_string(c.steps) + " (leave it out to train --epochs)"};

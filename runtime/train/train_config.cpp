@@ -60,6 +60,10 @@ void validate(const TrainConfig& c) {
   not_negative("--warmup-steps", static_cast<double>(c.warmup));
   not_negative("--clip-grad-norm", c.clip);
   one_of("--device", c.device, {"auto", "cpu", "cuda"});
+  one_of("--precision", c.precision, {"fp32", "fp16", "bf16"});
+  one_of("--log-format", c.log_format, {"text", "json"});
+  one_of("--balance", c.balance, {"off", "static", "dynamic"});
+  one_of("--gemm", c.gemm, {"auto", "openblas", "onednn"});
   positive("--threads", c.threads);
   if (c.threads > 1024) throw Error("--threads must be at most 1024, not " + std::to_string(c.threads));
   positive("--log-every", c.log_every);

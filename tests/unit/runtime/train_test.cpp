@@ -18,6 +18,7 @@
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/train/train_config.hpp"
 #include "loom/rt/train/metrics_http.hpp"
+#include "loom/rt/train/options.hpp"
 
 namespace {
 
@@ -49,6 +50,44 @@ std::string scrape(int port) {
 // One slowloris client (a byte now and then, never the blank line) held every scrape and kept
 // loom-train from exiting for 40 s after "done" (issue 33, item 12). Now it holds only its own
 // connection, for at most the request deadline, and the server stops at once.
+// validate() is the one check of a configuration, whoever built it (loom-train's options,
+// loom-compress's, a test): each choice is refused by name with the words allowed.
+TEST(TrainConfig, ValidateRefusesEveryChoiceOutsideItsWords) {
+  const struct {
+    std::string loom::rt::TrainConfig::*field;
+    const char* bad;
+    const char* message;
+  } cases[] = {{&loom::rt::TrainConfig::precision, "fp8", "--precision must be fp32, fp16 or bf16, not 'fp8'"},
+               {&loom::rt::TrainConfig::log_format, "xml", "--log-format must be text or json, not 'xml'"},
+               {&loom::rt::TrainConfig::balance, "best", "--balance must be off, static or dynamic, not 'best'"},
+               {&loom::rt::TrainConfig::gemm, "mkl", "--gemm must be auto, openblas or onednn, not 'mkl'"},
+               {&loom::rt::TrainConfig::device, "tpu", "--device must be auto, cpu or cuda, not 'tpu'"}};
+  for (const auto& k : cases) {
+    loom::rt::TrainConfig c;
+    EXPECT_NO_THROW(loom::rt::validate(c));
+    c.*k.field = k.bad;
+    try {
+      loom::rt::validate(c);
+      ADD_FAILURE() << k.message;
+    } catch (const loom::rt::Error& e) {
+      EXPECT_EQ(std::string(e.what()), k.message);
+    }
+  }
+}
+
+// The seed is read as digits (Boost would read -5 as 2^64-5), with one message for both tools.
+TEST(TrainOptions, SeedIsDigitsUpTo2To64) {
+  EXPECT_EQ(loom::rt::parse_seed("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"-5", "", "1e3", "18446744073709551616", " 7"}) {
+    try {
+      loom::rt::parse_seed(bad);
+      ADD_FAILURE() << bad;
+    } catch (const loom::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--seed must be a whole number from 0 to 2^64-1"), std::string::npos);
+    }
+  }
+}
+
 TEST(MetricsServer, ASlowClientHoldsNeitherScrapesNorExit) {
   auto server = std::make_unique<loom::rt::MetricsServer>("127.0.0.1", 0);
   server->update([](loom::rt::TrainGauges& g) { g.step = 42; });
