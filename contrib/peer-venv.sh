@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # peer-venv.sh — a virtual environment of test and benchmark peers from PyPI (Triton's client,
 # KServe, ONNX Runtime, ...), never a dependency of Loom itself: made once with Debian's python3
-# under $LOOM_PEER_VENVS/NAME (default: $LOOM_BUILDDIR/peers/NAME) and reused.
+# under $LOOM_PEER_VENVS/NAME (default: $LOOM_BUILDDIR/peers/NAME) and reused while the package
+# list is the same.
 # Usage: contrib/peer-venv.sh NAME PACKAGE...   prints the environment's folder; exits 1 saying why
 # when it cannot be made (no python3-venv, PyPI out of reach).
 set -uo pipefail
@@ -11,7 +12,7 @@ peer=${LOOM_PEER_VENVS:-${LOOM_BUILDDIR:-.}/peers}/$name
 mkdir -p "$(dirname "$peer")"
 exec 9>"$peer.lock"  # tests run in parallel (make -j check) make it once, not over each other
 flock 9
-if [ ! -f "$peer/.complete" ]; then
+if [ "$(cat "$peer/.complete" 2>/dev/null)" != "$*" ]; then  # made, with these packages
   rm -rf "$peer"
   mkdir -p "$(dirname "$peer")"
   /usr/bin/python3 -m venv "$peer" >/dev/null 2>&1 || { echo "python3 -m venv failed (python3-venv is needed)" >&2; exit 1; }
@@ -19,6 +20,6 @@ if [ ! -f "$peer/.complete" ]; then
     echo "pip install $* failed (no PyPI here?): $(tail -n 2 "$peer/pip.log" | tr '\n' ' ')" >&2
     exit 1
   fi
-  touch "$peer/.complete"
+  echo "$*" >"$peer/.complete"
 fi
 echo "$peer"

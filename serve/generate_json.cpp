@@ -141,4 +141,50 @@ CompletionRequest parse_completion_request(const std::string& body) {
   return r;
 }
 
+namespace {
+
+std::string message_content(const json& c, size_t k) {
+  const std::string where = "messages[" + std::to_string(k) + "].content";
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) bad(where + " must be a string or a list of text parts");
+  std::string text;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      bad(where + ": only parts {\"type\": \"text\", \"text\": ...} are taken by a text model");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const std::string& body) {
+  json req = object_body(body);
+  ChatRequest r;
+  auto m = req.find("messages");
+  if (m == req.end() || !m->is_array() || m->empty()) bad("messages must be a non-empty list");
+  if (m->size() > 10000) bad("messages must hold at most 10000 messages");
+  for (size_t k = 0; k < m->size(); ++k) {
+    const json& msg = (*m)[k];
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+      bad("messages[" + std::to_string(k) + "] must be an object with a role");
+    r.messages.push_back({msg["role"].get<std::string>(), message_content(msg.value("content", json()), k)});
+  }
+  if (auto a = req.find("add_generation_prompt"); a != req.end()) {
+    if (!a->is_boolean()) bad("add_generation_prompt must be true or false");
+    r.add_generation_prompt = a->get<bool>();
+  }
+  req.erase("messages");
+  req["prompt"] = "";
+  if (req.contains("max_completion_tokens") && !req.contains("max_tokens")) req["max_tokens"] = req["max_completion_tokens"];
+  if (auto lp = req.find("logprobs"); lp != req.end()) {
+    if (!lp->is_boolean()) bad("logprobs must be true or false");
+    if (lp->get<bool>()) req["logprobs"] = req.value("top_logprobs", json(0));
+    else req.erase("logprobs");
+  }
+  r.completion = parse_completion_request(dump_json(req));
+  return r;
+}
+
 }  // namespace loom::serve

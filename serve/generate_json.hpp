@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llm/chat_template.hpp"
 #include "llm/sampler.hpp"
 
 namespace loom::serve {
@@ -39,5 +40,16 @@ struct CompletionRequest {
   llm::SamplingParams params;
 };
 CompletionRequest parse_completion_request(const std::string& body);
+
+// OpenAI chat completions: the completion request's fields (max_completion_tokens for
+// max_tokens; logprobs true with top_logprobs), and `messages` (role and content: a string or a
+// list of text parts; at most 10,000) with vLLM's add_generation_prompt (default true). The
+// prompt is left empty: the model's chat template renders it from the messages.
+struct ChatRequest {
+  CompletionRequest completion;
+  std::vector<llm::ChatMessage> messages;
+  bool add_generation_prompt = true;
+};
+ChatRequest parse_chat_request(const std::string& body);
 
 }  // namespace loom::serve

@@ -158,6 +158,7 @@ struct ChoiceText {
   std::string finish;
   int completion_tokens = 0;
   Utf8Chunker chunker;
+  bool role_sent = false;  // a chat stream's first delta carries the role
 };
 
 std::string token_name(int32_t id) { return "token_id:" + std::to_string(id); }
@@ -166,6 +167,36 @@ json logprobs_json(const std::vector<int32_t>& ids, const std::vector<float>& lp
   json tokens = json::array();
   for (int32_t id : ids) tokens.push_back(token_name(id));
   return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}};
+}
+
+// The chat API's logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}.
+json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lp, const json& top) {
+  json content = json::array();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    json alts = json::array();
+    if (k < top.size())
+      for (const auto& a : top[k].items()) alts.push_back({{"token", a.key()}, {"logprob", a.value()}, {"bytes", nullptr}});
+    content.push_back({{"token", token_name(ids[k])}, {"logprob", lp[k]}, {"bytes", nullptr}, {"top_logprobs", alts}});
+  }
+  return {{"content", content}};
+}
+
+// A completion choice as the chat API gives it: the text as the assistant's message (a stream's
+// chunk: a delta, the first with the role).
+json as_chat(json choice, ChoiceText& c, bool stream, const CompletionRequest& req) {
+  json msg = {{"content", choice["text"]}};
+  if (!stream || !c.role_sent) msg["role"] = "assistant", c.role_sent = true;
+  choice[stream ? "delta" : "message"] = msg;
+  choice.erase("text");
+  if (req.params.logprobs >= 0) {
+    const json& lp = choice["logprobs"];
+    std::vector<int32_t> ids;
+    std::vector<float> vals;
+    for (const auto& t : lp["tokens"]) ids.push_back(std::stoi(t.get<std::string>().substr(9)));
+    for (const auto& v : lp["token_logprobs"]) vals.push_back(v.get<float>());
+    choice["logprobs"] = chat_logprobs(ids, vals, lp["top_logprobs"]);
+  }
+  return choice;
 }
 
 // Adds e to c; returns the event's own piece (text, ids, logprobs) for a stream chunk.
@@ -192,11 +223,9 @@ json add_event(ChoiceText& c, const llm::TokenEvent& e, const CompletionRequest&
   return choice;
 }
 
-Reply completions(Context& ctx, const std::string& body) {
-  CompletionRequest req = parse_completion_request(body);
-  if (req.model.empty()) throw ServeError(Status::kInput, "the request names no model");
-  const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
-  const std::vector<int32_t> prompt = req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text);
+// The sequences of `req` on `prompt`, answered as a completion (or, with `chat`, a chat
+// completion): one JSON answer, or server-sent events ending with [DONE].
+Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const std::vector<int32_t>& prompt, bool chat) {
   const auto deadline = deadline_of(ctx);
   std::shared_ptr<void> slot = req.stream ? stream_slot(ctx) : nullptr;
   auto s = std::make_shared<llm::Stream>();
@@ -218,8 +247,9 @@ Reply completions(Context& ctx, const std::string& body) {
     for (const auto& c : cs) out += c.completion_tokens;
     return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", out}, {"total_tokens", prompt_tokens + out}};
   };
-  auto head = [id, created, model = t.name]() {
-    return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}};
+  const char* object = !chat ? "text_completion" : req.stream ? "chat.completion.chunk" : "chat.completion";
+  auto head = [id = (chat ? "chat" : "") + id, created, model = t.name, object]() {
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
   };
   Reply r;
   if (!req.stream) {
@@ -238,21 +268,23 @@ Reply completions(Context& ctx, const std::string& body) {
     for (size_t i = 0; i < cs.size(); ++i) {
       json c = {{"index", i}, {"text", cs[i].text}, {"token_ids", cs[i].ids}, {"finish_reason", cs[i].finish}};
       c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
-      res["choices"].push_back(c);
+      res["choices"].push_back(chat ? as_chat(c, cs[i], false, req) : c);
     }
     res["usage"] = usage(cs);
     r.body = dump_json(res);
     return r;
   }
   r.content_type = "text/event-stream";
-  r.stream = [t, s, deadline, req, head, usage, slot](const std::function<bool(const std::string&)>& send) {
+  r.stream = [t, s, deadline, req, head, usage, slot, chat](const std::function<bool(const std::string&)>& send) {
     std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
     try {
       for (int left = req.n; left > 0;) {
         const llm::TokenEvent e = next_event(*s, deadline);
         if (e.error != Status::kOk) throw ServeError(e.error, e.message);
         json chunk = head();
-        chunk["choices"] = json::array({add_event(cs[static_cast<size_t>(e.index)], e, req)});
+        ChoiceText& c = cs[static_cast<size_t>(e.index)];
+        json choice = add_event(c, e, req);
+        chunk["choices"] = json::array({chat ? as_chat(choice, c, true, req) : choice});
         left -= e.done ? 1 : 0;
         if (!send("data: " + dump_json(chunk) + "\n\n")) return s->cancel();
       }
@@ -271,6 +303,31 @@ Reply completions(Context& ctx, const std::string& body) {
   return r;
 }
 
+Reply completions(Context& ctx, const std::string& body) {
+  const CompletionRequest req = parse_completion_request(body);
+  if (req.model.empty()) throw ServeError(Status::kInput, "the request names no model");
+  const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
+  return answer(ctx, t, req, req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text), false);
+}
+
+// The model's chat format, or the refusal that names what is missing.
+const llm::ChatFormat& chat_format(const Target& t) {
+  const llm::ChatFormat* f = t.keep->model().chat();
+  if (!f)
+    throw ServeError(Status::kInput, "model " + t.name + " has no chat template (no chat_template in its folder's "
+                                     "tokenizer_config.json): use POST /v1/completions");
+  return *f;
+}
+
+Reply chat_completions(Context& ctx, const std::string& body) {
+  const ChatRequest req = parse_chat_request(body);
+  if (req.completion.model.empty()) throw ServeError(Status::kInput, "the request names no model");
+  const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
+  const llm::ChatFormat& f = chat_format(t);
+  const std::string prompt = f.tmpl.render(req.messages, req.add_generation_prompt, f.bos, f.eos);
+  return answer(ctx, t, req.completion, prompt_ids(t, prompt), true);
+}
+
 // vLLM's POST /tokenize {"model", "prompt"} -> {"tokens", "count", "max_model_len"} and
 // POST /detokenize {"model", "tokens"} -> {"prompt"}.
 Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
@@ -279,8 +336,16 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
   const Target t = language_model(ctx, req["model"].get<std::string>(), "", "POST /v2/models/<name>/infer");
   Reply r;
   if (encode) {
-    if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
-    const std::vector<int32_t> ids = prompt_ids(t, req["prompt"].get<std::string>());
+    std::string text;
+    if (req.contains("messages")) {  // vLLM's chat form: the prompt the chat template renders
+      const ChatRequest c = parse_chat_request(body);
+      const llm::ChatFormat& f = chat_format(t);
+      text = f.tmpl.render(c.messages, c.add_generation_prompt, f.bos, f.eos);
+    } else {
+      if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
+      text = req["prompt"].get<std::string>();
+    }
+    const std::vector<int32_t> ids = prompt_ids(t, text);
     r.body = dump_json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", t.engine->context()}});
     return r;
   }
@@ -336,11 +401,7 @@ Reply openai_route(Context& ctx, const std::vector<std::string>& p, bool get, bo
     }
     if (p.size() == 3 && p[1] == "chat" && p[2] == "completions") {
       if (!post) return method_not_allowed("POST");
-      const json req = parse_json(body.data(), body.data() + body.size());
-      const std::string model = req.is_object() && req.contains("model") && req["model"].is_string() ? req["model"].get<std::string>() : "";
-      if (model.empty()) throw ServeError(Status::kInput, "the request names no model");
-      language_model(ctx, model, "", "POST /v2/models/<name>/infer");
-      throw ServeError(Status::kInput, "model " + model + " has no chat template (tokenizer_config.json's chat_template is not read by this build): use POST /v1/completions");
+      return chat_completions(ctx, body);
     }
     return openai_error(Status::kNotFound, "unknown endpoint /" + [&] {
       std::string s;

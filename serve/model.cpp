@@ -133,6 +133,8 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   if (vocab != merges)
     throw rt::Error(folder + ": " + (vocab ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
   if (vocab) tok = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
+  chat_ = llm::load_chat_format(folder);
+  if (chat_ && !tok) throw rt::Error(folder + "/tokenizer_config.json has a chat_template, but the folder has no vocab.json and merges.txt to tokenize what it renders");
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend.hpp"
+#include "llm/chat_template.hpp"
 #include "llm/engine.hpp"
 #include "options.hpp"
 #include "loom/rt/io/model_io.hpp"
@@ -67,6 +68,9 @@ class ServedModel {
   // A language model (Loom's gpt, GPT-2): served by generate and the OpenAI completions through
   // its decoder engine, not infer; null for the others.
   llm::Engine* engine() const { return backend_->engine(); }
+  // A language model's chat format (its folder's tokenizer_config.json chat_template), for
+  // /v1/chat/completions; null when it has none.
+  const llm::ChatFormat* chat() const { return chat_.get(); }
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
   // ServeError kInput naming what is wrong.
   std::vector<rt::Tensor> decode(const std::vector<TensorIn>& in, int max_rows, int* rows) const {
@@ -85,6 +89,7 @@ class ServedModel {
   bool batched_ = true;
   std::string not_batched_;
   std::unique_ptr<Backend> backend_;  // what computes: an MLP, an ONNX graph or an LLM engine
+  std::unique_ptr<llm::ChatFormat> chat_;
   void check_finite(const std::vector<rt::Param>& params) const;
   void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm);
   void load_gpt2(const LlmOptions& llm);

@@ -148,7 +148,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
     what = std::string(model->platform() == std::string("loom-gpt2") ? "gpt2" : "gpt") + ", context " + std::to_string(model->engine()->context()) +
            ", generate, up to " + std::to_string(l.max_num_seqs) + " sequences, " + std::to_string(model->engine()->stats().blocks_total) +
            " KV blocks of " + std::to_string(l.kv_block_tokens) + " tokens, " +
-           (model->engine()->tokenizer() ? std::string(model->engine()->tokenizer()->kind()) + " tokenizer" : "token ids only");
+           (model->engine()->tokenizer() ? std::string(model->engine()->tokenizer()->kind()) + " tokenizer" : "token ids only") + (model->chat() ? ", chat template" : "");
   } else if (model->opset()) {
     what = "onnx opset " + std::to_string(model->opset()) + ", " + model->graph_summary() + ", inputs";
     for (const auto& d : model->inputs()) what += " " + d.name;

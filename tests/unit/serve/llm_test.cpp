@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "llm/chat_template.hpp"
 #include "llm/engine.hpp"
 #include "llm/kv_blocks.hpp"
 #include "llm/sampler.hpp"
@@ -255,3 +256,62 @@ TEST(Engine, RefusesWhatCannotRun) {
 }
 
 }  // namespace
+
+// Chat templates: Jinja's whitespace rules (trim_blocks, lstrip_blocks, '-') and data model, what
+// the template refuses, and what the reader refuses at load, named.
+namespace chat {
+
+using loom::serve::llm::ChatMessage;
+using loom::serve::llm::ChatTemplate;
+
+std::string render(const std::string& src, std::vector<ChatMessage> m = {{"user", "hi"}, {"assistant", "yo"}}, size_t max = 1 << 20) {
+  return ChatTemplate(src).render(m, true, "<s>", "</s>", max);
+}
+
+TEST(ChatTemplate, WhitespaceAsTransformersRendersIt) {
+  // trim_blocks drops the newline after a block; lstrip_blocks the blanks before one on its line.
+  EXPECT_EQ(render("{% for m in messages %}\n  {% if m.role == 'user' %}\nU:{{ m.content }}\n  {% endif %}\n{% endfor %}"), "U:hi\n");
+  EXPECT_EQ(render("a  {{- ' b ' -}}  c"), "a b c");
+  EXPECT_EQ(render("x {%- if true %} y{% endif %}"), "x y");
+  EXPECT_EQ(render("{# note #}\n{{ bos_token }}"), "<s>");
+}
+
+TEST(ChatTemplate, ExpressionsAndScopes) {
+  EXPECT_EQ(render("{{ messages|length }} {{ messages[-1]['content']|upper }} {{ messages[1:]|length }} {{ 7 // 2 }} {{ -7 % 3 }}"),
+            "2 YO 1 3 2");
+  EXPECT_EQ(render("{{ 'a' ~ 1 ~ none }} {{ 'x' if messages|length > 5 else 'y' }} {{ undefined_name is defined }}"), "a1None y False");
+  EXPECT_EQ(render("{% set n = 1 %}{% for m in messages %}{% set n = 2 %}{{ loop.index }}/{{ loop.length }}{% endfor %} {{ n }}"),
+            "1/22/2 1");  // a set inside a loop stays there, as in Jinja
+  EXPECT_EQ(render("{{ '  pad \\n'.strip() }}|{{ 'abc'.startswith('ab') }}|{{ 'b' in 'abc' }}|{{ 'q' not in ['a'] }}"), "pad|True|True|True");
+  EXPECT_EQ(render("{% for m in [] %}x{% else %}empty{% endfor %}"), "empty");
+}
+
+TEST(ChatTemplate, RefusalsAndLimits) {
+  try {
+    render("{{ raise_exception('roles must alternate') }}");
+    ADD_FAILURE() << "raise_exception did not refuse";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.kind(), loom::Kind::kInput);
+    EXPECT_STREQ(e.what(), "roles must alternate");
+  }
+  EXPECT_THROW(render("{% for i in range(100) %}{{ messages }}{% endfor %}", {{"user", std::string(1000, 'x')}}, 4096), loom::Error);
+  EXPECT_THROW(render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"), loom::Error);
+  for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+           {"{% macro m() %}{% endmacro %}", "uses {% macro %}"},
+           {"{{ x|wordwrap }}", "the filter 'wordwrap'"},
+           {"{{ namespace(a=1) }}", "the function namespace()"},
+           {"{{ x.items() }}", "the method .items()"},
+           {"{% if true %}open", "ends before its {% elif %}"},
+           {"{{ 'unterminated }}", "a tag without its close"},
+           {std::string(100, '(') + "1" + std::string(100, ')'), "nested deeper than 64"}}) {
+    try {
+      ChatTemplate t("{{ " + (bad.first[0] == '(' ? bad.first + " }}" : "1 }}") + (bad.first[0] == '(' ? "" : bad.first));
+      ADD_FAILURE() << bad.first << " was read";
+    } catch (const loom::rt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.second), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace chat
+

@@ -1,0 +1,313 @@
+// chat_template.cpp — a chat template's text and statements (chat_template.hpp): the source cut
+// into text, {{ }}, {% %} and {# #} with Jinja's whitespace rules (trim_blocks, lstrip_blocks,
+// '-'), parsed into a tree once, rendered per request.
+#include "chat_template.hpp"
+
+#include <algorithm>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../status.hpp"
+#include "chat_template_expr.hpp"
+#include "loom/rt/error.hpp"
+
+namespace loom::serve::llm {
+
+using tmpl::ExprPtr;
+using tmpl::Scope;
+using tmpl::Value;
+
+using Body = std::vector<std::unique_ptr<ChatTemplate::Node>>;
+
+struct ChatTemplate::Node {
+  enum Kind { kText, kOut, kFor, kIf, kSet } kind = kText;
+  std::string text;  // kText: the text; kFor: the loop variable; kSet: the name
+  ExprPtr expr;      // kOut, kSet: the value; kFor: what it iterates
+  std::vector<std::pair<ExprPtr, Body>> branches;  // kIf: conditions (null: else) and bodies; kFor: body, else
+};
+
+namespace {
+
+constexpr size_t kMaxTemplateBytes = 1 << 20;
+constexpr int kMaxNesting = 32;
+
+[[noreturn]] void bad(const std::string& why) { throw rt::Error("the chat template " + why); }
+
+struct Seg {
+  enum Kind { kText, kExpr, kStmt } kind;
+  std::string s;
+};
+
+bool blank(char c) { return c == ' ' || c == '\t'; }
+bool space(char c) { return blank(c) || c == '\n' || c == '\r'; }
+
+// Where the tag opened at `q` (kind '{', '%' or '#') closes; quote-aware inside {{ }} and {% %}.
+size_t close_of(const std::string& src, size_t q, char kind) {
+  const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+  if (kind == '#') return src.find(close, q + 2);
+  char quote = 0;
+  for (size_t k = q + 2; k + 1 < src.size(); ++k) {
+    if (quote) {
+      if (src[k] == '\\') ++k;
+      else if (src[k] == quote) quote = 0;
+    } else if (src[k] == '\'' || src[k] == '"') {
+      quote = src[k];
+    } else if (src.compare(k, 2, close) == 0) {
+      return k;
+    }
+  }
+  return std::string::npos;
+}
+
+std::vector<Seg> segments(const std::string& src) {
+  std::vector<Seg> out;
+  size_t p = 0;
+  bool strip_all = false, trim_newline = false;  // what the last tag's close asks of the next text
+  for (;;) {
+    size_t q = p;
+    for (; (q = src.find('{', q)) != std::string::npos; ++q)
+      if (q + 1 < src.size() && (src[q + 1] == '{' || src[q + 1] == '%' || src[q + 1] == '#')) break;
+    std::string text = src.substr(p, q == std::string::npos ? std::string::npos : q - p);
+    if (strip_all) text.erase(0, text.find_first_not_of(" \t\r\n") == std::string::npos ? text.size() : text.find_first_not_of(" \t\r\n"));
+    else if (trim_newline && text.rfind("\r\n", 0) == 0) text.erase(0, 2);
+    else if (trim_newline && text.rfind("\n", 0) == 0) text.erase(0, 1);
+    if (q == std::string::npos) {
+      out.push_back({Seg::kText, text});
+      return out;
+    }
+    const char kind = src[q + 1];
+    const char mark = q + 2 < src.size() ? src[q + 2] : 0;
+    if (mark == '-') {
+      while (!text.empty() && space(text.back())) text.pop_back();
+    } else if (kind != '{' && mark != '+') {  // lstrip_blocks: blanks from the line's start to a block
+      size_t k = q;
+      while (k > p && blank(src[k - 1])) --k;
+      if (k == 0 || src[k - 1] == '\n') text.erase(text.size() - std::min(q - k, text.size()));
+    }
+    out.push_back({Seg::kText, text});
+    const size_t c = close_of(src, q, kind);
+    if (c == std::string::npos) bad("has a tag without its close");
+    const size_t b = q + 2 + (mark == '-' || mark == '+' ? 1 : 0);
+    const bool minus = c > b && src[c - 1] == '-';
+    if (kind != '#') out.push_back({kind == '{' ? Seg::kExpr : Seg::kStmt, src.substr(b, c - b - (minus ? 1 : 0))});
+    strip_all = minus;
+    trim_newline = !minus && kind != '{';
+    p = c + 2;
+  }
+}
+
+class Builder {
+ public:
+  explicit Builder(std::vector<Seg> segs) : segs_(std::move(segs)) {}
+  Body parse(std::string* end_word, const std::vector<std::string>& ends, std::string* end_rest, int depth);
+
+ private:
+  std::vector<Seg> segs_;
+  size_t i_ = 0;
+
+  ExprPtr whole_expr(const std::string& s, size_t pos, const char* where) {
+    ExprPtr e = tmpl::parse_expr(s, pos);
+    if (!tmpl::next_word(s, pos).empty()) bad("has more after the expression in " + std::string(where) + ": '" + s + "'");
+    return e;
+  }
+  std::unique_ptr<ChatTemplate::Node> statement(const std::string& word, const std::string& s, size_t pos, int depth);
+};
+
+std::unique_ptr<ChatTemplate::Node> Builder::statement(const std::string& word, const std::string& s, size_t pos, int depth) {
+  auto n = std::make_unique<ChatTemplate::Node>();
+  std::string end, rest;
+  if (word == "set") {
+    n->kind = ChatTemplate::Node::kSet;
+    n->text = tmpl::next_word(s, pos);
+    if (tmpl::next_word(s, pos) != "=") bad("uses {% set %} other than 'set name = value': '" + s + "'");
+    n->expr = whole_expr(s, pos, "{% set %}");
+  } else if (word == "for") {
+    n->kind = ChatTemplate::Node::kFor;
+    n->text = tmpl::next_word(s, pos);
+    if (tmpl::next_word(s, pos) != "in") bad("uses a for loop other than 'for name in sequence': '" + s + "'");
+    n->expr = whole_expr(s, pos, "{% for %}");
+    n->branches.emplace_back(nullptr, parse(&end, {"endfor", "else"}, &rest, depth + 1));
+    if (end == "else") n->branches.emplace_back(nullptr, parse(&end, {"endfor"}, &rest, depth + 1));
+  } else if (word == "if") {
+    n->kind = ChatTemplate::Node::kIf;
+    ExprPtr cond = whole_expr(s, pos, "{% if %}");
+    for (;;) {
+      Body body = parse(&end, {"elif", "else", "endif"}, &rest, depth + 1);
+      n->branches.emplace_back(std::move(cond), std::move(body));
+      if (end == "endif") break;
+      cond = end == "elif" ? whole_expr(rest, 0, "{% elif %}") : nullptr;
+      if (end == "else") {
+        n->branches.emplace_back(nullptr, parse(&end, {"endif"}, &rest, depth + 1));
+        break;
+      }
+    }
+  } else {
+    bad("uses {% " + word + " %}, which loom-serve does not render");
+  }
+  return n;
+}
+
+Body Builder::parse(std::string* end_word, const std::vector<std::string>& ends, std::string* end_rest, int depth) {
+  if (depth > kMaxNesting) bad("nests blocks deeper than 32");
+  Body body;
+  while (i_ < segs_.size()) {
+    const Seg& g = segs_[i_++];
+    if (g.kind == Seg::kText) {
+      if (g.s.empty()) continue;
+      auto n = std::make_unique<ChatTemplate::Node>();
+      n->text = g.s;
+      body.push_back(std::move(n));
+    } else if (g.kind == Seg::kExpr) {
+      auto n = std::make_unique<ChatTemplate::Node>();
+      n->kind = ChatTemplate::Node::kOut;
+      n->expr = whole_expr(g.s, 0, "{{ }}");
+      body.push_back(std::move(n));
+    } else {
+      size_t pos = 0;
+      const std::string word = tmpl::next_word(g.s, pos);
+      for (const auto& e : ends)
+        if (word == e) {
+          *end_word = word;
+          *end_rest = g.s.substr(pos);
+          return body;
+        }
+      body.push_back(statement(word, g.s, pos, depth));
+    }
+  }
+  if (!ends.empty()) bad("ends before its {% " + ends.front() + " %}");
+  return body;
+}
+
+struct Render {
+  Scope scope;
+  std::string out;
+  size_t max_bytes;
+  int64_t steps_left = 1000000;  // loop iterations: a template that loops without writing ends too
+
+  void body(const Body& b) {
+    for (const auto& n : b) node(*n);
+  }
+  void node(const ChatTemplate::Node& n);
+  void loop(const ChatTemplate::Node& n);
+};
+
+void Render::node(const ChatTemplate::Node& n) {
+  switch (n.kind) {
+    case ChatTemplate::Node::kText: out += n.text; break;
+    case ChatTemplate::Node::kOut: out += tmpl::eval(*n.expr, scope).text(); break;
+    case ChatTemplate::Node::kSet: scope.set(n.text, tmpl::eval(*n.expr, scope)); break;
+    case ChatTemplate::Node::kIf:
+      for (const auto& br : n.branches)
+        if (!br.first || tmpl::eval(*br.first, scope).truthy()) {
+          body(br.second);
+          break;
+        }
+      break;
+    case ChatTemplate::Node::kFor: loop(n); break;
+  }
+  if (out.size() > max_bytes)
+    throw ServeError(Status::kInput, "the chat template's prompt passes " + std::to_string(max_bytes) + " bytes");
+}
+
+void Render::loop(const ChatTemplate::Node& n) {
+  const Value seq = tmpl::eval(*n.expr, scope);
+  std::vector<Value> items;
+  if (seq.kind == Value::kList) items = *seq.list;
+  else if (seq.kind == Value::kDict)
+    for (const auto& kv : *seq.dict) items.push_back(Value::str(kv.first));
+  else if (seq.kind == Value::kString)
+    for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
+  else if (seq.kind != Value::kUndefined && seq.kind != Value::kNone)
+    throw ServeError(Status::kInput, "the chat template loops over " + seq.text() + ", which is not a sequence");
+  if (items.empty()) {
+    if (n.branches.size() > 1) body(n.branches[1].second);
+    return;
+  }
+  const int64_t len = static_cast<int64_t>(items.size());
+  for (int64_t k = 0; k < len; ++k) {
+    if (--steps_left < 0) throw ServeError(Status::kInput, "the chat template loops more than 1000000 times");
+    Value info = Value::new_dict();
+    (*info.dict)["index"] = Value::integer(k + 1), (*info.dict)["index0"] = Value::integer(k);
+    (*info.dict)["revindex"] = Value::integer(len - k), (*info.dict)["revindex0"] = Value::integer(len - k - 1);
+    (*info.dict)["first"] = Value::boolean(k == 0), (*info.dict)["last"] = Value::boolean(k + 1 == len);
+    (*info.dict)["length"] = Value::integer(len);
+    if (k > 0) (*info.dict)["previtem"] = items[static_cast<size_t>(k - 1)];
+    if (k + 1 < len) (*info.dict)["nextitem"] = items[static_cast<size_t>(k + 1)];
+    scope.frames.emplace_back();
+    scope.set("loop", info);
+    scope.set(n.text, items[static_cast<size_t>(k)]);
+    body(n.branches[0].second);
+    scope.frames.pop_back();
+  }
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(const std::string& source) {
+  if (source.size() > kMaxTemplateBytes) bad("is larger than 1 MiB");
+  Builder b(segments(source));
+  std::string end, rest;
+  body_ = b.parse(&end, {}, &rest, 0);
+}
+
+ChatTemplate::~ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
+                                 const std::string& eos_token, size_t max_bytes) const {
+  Render r;
+  r.max_bytes = max_bytes;
+  r.scope.frames.emplace_back();
+  Value list = Value::new_list();
+  for (const auto& m : messages) {
+    Value d = Value::new_dict();
+    (*d.dict)["role"] = Value::str(m.role);
+    (*d.dict)["content"] = Value::str(m.content);
+    list.list->push_back(d);
+  }
+  r.scope.set("messages", list);
+  r.scope.set("add_generation_prompt", Value::boolean(add_generation_prompt));
+  r.scope.set("bos_token", Value::str(bos_token));
+  r.scope.set("eos_token", Value::str(eos_token));
+  r.body(body_);
+  return r.out;
+}
+
+std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder) {
+  const std::string path = folder + "/tokenizer_config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return nullptr;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (64u << 20)) throw rt::Error(path + ": larger than 64 MiB");
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw rt::Error(path + ": not valid JSON: " + e.what());
+  }
+  if (!cfg.is_object() || !cfg.contains("chat_template")) return nullptr;
+  std::string source;
+  const auto& t = cfg["chat_template"];
+  if (t.is_string()) source = t.get<std::string>();
+  for (const auto& named : t.is_array() ? t : nlohmann::json::array())
+    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
+      source = named["template"].get<std::string>();
+  if (source.empty()) throw rt::Error(path + ": chat_template must be a string or a list holding a template named default");
+  auto token = [&](const char* key) {
+    const auto it = cfg.find(key);
+    if (it == cfg.end()) return std::string();
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+    return std::string();
+  };
+  try {
+    return std::make_unique<ChatFormat>(ChatFormat{ChatTemplate(source), token("bos_token"), token("eos_token")});
+  } catch (const rt::Error& e) {
+    throw rt::Error(path + ": " + e.what());
+  }
+}
+
+}  // namespace loom::serve::llm
