@@ -132,7 +132,11 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   const bool vocab = access((folder + "/vocab.json").c_str(), F_OK) == 0, merges = access((folder + "/merges.txt").c_str(), F_OK) == 0;
   if (vocab != merges)
     throw rt::Error(folder + ": " + (vocab ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
-  if (vocab) tok = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
+  if (vocab) {
+    auto bpe = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
+    bpe->read_special_tokens(folder);
+    tok = std::move(bpe);
+  }
   chat_ = llm::load_chat_format(folder);
   if (chat_ && !tok) throw rt::Error(folder + "/tokenizer_config.json has a chat_template, but the folder has no vocab.json and merges.txt to tokenize what it renders");
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);

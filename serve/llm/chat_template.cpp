@@ -5,12 +5,13 @@
 
 #include <algorithm>
 
-#include <fstream>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "../status.hpp"
 #include "chat_template_expr.hpp"
+#include "tokenizer.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::serve::llm {
@@ -277,14 +278,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
 
 std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder) {
   const std::string path = folder + "/tokenizer_config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return nullptr;
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (64u << 20)) throw rt::Error(path + ": larger than 64 MiB");
+  if (access(path.c_str(), F_OK) != 0) return nullptr;
   nlohmann::json cfg;
   try {
-    cfg = nlohmann::json::parse(text.str());
+    cfg = nlohmann::json::parse(read_small(path));
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(path + ": not valid JSON: " + e.what());
   }

@@ -2,6 +2,7 @@
 #include "tokenizer.hpp"
 
 #include <locale.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -57,6 +58,8 @@ namespace {
 
 constexpr size_t kMaxTokenizerFile = size_t{64} << 20;
 
+}  // namespace
+
 std::string read_small(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw rt::Error(path + ": cannot read");
@@ -65,6 +68,8 @@ std::string read_small(const std::string& path) {
   if (ss.str().size() > kMaxTokenizerFile) throw rt::Error(path + ": larger than 64 MiB");
   return ss.str();
 }
+
+namespace {
 
 std::string utf8(uint32_t cp) {
   std::string s;
@@ -180,6 +185,10 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, int> ranks;      // "a b" -> merge rank
   mutable std::mutex mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
+  std::vector<std::pair<std::string, int32_t>> specials;  // matched in text before BPE, longest first
+
+  void add_special(const std::string& content, int32_t id, const std::string& where);
+  std::vector<int32_t> encode_plain(const std::string& text) const;
 
   std::vector<int32_t> bpe(const std::string& piece) const;
 };
@@ -288,21 +297,84 @@ std::vector<int32_t> BpeTokenizer::Impl::bpe(const std::string& piece) const {
   return out;
 }
 
+void BpeTokenizer::Impl::add_special(const std::string& content, int32_t id, const std::string& where) {
+  if (content.empty()) return;
+  if (id < 0 || static_cast<size_t>(id) >= token_bytes.size())
+    throw rt::Error(where + ": special token '" + content.substr(0, 64) + "' has id " + std::to_string(id) + ", outside the vocabulary");
+  for (const auto& s : specials)
+    if (s.first == content) return;
+  specials.emplace_back(content, id);
+  std::stable_sort(specials.begin(), specials.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+void BpeTokenizer::read_special_tokens(const std::string& folder) {
+  Impl& m = *impl_;
+  auto read = [](const std::string& path, nlohmann::json* out) {
+    if (access(path.c_str(), F_OK) != 0) return false;
+    try {
+      *out = nlohmann::json::parse(read_small(path));
+    } catch (const nlohmann::json::exception& e) {
+      throw rt::Error(path + ": not JSON: " + e.what());
+    }
+    return out->is_object();
+  };
+  nlohmann::json tj, cfg;
+  const std::string tj_path = folder + "/tokenizer.json", cfg_path = folder + "/tokenizer_config.json";
+  const bool have_tj = read(tj_path, &tj), have_cfg = read(cfg_path, &cfg);
+  if (have_tj && tj.contains("added_tokens") && tj["added_tokens"].is_array())
+    for (const auto& t : tj["added_tokens"])
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
+        m.add_special(t["content"].get<std::string>(), static_cast<int32_t>(t["id"].get<int64_t>()), tj_path);
+  if (have_cfg && cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object())
+    for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end(); ++it)
+      if (it->is_object() && it->contains("content") && (*it)["content"].is_string() && it.key().find_first_not_of("0123456789") == std::string::npos &&
+          !it.key().empty() && it.key().size() < 10)
+        m.add_special((*it)["content"].get<std::string>(), std::stoi(it.key()), cfg_path);
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    if (!have_cfg || !cfg.contains(key)) continue;
+    const auto& v = cfg[key];
+    const std::string content = v.is_string() ? v.get<std::string>() : v.is_object() && v.contains("content") && v["content"].is_string() ? v["content"].get<std::string>() : "";
+    if (auto id = m.ids.find(content); !content.empty() && id != m.ids.end()) m.add_special(content, id->second, cfg_path);
+  }
+  if (!have_tj && !have_cfg)
+    if (auto id = m.ids.find("<|endoftext|>"); id != m.ids.end()) m.add_special("<|endoftext|>", id->second, folder);  // GPT-2's
+}
+
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  if (impl_->specials.empty()) return impl_->encode_plain(text);
+  std::vector<int32_t> out;
+  size_t from = 0;
+  while (from < text.size()) {
+    size_t at = std::string::npos;
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    for (const auto& s : impl_->specials) {  // the earliest, and the longest there
+      const size_t k = text.find(s.first, from);
+      if (k < at) at = k, hit = &s;
+    }
+    const std::vector<int32_t> plain = impl_->encode_plain(text.substr(from, at == std::string::npos ? std::string::npos : at - from));
+    out.insert(out.end(), plain.begin(), plain.end());
+    if (!hit) break;
+    out.push_back(hit->second);
+    from = at + hit->first.size();
+  }
+  return out;
+}
+
+std::vector<int32_t> BpeTokenizer::Impl::encode_plain(const std::string& text) const {
   std::vector<int32_t> out;
   for (const std::string& piece : pretokenize(text)) {
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
-      auto it = impl_->cache.find(piece);
-      if (it != impl_->cache.end()) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = cache.find(piece);
+      if (it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         continue;
       }
     }
-    std::vector<int32_t> ids = impl_->bpe(piece);
+    std::vector<int32_t> ids = bpe(piece);
     out.insert(out.end(), ids.begin(), ids.end());
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    if (impl_->cache.size() < 100000 && piece.size() < 64) impl_->cache.emplace(piece, std::move(ids));
+    std::lock_guard<std::mutex> lk(mu);
+    if (cache.size() < 100000 && piece.size() < 64) cache.emplace(piece, std::move(ids));
   }
   return out;
 }

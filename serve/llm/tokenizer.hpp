@@ -12,6 +12,10 @@
 
 namespace loom::serve::llm {
 
+// A tokenizer's or model folder's text file (vocab.json, merges.txt, tokenizer_config.json), at
+// most 64 MiB. Throws rt::Error naming the file.
+std::string read_small(const std::string& path);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -46,6 +50,11 @@ class BpeTokenizer : public Tokenizer {
   // naming the file and the line.
   BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt, int vocab);
   ~BpeTokenizer() override;
+  // The special tokens Hugging Face's tokenizer matches in text before BPE: tokenizer.json's
+  // added_tokens, tokenizer_config.json's added_tokens_decoder and its bos/eos/unk/pad tokens
+  // that vocab.json holds; with neither file, GPT-2's <|endoftext|>. Throws rt::Error naming a
+  // file that cannot be read or an id outside the vocabulary.
+  void read_special_tokens(const std::string& folder);
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode(int32_t token) const override;
   const char* kind() const override { return "bpe"; }

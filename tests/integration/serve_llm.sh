@@ -64,6 +64,15 @@ if [ -n "$tok_py" ]; then
   run_cmd "$tok_py" "$CLIENT" tokenize "http://$http" bpe repo/bpe/1/vocab.json repo/bpe/1/merges.txt
   [ "$rc" = 0 ] && pass || fail "BPE tokenization differs from Hugging Face's tokenizers: $out"
   echo "$out" | tail -1
+  # Special tokens are matched in text before BPE, as Hugging Face's tokenizer does (a folder
+  # without tokenizer.json or tokenizer_config.json: GPT-2's <|endoftext|>).
+  special_text="one<|endoftext|>two <|endoftext|><|endoftext|>"
+  want_ids=$("$tok_py" -c 'import sys; from tokenizers import ByteLevelBPETokenizer as B
+t = B(sys.argv[1], sys.argv[2]); t.add_special_tokens(["<|endoftext|>"]); print(t.encode(sys.argv[3]).ids)' \
+    repo/bpe/1/vocab.json repo/bpe/1/merges.txt "$special_text")
+  run_cmd curl -s "http://$http/tokenize" -d "{\"model\":\"bpe\",\"prompt\":\"$special_text\"}"
+  expect_eq "special tokens as Hugging Face's tokenizer matches them" "$want_ids" \
+    "$(echo "$out" | $PY -c 'import json, sys; print(json.load(sys.stdin)["tokens"])')"
   # /v1/chat/completions: each template's prompt as Jinja2 renders it, refusals, answers, streams.
   run_cmd "$tok_py" "$LOOM_SRCDIR/tests/serve/chat_test.py" check "http://$http"
   [ "$rc" = 0 ] && pass || fail "chat completions: $out"
