@@ -169,14 +169,14 @@ json logprobs_json(const std::vector<int32_t>& ids, const std::vector<float>& lp
   return {{"tokens", tokens}, {"token_logprobs", lp}, {"top_logprobs", top}};
 }
 
-// The chat API's logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}.
-json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lp, const json& top) {
+// The chat API's logprobs, {"content": [{token, logprob, bytes, top_logprobs}]}, from a
+// completion's {tokens, token_logprobs, top_logprobs}.
+json chat_logprobs(const json& lp) {
   json content = json::array();
-  for (size_t k = 0; k < ids.size(); ++k) {
+  for (size_t k = 0; k < lp["tokens"].size(); ++k) {
     json alts = json::array();
-    if (k < top.size())
-      for (const auto& a : top[k].items()) alts.push_back({{"token", a.key()}, {"logprob", a.value()}, {"bytes", nullptr}});
-    content.push_back({{"token", token_name(ids[k])}, {"logprob", lp[k]}, {"bytes", nullptr}, {"top_logprobs", alts}});
+    for (const auto& a : lp["top_logprobs"][k].items()) alts.push_back({{"token", a.key()}, {"logprob", a.value()}, {"bytes", nullptr}});
+    content.push_back({{"token", lp["tokens"][k]}, {"logprob", lp["token_logprobs"][k]}, {"bytes", nullptr}, {"top_logprobs", alts}});
   }
   return {{"content", content}};
 }
@@ -188,14 +188,7 @@ json as_chat(json choice, ChoiceText& c, bool stream, const CompletionRequest& r
   if (!stream || !c.role_sent) msg["role"] = "assistant", c.role_sent = true;
   choice[stream ? "delta" : "message"] = msg;
   choice.erase("text");
-  if (req.params.logprobs >= 0) {
-    const json& lp = choice["logprobs"];
-    std::vector<int32_t> ids;
-    std::vector<float> vals;
-    for (const auto& t : lp["tokens"]) ids.push_back(std::stoi(t.get<std::string>().substr(9)));
-    for (const auto& v : lp["token_logprobs"]) vals.push_back(v.get<float>());
-    choice["logprobs"] = chat_logprobs(ids, vals, lp["top_logprobs"]);
-  }
+  if (req.params.logprobs >= 0) choice["logprobs"] = chat_logprobs(choice["logprobs"]);
   return choice;
 }
 
