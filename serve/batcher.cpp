@@ -18,7 +18,8 @@ Batcher::Batcher(std::vector<std::shared_ptr<ServedModel>> instances, const Opti
   if (metrics_) metrics_->set_info(model().name(), model().version(), model().precision());
   answer_thread_ = std::thread([this] { answer_loop(); });
   ComputePool::shared().reserve(static_cast<int>(instances_.size()));
-  for (auto& m : instances_) threads_.emplace_back([this, &m] { loop(*m); });
+  busy_.assign(instances_.size(), 0);
+  for (size_t i = 0; i < instances_.size(); ++i) threads_.emplace_back([this, i] { loop(i); });
 }
 
 Batcher::~Batcher() {
@@ -59,16 +60,48 @@ void Batcher::submit(std::vector<rt::Tensor> x, int rows, Clock::time_point dead
     throw ServeError(Status::kInput, too_many_rows(rows, o_.max_batch_size));
   size_t n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (stop_) throw ServeError(Status::kUnavailable, "model " + model().name() + " is being unloaded");
     if (queue_.size() >= static_cast<size_t>(o_.max_queue_size))
       throw ServeError(Status::kUnavailable, "model " + model().name() + ": queue full (" +
                                                  std::to_string(o_.max_queue_size) + " requests waiting); retry later");
-    queue_.push_back({std::move(x), rows, Clock::now(), deadline, std::move(done)});
+    Job job{std::move(x), rows, Clock::now(), deadline, std::move(done)};
+    if (run_now(job, lock)) return;
+    queue_.push_back(std::move(job));
     n = queue_.size();
   }
   if (metrics_) metrics_->set_queue(model().name(), n);
   cv_.notify_one();
+}
+
+// A pass shorter than this runs on the caller's thread when nothing waits: handing a request to
+// the batch thread and its answer back costs about as much (tens of microseconds on a loaded
+// 2-core machine), and a tiny model's batches held one or two requests anyway.
+constexpr auto kDirectPass = std::chrono::microseconds(50);
+
+// With mu_ held: the first idle instance, or instances_.size().
+size_t Batcher::idle_instance() const {
+  return static_cast<size_t>(std::find(busy_.begin(), busy_.end(), 0) - busy_.begin());
+}
+
+// With `lock` held (released while it runs): runs `job` now and answers it here when nothing is
+// queued, an instance is idle and the model's last pass was short enough; false (nothing done)
+// otherwise. A set delay (the operator asked for batches) never does.
+bool Batcher::run_now(Job& job, std::unique_lock<std::mutex>& lock) {
+  const size_t i = idle_instance();
+  if (o_.max_queue_delay_us != 0 || !queue_.empty() || i == busy_.size() || last_compute_ >= kDirectPass) return false;
+  busy_[i] = 1;
+  lock.unlock();
+  const auto start = Clock::now();
+  std::vector<Job> live;
+  if (!expired(job, start)) {
+    live.push_back(std::move(job));
+    compute(*instances_[i], live, start, true);
+  }
+  lock.lock();
+  busy_[i] = 0;
+  if (!queue_.empty()) cv_.notify_all();  // what queued meanwhile waits for this instance
+  return true;
 }
 
 Batcher::Outcome Batcher::run(std::vector<rt::Tensor> x, int rows, Clock::time_point deadline) {
@@ -158,40 +191,44 @@ std::vector<Batcher::Job> Batcher::take_batch(std::unique_lock<std::mutex>& lock
   return batch;
 }
 
-void Batcher::loop(ServedModel& model) {
+void Batcher::loop(size_t instance) {
+  ServedModel& model = *instances_[instance];
   for (;;) {
     std::vector<Job> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stop_ || !queue_.empty()) && !busy_[instance]; });
       if (queue_.empty()) return;  // stopping, nothing left
       batch = take_batch(lock);
       if (batch.empty()) continue;
+      busy_[instance] = 1;
       if (metrics_) metrics_->set_queue(model.name(), queue_.size());
     }
     const auto start = Clock::now();
-    // Requests whose deadline passed while queued are answered, not computed.
     std::vector<Job> live;
-    for (auto& j : batch) {
-      if (start > j.deadline) {
-        Outcome o;
-        o.status = Status::kTimeout;
-        o.error = "request timed out after " +
-                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(start - j.arrived).count()) +
-                  " ms in the queue";
-        stats_.answered(false, 0, ns_between(j.arrived, start));
-        j.done(std::move(o));
-      } else {
-        live.push_back(std::move(j));
-      }
-    }
+    for (auto& j : batch)
+      if (!expired(j, start)) live.push_back(std::move(j));
     if (!live.empty()) compute(model, live, start);
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[instance] = 0;
   }
+}
+
+// A request whose deadline passed while queued is answered, not computed: true when `j` was.
+bool Batcher::expired(Job& j, Clock::time_point start) {
+  if (start <= j.deadline) return false;
+  Outcome o;
+  o.status = Status::kTimeout;
+  o.error = "request timed out after " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(start - j.arrived).count()) + " ms in the queue";
+  stats_.answered(false, 0, ns_between(j.arrived, start));
+  j.done(std::move(o));
+  return true;
 }
 
 // One forward pass over the live requests; each gets its rows of every output (views of the
 // batch's outputs, no copies).
-void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start) {
+void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, bool answer_here) {
   int rows = 0;
   std::vector<std::vector<rt::Tensor>*> xs;
   for (auto& j : live) {
@@ -245,13 +282,17 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
   }
   if (error.empty())
     stats_.executed(rows, static_cast<int>(live.size()), ns_between(start, stacked), ns_between(stacked, inferred), ns_between(inferred, end));
-  std::lock_guard<std::mutex> lock(answer_mu_);
   for (size_t i = 0; i < live.size(); ++i) {
     Job& j = live[i];
     stats_.answered(error.empty(), ns_between(j.arrived, start), ns_between(j.arrived, end));
     if (metrics_) metrics_->observe(model.name(), outcomes[i].queue_s, compute, rows, i == 0);
-    answers_.emplace_back(std::move(j.done), std::move(outcomes[i]));
   }
+  if (answer_here) {
+    for (size_t i = 0; i < live.size(); ++i) live[i].done(std::move(outcomes[i]));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(answer_mu_);
+  for (size_t i = 0; i < live.size(); ++i) answers_.emplace_back(std::move(live[i].done), std::move(outcomes[i]));
   answer_cv_.notify_one();
 }
 

@@ -1,5 +1,7 @@
 // batcher.hpp — the dynamic batcher of one model version: requests queue, batches form and
 // run on one thread per instance of the model, and answers go back on a thread of their own.
+// A request that finds the queue empty and an instance idle, for a model whose passes are too
+// short for batching to pay, runs at once on the caller's thread.
 #pragma once
 
 #include <condition_variable>
@@ -65,10 +67,13 @@ class Batcher {
     Clock::time_point arrived, deadline;
     Done done;
   };
-  void loop(ServedModel& model);
+  void loop(size_t instance);
+  bool run_now(Job& job, std::unique_lock<std::mutex>& lock);
+  bool expired(Job& j, Clock::time_point start);
+  size_t idle_instance() const;
   std::vector<Job> take_batch(std::unique_lock<std::mutex>& lock);
   bool enough(int rows) const;
-  void compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start);
+  void compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, bool answer_here = false);
   void answer_loop();
   std::vector<std::shared_ptr<ServedModel>> instances_;
   Options o_;
@@ -81,6 +86,7 @@ class Batcher {
   bool stop_ = false;
   int last_rows_ = 0;                // the last batch's rows and forward pass (the adaptive wait)
   Clock::duration last_compute_{};
+  std::vector<char> busy_;           // instance i computing (its thread's batch, or a caller's request)
   std::vector<std::thread> threads_;
   // Answers go out on a thread of their own: sending responses (gRPC may write inline) does
   // not hold up the next batch's forward pass.

@@ -25,6 +25,11 @@ void ComputePool::reserve(int slots) {
 }
 
 void ComputePool::run(const std::function<void()>& f, int threads) {
+  if (threads == 1) {
+    thread_local bool one = false;  // this thread's OpenMP setting is one thread
+    if (!one) rt::cpu::set_threads(1), one = true;
+    return f();
+  }
   reserve(1);
   Task task{f, threads, {}};
   std::future<void> done = task.done.get_future();

@@ -224,6 +224,38 @@ TEST_F(ServeCore, DefaultBatcherGathersTheClientsOfTheLastBatch) {
   EXPECT_EQ(pair(gap), 1) << "after batches of one or two rows, the first request should not wait that long";
 }
 
+// A short pass that finds nothing queued runs on the caller's thread; with a delay set (the
+// operator asked for batches), or for a model whose passes are long, it goes to the batch thread.
+TEST_F(ServeCore, ShortPassesWithNothingQueuedRunOnTheCallersThread) {
+  auto answered_on = [&](Batcher& b) {
+    std::thread::id on;
+    b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), [&on](Batcher::Outcome out) {
+      EXPECT_EQ(out.status, Status::kOk) << out.error;
+      on = std::this_thread::get_id();
+    });
+    while (on == std::thread::id()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return on;
+  };
+  Options o;  // max_queue_delay_us 0
+  Batcher direct({model_}, o, nullptr);
+  answered_on(direct);  // the first pass tells the batcher how long one takes
+  EXPECT_EQ(answered_on(direct), std::this_thread::get_id());
+  inference::ModelStatistics st;
+  direct.stats().fill(&st);
+  EXPECT_EQ(st.execution_count(), 2u);  // counted as every batch is
+  o.max_queue_delay_us = 1;
+  Batcher delayed({model_}, o, nullptr);
+  answered_on(delayed);
+  EXPECT_NE(answered_on(delayed), std::this_thread::get_id());
+  loom::rt::Mlp big({784, 2048, 2048, 10}, 5);  // one row: hundreds of microseconds
+  loom::rt::save_model(dir_ + "/slow.h5", big.config_json(), big.params());
+  o.max_queue_delay_us = 0;
+  Batcher slow({std::make_shared<ServedModel>("slow", "1", dir_ + "/slow.h5")}, o, nullptr);
+  std::remove((dir_ + "/slow.h5").c_str());
+  answered_on(slow);
+  EXPECT_NE(answered_on(slow), std::this_thread::get_id());
+}
+
 TEST_F(ServeCore, AnswersRequestsPastTheirDeadlineWithoutComputingThem) {
   Options o;
   Batcher b({model_}, o, nullptr);
