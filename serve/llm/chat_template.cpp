@@ -4,6 +4,7 @@
 #include "chat_template.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <unistd.h>
 
@@ -23,8 +24,11 @@ using tmpl::Value;
 using Body = std::vector<std::unique_ptr<ChatTemplate::Node>>;
 
 struct ChatTemplate::Node {
-  enum Kind { kText, kOut, kFor, kIf, kSet } kind = kText;
-  std::string text;  // kText: the text; kFor: the loop variable; kSet: the name
+  enum Kind { kText, kOut, kFor, kIf, kSet, kBreak, kContinue, kMacro } kind = kText;
+  std::string text;  // kText: the text; kSet, kMacro: the name
+  std::string attr;  // kSet: the namespace's attribute set (`set ns.attr = ...`), or empty
+  std::vector<std::string> names;  // kFor: the loop variables (`for k, v in ...` unpacks each item); kMacro: its parameters
+  std::vector<ExprPtr> defaults;   // kMacro: each parameter's default value (null: none)
   ExprPtr expr;      // kOut, kSet: the value; kFor: what it iterates
   std::vector<std::pair<ExprPtr, Body>> branches;  // kIf: conditions (null: else) and bodies; kFor: body, else
 };
@@ -103,18 +107,50 @@ class Builder {
  public:
   explicit Builder(std::vector<Seg> segs) : segs_(std::move(segs)) {}
   Body parse(std::string* end_word, const std::vector<std::string>& ends, std::string* end_rest, int depth);
+  std::map<std::string, const ChatTemplate::Node*> macros;  // what parse() read, by name
 
  private:
   std::vector<Seg> segs_;
   size_t i_ = 0;
+  int loops_ = 0;  // for loops around the statement being read
+  std::set<std::string> macro_names_;
 
   ExprPtr whole_expr(const std::string& s, size_t pos, const char* where) {
-    ExprPtr e = tmpl::parse_expr(s, pos);
+    ExprPtr e = tmpl::parse_expr(s, pos, &macro_names_);
     if (!tmpl::next_word(s, pos).empty()) bad("has more after the expression in " + std::string(where) + ": '" + s + "'");
     return e;
   }
   std::unique_ptr<ChatTemplate::Node> statement(const std::string& word, const std::string& s, size_t pos, int depth);
+  void macro(ChatTemplate::Node& n, const std::string& s, size_t pos, int depth);
 };
+
+// {% macro name(a, b=default) %}: its parameters, then its body up to {% endmacro %}.
+void Builder::macro(ChatTemplate::Node& n, const std::string& s, size_t pos, int depth) {
+  n.kind = ChatTemplate::Node::kMacro;
+  n.text = tmpl::next_word(s, pos);
+  if (n.text.empty() || tmpl::is_function(n.text) || tmpl::next_word(s, pos) != "(") bad("uses a {% macro %} other than 'macro name(params)': '" + s + "'");
+  std::string w = tmpl::next_word(s, pos);
+  while (w != ")") {
+    if (w.empty() || !(std::isalpha(static_cast<unsigned char>(w[0])) || w[0] == '_')) bad("has a macro parameter list it cannot read: '" + s + "'");
+    n.names.push_back(w);
+    w = tmpl::next_word(s, pos);
+    if (w == "=") {
+      n.defaults.push_back(tmpl::parse_expr(s, pos, &macro_names_));
+      w = tmpl::next_word(s, pos);
+    } else {
+      n.defaults.push_back(nullptr);
+    }
+    if (w == ",") w = tmpl::next_word(s, pos);
+  }
+  if (!tmpl::next_word(s, pos).empty()) bad("has more after a macro's parameters: '" + s + "'");
+  macro_names_.insert(n.text);  // it may call itself
+  const int loops = loops_;
+  loops_ = 0;  // a macro's body is not inside the loop around its definition
+  std::string end, rest;
+  n.branches.emplace_back(nullptr, parse(&end, {"endmacro"}, &rest, depth + 1));
+  loops_ = loops;
+  macros[n.text] = &n;
+}
 
 std::unique_ptr<ChatTemplate::Node> Builder::statement(const std::string& word, const std::string& s, size_t pos, int depth) {
   auto n = std::make_unique<ChatTemplate::Node>();
@@ -122,15 +158,30 @@ std::unique_ptr<ChatTemplate::Node> Builder::statement(const std::string& word, 
   if (word == "set") {
     n->kind = ChatTemplate::Node::kSet;
     n->text = tmpl::next_word(s, pos);
-    if (tmpl::next_word(s, pos) != "=") bad("uses {% set %} other than 'set name = value': '" + s + "'");
+    std::string w = tmpl::next_word(s, pos);
+    if (w == ".") n->attr = tmpl::next_word(s, pos), w = tmpl::next_word(s, pos);
+    if (w != "=") bad("uses {% set %} other than 'set name = value' or 'set ns.name = value': '" + s + "'");
     n->expr = whole_expr(s, pos, "{% set %}");
   } else if (word == "for") {
     n->kind = ChatTemplate::Node::kFor;
-    n->text = tmpl::next_word(s, pos);
-    if (tmpl::next_word(s, pos) != "in") bad("uses a for loop other than 'for name in sequence': '" + s + "'");
+    std::string w;
+    do {
+      n->names.push_back(tmpl::next_word(s, pos));
+    } while ((w = tmpl::next_word(s, pos)) == ",");
+    if (w != "in") bad("uses a for loop other than 'for name[, name...] in sequence': '" + s + "'");
     n->expr = whole_expr(s, pos, "{% for %}");
+    ++loops_;
     n->branches.emplace_back(nullptr, parse(&end, {"endfor", "else"}, &rest, depth + 1));
+    --loops_;
     if (end == "else") n->branches.emplace_back(nullptr, parse(&end, {"endfor"}, &rest, depth + 1));
+  } else if (word == "macro") {
+    macro(*n, s, pos, depth);
+  } else if (word == "break" || word == "continue") {  // transformers loads Jinja's loopcontrols
+    if (loops_ == 0) bad("uses {% " + word + " %} outside a loop");
+    n->kind = word == "break" ? ChatTemplate::Node::kBreak : ChatTemplate::Node::kContinue;
+  } else if (word == "generation") {  // transformers' assistant-mask marker: its body renders as it is
+    n->kind = ChatTemplate::Node::kIf;
+    n->branches.emplace_back(nullptr, parse(&end, {"endgeneration"}, &rest, depth + 1));
   } else if (word == "if") {
     n->kind = ChatTemplate::Node::kIf;
     ExprPtr cond = whole_expr(s, pos, "{% if %}");
@@ -186,10 +237,17 @@ struct Render {
   std::string out;
   size_t max_bytes;
   int64_t steps_left = 1000000;  // loop iterations: a template that loops without writing ends too
+  ChatTemplate::Node::Kind jump = ChatTemplate::Node::kText;  // kBreak or kContinue while one leaves its loop's body
 
   void body(const Body& b) {
-    for (const auto& n : b) node(*n);
+    for (const auto& n : b) {
+      node(*n);
+      if (jump != ChatTemplate::Node::kText) return;
+    }
   }
+  void set(const ChatTemplate::Node& n);
+  Value call(const ChatTemplate::Node& m, const std::vector<Value>& pos, const std::map<std::string, Value>& kw);
+  int calls_deep = 0;
   void node(const ChatTemplate::Node& n);
   void loop(const ChatTemplate::Node& n);
 };
@@ -198,7 +256,10 @@ void Render::node(const ChatTemplate::Node& n) {
   switch (n.kind) {
     case ChatTemplate::Node::kText: out += n.text; break;
     case ChatTemplate::Node::kOut: out += tmpl::eval(*n.expr, scope).text(); break;
-    case ChatTemplate::Node::kSet: scope.set(n.text, tmpl::eval(*n.expr, scope)); break;
+    case ChatTemplate::Node::kSet: set(n); break;
+    case ChatTemplate::Node::kBreak:
+    case ChatTemplate::Node::kContinue: jump = n.kind; break;
+    case ChatTemplate::Node::kMacro: break;  // read with the template; called from expressions
     case ChatTemplate::Node::kIf:
       for (const auto& br : n.branches)
         if (!br.first || tmpl::eval(*br.first, scope).truthy()) {
@@ -210,6 +271,42 @@ void Render::node(const ChatTemplate::Node& n) {
   }
   if (out.size() > max_bytes)
     throw ServeError(Status::kInput, "the chat template's prompt passes " + std::to_string(max_bytes) + " bytes");
+}
+
+// A macro's text: its body rendered with the template's variables and its parameters, and no
+// others (the caller's loop variables and sets stay outside, as in Jinja).
+Value Render::call(const ChatTemplate::Node& m, const std::vector<Value>& pos, const std::map<std::string, Value>& kw) {
+  if (pos.size() > m.names.size()) throw ServeError(Status::kInput, "the chat template calls " + m.text + "() with too many arguments");
+  if (++calls_deep > 32) throw ServeError(Status::kInput, "the chat template's macros call each other deeper than 32");
+  std::vector<std::map<std::string, Value>> saved{scope.frames.front()};
+  saved.swap(scope.frames);
+  scope.frames.emplace_back();
+  for (const auto& k : kw)
+    if (std::find(m.names.begin(), m.names.end(), k.first) == m.names.end())
+      throw ServeError(Status::kInput, "the chat template calls " + m.text + "() with " + k.first + ", which it does not take");
+  for (size_t i = 0; i < m.names.size(); ++i) {
+    auto k = kw.find(m.names[i]);
+    scope.set(m.names[i], i < pos.size() ? pos[i] : k != kw.end() ? k->second : m.defaults[i] ? tmpl::eval(*m.defaults[i], scope) : Value());
+  }
+  std::string outside;
+  outside.swap(out);
+  body(m.branches[0].second);
+  jump = ChatTemplate::Node::kText;
+  std::string text;
+  text.swap(out);
+  out.swap(outside);
+  scope.frames.swap(saved);  // a macro's sets are its own
+  --calls_deep;
+  return Value::str(text);
+}
+
+void Render::set(const ChatTemplate::Node& n) {
+  Value v = tmpl::eval(*n.expr, scope);
+  if (n.attr.empty()) return scope.set(n.text, std::move(v));
+  const Value ns = scope.get(n.text);
+  if (ns.kind != Value::kDict || !ns.b)
+    throw ServeError(Status::kInput, "the chat template sets " + n.text + "." + n.attr + ", but " + n.text + " is not a namespace()");
+  (*ns.dict)[n.attr] = std::move(v);
 }
 
 void Render::loop(const ChatTemplate::Node& n) {
@@ -238,9 +335,19 @@ void Render::loop(const ChatTemplate::Node& n) {
     if (k + 1 < len) (*info.dict)["nextitem"] = items[static_cast<size_t>(k + 1)];
     scope.frames.emplace_back();
     scope.set("loop", info);
-    scope.set(n.text, items[static_cast<size_t>(k)]);
+    const Value& item = items[static_cast<size_t>(k)];
+    if (n.names.size() == 1) {
+      scope.set(n.names[0], item);
+    } else {
+      if (item.kind != Value::kList || item.list->size() != n.names.size())
+        throw ServeError(Status::kInput, "the chat template unpacks " + item.text() + " into " + std::to_string(n.names.size()) + " names");
+      for (size_t v = 0; v < n.names.size(); ++v) scope.set(n.names[v], (*item.list)[v]);
+    }
     body(n.branches[0].second);
     scope.frames.pop_back();
+    const bool leave = jump == ChatTemplate::Node::kBreak;
+    jump = ChatTemplate::Node::kText;
+    if (leave) break;
   }
 }
 
@@ -248,9 +355,14 @@ void Render::loop(const ChatTemplate::Node& n) {
 
 ChatTemplate::ChatTemplate(const std::string& source) {
   if (source.size() > kMaxTemplateBytes) bad("is larger than 1 MiB");
-  Builder b(segments(source));
+  // Jinja drops one newline at the end of the template (keep_trailing_newline off).
+  const size_t keep = source.size() - (source.size() >= 2 && source.compare(source.size() - 2, 2, "\r\n") == 0 ? 2
+                                       : !source.empty() && source.back() == '\n'                       ? 1
+                                                                                                         : 0);
+  Builder b(segments(source.substr(0, keep)));
   std::string end, rest;
   body_ = b.parse(&end, {}, &rest, 0);
+  macros_ = std::move(b.macros);
 }
 
 ChatTemplate::~ChatTemplate() = default;
@@ -272,27 +384,41 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   r.scope.set("add_generation_prompt", Value::boolean(add_generation_prompt));
   r.scope.set("bos_token", Value::str(bos_token));
   r.scope.set("eos_token", Value::str(eos_token));
+  for (const char* f : {"raise_exception", "strftime_now"}) r.scope.set(f, Value::str(std::string("<function ") + f + ">"));  // `is defined`
+  r.scope.macro = [&](const std::string& name, const std::vector<Value>& pos, const std::map<std::string, Value>& kw) {
+    const auto m = macros_.find(name);
+    if (m == macros_.end()) throw ServeError(Status::kInput, "the chat template calls " + name + "(), which it does not define");
+    return r.call(*m->second, pos, kw);
+  };
   r.body(body_);
   return r.out;
 }
 
 std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder) {
-  const std::string path = folder + "/tokenizer_config.json";
-  if (access(path.c_str(), F_OK) != 0) return nullptr;
-  nlohmann::json cfg;
+  const std::string path = folder + "/tokenizer_config.json", jinja = folder + "/chat_template.jinja";
+  const bool have_jinja = access(jinja.c_str(), F_OK) == 0;
+  if (access(path.c_str(), F_OK) != 0 && !have_jinja) return nullptr;
+  nlohmann::json cfg = nlohmann::json::object();
   try {
-    cfg = nlohmann::json::parse(read_small(path));
+    if (access(path.c_str(), F_OK) == 0) cfg = nlohmann::json::parse(read_small(path));
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(path + ": not valid JSON: " + e.what());
   }
-  if (!cfg.is_object() || !cfg.contains("chat_template")) return nullptr;
-  std::string source;
-  const auto& t = cfg["chat_template"];
-  if (t.is_string()) source = t.get<std::string>();
-  for (const auto& named : t.is_array() ? t : nlohmann::json::array())
-    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
-      source = named["template"].get<std::string>();
-  if (source.empty()) throw rt::Error(path + ": chat_template must be a string or a list holding a template named default");
+  if (!cfg.is_object()) throw rt::Error(path + ": not a JSON object");
+  // The template: chat_template.jinja beside it (as newer transformers save it; it wins),
+  // else tokenizer_config.json's chat_template.
+  std::string source, from = have_jinja ? jinja : path;
+  if (have_jinja) {
+    source = read_small(jinja);
+  } else {
+    if (!cfg.contains("chat_template")) return nullptr;
+    const auto& t = cfg["chat_template"];
+    if (t.is_string()) source = t.get<std::string>();
+    for (const auto& named : t.is_array() ? t : nlohmann::json::array())
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
+        source = named["template"].get<std::string>();
+  }
+  if (source.empty()) throw rt::Error(from + ": chat_template must be a string or a list holding a template named default");
   auto token = [&](const char* key) {
     const auto it = cfg.find(key);
     if (it == cfg.end()) return std::string();
@@ -303,7 +429,7 @@ std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder) {
   try {
     return std::make_unique<ChatFormat>(ChatFormat{ChatTemplate(source), token("bos_token"), token("eos_token")});
   } catch (const rt::Error& e) {
-    throw rt::Error(path + ": " + e.what());
+    throw rt::Error(from + ": " + e.what());
   }
 }
 

@@ -1,15 +1,15 @@
-// chat_template.hpp — a Hugging Face chat template (tokenizer_config.json's "chat_template", a
-// Jinja2 template) turned into a prompt, as transformers' apply_chat_template renders it
-// (trim_blocks and lstrip_blocks on). The subset the published templates use: text, {{ expr }},
-// {% for %} (with loop.index, index0, first, last, length), {% if/elif/else %}, {% set %},
-// {# comments #}, whitespace control with '-'; expressions with strings, numbers, true/false/none,
-// lists, subscripts and slices, attributes, + - * / // % ~, comparisons, in, and/or/not,
-// `is [not] defined/none/string/number/mapping/sequence`, the filters trim, upper, lower, length,
-// default, first, last, tojson, string, the string methods strip, lstrip, rstrip, upper, lower,
-// startswith, endswith, and the functions raise_exception and range. Anything else is refused
-// when the template is read, naming it.
+// chat_template.hpp — a Hugging Face chat template (chat_template.jinja, or tokenizer_config.json's
+// "chat_template": a Jinja2 template) turned into a prompt, as transformers' apply_chat_template
+// renders it (trim_blocks, lstrip_blocks, loop controls, its tojson and strftime_now). The subset
+// the published templates use: text, {{ expr }}, {% for %} (loop.*, else, `for k, v in`), {% if %},
+// {% set %} (and `set ns.x` on a namespace()), {% macro %}, {% break %}, {% continue %},
+// {% generation %}, comments, '-' whitespace control; expressions with strings, numbers, lists,
+// dicts, subscripts and slices, attributes, arithmetic, comparisons, in, and/or/not, inline if,
+// tests, filters and methods listed by is_test, is_filter and the parser (doc/llm.md has them
+// all). Anything else is refused when the template is read, naming it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,6 +38,7 @@ class ChatTemplate {
 
  private:
   std::vector<std::unique_ptr<Node>> body_;
+  std::map<std::string, const Node*> macros_;  // {% macro %}s by name (nodes of body_)
 };
 
 // A model folder's chat format: tokenizer_config.json's chat_template (a string, or a list of

@@ -2,6 +2,9 @@
 // Jinja does: Python's truthiness, str() and comparisons for the values templates hold.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "../kserve_json.hpp"
@@ -16,23 +19,85 @@ constexpr int64_t kMaxRange = 100000;
 
 [[noreturn]] void fail(const std::string& why) { throw ServeError(Status::kInput, "the chat template: " + why); }
 
-nlohmann::json to_json(const Value& v) {
-  switch (v.kind) {
-    case Value::kBool: return v.b;
-    case Value::kInt: return v.i;
-    case Value::kString: return v.s;
-    case Value::kList: {
-      nlohmann::json a = nlohmann::json::array();
-      for (const auto& x : *v.list) a.push_back(to_json(x));
-      return a;
-    }
-    case Value::kDict: {
-      nlohmann::json o = nlohmann::json::object();
-      for (const auto& kv : *v.dict) o[kv.first] = to_json(kv.second);
-      return o;
-    }
-    default: return nullptr;
+// A call's arguments once evaluated: positional, then by keyword.
+struct Args {
+  std::vector<Value> pos;
+  std::map<std::string, Value> kw;
+  // The argument at position i or named `key`; undefined when neither was given.
+  Value get(size_t i, const char* key) const {
+    auto it = kw.find(key);
+    if (it != kw.end()) return it->second;
+    return i < pos.size() ? pos[i] : Value();
   }
+};
+
+std::string json_string(const std::string& s) { return dump_json(nlohmann::json(s)); }
+
+void write_json(const Value& v, int indent, int level, std::string& out) {
+  const std::string pad = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent * (level + 1)), ' ');
+  const std::string close = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent * level), ' ');
+  const char* comma = indent < 0 ? ", " : ",";
+  switch (v.kind) {
+    case Value::kBool: out += v.b ? "true" : "false"; return;
+    case Value::kInt: out += std::to_string(v.i); return;
+    case Value::kString: out += json_string(v.s); return;
+    case Value::kList:
+      if (v.list->empty()) return void(out += "[]");
+      out += "[";
+      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? comma : "") + pad, write_json((*v.list)[k], indent, level + 1, out);
+      out += close + "]";
+      return;
+    case Value::kDict: {
+      if (v.dict->empty()) return void(out += "{}");
+      out += "{";
+      bool first = true;
+      for (const auto& kv : *v.dict) {
+        out += (first ? "" : comma) + pad + json_string(kv.first) + ": ";
+        write_json(kv.second, indent, level + 1, out);
+        first = false;
+      }
+      out += close + "}";
+      return;
+    }
+    default: out += "null";
+  }
+}
+
+// Python's repr() of a string: single quotes unless it holds one and no double quote.
+std::string py_repr(const std::string& s) {
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == q || ch == '\\') out += '\\', out += ch;
+    else if (ch == '\n') out += "\\n";
+    else if (ch == '\r') out += "\\r";
+    else if (ch == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + q;
+}
+
+std::string repr(const Value& v) {
+  if (v.kind == Value::kString) return py_repr(v.s);
+  if (v.kind == Value::kList) {
+    std::string out = "[";
+    for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+    return out + "]";
+  }
+  if (v.kind == Value::kDict) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& kv : *v.dict) out += (first ? "" : ", ") + py_repr(kv.first) + ": " + repr(kv.second), first = false;
+    return out + "}";
+  }
+  return v.kind == Value::kUndefined ? "Undefined" : v.text();
 }
 
 int64_t length(const Value& v) {
@@ -50,8 +115,8 @@ bool equal(const Value& a, const Value& b) {
     case Value::kBool: return a.b == b.b;
     case Value::kInt: return a.i == b.i;
     case Value::kString: return a.s == b.s;
-    case Value::kList: return to_json(a) == to_json(b);
-    case Value::kDict: return to_json(a) == to_json(b);
+    case Value::kList: return to_json_text(a) == to_json_text(b);
+    case Value::kDict: return to_json_text(a) == to_json_text(b);
     default: return true;
   }
 }
@@ -69,63 +134,205 @@ Value index(const Value& obj, const Value& key) {
   return Value();
 }
 
-Value slice(const Value& obj, const Value& lo, const Value& hi) {
+// obj[lo:hi:step] with Python's rules for missing, negative and out-of-range bounds.
+Value slice(const Value& obj, const Value& lo, const Value& hi, const Value& step) {
   if (obj.kind != Value::kList && obj.kind != Value::kString) fail("a slice of a value that is not a list or string");
-  const int64_t n = length(obj);
-  auto at = [n](const Value& v, int64_t dflt) {
+  const int64_t n = length(obj), st = step.kind == Value::kInt ? step.i : 1;
+  if (st == 0) fail("a slice step of zero");
+  auto at = [n, st](const Value& v, int64_t dflt) {
     if (v.kind != Value::kInt) return dflt;
     const int64_t i = v.i < 0 ? v.i + n : v.i;
-    return std::max<int64_t>(0, std::min(n, i));
+    return st > 0 ? std::max<int64_t>(0, std::min(n, i)) : std::max<int64_t>(-1, std::min(n - 1, i));
   };
-  const int64_t a = at(lo, 0), b = std::max(a, at(hi, n));
-  if (obj.kind == Value::kString) return Value::str(obj.s.substr(static_cast<size_t>(a), static_cast<size_t>(b - a)));
-  Value out = Value::new_list();
-  out.list->assign(obj.list->begin() + a, obj.list->begin() + b);
+  const int64_t a = at(lo, st > 0 ? 0 : n - 1), b = at(hi, st > 0 ? n : -1);
+  Value out = obj.kind == Value::kString ? Value::str("") : Value::new_list();
+  for (int64_t i = a; st > 0 ? i < b : i > b; i += st) {
+    if (obj.kind == Value::kString) out.s += obj.s[static_cast<size_t>(i)];
+    else out.list->push_back((*obj.list)[static_cast<size_t>(i)]);
+  }
   return out;
 }
 
-std::string strip(const std::string& s, bool left, bool right) {
+// Python's str.strip family: whitespace, or the characters of `chars` when given.
+std::string strip(const std::string& s, bool left, bool right, const Value& chars = Value()) {
+  auto gone = [&](char c) {
+    return chars.kind == Value::kString ? chars.s.find(c) != std::string::npos : std::isspace(static_cast<unsigned char>(c)) != 0;
+  };
   size_t b = 0, e = s.size();
-  while (left && b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (right && e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  while (left && b < e && gone(s[b])) ++b;
+  while (right && e > b && gone(s[e - 1])) --e;
   return s.substr(b, e - b);
 }
 
-Value method(const std::string& name, const Value& self, const std::vector<Value>& a) {
-  if (self.kind != Value::kString) fail("." + name + "() of a value that is not a string");
-  if (name == "strip" || name == "lstrip" || name == "rstrip") return Value::str(strip(self.s, name != "rstrip", name != "lstrip"));
-  if (name == "upper" || name == "lower") {
-    std::string s = self.s;
-    for (char& c : s) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-    return Value::str(s);
+// upper, lower, capitalize and title. Python's str.title() starts a word after any character that
+// is not a letter; Jinja's title filter only after spaces, '-' and opening brackets.
+std::string recase(std::string s, const std::string& how, bool jinja_filter = false) {
+  bool start = true;
+  for (char& ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool up = how == "upper" || ((how == "title" || how == "capitalize") && start);
+    ch = static_cast<char>(up ? std::toupper(c) : how == "upper" ? c : std::tolower(c));
+    if (how == "title") start = jinja_filter ? std::isspace(c) || (c && std::strchr("-({[<", c)) : !std::isalpha(c);
+    else start = false;
   }
-  if (a.empty() || a[0].kind != Value::kString) fail("." + name + "() takes a string");
-  const std::string& x = a[0].s;
+  return s;
+}
+
+// Python's str.split: on runs of whitespace without a separator.
+Value split(const std::string& s, const Value& sep) {
+  Value out = Value::new_list();
+  if (sep.kind == Value::kString && sep.s.empty()) fail(".split() with an empty separator");
+  if (sep.kind == Value::kString) {
+    size_t b = 0;
+    for (size_t k; (k = s.find(sep.s, b)) != std::string::npos; b = k + sep.s.size()) out.list->push_back(Value::str(s.substr(b, k - b)));
+    out.list->push_back(Value::str(s.substr(b)));
+    return out;
+  }
+  size_t k = 0;
+  while (k < s.size()) {
+    while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
+    const size_t b = k;
+    while (k < s.size() && !std::isspace(static_cast<unsigned char>(s[k]))) ++k;
+    if (k > b) out.list->push_back(Value::str(s.substr(b, k - b)));
+  }
+  return out;
+}
+
+std::string replace(std::string s, const Value& from, const Value& to) {
+  if (from.kind != Value::kString || to.kind != Value::kString || from.s.empty()) fail("replace() takes two strings, the first not empty");
+  for (size_t k = 0; (k = s.find(from.s, k)) != std::string::npos; k += to.s.size()) s.replace(k, from.s.size(), to.s);
+  return s;
+}
+
+// A dict's items as [key, value] lists, in its order (keys sorted: dicts here are std::map).
+Value items(const Value& d) {
+  Value out = Value::new_list();
+  for (const auto& kv : *d.dict) {
+    Value pair = Value::new_list();
+    pair.list->push_back(Value::str(kv.first));
+    pair.list->push_back(kv.second);
+    out.list->push_back(pair);
+  }
+  return out;
+}
+
+Value dict_method(const std::string& name, const Value& self, const Args& a) {
+  if (name == "items") return items(self);
+  if (name == "get") {
+    const Value v = index(self, a.get(0, "key"));
+    return v.kind == Value::kUndefined ? (a.pos.size() > 1 ? a.pos[1] : Value::none()) : v;
+  }
+  if (name != "keys" && name != "values") fail("." + name + "() of a mapping");
+  Value out = Value::new_list();
+  for (const auto& kv : *self.dict) out.list->push_back(name == "keys" ? Value::str(kv.first) : kv.second);
+  return out;
+}
+
+Value method(const std::string& name, const Value& self, const Args& a) {
+  if (self.kind == Value::kDict) return dict_method(name, self, a);
+  if (self.kind != Value::kString) fail("." + name + "() of a value that is not a string");
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return Value::str(strip(self.s, name != "rstrip", name != "lstrip", a.get(0, "chars")));
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") return Value::str(recase(self.s, name));
+  if (name == "split") return split(self.s, a.get(0, "sep"));
+  if (name == "replace") return Value::str(replace(self.s, a.get(0, "old"), a.get(1, "new")));
+  if (name != "startswith" && name != "endswith") fail("." + name + "() of a string");
+  if (a.pos.empty() || a.pos[0].kind != Value::kString) fail("." + name + "() takes a string");
+  const std::string& x = a.pos[0].s;
   if (name == "startswith") return Value::boolean(self.s.compare(0, x.size(), x) == 0);
   return Value::boolean(self.s.size() >= x.size() && self.s.compare(self.s.size() - x.size(), x.size(), x) == 0);
 }
 
-Value filter(const std::string& name, const Value& v, const std::vector<Value>& a) {
-  if (name == "trim") return Value::str(strip(v.text(), true, true));
-  if (name == "upper" || name == "lower") return method(name, Value::str(v.text()), a);
-  if (name == "length" || name == "count") return Value::integer(length(v));
-  if (name == "default") return v.kind == Value::kUndefined ? (a.empty() ? Value::str("") : a[0]) : v;
-  if (name == "first" || name == "last") {
-    const int64_t n = length(v);
-    return n == 0 ? Value() : index(v, Value::integer(name == "first" ? 0 : n - 1));
-  }
-  if (name == "tojson") return Value::str(dump_json(to_json(v)));
-  return Value::str(v.text());  // string
-}
-
-bool test(const std::string& name, const Value& v) {
+bool test(const std::string& name, const Value& v, const Value& arg = Value()) {
   if (name == "defined") return v.kind != Value::kUndefined;
   if (name == "undefined") return v.kind == Value::kUndefined;
   if (name == "none") return v.kind == Value::kNone;
   if (name == "string") return v.kind == Value::kString;
-  if (name == "number") return v.kind == Value::kInt;
+  if (name == "number" || name == "integer") return v.kind == Value::kInt;
+  if (name == "boolean") return v.kind == Value::kBool;
+  if (name == "true" || name == "false") return v.kind == Value::kBool && v.b == (name == "true");
   if (name == "mapping") return v.kind == Value::kDict;
+  if (name == "equalto" || name == "eq" || name == "==") return equal(v, arg);
+  if (name == "ne" || name == "!=") return !equal(v, arg);
   return v.kind == Value::kList || v.kind == Value::kString || v.kind == Value::kDict;  // sequence, iterable
+}
+
+// What a filter such as list, join or select walks: a list's items, a string's characters, a
+// dict's keys.
+std::vector<Value> elements(const Value& v) {
+  std::vector<Value> out;
+  if (v.kind == Value::kList) out = *v.list;
+  else if (v.kind == Value::kString) for (char c : v.s) out.push_back(Value::str(std::string(1, c)));
+  else if (v.kind == Value::kDict) for (const auto& kv : *v.dict) out.push_back(Value::str(kv.first));
+  else if (v.kind != Value::kUndefined && v.kind != Value::kNone) fail(v.text() + " is not a sequence");
+  return out;
+}
+
+Value from(std::vector<Value> items) {
+  Value out = Value::new_list();
+  *out.list = std::move(items);
+  return out;
+}
+
+Value filter(const std::string& name, const Value& v, const Args& a);
+
+// select, reject, selectattr, rejectattr: the items (or their attribute) that pass the test.
+Value choose(const std::string& name, const Value& v, const Args& a) {
+  const bool attr = name == "selectattr" || name == "rejectattr", keep = name == "select" || name == "selectattr";
+  const size_t t = attr ? 1 : 0;
+  const Value test_name = a.get(t, "test");
+  if (test_name.kind != Value::kUndefined && (test_name.kind != Value::kString || !is_test(test_name.s)))
+    fail(name + "() with the test " + test_name.text() + ", which loom-serve does not render");
+  std::vector<Value> out;
+  for (const Value& x : elements(v)) {
+    const Value subject = attr ? index(x, a.get(0, "attribute")) : x;
+    const bool pass = test_name.kind == Value::kUndefined ? subject.truthy() : test(test_name.s, subject, a.get(t + 1, "value"));
+    if (pass == keep) out.push_back(x);
+  }
+  return from(std::move(out));
+}
+
+Value filter(const std::string& name, const Value& v, const Args& a) {
+  if (name == "trim") return Value::str(strip(v.text(), true, true, a.get(0, "chars")));
+  if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") return Value::str(recase(v.text(), name, true));
+  if (name == "length" || name == "count") return Value::integer(length(v));
+  if (name == "default" || name == "d") {
+    const bool use = v.kind == Value::kUndefined || (a.get(1, "boolean").truthy() && !v.truthy());
+    return use ? (a.pos.empty() ? Value::str("") : a.pos[0]) : v;
+  }
+  if (name == "first" || name == "last") {
+    const int64_t n = length(v);
+    return n == 0 ? Value() : index(v, Value::integer(name == "first" ? 0 : n - 1));
+  }
+  if (name == "tojson") {
+    const Value indent = a.get(0, "indent");
+    return Value::str(to_json_text(v, indent.kind == Value::kInt ? static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(indent.i, 16))) : -1));
+  }
+  if (name == "int") {
+    if (v.kind == Value::kInt) return v;
+    if (v.kind == Value::kBool) return Value::integer(v.b);
+    try { return Value::integer(std::stoll(strip(v.text(), true, true))); } catch (...) { return Value::integer(0); }
+  }
+  if (name == "join") {
+    std::string out;
+    const std::vector<Value> xs = elements(v);
+    for (size_t k = 0; k < xs.size(); ++k) out += (k ? a.get(0, "d").text() : "") + xs[k].text();
+    return Value::str(out);
+  }
+  if (name == "list") return from(elements(v));
+  if (name == "items") return v.kind == Value::kDict ? items(v) : v.kind == Value::kUndefined ? Value::new_list() : (fail("items of a value that is not a mapping"), v);
+  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return choose(name, v, a);
+  if (name == "map") {
+    std::vector<Value> out;
+    const Value attr = a.get(99, "attribute"), f = a.pos.empty() ? Value() : a.pos[0];
+    if (attr.kind == Value::kUndefined && (f.kind != Value::kString || !is_filter(f.s) || f.s == "map")) fail("map() takes attribute= or a filter's name");
+    Args rest;
+    rest.pos.assign(a.pos.begin() + (a.pos.empty() ? 0 : 1), a.pos.end());
+    for (const Value& x : elements(v)) out.push_back(attr.kind != Value::kUndefined ? index(x, attr) : filter(f.s, x, rest));
+    return from(std::move(out));
+  }
+  if (name == "replace") return Value::str(replace(v.text(), a.get(0, "old"), a.get(1, "new")));
+  return Value::str(v.text());  // string, safe
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
@@ -166,8 +373,25 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
   return arithmetic(op, a, b);
 }
 
-Value call(const std::string& name, const std::vector<Value>& a) {
+Value call(const std::string& name, const Args& args) {
+  const std::vector<Value>& a = args.pos;
   if (name == "raise_exception") throw ServeError(Status::kInput, a.empty() ? "the chat template refused the conversation" : a[0].text());
+  if (name == "namespace") {  // attributes from a mapping and from keywords
+    Value ns = Value::new_dict();
+    ns.b = true;
+    for (const Value& d : a)
+      if (d.kind == Value::kDict) ns.dict->insert(d.dict->begin(), d.dict->end());
+    for (const auto& kv : args.kw) (*ns.dict)[kv.first] = kv.second;
+    return ns;
+  }
+  if (name == "strftime_now") {  // transformers' helper: the server's local time
+    if (a.empty() || a[0].kind != Value::kString || a[0].s.size() > 256) fail("strftime_now() takes a format string");
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[1024];
+    return Value::str(std::string(buf, std::strftime(buf, sizeof buf, a[0].s.c_str(), &tm)));
+  }
   if (a.empty() || a[0].kind != Value::kInt || a[0].i < 0 || a[0].i > kMaxRange) fail("range() takes a whole number up to 100000");
   Value out = Value::new_list();
   for (int64_t i = 0; i < a[0].i; ++i) out.list->push_back(Value::integer(i));
@@ -194,7 +418,7 @@ std::string Value::text() const {
     case kInt: return std::to_string(i);
     case kString: return s;
     case kList:
-    case kDict: return dump_json(to_json(*this));
+    case kDict: return repr(*this);
     default: return "";
   }
 }
@@ -207,11 +431,20 @@ Value Scope::get(const std::string& name) const {
   return Value();
 }
 
+std::string to_json_text(const Value& v, int indent) {
+  std::string out;
+  write_json(v, indent, 0, out);
+  return out;
+}
+
 Value eval(const Expr& e, Scope& scope) {
   auto arg = [&](size_t k) { return eval(*e.args[k], scope); };
   auto rest = [&](size_t from) {
-    std::vector<Value> a;
-    for (size_t k = from; k < e.args.size(); ++k) a.push_back(arg(k));
+    Args a;
+    for (size_t k = from; k < e.args.size(); ++k) {
+      if (k < e.kw.size() && !e.kw[k].empty()) a.kw[e.kw[k]] = arg(k);
+      else a.pos.push_back(arg(k));
+    }
     return a;
   };
   switch (e.op) {
@@ -219,13 +452,27 @@ Value eval(const Expr& e, Scope& scope) {
     case Expr::kVar: return scope.get(e.name);
     case Expr::kList: {
       Value out = Value::new_list();
-      *out.list = rest(0);
+      *out.list = rest(0).pos;
+      return out;
+    }
+    case Expr::kDict: {
+      Value out = Value::new_dict();
+      for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
+        Value key = arg(k);
+        if (key.kind != Value::kString) fail("a dict key that is not a string: " + key.text());
+        (*out.dict)[key.s] = arg(k + 1);
+      }
       return out;
     }
     case Expr::kAttr: return index(arg(0), Value::str(e.name));
     case Expr::kIndex: return index(arg(0), arg(1));
-    case Expr::kSlice: return slice(arg(0), arg(1), arg(2));
-    case Expr::kCall: return call(e.name, rest(0));
+    case Expr::kSlice: return slice(arg(0), arg(1), arg(2), e.args.size() > 3 ? arg(3) : Value());
+    case Expr::kCall: {
+      Args a = rest(0);
+      if (is_function(e.name)) return call(e.name, a);
+      if (!scope.macro) fail("a call of " + e.name + "() outside its template");
+      return scope.macro(e.name, a.pos, a.kw);
+    }
     case Expr::kMethod: return method(e.name, arg(0), rest(1));
     case Expr::kFilter: return filter(e.name, arg(0), rest(1));
     case Expr::kTest: return Value::boolean(test(e.name, arg(0)) != e.negate);

@@ -53,7 +53,7 @@ Tok lex(const std::string& t, size_t& p) {
   }
   for (const char* op : {"==", "!=", "<=", ">=", "//"})
     if (t.compare(p, 2, op) == 0) return p += 2, Tok{Tok::kOp, op};
-  if (std::string("+-*/%~<>()[].,:|=").find(c) != std::string::npos) return ++p, Tok{Tok::kOp, std::string(1, c)};
+  if (std::string("+-*/%~<>()[]{}.,:|=").find(c) != std::string::npos) return ++p, Tok{Tok::kOp, std::string(1, c)};
   unsupported(std::string("the character '") + c + "'");
 }
 
@@ -61,14 +61,19 @@ Tok lex(const std::string& t, size_t& p) {
 
 namespace {
 
+bool named(const std::string& name, std::initializer_list<const char*> names) {
+  return std::any_of(names.begin(), names.end(), [&](const char* k) { return name == k; });
+}
+
 class Parser {
  public:
-  Parser(const std::string& t, size_t& p) : t_(t), p_(p) { peek_ = lex(t_, p_); }
+  Parser(const std::string& t, size_t& p, const std::set<std::string>* macros) : t_(t), p_(p), macros_(macros) { peek_ = lex(t_, p_); }
   ExprPtr expr();
 
  private:
   const std::string& t_;
   size_t& p_;
+  const std::set<std::string>* macros_;
   Tok peek_;
   size_t before_ = 0;  // where peek_ began, to give it back
   int depth_ = 0;
@@ -105,7 +110,7 @@ class Parser {
   ExprPtr unary();
   ExprPtr postfix(ExprPtr e);
   ExprPtr primary();
-  std::vector<ExprPtr> call_args();
+  void call_args(Expr& into);
 
  public:
   void give_back() { p_ = peek_.kind == Tok::kEnd ? p_ : before_; }
@@ -164,9 +169,7 @@ ExprPtr Parser::compare() {
       if (is("not")) take(), test->negate = true;
       if (peek_.kind != Tok::kName) unsupported("'is' without a test name");
       test->name = take().s;
-      if (test->name != "defined" && test->name != "undefined" && test->name != "none" && test->name != "string" &&
-          test->name != "number" && test->name != "mapping" && test->name != "sequence" && test->name != "iterable")
-        unsupported("the test '" + test->name + "'");
+      if (!is_test(test->name)) unsupported("the test '" + test->name + "'");
       test->args.push_back(std::move(e));
       e = std::move(test);
     } else {
@@ -207,17 +210,27 @@ ExprPtr Parser::unary() {
   return e;
 }
 
-std::vector<ExprPtr> Parser::call_args() {
-  std::vector<ExprPtr> args;
+// `(a, b, key=c)` into `into`'s arguments, after those it holds.
+void Parser::call_args(Expr& into) {
+  into.kw.resize(into.args.size());
   expect("(");
   while (!is(")")) {
     if (peek_.kind == Tok::kEnd) unsupported("a call without its ')'");
-    args.push_back(expr());
+    size_t after = p_;
+    while (after < t_.size() && std::isspace(static_cast<unsigned char>(t_[after]))) ++after;
+    std::string key;
+    if (peek_.kind == Tok::kName && after < t_.size() && t_[after] == '=' && t_.compare(after, 2, "==") != 0) {
+      key = take().s;
+      take();  // =
+    }
+    into.args.push_back(expr());
+    into.kw.push_back(key);
     if (!is(")")) expect(",");
   }
   take();
-  return args;
 }
+
+
 
 ExprPtr Parser::postfix(ExprPtr e) {
   for (;;) {
@@ -226,12 +239,12 @@ ExprPtr Parser::postfix(ExprPtr e) {
       if (peek_.kind != Tok::kName) unsupported("'.' without a name");
       const std::string name = take().s;
       if (is("(")) {
+        if (!named(name, {"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "startswith", "endswith",
+                          "split", "replace", "items", "keys", "values", "get"}))
+          unsupported("the method ." + name + "()");
         ExprPtr m = node(Expr::kMethod, name);
         m->args.push_back(std::move(e));
-        for (auto& a : call_args()) m->args.push_back(std::move(a));
-        static const char* kMethods[] = {"strip", "lstrip", "rstrip", "upper", "lower", "startswith", "endswith"};
-        if (std::find_if(std::begin(kMethods), std::end(kMethods), [&](const char* k) { return name == k; }) == std::end(kMethods))
-          unsupported("the method ." + name + "()");
+        call_args(*m);
         e = std::move(m);
       } else {
         ExprPtr a = node(Expr::kAttr, name);
@@ -241,12 +254,13 @@ ExprPtr Parser::postfix(ExprPtr e) {
     } else if (is("[")) {
       take();
       ExprPtr lo = is(":") ? node(Expr::kLit) : expr();
-      if (is(":")) {
+      if (is(":")) {  // [lo:hi] or [lo:hi:step], each part optional
         take();
         ExprPtr s = node(Expr::kSlice);
         s->args.push_back(std::move(e));
         s->args.push_back(std::move(lo));
-        s->args.push_back(is("]") ? node(Expr::kLit) : expr());
+        s->args.push_back(is("]") || is(":") ? node(Expr::kLit) : expr());
+        if (is(":")) take(), s->args.push_back(is("]") ? node(Expr::kLit) : expr());
         e = std::move(s);
       } else {
         e = bin(Expr::kIndex, "", std::move(e), std::move(lo));
@@ -256,12 +270,9 @@ ExprPtr Parser::postfix(ExprPtr e) {
       take();
       if (peek_.kind != Tok::kName) unsupported("'|' without a filter name");
       ExprPtr f = node(Expr::kFilter, take().s);
-      static const char* kFilters[] = {"trim", "upper", "lower", "length", "count", "default", "first", "last", "tojson", "string"};
-      if (std::find_if(std::begin(kFilters), std::end(kFilters), [&](const char* k) { return f->name == k; }) == std::end(kFilters))
-        unsupported("the filter '" + f->name + "'");
+      if (!is_filter(f->name)) unsupported("the filter '" + f->name + "'");
       f->args.push_back(std::move(e));
-      if (is("("))
-        for (auto& a : call_args()) f->args.push_back(std::move(a));
+      if (is("(")) call_args(*f);
       e = std::move(f);
     } else {
       return e;
@@ -291,15 +302,27 @@ ExprPtr Parser::primary() {
     take();
     return e;
   }
+  if (k.kind == Tok::kOp && k.s == "{") {  // a dict: keys and values in turn
+    ExprPtr e = node(Expr::kDict);
+    while (!is("}")) {
+      if (peek_.kind == Tok::kEnd) unsupported("a dict without its '}'");
+      e->args.push_back(expr());
+      expect(":");
+      e->args.push_back(expr());
+      if (!is("}")) expect(",");
+    }
+    take();
+    return e;
+  }
   if (k.kind != Tok::kName) unsupported(k.kind == Tok::kEnd ? std::string("an expression that ends early") : "'" + k.s + "' where a value belongs");
   ExprPtr e = node(Expr::kLit);
   if (k.s == "true" || k.s == "True") e->lit = Value::boolean(true);
   else if (k.s == "false" || k.s == "False") e->lit = Value::boolean(false);
   else if (k.s == "none" || k.s == "None") e->lit = Value::none();
   else if (is("(")) {
-    if (k.s != "raise_exception" && k.s != "range") unsupported("the function " + k.s + "()");
+    if (!is_function(k.s) && !(macros_ && macros_->count(k.s))) unsupported("the function " + k.s + "()");
     e = node(Expr::kCall, k.s);
-    e->args = call_args();
+    call_args(*e);
   } else {
     e = node(Expr::kVar, k.s);
   }
@@ -308,8 +331,21 @@ ExprPtr Parser::primary() {
 
 }  // namespace
 
-ExprPtr parse_expr(const std::string& text, size_t& pos) {
-  Parser p(text, pos);
+bool is_function(const std::string& name) { return named(name, {"raise_exception", "range", "namespace", "strftime_now"}); }
+
+bool is_filter(const std::string& name) {
+  return named(name, {"trim", "upper", "lower", "title", "capitalize", "length", "count", "default", "d", "first", "last",
+                      "tojson", "string", "safe", "int", "join", "list", "items", "select", "reject", "selectattr",
+                      "rejectattr", "map", "replace"});
+}
+
+bool is_test(const std::string& name) {
+  return named(name, {"defined", "undefined", "none", "string", "number", "integer", "boolean", "true", "false", "mapping",
+                      "sequence", "iterable", "equalto", "eq", "==", "ne", "!="});
+}
+
+ExprPtr parse_expr(const std::string& text, size_t& pos, const std::set<std::string>* macros) {
+  Parser p(text, pos, macros);
   ExprPtr e = p.expr();
   p.give_back();
   return e;

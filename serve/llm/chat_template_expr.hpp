@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
+#include <nlohmann/ordered_map.hpp>
 #include <string>
 #include <vector>
 
@@ -13,26 +16,28 @@ namespace loom::serve::llm::tmpl {
 
 struct Value {
   enum Kind { kUndefined, kNone, kBool, kInt, kString, kList, kDict } kind = kUndefined;
-  bool b = false;
+  bool b = false;  // kBool: the value; kDict: a namespace() (whose attributes {% set ns.x = %} may change)
   int64_t i = 0;
   std::string s;
   std::shared_ptr<std::vector<Value>> list;
-  std::shared_ptr<std::map<std::string, Value>> dict;
+  std::shared_ptr<nlohmann::ordered_map<std::string, Value>> dict;  // in insertion order, as Python's dicts
 
   static Value none() { Value v; v.kind = kNone; return v; }
   static Value boolean(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
   static Value integer(int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
   static Value str(std::string x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
   static Value new_list() { Value v; v.kind = kList; v.list = std::make_shared<std::vector<Value>>(); return v; }
-  static Value new_dict() { Value v; v.kind = kDict; v.dict = std::make_shared<std::map<std::string, Value>>(); return v; }
+  static Value new_dict() { Value v; v.kind = kDict; v.dict = std::make_shared<nlohmann::ordered_map<std::string, Value>>(); return v; }
   bool truthy() const;
-  std::string text() const;  // as {{ }} prints it: Python's str()
+  std::string text() const;  // as {{ }} prints it: Python's str() (lists and dicts as their repr)
 };
 
 // Variables by name, innermost scope last (a for loop's body is a scope: Jinja's `set` inside a
 // loop does not leak out).
 struct Scope {
   std::vector<std::map<std::string, Value>> frames;
+  // Calls the template's {% macro %} `name` with positional and keyword arguments: its text.
+  std::function<Value(const std::string& name, const std::vector<Value>& pos, const std::map<std::string, Value>& kw)> macro;
   Value get(const std::string& name) const;
   void set(const std::string& name, Value v) { frames.back()[name] = std::move(v); }
 };
@@ -41,18 +46,27 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
-  enum Op { kLit, kVar, kList, kAttr, kIndex, kSlice, kCall, kMethod, kFilter, kTest, kNot, kNeg, kBin, kAnd, kOr, kIf } op;
+  enum Op { kLit, kVar, kList, kDict, kAttr, kIndex, kSlice, kCall, kMethod, kFilter, kTest, kNot, kNeg, kBin, kAnd, kOr, kIf } op;
   Value lit;
   std::string name;  // variable, attribute, function, method, filter, test or binary operator
   std::vector<ExprPtr> args;
+  std::vector<std::string> kw;  // calls, filters and methods: each argument's keyword ("" for positional), as args
   bool negate = false;  // `is not`
 };
 
 // Parses `text` (the inside of {{ }} or a statement's expression); `pos` advances past it and
 // parsing stops at a token it cannot continue with. Throws rt::Error naming what is not supported.
-ExprPtr parse_expr(const std::string& text, size_t& pos);
+// `macros`: the names of the template's macros read so far, which it may call like functions.
+ExprPtr parse_expr(const std::string& text, size_t& pos, const std::set<std::string>* macros = nullptr);
+// The names a template may call as functions ("raise_exception", "range", "namespace", "strftime_now").
+bool is_function(const std::string& name);
+bool is_filter(const std::string& name);  // the filters it renders
+bool is_test(const std::string& name);    // the tests (`is NAME`, select/reject) it renders
 // The next word at `pos` ("for", "in", "=", ...), skipping spaces; empty at the end.
 std::string next_word(const std::string& text, size_t& pos);
 Value eval(const Expr& e, Scope& scope);
+// transformers' tojson: json.dumps with ensure_ascii off, keys in their order, and Python's
+// separators (", " and ": "; "," and ": " with an indent, negative for none).
+std::string to_json_text(const Value& v, int indent = -1);
 
 }  // namespace loom::serve::llm::tmpl

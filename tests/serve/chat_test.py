@@ -1,5 +1,6 @@
 """chat_test.py — /v1/chat/completions against the peers that define it: published chat templates
-(ChatML, Zephyr, Llama 2, Mistral, Gemma, as their tokenizer_config.json files carry them)
+(ChatML, Zephyr, Llama 2, Mistral, Gemma, as their tokenizer_config.json files carry them, and two
+written here with the constructs of Qwen3's and Llama 3's)
 rendered by Jinja2 as transformers' apply_chat_template renders them (trim_blocks, lstrip_blocks,
 raise_exception), and the same conversation through loom-serve: the same prompt tokens
 (vLLM's POST /tokenize with messages), the same refusals, and a chat completion whose greedy
@@ -8,6 +9,7 @@ tokens equal /v1/completions on Jinja2's prompt; streams as chat.completion.chun
 usage: chat_test.py write REPO_DIR SOURCE_FOLDER   (model folders, one per template)
        chat_test.py check URL
 """
+import datetime
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import urllib.error
 import urllib.request
 
 import jinja2
+import jinja2.ext
 import jinja2.sandbox
 
 TEMPLATES = {
@@ -53,6 +56,65 @@ TEMPLATES = {
               "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
               "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
               "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"),
+    # Written for this test in the style of the newer published templates (Qwen3's reasoning
+    # turns, Llama 3's tool headers): namespace() and attribute sets, reversed slices, split and
+    # strip with characters, `is false`, select/reject, map, join, items with two loop names,
+    # tojson(indent=...), break and continue, strftime_now.
+    "reasoning": ("", "<|im_end|>",
+                  "{%- set ns = namespace(last_user=messages|length - 1, seen=0) %}\n"
+                  "{%- for m in messages[::-1] %}\n"
+                  "    {%- if m.role == 'user' and ns.seen == 0 %}\n"
+                  "        {%- set ns.last_user = (messages|length - 1) - loop.index0 %}\n"
+                  "        {%- set ns.seen = 1 %}\n"
+                  "    {%- endif %}\n"
+                  "{%- endfor %}\n"
+                  "{%- for message in messages %}\n"
+                  "    {%- if message.role == 'assistant' and '</think>' in message.content %}\n"
+                  "        {%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}\n"
+                  "        {%- set thought = message.content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].strip('\\n ') %}\n"
+                  "    {%- else %}\n"
+                  "        {%- set content = message.content %}\n"
+                  "        {%- set thought = '' %}\n"
+                  "    {%- endif %}\n"
+                  "    {{- '<|im_start|>' + message.role + '\\n' }}\n"
+                  "    {%- if loop.index0 > ns.last_user and thought %}\n"
+                  "        {{- '<think>\\n' + thought + '\\n</think>\\n\\n' }}\n"
+                  "    {%- endif %}\n"
+                  "    {{- content + eos_token + '\\n' }}\n"
+                  "{%- endfor %}\n"
+                  "{%- if add_generation_prompt %}\n"
+                  "    {{- '<|im_start|>assistant\\n' }}\n"
+                  "    {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}\n"
+                  "{%- endif %}"),
+    "tooling": ("<|begin_of_text|>", "<|eot_id|>",
+                "{{- bos_token }}\n"
+                "{%- set tools = [{'name': 'clock', 'parameters': {'zone': 'string', 'style': ['short', 'long']}}] %}\n"
+                "{%- set builtin = ['code_interpreter', 'search', 'clock'] %}\n"
+                "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}\n"
+                "{{- 'Tools: ' + builtin | reject('equalto', 'code_interpreter') | join(', ') + '\\n' }}\n"
+                "{{- 'Year: ' + strftime_now('%Y') + '\\n' if strftime_now is defined else '' }}\n"
+                "{%- for t in tools %}{{- t | tojson(indent=2) }}{% for k, v in t.parameters | items %} {{ k }}={{ v }}{% endfor %}{% endfor %}\n"
+                "{{- '\\nUsers: ' ~ (messages | selectattr('role', 'equalto', 'user') | list | length) }}\n"
+                "{{- ' Roles: ' + messages | map(attribute='role') | join(',') | title }}\n"
+                "{{- eos_token }}\n"
+                "{%- for message in messages %}\n"
+                "    {%- if message.role == 'tool' %}{% continue %}{% endif %}\n"
+                "    {%- if loop.index0 >= 6 %}{% break %}{% endif %}\n"
+                "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + eos_token }}\n"
+                "{%- endfor %}\n"
+                "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"),
+    # Macros with defaults and keywords, one calling itself; this model's folder holds it as
+    # chat_template.jinja (ending in a newline, which Jinja drops), as newer transformers save it.
+    "macros": ("<s>", "</s>",
+               "{%- macro turn(role, content, mark='### ', shout=false) -%}\n"
+               "{{ mark }}{{ role | capitalize }}: {{ content | upper if shout else content | trim }}\n"
+               "{% endmacro -%}\n"
+               "{%- macro dots(n) -%}{{ '.' }}{% if n > 1 %}{{ dots(n - 1) }}{% endif %}{%- endmacro -%}\n"
+               "{{ bos_token }}\n"
+               "{%- for m in messages %}\n"
+               "{{ turn(m.role, m.content, shout=(m.role == 'system')) }}\n"
+               "{%- endfor %}\n"
+               "{%- if add_generation_prompt %}{{ turn('assistant', '', mark='>>> ') }}{{ dots(messages|length) }}{% endif %}\n"),
 }
 
 CONVERSATIONS = [
@@ -62,16 +124,27 @@ CONVERSATIONS = [
     [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}],
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
     [{"role": "tool", "content": "42"}],
+    [{"role": "user", "content": "Zürich, 23 °C?"}, {"role": "assistant", "content": "<think>\nCheck the units.\n</think>\n\nYes."},
+     {"role": "tool", "content": "{}"}, {"role": "user", "content": "Thanks"},
+     {"role": "assistant", "content": "<think> fine </think>Bye"}],
 ]
 
 
 def jinja(source, messages, add_generation_prompt, bos, eos):
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # As transformers' apply_chat_template sets Jinja2 up: loop controls, its own tojson and
+    # the raise_exception and strftime_now globals.
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=[jinja2.ext.loopcontrols])
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     try:
         return env.from_string(source).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                               bos_token=bos, eos_token=eos), None
@@ -94,13 +167,19 @@ def write(repo, source):
         os.makedirs(folder, exist_ok=True)
         for f in ("config.json", "model.safetensors", "vocab.json", "merges.txt"):
             shutil.copy(os.path.join(source, f), folder)
+        config = {"bos_token": bos, "eos_token": {"content": eos}}
+        if name == "macros":
+            with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
+                f.write(template)
+        else:
+            config["chat_template"] = template
         with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-            json.dump({"bos_token": bos, "eos_token": {"content": eos}, "chat_template": template}, f)
+            json.dump(config, f)
     # A template that uses what loom-serve does not render: that model is refused at load, by name.
-    folder = os.path.join(repo, "chat-macro", "1")
+    folder = os.path.join(repo, "chat-include", "1")
     shutil.copytree(os.path.join(repo, "chat-chatml", "1"), folder)
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(messages[0]['content']) }}"}, f)
+        json.dump({"chat_template": "{% include 'other.jinja' %}{{ messages[0]['content'] }}"}, f)
 
 
 def check(url):
@@ -129,8 +208,8 @@ def check(url):
 
     with urllib.request.urlopen(urllib.request.Request(url + "/v2/repository/index", data=b"{}"), timeout=30) as r:
         index = {m["name"]: m for m in json.loads(r.read())}
-    expect(index.get("chat-macro", {}).get("state") == "UNAVAILABLE" and "uses {% macro %}" in index["chat-macro"].get("reason", ""),
-           f"a template with a macro: {index.get('chat-macro')}")
+    expect(index.get("chat-include", {}).get("state") == "UNAVAILABLE" and "uses {% include %}" in index["chat-include"].get("reason", ""),
+           f"a template with an include: {index.get('chat-include')}")
     # A chat completion is the completion of the template's prompt: the same greedy tokens.
     messages = CONVERSATIONS[0]  # (this test's model holds 128 positions)
     prompt, _ = jinja(TEMPLATES["chatml"][2], messages, True, "<|endoftext|>", "<|endoftext|>")
