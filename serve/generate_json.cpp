@@ -143,7 +143,7 @@ CompletionRequest parse_completion_request(const std::string& body) {
 
 namespace {
 
-std::string message_content(const json& c, size_t k) {
+std::string message_content(const nlohmann::ordered_json& c, size_t k) {
   const std::string where = "messages[" + std::to_string(k) + "].content";
   if (c.is_null()) return "";
   if (c.is_string()) return c.get<std::string>();
@@ -157,25 +157,50 @@ std::string message_content(const json& c, size_t k) {
   return text;
 }
 
+// The template's variables from the request: `tools` (a list; shown to the model by its template,
+// as vLLM does with tool_choice "none": tool calls are not parsed from the output) and
+// chat_template_kwargs' members (vLLM's, such as enable_thinking).
+nlohmann::ordered_json template_vars(const nlohmann::ordered_json& req) {
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  if (auto k = req.find("chat_template_kwargs"); k != req.end() && !k->is_null()) {
+    if (!k->is_object()) bad("chat_template_kwargs must be an object");
+    for (auto it = k->begin(); it != k->end(); ++it)
+      if (it.key() != "messages") vars[it.key()] = it.value();
+  }
+  if (auto t = req.find("tools"); t != req.end() && !t->is_null()) {
+    if (!t->is_array()) bad("tools must be a list");
+    vars["tools"] = *t;
+  }
+  if (auto c = req.find("tool_choice"); c != req.end() && !c->is_null() && *c != "none")
+    bad("tool_choice must be \"none\": loom-serve shows the tools to the model through its chat template but does not "
+        "parse tool calls from what it writes");
+  return vars;
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(const std::string& body) {
   json req = object_body(body);
   ChatRequest r;
-  auto m = req.find("messages");
-  if (m == req.end() || !m->is_array() || m->empty()) bad("messages must be a non-empty list");
-  if (m->size() > 10000) bad("messages must hold at most 10000 messages");
-  for (size_t k = 0; k < m->size(); ++k) {
-    const json& msg = (*m)[k];
-    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+  const auto ordered = nlohmann::ordered_json::parse(body);  // what the template sees keeps the client's key order
+  const auto found = ordered.find("messages");
+  if (found == ordered.end() || !found->is_array() || found->empty()) bad("messages must be a non-empty list");
+  const auto& m = *found;
+  if (m.size() > 10000) bad("messages must hold at most 10000 messages");
+  r.messages = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < m.size(); ++k) {
+    if (!m[k].is_object() || !m[k].contains("role") || !m[k]["role"].is_string())
       bad("messages[" + std::to_string(k) + "] must be an object with a role");
-    r.messages.push_back({msg["role"].get<std::string>(), message_content(msg.value("content", json()), k)});
+    nlohmann::ordered_json msg = m[k];
+    msg["content"] = message_content(m[k].value("content", nlohmann::ordered_json()), k);
+    r.messages.push_back(std::move(msg));
   }
   if (auto a = req.find("add_generation_prompt"); a != req.end()) {
     if (!a->is_boolean()) bad("add_generation_prompt must be true or false");
     r.add_generation_prompt = a->get<bool>();
   }
-  req.erase("messages");
+  r.vars = template_vars(ordered);
+  for (const char* k : {"messages", "tools", "tool_choice", "chat_template_kwargs"}) req.erase(k);
   req["prompt"] = "";
   if (req.contains("max_completion_tokens") && !req.contains("max_tokens")) req["max_tokens"] = req["max_completion_tokens"];
   if (auto lp = req.find("logprobs"); lp != req.end()) {

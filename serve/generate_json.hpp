@@ -47,7 +47,8 @@ CompletionRequest parse_completion_request(const std::string& body);
 // prompt is left empty: the model's chat template renders it from the messages.
 struct ChatRequest {
   CompletionRequest completion;
-  std::vector<llm::ChatMessage> messages;
+  nlohmann::ordered_json messages;  // the message objects as sent (in their keys' order), contents as text
+  nlohmann::ordered_json vars;      // more template variables: tools, chat_template_kwargs' members
   bool add_generation_prompt = true;
 };
 ChatRequest parse_chat_request(const std::string& body);

@@ -307,8 +307,8 @@ Reply completions(Context& ctx, const std::string& body) {
 const llm::ChatFormat& chat_format(const Target& t) {
   const llm::ChatFormat* f = t.keep->model().chat();
   if (!f)
-    throw ServeError(Status::kInput, "model " + t.name + " has no chat template (no chat_template in its folder's "
-                                     "tokenizer_config.json): use POST /v1/completions");
+    throw ServeError(Status::kInput, "model " + t.name + " has no chat template (no chat_template.jinja in its folder, "
+                                     "no chat_template in its tokenizer_config.json): use POST /v1/completions");
   return *f;
 }
 
@@ -317,7 +317,7 @@ Reply chat_completions(Context& ctx, const std::string& body) {
   if (req.completion.model.empty()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
   const llm::ChatFormat& f = chat_format(t);
-  const std::string prompt = f.tmpl.render(req.messages, req.add_generation_prompt, f.bos, f.eos);
+  const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos);
   return answer(ctx, t, req.completion, prompt_ids(t, prompt), true);
 }
 
@@ -333,7 +333,7 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
     if (req.contains("messages")) {  // vLLM's chat form: the prompt the chat template renders
       const ChatRequest c = parse_chat_request(body);
       const llm::ChatFormat& f = chat_format(t);
-      text = f.tmpl.render(c.messages, c.add_generation_prompt, f.bos, f.eos);
+      text = f.tmpl.render(c.messages, c.vars, c.add_generation_prompt, f.bos, f.eos);
     } else {
       if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
       text = req["prompt"].get<std::string>();

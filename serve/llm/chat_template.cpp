@@ -370,20 +370,22 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
                                  const std::string& eos_token, size_t max_bytes) const {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return render(list, nlohmann::ordered_json::object(), add_generation_prompt, bos_token, eos_token, max_bytes);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& vars, bool add_generation_prompt,
+                                 const std::string& bos_token, const std::string& eos_token, size_t max_bytes) const {
   Render r;
   r.max_bytes = max_bytes;
   r.scope.frames.emplace_back();
-  Value list = Value::new_list();
-  for (const auto& m : messages) {
-    Value d = Value::new_dict();
-    (*d.dict)["role"] = Value::str(m.role);
-    (*d.dict)["content"] = Value::str(m.content);
-    list.list->push_back(d);
-  }
-  r.scope.set("messages", list);
+  // As transformers passes them: its own names, then the caller's (chat_template_kwargs) over them.
   r.scope.set("add_generation_prompt", Value::boolean(add_generation_prompt));
   r.scope.set("bos_token", Value::str(bos_token));
   r.scope.set("eos_token", Value::str(eos_token));
+  for (auto it = vars.begin(); vars.is_object() && it != vars.end(); ++it) r.scope.set(it.key(), tmpl::from_json(it.value()));
+  r.scope.set("messages", tmpl::from_json(messages));
   for (const char* f : {"raise_exception", "strftime_now"}) r.scope.set(f, Value::str(std::string("<function ") + f + ">"));  // `is defined`
   r.scope.macro = [&](const std::string& name, const std::vector<Value>& pos, const std::map<std::string, Value>& kw) {
     const auto m = macros_.find(name);

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,9 +29,14 @@ class ChatTemplate {
   ~ChatTemplate();
   ChatTemplate(ChatTemplate&&) noexcept;
 
-  // The prompt for `messages`. Throws ServeError kInput with the template's own words when it
-  // calls raise_exception (a conversation it does not take), or when the prompt would pass
-  // `max_bytes`.
+  // The prompt for `messages` (a list of message objects: role, content and whatever else the
+  // client sent, tool_calls or name), with `vars` (an object) as more variables: tools, and what
+  // a request's chat_template_kwargs holds. Throws ServeError kInput with the template's own
+  // words when it calls raise_exception (a conversation it does not take), or when the prompt
+  // would pass `max_bytes`.
+  std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& vars, bool add_generation_prompt,
+                     const std::string& bos_token, const std::string& eos_token, size_t max_bytes = 1 << 20) const;
+  // The same for messages of a role and a content string.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
                      const std::string& eos_token, size_t max_bytes = 1 << 20) const;
 

@@ -2,6 +2,7 @@
 // Jinja does: Python's truthiness, str() and comparisons for the values templates hold.
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -40,6 +41,7 @@ void write_json(const Value& v, int indent, int level, std::string& out) {
   switch (v.kind) {
     case Value::kBool: out += v.b ? "true" : "false"; return;
     case Value::kInt: out += std::to_string(v.i); return;
+    case Value::kFloat: out += nlohmann::json(v.f).dump(); return;
     case Value::kString: out += json_string(v.s); return;
     case Value::kList:
       if (v.list->empty()) return void(out += "[]");
@@ -108,6 +110,9 @@ int64_t length(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
+  if (a.kind == Value::kFloat || b.kind == Value::kFloat)
+    return (a.kind == Value::kFloat ? a.f : static_cast<double>(a.i)) == (b.kind == Value::kFloat ? b.f : static_cast<double>(b.i)) &&
+           (a.kind == Value::kFloat || a.kind == Value::kInt) && (b.kind == Value::kFloat || b.kind == Value::kInt);
   if (a.kind == Value::kInt && b.kind == Value::kBool) return a.i == (b.b ? 1 : 0);
   if (a.kind == Value::kBool && b.kind == Value::kInt) return b.i == (a.b ? 1 : 0);
   if (a.kind != b.kind) return (a.kind == Value::kUndefined || a.kind == Value::kNone) && (b.kind == Value::kUndefined || b.kind == Value::kNone) && a.kind == b.kind;
@@ -248,7 +253,8 @@ bool test(const std::string& name, const Value& v, const Value& arg = Value()) {
   if (name == "undefined") return v.kind == Value::kUndefined;
   if (name == "none") return v.kind == Value::kNone;
   if (name == "string") return v.kind == Value::kString;
-  if (name == "number" || name == "integer") return v.kind == Value::kInt;
+  if (name == "number") return v.kind == Value::kInt || v.kind == Value::kFloat;
+  if (name == "integer") return v.kind == Value::kInt;
   if (name == "boolean") return v.kind == Value::kBool;
   if (name == "true" || name == "false") return v.kind == Value::kBool && v.b == (name == "true");
   if (name == "mapping") return v.kind == Value::kDict;
@@ -404,6 +410,7 @@ bool Value::truthy() const {
   switch (kind) {
     case kBool: return b;
     case kInt: return i != 0;
+    case kFloat: return f != 0;
     case kString: return !s.empty();
     case kList: return !list->empty();
     case kDict: return !dict->empty();
@@ -416,6 +423,7 @@ std::string Value::text() const {
     case kNone: return "None";
     case kBool: return b ? "True" : "False";
     case kInt: return std::to_string(i);
+    case kFloat: return nlohmann::json(f).dump();  // the shortest form that reads back, as Python's repr
     case kString: return s;
     case kList:
     case kDict: return repr(*this);
@@ -429,6 +437,36 @@ Value Scope::get(const std::string& name) const {
     if (f != it->end()) return f->second;
   }
   return Value();
+}
+
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > 64) fail("data nested deeper than 64 levels");
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      if (j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) return Value::integer(j.get<int64_t>());
+      [[fallthrough]];
+    case nlohmann::ordered_json::value_t::number_float: {
+      Value v;
+      v.kind = Value::kFloat;
+      v.f = j.get<double>();
+      return v;
+    }
+    case nlohmann::ordered_json::value_t::string: return Value::str(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      Value v = Value::new_list();
+      for (const auto& x : j) v.list->push_back(from_json(x, depth + 1));
+      return v;
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value v = Value::new_dict();
+      for (auto it = j.begin(); it != j.end(); ++it) (*v.dict)[it.key()] = from_json(it.value(), depth + 1);
+      return v;
+    }
+    default: return Value();
+  }
 }
 
 std::string to_json_text(const Value& v, int indent) {

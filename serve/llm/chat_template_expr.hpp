@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <nlohmann/ordered_map.hpp>
 #include <string>
 #include <vector>
@@ -15,9 +16,10 @@
 namespace loom::serve::llm::tmpl {
 
 struct Value {
-  enum Kind { kUndefined, kNone, kBool, kInt, kString, kList, kDict } kind = kUndefined;
+  enum Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict } kind = kUndefined;
   bool b = false;  // kBool: the value; kDict: a namespace() (whose attributes {% set ns.x = %} may change)
   int64_t i = 0;
+  double f = 0;  // kFloat: carried from a request's JSON and printed, not computed with
   std::string s;
   std::shared_ptr<std::vector<Value>> list;
   std::shared_ptr<nlohmann::ordered_map<std::string, Value>> dict;  // in insertion order, as Python's dicts
@@ -68,5 +70,8 @@ Value eval(const Expr& e, Scope& scope);
 // transformers' tojson: json.dumps with ensure_ascii off, keys in their order, and Python's
 // separators (", " and ": "; "," and ": " with an indent, negative for none).
 std::string to_json_text(const Value& v, int indent = -1);
+// A request's JSON as template data (objects as dicts in their order); throws ServeError kInput
+// past 64 levels of nesting.
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
 }  // namespace loom::serve::llm::tmpl

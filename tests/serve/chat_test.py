@@ -88,7 +88,9 @@ TEMPLATES = {
                   "{%- endif %}"),
     "tooling": ("<|begin_of_text|>", "<|eot_id|>",
                 "{{- bos_token }}\n"
-                "{%- set tools = [{'name': 'clock', 'parameters': {'zone': 'string', 'style': ['short', 'long']}}] %}\n"
+                "{%- if tools is not defined or tools is none %}\n"
+                "    {%- set tools = [{'name': 'clock', 'parameters': {'zone': 'string', 'style': ['short', 'long']}}] %}\n"
+                "{%- endif %}\n"
                 "{%- set builtin = ['code_interpreter', 'search', 'clock'] %}\n"
                 "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}\n"
                 "{{- 'Tools: ' + builtin | reject('equalto', 'code_interpreter') | join(', ') + '\\n' }}\n"
@@ -99,6 +101,8 @@ TEMPLATES = {
                 "{{- eos_token }}\n"
                 "{%- for message in messages %}\n"
                 "    {%- if message.role == 'tool' %}{% continue %}{% endif %}\n"
+                "    {%- if message.tool_calls %}{% for c in message.tool_calls %}{{ c.function.name }}({{ c.function.arguments | tojson }}){% endfor %}"
+                "{% continue %}{% endif %}\n"
                 "    {%- if loop.index0 >= 6 %}{% break %}{% endif %}\n"
                 "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + eos_token }}\n"
                 "{%- endfor %}\n"
@@ -130,7 +134,7 @@ CONVERSATIONS = [
 ]
 
 
-def jinja(source, messages, add_generation_prompt, bos, eos):
+def jinja(source, messages, add_generation_prompt, bos, eos, **extra):
     # As transformers' apply_chat_template sets Jinja2 up: loop controls, its own tojson and
     # the raise_exception and strftime_now globals.
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -147,7 +151,7 @@ def jinja(source, messages, add_generation_prompt, bos, eos):
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     try:
         return env.from_string(source).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                              bos_token=bos, eos_token=eos), None
+                                              bos_token=bos, eos_token=eos, **extra), None
     except jinja2.exceptions.TemplateError as e:
         return None, str(e)
 
@@ -205,6 +209,28 @@ def check(url):
                 st2, direct = post(url + "/tokenize", {"model": model, "prompt": want})
                 expect(st == 200 and st2 == 200 and json.loads(body)["tokens"] == json.loads(direct)["tokens"],
                        f"{what}: the prompt differs from Jinja2's {want!r}: {body[:300]}")
+
+    # What clients send beside role and content: tools (shown by the template, as vLLM does with
+    # tool_choice "none"), an assistant turn's tool_calls, chat_template_kwargs (enable_thinking).
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "required": ["city"],
+                                                                                   "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 0.5}}}}}]
+    calls = [{"role": "user", "content": "Weather in Zürich?"},
+             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                  "function": {"name": "weather", "arguments": {"days": 2, "city": "Zürich"}}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}, {"role": "user", "content": "Thanks"}]
+    for name, extra in [("tooling", {"tools": tools}), ("reasoning", {"chat_template_kwargs": {"enable_thinking": False}}),
+                        ("tooling", {"tools": tools, "chat_template_kwargs": {"bos_token": "<B>"}})]:
+        bos, eos, template = TEMPLATES[name]
+        kwargs = dict(extra.get("chat_template_kwargs", {}))
+        if "tools" in extra:
+            kwargs["tools"] = extra["tools"]
+        want, _ = jinja(template, calls, True, **{"bos": kwargs.pop("bos_token", bos), "eos": eos}, **kwargs)
+        st, body = post(url + "/tokenize", {"model": "chat-" + name, "messages": calls, **extra})
+        st2, direct = post(url + "/tokenize", {"model": "chat-" + name, "prompt": want})
+        expect(st == 200 and st2 == 200 and json.loads(body)["tokens"] == json.loads(direct)["tokens"],
+               f"{name} with {list(extra)}: the prompt differs from Jinja2's {want!r}: {body[:300]}")
+    st, text = post(url + "/v1/chat/completions", {"model": "chat-tooling", "messages": calls, "tools": tools, "tool_choice": "auto"})
+    expect(st == 400 and "tool_choice must be" in text, f"tool_choice auto: {st} {text[:200]}")
 
     with urllib.request.urlopen(urllib.request.Request(url + "/v2/repository/index", data=b"{}"), timeout=30) as r:
         index = {m["name"]: m for m in json.loads(r.read())}
