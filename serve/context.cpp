@@ -129,39 +129,25 @@ std::vector<Repository::State> Context::repository_index() const {
   return out;
 }
 
-namespace {
-
-json descs_json(const std::vector<TensorDesc>& ds) {
-  json a = json::array();
-  for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
-  return a;
-}
-
-}  // namespace
-
-std::string Context::model_metadata_json(const std::string& name, const std::string& version) const {
+ModelMetadata Context::model_metadata(const std::string& name, const std::string& version) const {
   if (const PipelineRunner* p = pipeline(name)) {
     require_connected(*p);
-    return dump_json({{"name", name}, {"versions", {"1"}}, {"platform", "loom-pipeline"},
-                      {"inputs", descs_json(p->inputs())}, {"outputs", descs_json(p->outputs())}});
+    return {name, "loom-pipeline", {"1"}, p->inputs(), p->outputs(), "", 0};
   }
   auto b = repo->find(name, version);
   const ServedModel& m = b->model();
-  if (m.engine())
-    return dump_json({{"name", m.name()},
-                      {"versions", repo->versions(name)},
-                      {"platform", "loom-hdf5"},
-                      {"inputs", {{{"name", "text_input"}, {"datatype", "BYTES"}, {"shape", {1}}}}},
-                      {"outputs", {{{"name", "text_output"}, {"datatype", "BYTES"}, {"shape", {1}}}}}});
-  json params = {{"precision", m.precision()}};
-  if (m.opset()) params["opset"] = m.opset();
-  return json{{"name", m.name()},
-              {"versions", repo->versions(name)},
-              {"platform", m.platform()},
-              {"parameters", params},
-              {"inputs", descs_json(m.inputs())},
-              {"outputs", descs_json(m.outputs())}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  ModelMetadata md{m.name(), m.platform(), repo->versions(name), m.inputs(), m.outputs(), m.precision(), m.opset()};
+  if (m.engine()) {  // a language model: KServe's generate extension's tensors
+    md.inputs = {{"text_input", "BYTES", {1}}};
+    md.outputs = {{"text_output", "BYTES", {1}}};
+  }
+  return md;
+}
+
+bool Context::model_ready(const std::string& name, const std::string& version) const {
+  const PipelineRunner* pipe = pipeline(name);
+  if (!pipe) repo->find(name, version);  // 404 when unknown
+  return ready.load() && !stopping.load() && (!pipe || pipe->ready());
 }
 
 }  // namespace loom::serve

@@ -37,6 +37,15 @@ class Forwarder {
   virtual std::string metrics_text() const = 0;  // appended to /metrics
 };
 
+// A model's or a pipeline's metadata (KServe's model metadata), as both front ends answer it.
+struct ModelMetadata {
+  std::string name, platform;
+  std::vector<std::string> versions;
+  std::vector<TensorDesc> inputs, outputs;
+  std::string precision;  // a model's (HTTP's "parameters"; empty for a pipeline)
+  int64_t opset = 0;      // an ONNX graph's; 0 otherwise
+};
+
 struct Context {
   Repository* repo = nullptr;         // null in the controller, which has a forwarder instead
   std::vector<std::unique_ptr<PipelineRunner>> pipelines;  // InferencePipeline specs, served by name
@@ -64,8 +73,13 @@ struct Context {
   PipelineRunner* pipeline(const std::string& name) const;
   // Constant-time comparison of an "Authorization" header value with "Bearer <token>".
   bool authorized(const std::string& authorization) const;
-  // The model's metadata as the protocol's JSON object (HTTP) — gRPC builds the same fields.
-  std::string model_metadata_json(const std::string& name, const std::string& version) const;
+  // The metadata of the model `name` at `version` ("": the newest) or of the pipeline `name`.
+  // Throws ServeError kNotFound naming an unknown model or version, kUnavailable for a pipeline
+  // whose steps are not connected.
+  ModelMetadata model_metadata(const std::string& name, const std::string& version) const;
+  // Whether `name` (`version`) takes requests now: the server ready and, for a pipeline, its
+  // steps connected. Throws ServeError kNotFound naming an unknown model or version.
+  bool model_ready(const std::string& name, const std::string& version) const;
   std::string server_metadata_json() const;
   // The model_configuration extension: what `name` at `version` runs with (Triton's
   // ModelConfig). Throws ServeError kNotFound naming an unknown model or version.

@@ -45,11 +45,7 @@ class Service final
   }
   grpc::Status ModelReady(grpc::ServerContext* sc, const inference::ModelReadyRequest* req,
                           inference::ModelReadyResponse* res) override {
-    return guarded(sc, [&] {
-      const PipelineRunner* pipe = ctx_.pipeline(req->name());
-      if (!pipe) ctx_.repo->find(req->name(), req->version());
-      res->set_ready(ctx_.ready.load() && !ctx_.stopping.load() && (!pipe || pipe->ready()));
-    });
+    return guarded(sc, [&] { res->set_ready(ctx_.model_ready(req->name(), req->version())); });
   }
   grpc::Status ServerMetadata(grpc::ServerContext* sc, const inference::ServerMetadataRequest*,
                               inference::ServerMetadataResponse* res) override {
@@ -83,22 +79,12 @@ class Service final
   grpc::Status ModelMetadata(grpc::ServerContext* sc, const inference::ModelMetadataRequest* req,
                              inference::ModelMetadataResponse* res) override {
     return guarded(sc, [&] {
-      if (const PipelineRunner* p = ctx_.pipeline(req->name())) {
-        require_connected(*p);
-        res->set_name(p->name());
-        res->add_versions("1");
-        res->set_platform("loom-pipeline");
-        for (const auto& d : p->inputs()) describe(d, res->add_inputs());
-        for (const auto& d : p->outputs()) describe(d, res->add_outputs());
-        return;
-      }
-      auto b = ctx_.repo->find(req->name(), req->version());
-      const ServedModel& m = b->model();
-      res->set_name(m.name());
-      for (const auto& v : ctx_.repo->versions(req->name())) res->add_versions(v);
-      res->set_platform(m.platform());
-      for (const auto& d : m.inputs()) describe(d, res->add_inputs());
-      for (const auto& d : m.outputs()) describe(d, res->add_outputs());
+      const serve::ModelMetadata m = ctx_.model_metadata(req->name(), req->version());
+      res->set_name(m.name);
+      for (const auto& v : m.versions) res->add_versions(v);
+      res->set_platform(m.platform);
+      for (const auto& d : m.inputs) describe(d, res->add_inputs());
+      for (const auto& d : m.outputs) describe(d, res->add_outputs());
     });
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,

@@ -152,6 +152,23 @@ Reply repository_index(Context& ctx) {
   return r;
 }
 
+json descs_json(const std::vector<TensorDesc>& ds) {
+  json a = json::array();
+  for (const auto& d : ds) a.push_back({{"name", d.name}, {"datatype", d.datatype}, {"shape", d.shape}});
+  return a;
+}
+
+// GET /v2/models/M[/versions/V]: KServe's metadata object; a model's precision (and an ONNX
+// graph's opset) as its parameters.
+json metadata_json(const ModelMetadata& m) {
+  json out = {{"name", m.name}, {"versions", m.versions}, {"platform", m.platform}};
+  if (!m.precision.empty()) out["parameters"] = {{"precision", m.precision}};
+  if (m.opset) out["parameters"]["opset"] = m.opset;
+  out["inputs"] = descs_json(m.inputs);
+  out["outputs"] = descs_json(m.outputs);
+  return out;
+}
+
 // GET .../config and .../stats (Triton's model_configuration and statistics extensions), in
 // Triton's JSON.
 Reply proto_reply(const google::protobuf::Message& m) {
@@ -254,15 +271,11 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     *model_for_metrics = ctx.metrics_label(name);  // unknown names share one label
     if (p.size() == rest) {
       if (!get) return method_not_allowed("GET");
-      Reply r;
-      r.body = ctx.model_metadata_json(name, version);
-      return r;
+      return ok(metadata_json(ctx.model_metadata(name, version)));
     }
     if (p.size() == rest + 1 && p[rest] == "ready") {
       if (!get) return method_not_allowed("GET");
-      const PipelineRunner* pipe = ctx.pipeline(name);
-      if (!pipe) ctx.repo->find(name, version);  // 404 when unknown
-      return ok({{"name", name}, {"ready", ctx.ready.load() && !ctx.stopping.load() && (!pipe || pipe->ready())}});
+      return ok({{"name", name}, {"ready", ctx.model_ready(name, version)}});
     }
     if (p.size() == rest + 1 && (p[rest] == "config" || p[rest] == "stats")) {
       if (!get) return method_not_allowed("GET");

@@ -20,12 +20,16 @@ mkdir -p repo/g/1 repo/m/1
 [ -f repo/g/1/model.h5 ] && [ -f repo/m/1/model.h5 ] || { echo "loom-train export failed"; exit 99; }
 chmod -R go-w repo
 
-serve_start serve --model-repository repo --grpc-port -1
+serve_start serve --model-repository repo --grpc-port 0
 expect_match "the gpt loads for generate" "loaded model g version 1 .*gpt, context 64, generate" "$(cat serve.log)"
 gen="http://$http/v2/models/g/generate"
 
 run_cmd curl -s "http://$http/v2/models/g"
 expect_match "metadata: text in, text out" '"inputs":\[\{"datatype":"BYTES","name":"text_input","shape":\[1\]\}\].*"outputs":\[\{"datatype":"BYTES","name":"text_output"' "$out"
+if [ -x "$LOOM_BUILDDIR/tests/serve/kserve_grpc_client" ] && [ -n "$grpc" ]; then  # gRPC answers the same metadata
+  run_cmd "$LOOM_BUILDDIR/tests/serve/kserve_grpc_client" "$grpc" metadata g
+  expect_match "gRPC metadata: the same text tensors" '"name":"g","versions":1,"platform":"loom-hdf5","input":"text_input BYTES \[1\]","output":"text_output \[1\]","ready":true' "$out"
+fi
 
 # Greedy: the same text as PyTorch's greedy continuation with the same weights (the module of
 # tests/parity/gpt_parity.py); prompt and answer within the context (the engine stops there).

@@ -98,12 +98,16 @@ int main(int argc, char** argv) {
     inference::ModelReadyResponse ready;
     s = stub->ModelReady(context().get(), rr, &ready);
     if (!s.ok()) return report(s);
-    std::printf("{\"name\":\"%s\",\"versions\":%d,\"platform\":\"%s\",\"input\":\"%s %s [%lld,%lld]\",\"output\":\"%s [%lld,%lld]\",\"ready\":%s}\n",
+    auto dims = [](const google::protobuf::RepeatedField<int64_t>& shape) {
+      std::string out;
+      for (int64_t d : shape) out += (out.empty() ? "" : ",") + std::to_string(d);
+      return "[" + out + "]";
+    };
+    if (res.inputs_size() == 0 || res.outputs_size() == 0) return report(grpc::Status(grpc::StatusCode::INTERNAL, "metadata without inputs or outputs"));
+    std::printf("{\"name\":\"%s\",\"versions\":%d,\"platform\":\"%s\",\"input\":\"%s %s %s\",\"output\":\"%s %s\",\"ready\":%s}\n",
                 res.name().c_str(), res.versions_size(), res.platform().c_str(), res.inputs(0).name().c_str(),
-                res.inputs(0).datatype().c_str(), static_cast<long long>(res.inputs(0).shape(0)),
-                static_cast<long long>(res.inputs(0).shape(1)), res.outputs(0).name().c_str(),
-                static_cast<long long>(res.outputs(0).shape(0)), static_cast<long long>(res.outputs(0).shape(1)),
-                ready.ready() ? "true" : "false");
+                res.inputs(0).datatype().c_str(), dims(res.inputs(0).shape()).c_str(), res.outputs(0).name().c_str(),
+                dims(res.outputs(0).shape()).c_str(), ready.ready() ? "true" : "false");
     return 0;
   }
   if (cmd == "infer" && argc >= 8) {
