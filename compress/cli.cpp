@@ -40,7 +40,7 @@ std::string data_dir(const std::string& data) {
 // loom-train's configuration from the options: an mlp on fashion-mnist[:DIR], or a gpt on text:FILE or tokens:PATTERN.
 rt::TrainConfig train_config(const TrainOpts& t, const std::string& model) {
   rt::TrainConfig c = t.c;
-  c.model = model;
+  c.model = parse_choice<rt::ModelKind>(model);
   const std::string data = t.in.data.empty() ? "fashion-mnist" : t.in.data;
   if (model == "mlp") c.data_dir = data_dir(data);
   else {
@@ -48,7 +48,7 @@ rt::TrainConfig train_config(const TrainOpts& t, const std::string& model) {
     c.text_path = d.text;
     c.token_files = d.tokens;
   }
-  c.device = "cpu";
+  c.device = rt::DeviceChoice::kCpu;
   c.seed = rt::parse_seed(t.in.seed);
   if (c.ckpt_every < 0) throw Usage{"--ckpt-every must not be negative"};
   rt::validate(c);
@@ -140,7 +140,7 @@ rt::ModelFile float_model(const std::string& path, const std::string& cmd) {
 // A gpt trains with AdamW at `lr`, 16 sequences a step, where the options were left out: the
 // MLP's SGD defaults do not train a transformer.
 void gpt_training_defaults(const po::variables_map& vm, float lr, rt::TrainConfig* c) {
-  if (vm["optimizer"].defaulted()) c->optim.kind = "adamw";
+  if (vm["optimizer"].defaulted()) c->optim.kind = rt::OptimKind::kAdamw;
   if (vm["lr"].defaulted()) c->lr = lr;
   if (vm["global-batch"].defaulted()) c->global_batch = 16;
 }

@@ -336,7 +336,7 @@ int lt_balancer_new(const char* mode, int global_batch, int ranks, int replan_ev
       throw Error("the global batch (" + std::to_string(global_batch) + ") is smaller than the world (" +
                   std::to_string(ranks) + " ranks): every rank needs at least one sample a step");
     if (replan_every < 1) throw Error("replan_every must be positive");
-    auto b = std::make_unique<lt_balancer>(lt_balancer{loom::rt::Balancer(m, global_batch, ranks, replan_every), ranks});
+    auto b = std::make_unique<lt_balancer>(lt_balancer{loom::rt::Balancer(loom::parse_choice<loom::rt::Balance>(m), global_batch, ranks, replan_every), ranks});
     b->b.start(std::vector<double>(weights, weights + ranks));
     *out = b.release();
   });

@@ -9,10 +9,8 @@
 
 namespace loom::rt {
 
-Balancer::Balancer(std::string mode, int global_batch, int ranks, int replan_every)
-    : mode_(std::move(mode)), global_(global_batch), replan_every_(std::max(1, replan_every)) {
-  if (mode_ != "off" && mode_ != "static" && mode_ != "dynamic")
-    throw Error("--balance must be off, static or dynamic, not '" + mode_ + "'");
+Balancer::Balancer(Balance mode, int global_batch, int ranks, int replan_every)
+    : mode_(mode), global_(global_batch), replan_every_(std::max(1, replan_every)) {
   if (ranks <= 0) throw Error("the balancer needs at least one rank");
   if (global_batch < ranks)
     throw Error("--global-batch " + std::to_string(global_batch) + " is smaller than the " + std::to_string(ranks) +
@@ -54,7 +52,7 @@ void Balancer::restore(std::vector<int> shares, std::vector<double> speeds, int 
 }
 
 void Balancer::start(const std::vector<double>& weights) {
-  if (mode_ == "off") return;
+  if (mode_ == Balance::kOff) return;
   LOOM_CHECK(weights.size() == shares_.size(), "one weight per rank");
   shares_ = split(global_, weights);
 }
@@ -70,7 +68,7 @@ bool Balancer::observe(const std::vector<double>& seconds) {
     speed_[i] = speed_[i] > 0 ? 0.75 * speed_[i] + 0.25 * s : s;  // smoothed over about 4 steps
   }
   ++observed_;
-  if (mode_ != "dynamic" || observed_ % replan_every_ != 0) return false;
+  if (mode_ != Balance::kDynamic || observed_ % replan_every_ != 0) return false;
   std::vector<int> next = split(global_, speed_);
   // Hysteresis: step times are noisy, and moving a sample back and forth gains nothing. A new
   // plan is taken when it shortens the predicted step (the slowest rank's share over its speed)

@@ -30,12 +30,7 @@ std::string GptConfig::json() const {
   return os.str();
 }
 
-Attention parse_attention(const std::string& name) {
-  if (name == "auto") return Attention::kAuto;
-  if (name == "full") return Attention::kFull;
-  if (name == "flash") return Attention::kFlash;
-  throw Error("attention '" + name + "': auto, full or flash");
-}
+Attention parse_attention(const std::string& name) { return parse_choice<Attention>(name); }
 
 bool Gpt::flash() const {
   if (attention_ != Attention::kAuto) return attention_ == Attention::kFlash;

@@ -16,10 +16,10 @@ void Optimizer::step(std::vector<Param>& params, float lr) {
   if (m_.empty())
     for (const auto& p : params) {
       m_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
-      if (c_.kind == "adamw") v_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
+      if (c_.kind == OptimKind::kAdamw) v_.push_back(Tensor::zeros(p.value.shape(), DType::kF32, p.value.device()));
     }
   for (size_t i = 0; i < params.size(); ++i) {
-    const Span s{params[i].value.f32(), params[i].grad.f32(), m_[i].f32(), c_.kind == "adamw" ? v_[i].f32() : nullptr,
+    const Span s{params[i].value.f32(), params[i].grad.f32(), m_[i].f32(), c_.kind == OptimKind::kAdamw ? v_[i].f32() : nullptr,
                  params[i].value.numel()};
     if (params[i].value.device() == Device::kCuda) update_cuda(s, lr);
     else update(s, lr);
@@ -36,7 +36,7 @@ void Optimizer::step_spans(const std::vector<Span>& spans, float lr, Device d) {
 
 void Optimizer::update_cuda(const Span& s, float lr) const {
 #ifdef LOOM_HAVE_CUDA
-  if (c_.kind == "sgd")
+  if (c_.kind == OptimKind::kSgd)
     cuda::sgd_step(s.w, s.g, s.m, s.n, lr, c_.momentum, c_.weight_decay, t_ == 1 ? 0.0f : c_.momentum, c_.nesterov);
   else
     cuda::adamw_step(s.w, s.g, s.m, s.v, s.n, lr, c_.beta1, c_.beta2, c_.eps, c_.weight_decay,
@@ -100,7 +100,7 @@ void Optimizer::update(const Span& s, float lr) const {
   const float wd = c_.weight_decay, mu = c_.momentum;
   const float keep = t_ == 1 ? 0.0f : mu;  // momentum: the first step sets the buffer to the gradient
   const int64_t min_parallel = 65536;
-  if (c_.kind == "sgd") {  // torch.optim.SGD, dampening 0
+  if (c_.kind == OptimKind::kSgd) {  // torch.optim.SGD, dampening 0
     if (mu == 0.0f)
       vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { sgd_plain(w, g, lo, hi, lr, wd); });
     else if (c_.nesterov)
@@ -116,9 +116,9 @@ void Optimizer::update(const Span& s, float lr) const {
   vec::for_range(s.n, min_parallel, [&](int64_t lo, int64_t hi) { adamw(w, g, m, s.v, lo, hi, a); });
 }
 
-float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::string& schedule) {
+float lr_at(int64_t step, int64_t total, float base, int64_t warmup, Schedule schedule) {
   if (warmup > 0 && step < warmup) return base * static_cast<float>(step + 1) / static_cast<float>(warmup);
-  if (schedule != "cosine" || total <= warmup) return base;
+  if (schedule != Schedule::kCosine || total <= warmup) return base;
   double progress = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
   return static_cast<float>(0.5 * base * (1.0 + std::cos(M_PI * std::min(1.0, progress))));
 }

@@ -9,7 +9,7 @@ BatchPlan::BatchPlan(const TrainConfig& c, const Ranks& ranks, const Reporter& r
     : global_(c.global_batch), ranks_(ranks), rep_(rep), bal_(c.balance, c.global_batch, ranks.size, c.replan_every) {
   bal_.start(ranks_.gather(c.device_weight));
   if (ranks_.many())
-    rep_.say("balance " + c.balance + ": shares " + shares_text(), LogFields(LogLevel::kInfo) + "\"event\":\"shares\"");
+    rep_.say(std::string("balance ") + word_of(c.balance) + ": shares " + shares_text(), LogFields(LogLevel::kInfo) + "\"event\":\"shares\"");
 }
 
 std::string BatchPlan::shares_text() const {

@@ -34,7 +34,7 @@ class GptTask : public Task {
     // --zero 3 on several ranks: the gradients come from the gate, group by group (train/zero3.hpp).
     model_ = std::make_unique<Gpt>(g, c.seed, !(c.zero == 3 && c.comm && c.comm->size() > 1));
     model_->set_recompute(c.recompute);
-    model_->set_attention(parse_attention(c.attention));
+    model_->set_attention(c.attention);
     split_ = text_.size() * 9 / 10;
     if ((split_ - c.context - 1) / stride_ + 1 < c.global_batch || text_.size() - split_ < c.context + 2)
       throw Error(text_.source + ": " + std::to_string(text_.size()) + " tokens are too few for --context " +
@@ -63,7 +63,7 @@ class GptTask : public Task {
     if (!c.init_path.empty()) {
       model_ = std::make_unique<Gpt>(same_tokens(c.init_path, "--init"));
       model_->set_recompute(c.recompute);
-      model_->set_attention(parse_attention(c.attention));
+      model_->set_attention(c.attention);
     }
     if (!c.teacher_path.empty()) {
       if (device != Device::kCpu) throw Error("distillation runs on the CPU in this build (use --device cpu)");

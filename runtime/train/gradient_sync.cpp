@@ -7,7 +7,7 @@ namespace loom::rt {
 
 std::unique_ptr<DeviceCollectives> GradientSync::device_collectives(const TrainConfig& c, Device device, std::string* why) {
   if (device != Device::kCuda) {
-    *why = "the gradients are not on a GPU (--device " + c.device + " chose the CPU; --device cuda puts them there)";
+    *why = std::string("the gradients are not on a GPU (--device ") + word_of(c.device) + " chose the CPU; --device cuda puts them there)";
     return nullptr;
   }
   return gpu_collectives(*c.comm, c.comm_timeout, powersgd_, why);
@@ -25,7 +25,7 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     if (levels[r] != c.zero)
       throw Error("the ranks disagree on --zero: rank " + std::to_string(r) + " has " + num(levels[r]) + ", rank " +
                   std::to_string(ranks_.me) + " has " + std::to_string(c.zero) + " (every rank must run the same command)");
-  if (c.offload == "optimizer" && device != Device::kCuda)
+  if (c.offload == Offload::kOptimizer && device != Device::kCuda)
     rep_.say("--offload optimizer: the ranks train on the CPU, where the optimizer state is in host memory already",
              LogFields(LogLevel::kInfo) + "\"event\":\"offload\",\"moved\":false");
   if (c.zero == 3) {
@@ -45,11 +45,11 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
     zero_ = std::make_unique<ZeroOptimizer>(exchange_, *c.comm);
   }
   std::string staged;  // why CUDA gradients go through host memory
-  if (c.offload == "optimizer" && device == Device::kCuda) {  // ZeRO-1's host path: shards and step in host memory
+  if (c.offload == Offload::kOptimizer && device == Device::kCuda) {  // ZeRO-1's host path: shards and step in host memory
     staged = "--offload optimizer";
-  } else if (c.gpu_backend != "host" && (device == Device::kCuda || c.gpu_backend == "nccl")) {
+  } else if (c.gpu_backend != GpuBackend::kHost && (device == Device::kCuda || c.gpu_backend == GpuBackend::kNccl)) {
     device_comm_ = device_collectives(c, device, &staged);
-    if (!device_comm_ && c.gpu_backend == "nccl") throw Error("--gpu-backend nccl: " + staged);
+    if (!device_comm_ && c.gpu_backend == GpuBackend::kNccl) throw Error("--gpu-backend nccl: " + staged);
     exchange_.set_device_comm(device_comm_.get());
   } else if (device == Device::kCuda) {
     staged = "--gpu-backend host";

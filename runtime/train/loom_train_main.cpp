@@ -48,7 +48,7 @@ auto as_usage(F f) {
 // The checks that need the whole configuration, and what the launcher's environment adds.
 void finish_config(loom::rt::TrainConfig& c) {
   as_usage([&] { return loom::rt::parse_grad_compress(c.grad_compress); });
-  as_usage([&] { loom::rt::cpu::set_gemm_backend(c.gemm); return 0; });
+  as_usage([&] { loom::rt::cpu::set_gemm_backend(loom::word_of(c.gemm)); return 0; });
   auto env_number = [](const char* name, double fallback) {
     const char* v = std::getenv(name);
     if (!v || !*v) return fallback;
@@ -89,11 +89,9 @@ void store_options(int argc, char** argv, const po::options_description& opts, p
 
 // --model, --data and what follows from them (the data source, --layers, --qat-weight-scales).
 void parse_data(const po::variables_map& vm, loom::rt::TrainOptionText& in, loom::rt::TrainConfig& c) {
-  if (in.model != "mlp" && in.model != "gpt") throw Usage{"--model must be mlp or gpt, not '" + in.model + "'"};
-  c.model = in.model;
   c.config_path = in.config;
   std::string& data = in.data;
-  const std::string& model = in.model;
+  const std::string model = loom::word_of(c.model);
   if (data.empty()) {
     if (model == "gpt") throw Usage{"--model gpt needs --data text:FILE or --data tokens:FILE"};
     data = "fashion-mnist";
@@ -108,7 +106,7 @@ void parse_data(const po::variables_map& vm, loom::rt::TrainOptionText& in, loom
     if (in.qat_scales != "per-channel" && in.qat_scales != "per-tensor")
       throw Usage{"--qat-weight-scales must be per-channel or per-tensor, not '" + in.qat_scales + "'"};
     c.qat_per_tensor = in.qat_scales == "per-tensor";
-    if (!c.init_path.empty() && c.model == "mlp" && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
+    if (!c.init_path.empty() && c.model == loom::rt::ModelKind::kMlp && vm["layers"].defaulted()) c.layers = loom::rt::load_mlp(c.init_path).widths();
   } else if (data.rfind("text:", 0) == 0 && data.size() > 5) {
     if (model != "gpt") throw Usage{"--data text:FILE is for --model gpt"};
     c.text_path = data.substr(5);

@@ -11,7 +11,7 @@
 namespace loom::rt {
 
 std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, const Reporter& rep, Device device) {
-  if (c.precision != "bf16") return c.precision;
+  if (c.precision != Precision::kBf16) return word_of(c.precision);
   // A CUDA rank asks its own GPU (a plain mpirun has no plugin to name the class); 0 when it has
   // bf16, else its compute capability (major * 10 + minor), or -1 for a class without bf16.
   double mine = 0;
@@ -32,7 +32,7 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
 }
 
 PrecisionPolicy::PrecisionPolicy(const TrainConfig& c, const Ranks& ranks, Reporter& rep, Device device)
-    : asked_(c.precision), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep, device)) {}
+    : asked_(word_of(c.precision)), inject_step_(c.inject_overflow_step), rep_(rep), amp_(agree(c, ranks, rep, device)) {}
 
 void PrecisionPolicy::announce(Device device) const {
   if (!enabled()) return;

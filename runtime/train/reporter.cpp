@@ -11,7 +11,7 @@
 namespace loom::rt {
 
 Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
-    : metrics_path_(c.metrics_file), rank_(rank), log_("loom-train", c.log_format == "json", rank, ranks, std::move(log)) {
+    : metrics_path_(c.metrics_file), rank_(rank), log_("loom-train", c.log_format == LogFormat::kJson, rank, ranks, std::move(log)) {
   if (!c.metrics_file.empty() && rank == 0) {
     metrics_.open(c.metrics_file, std::ios::trunc);
     if (!metrics_) throw Error(c.metrics_file + ": cannot open for writing");
@@ -19,7 +19,7 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
   if (c.metrics_port >= 0 && rank == 0) {
     server_ = std::make_unique<MetricsServer>(c.metrics_bind, c.metrics_port);
     server_->update([&](TrainGauges& g) {
-      g.model = c.model;
+      g.model = word_of(c.model);
       g.ranks = ranks;
     });
     say("metrics: http://" + c.metrics_bind + ":" + std::to_string(server_->port()) + "/metrics",

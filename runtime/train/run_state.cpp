@@ -13,12 +13,12 @@ RunState::RunState(const TrainConfig& c, const Ranks& ranks, const Reporter& rep
     : c_(c), ranks_(ranks), rep_(rep), total_(total) {
   nlohmann::json tc;
   tc["model"] = nlohmann::json::parse(task.config_json());
-  tc["data"] = c.model != "gpt" ? c.data_dir : c.token_files.empty() ? c.text_path : "tokens:" + c.token_files;
+  tc["data"] = c.model != ModelKind::kGpt ? c.data_dir : c.token_files.empty() ? c.text_path : "tokens:" + c.token_files;
   tc["global_batch"] = c.global_batch;
   tc["total_steps"] = total;
-  tc["optimizer"] = {{"kind", c.optim.kind}, {"momentum", c.optim.momentum}, {"nesterov", c.optim.nesterov},
+  tc["optimizer"] = {{"kind", word_of(c.optim.kind)}, {"momentum", c.optim.momentum}, {"nesterov", c.optim.nesterov},
                      {"weight_decay", c.optim.weight_decay}};
-  tc["lr"] = {{"base", c.lr}, {"schedule", c.schedule}, {"warmup", c.warmup}};
+  tc["lr"] = {{"base", c.lr}, {"schedule", word_of(c.schedule)}, {"warmup", c.warmup}};
   tc["clip"] = c.clip;
   tc["seed"] = c.seed;
   tc["precision"] = precision;
@@ -39,11 +39,11 @@ void RunState::check_total(const std::string& path, const Checkpoint& k) const {
   }
   if (planned == total_) return;
   const std::string both = std::to_string(planned) + " steps, this run " + std::to_string(total_);
-  if (c_.schedule == "cosine" && !c_.lr_replan)
+  if (c_.schedule == Schedule::kCosine && !c_.lr_replan)
     throw Error(path + ": checkpoint of another configuration (total_steps: the checkpoint's run planned " + both +
                 "); the cosine learning-rate schedule depends on the total: pass --lr-replan to re-plan it over " +
                 std::to_string(total_) + " steps, or resume with the checkpoint's --steps/--epochs");
-  rep_.say(c_.schedule == "cosine"
+  rep_.say(c_.schedule == Schedule::kCosine
                ? "re-planning the cosine schedule over " + std::to_string(total_) + " steps (the checkpoint's run planned " +
                      std::to_string(planned) + ")"
                : "the checkpoint's run planned " + both + ": the learning rate is constant, nothing to re-plan",

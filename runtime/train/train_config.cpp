@@ -37,33 +37,15 @@ void positive(const char* option, int64_t v) {
 void not_negative(const char* option, double v) {
   if (!(v >= 0) || !std::isfinite(v)) throw Error(std::string(option) + " must not be negative, not " + num(v));
 }
-
-void one_of(const char* option, const std::string& v, std::initializer_list<const char*> words) {
-  const std::vector<std::string> w(words.begin(), words.end());
-  std::string list = w[0];
-  for (size_t i = 1; i < w.size(); ++i) list += (i + 1 == w.size() ? " or " : ", ") + w[i];
-  for (const auto& x : w)
-    if (v == x) return;
-  throw Error(std::string(option) + " must be " + list + ", not '" + v + "'");
-}
-
 }  // namespace
 
 void validate(const TrainConfig& c) {
-  one_of("--model", c.model, {"mlp", "gpt"});
   positive("--global-batch", c.global_batch);
   if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("--lr must be positive, not " + num(c.lr));
   positive("--epochs", c.epochs);
   if (c.steps < 0) throw Error("--steps must be positive, not " + std::to_string(c.steps));
-  one_of("--optimizer", c.optim.kind, {"sgd", "adamw"});
-  one_of("--lr-schedule", c.schedule, {"constant", "cosine"});
   not_negative("--warmup-steps", static_cast<double>(c.warmup));
   not_negative("--clip-grad-norm", c.clip);
-  one_of("--device", c.device, {"auto", "cpu", "cuda"});
-  one_of("--precision", c.precision, {"fp32", "fp16", "bf16"});
-  one_of("--log-format", c.log_format, {"text", "json"});
-  one_of("--balance", c.balance, {"off", "static", "dynamic"});
-  one_of("--gemm", c.gemm, {"auto", "openblas", "onednn"});
   positive("--threads", c.threads);
   if (c.threads > 1024) throw Error("--threads must be at most 1024, not " + std::to_string(c.threads));
   positive("--log-every", c.log_every);
@@ -75,9 +57,8 @@ void validate(const TrainConfig& c) {
   if (c.vocab < 2 || c.vocab > (1 << 24))  // GPT-2's 50257 and Llama 3's 128256, with room
     throw Error("--vocab must be from 2 to 16777216, not " + std::to_string(c.vocab));
   if (!(c.dropout >= 0 && c.dropout < 1)) throw Error("--dropout must be in [0, 1), not " + num(c.dropout));
-  one_of("--attention", c.attention, {"auto", "full", "flash"});
-  if (c.attention != "auto" && c.model != "gpt") throw Error("--attention is for --model gpt");
-  if (c.recompute && c.model != "gpt") throw Error("--recompute is for --model gpt (the mlp keeps no activations worth recomputing)");
+  if (c.attention != Attention::kAuto && c.model != ModelKind::kGpt) throw Error("--attention is for --model gpt");
+  if (c.recompute && c.model != ModelKind::kGpt) throw Error("--recompute is for --model gpt (the mlp keeps no activations worth recomputing)");
   if (c.zero != 0 && c.zero != 1 && c.zero != 3)
     throw Error("--zero must be 0, 1 (the optimizer state sharded) or 3 (parameters, gradients and optimizer state "
                 "sharded), not " + std::to_string(c.zero));
@@ -87,20 +68,18 @@ void validate(const TrainConfig& c) {
     throw Error("--zero 3 reduce-scatters each layer's gradients (fp32, or fp16 with --grad-compress fp16): it does not "
                 "combine with --grad-compress " + c.grad_compress);
   if (c.zero == 3 && c.qat) throw Error("--zero 3 does not combine with --qat (its observers see whole weights)");
-  one_of("--offload", c.offload, {"none", "optimizer"});
-  if (c.offload == "optimizer" && c.zero == 0)
+  if (c.offload == Offload::kOptimizer && c.zero == 0)
     throw Error("--offload optimizer moves the sharded optimizer state to host memory: it needs --zero 1 or 3");
-  if (c.offload == "optimizer" && c.gpu_backend == "nccl" && c.zero == 1)
+  if (c.offload == Offload::kOptimizer && c.gpu_backend == GpuBackend::kNccl && c.zero == 1)
     throw Error("--gpu-backend nccl keeps ZeRO-1's optimizer shards beside the gradients on the GPUs: it does not combine "
                 "with --offload optimizer");
-  one_of("--gpu-backend", c.gpu_backend, {"auto", "nccl", "host"});
   if (!(c.bucket_mb >= 0 && c.bucket_mb <= 4096)) throw Error("--bucket-mb must be between 0 and 4096, not " + num(c.bucket_mb));
   if (!(c.comm_timeout > 0 && c.comm_timeout <= 86400))
     throw Error("--comm-timeout must be between 0 and 86400 seconds, not " + num(c.comm_timeout));
   for (int w : c.layers) positive("--layers (each width)", w);
   const std::string& e = c.export_path;
   if (e.size() > 5 && e.compare(e.size() - 5, 5, ".onnx") == 0) {
-    if (c.model != "mlp") throw Error("--export " + e + ": only mlp models export to ONNX (export a gpt as .h5)");
+    if (c.model != ModelKind::kMlp) throw Error("--export " + e + ": only mlp models export to ONNX (export a gpt as .h5)");
     if (!onnx_export_available()) throw Error("--export " + e + ": this build writes no ONNX (configure found no libonnx-dev)");
   }
   not_negative("--ckpt-every", static_cast<double>(c.ckpt_every));
@@ -111,7 +90,7 @@ void validate(const TrainConfig& c) {
     throw Error("--ckpt-every, --ckpt-every-min and --ckpt-async need --ckpt-dir");
   if (!(c.temperature > 0) || !std::isfinite(c.temperature)) throw Error("--temperature must be positive, not " + num(c.temperature));
   if (!(c.alpha >= 0 && c.alpha <= 1)) throw Error("--alpha must be in [0, 1], not " + num(c.alpha));
-  if (c.qat && c.model != "mlp") throw Error("--qat is for --model mlp");
+  if (c.qat && c.model != ModelKind::kMlp) throw Error("--qat is for --model mlp");
   parse_augment(c.augment);
   not_negative("--train-subset", static_cast<double>(c.train_subset));
   not_negative("--synthetic", static_cast<double>(c.synthetic));
@@ -120,7 +99,7 @@ void validate(const TrainConfig& c) {
   in_addr addr{};
   if (::inet_pton(AF_INET, c.metrics_bind.c_str(), &addr) != 1)
     throw Error("--metrics-bind: '" + c.metrics_bind + "' is not an IPv4 address");
-  if ((!c.augment.empty() || c.train_subset > 0 || c.synthetic > 0) && c.model != "mlp")
+  if ((!c.augment.empty() || c.train_subset > 0 || c.synthetic > 0) && c.model != ModelKind::kMlp)
     throw Error("--augment, --train-subset and --synthetic are for image data (--model mlp)");
   if (!(c.emulate_speed > 0 && c.emulate_speed <= 1))
     throw Error("LOOM_EMULATE_SPEED must be in (0, 1], not " + num(c.emulate_speed));

@@ -46,12 +46,12 @@ std::string cuda_blocker(const TrainConfig& c) {
 // the run can go there, else the CPU (with a note saying why, when a GPU is here): a job script
 // with the default works on every node, GPU or not, multi-rank or not.
 Device choose_device(const TrainConfig& c, std::string* note) {
-  if (c.device == "cpu") return Device::kCpu;
+  if (c.device == DeviceChoice::kCpu) return Device::kCpu;
   // Each rank's own GPU, before the first CUDA call makes a context on device 0.
   if (c.comm && c.comm->size() > 1) ops::select_gpu(c.comm->local_rank());
   std::string why;
   const std::string blocker = cuda_blocker(c);
-  if (c.device == "cuda") {
+  if (c.device == DeviceChoice::kCuda) {
     if (!blocker.empty()) throw Error("--device cuda: " + blocker);
     if (!ops::cuda_usable(&why)) throw Error("--device cuda: " + why);
     return Device::kCuda;
@@ -84,7 +84,7 @@ const TrainConfig& prepared(const TrainConfig& c) {
   // that what it frees leaves the process (the caching allocator keeps what the next step reuses).
   cpu::keep_buffers_on_heap(c.zero == 3 ? 1 << 20 : 32 << 20);
   cpu::set_threads(c.threads);
-  cpu::set_gemm_backend(c.gemm);
+  cpu::set_gemm_backend(word_of(c.gemm));
   return c;
 }
 
@@ -139,7 +139,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
     : c_(prepared(c)),
       ml_(c.mllog_path, c.comm ? c.comm->rank() : 0, __FILE__, __LINE__),
       device_(choose_device(c, &device_note_)),
-      task_(c.model == "gpt" ? make_gpt_task(c, device_) : make_mlp_task(c, device_)),
+      task_(c.model == ModelKind::kGpt ? make_gpt_task(c, device_) : make_mlp_task(c, device_)),
       ranks_(c.comm),
       rep_(c, ranks_.me, ranks_.size, log),
       preflight_(preflight()),
@@ -163,7 +163,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
   saved_step_ = pos_.step;
   mllog_submission(c);
   LOOM_MLLOG(ml_, kPoint, "global_batch_size", c.global_batch);
-  LOOM_MLLOG(ml_, kPoint, "opt_name", c.optim.kind);
+  LOOM_MLLOG(ml_, kPoint, "opt_name", word_of(c.optim.kind));
   LOOM_MLLOG(ml_, kPoint, "opt_base_learning_rate", std::stod(num(c.lr)));  // 0.05, not 0.0500000007
   LOOM_MLLOG(ml_, kPoint, "train_samples", task_->train_size());
   LOOM_MLLOG(ml_, kPoint, "eval_samples", task_->eval_size());
@@ -176,13 +176,13 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
 // lowest precision of the linear layers, attention and the gradient exchange, one-way data
 // parallelism, each rank's batch, and that the page cache was not dropped before the run.
 void Trainer::mllog_submission(const TrainConfig& c) {
-  LOOM_MLLOG(ml_, kPoint, "submission_benchmark", c.model == "gpt" ? "loom_gpt_text" : "loom_mlp_fashion_mnist");
+  LOOM_MLLOG(ml_, kPoint, "submission_benchmark", c.model == ModelKind::kGpt ? "loom_gpt_text" : "loom_mlp_fashion_mnist");
   LOOM_MLLOG(ml_, kPoint, "submission_org", "Loom");
   LOOM_MLLOG(ml_, kPoint, "submission_division", "open");
   LOOM_MLLOG(ml_, kPoint, "submission_platform",
              std::to_string(ranks_.size) + "x" + (device_ == Device::kCuda ? (c.gpu_class.empty() ? "gpu" : c.gpu_class) : "cpu"));
   LOOM_MLLOG(ml_, kPoint, "cache_clear", false);
-  const std::string compute = c.precision == "bf16" ? "bfloat16" : c.precision;
+  const std::string compute = c.precision == Precision::kBf16 ? "bfloat16" : word_of(c.precision);
   LOOM_MLLOG(ml_, kPoint, "lowest_numerical_precision_in_linear", compute);
   LOOM_MLLOG(ml_, kPoint, "lowest_numerical_precision_in_attn", compute);
   LOOM_MLLOG(ml_, kPoint, "lowest_numerical_precision_in_comm", c.grad_compress == "fp16" ? "fp16" : "fp32");

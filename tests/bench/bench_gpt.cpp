@@ -188,7 +188,7 @@ int usage() {
 
 int bench_train_gpt(int argc, char** argv) {
   loom::rt::TrainConfig c;
-  c.model = "gpt";
+  c.model = loom::rt::ModelKind::kGpt;
   c.text_path = "/usr/share/common-licenses/GPL-3";
   c.context = 64;
   c.gpt_layers = 4;
@@ -197,9 +197,9 @@ int bench_train_gpt(int argc, char** argv) {
   c.global_batch = 32;
   c.threads = 2;
   c.steps = 60;
-  c.optim.kind = "adamw";
+  c.optim.kind = loom::rt::OptimKind::kAdamw;
   c.lr = 3e-4f;
-  c.device = "cpu";
+  c.device = loom::rt::DeviceChoice::kCpu;
   c.evaluate = false;
   c.log_every = 1 << 30;
   std::string format = "text";
@@ -219,21 +219,21 @@ int bench_train_gpt(int argc, char** argv) {
     else if (a == "--n-head") c.heads = bench_int(a, v);
     else if (a == "--n-embd") c.embd = bench_int(a, v);
     else if (a == "--format") format = v;
-    else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = v;
-    else if (a == "--precision" && (v == "fp32" || v == "fp16" || v == "bf16")) c.precision = v;
-    else if (a == "--attention" && (v == "auto" || v == "full" || v == "flash")) c.attention = v;
+    else if (a == "--device" && (v == "cpu" || v == "cuda")) c.device = loom::parse_choice<loom::rt::DeviceChoice>(v);
+    else if (a == "--precision" && (v == "fp32" || v == "fp16" || v == "bf16")) c.precision = loom::parse_choice<loom::rt::Precision>(v);
+    else if (a == "--attention" && (v == "auto" || v == "full" || v == "flash")) c.attention = loom::parse_choice<loom::rt::Attention>(v);
     else return usage();
   }
-  if (c.precision != "fp32" && c.device != "cuda") {
+  if (c.precision != loom::rt::Precision::kFp32 && c.device != loom::rt::DeviceChoice::kCuda) {
     std::fprintf(stderr, "loom-bench train: --precision %s is for --device cuda (the CPU emulates it by rounding: there "
-                         "is no speed to measure)\n", c.precision.c_str());
+                         "is no speed to measure)\n", loom::word_of(c.precision));
     return 2;
   }
-  const int low = c.precision == "fp16" ? 0 : c.precision == "bf16" ? 1 : -1;
+  const int low = c.precision == loom::rt::Precision::kFp16 ? 0 : c.precision == loom::rt::Precision::kBf16 ? 1 : -1;
   try {
     bench_progress("loom-train gpt, " + std::to_string(c.steps) + " steps");
     const loom::rt::TrainResult r = loom::rt::train(c, [](const std::string&) {});
-    const bool gpu = c.device == "cuda";
+    const bool gpu = c.device == loom::rt::DeviceChoice::kCuda;
     std::string gemm_name = !gpu ? "cblas_sgemm and dnnl_sgemm" : low < 0 ? "cuBLAS SGEMM"
                             : std::string("cuBLAS GemmEx on tensor cores (FAST_") + (low ? "16BF)" : "16F)");
     bench_progress(gemm_name + " at the model's GEMM shapes");
@@ -251,7 +251,7 @@ int bench_train_gpt(int argc, char** argv) {
     const double torch = python_best_figure(
         kTorchGpt,
         {c.token_files.empty() ? c.text_path : "tokens:" + c.token_files, std::to_string(c.context), std::to_string(c.gpt_layers), std::to_string(c.heads), std::to_string(c.embd),
-         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), c.device, c.precision,
+         std::to_string(c.global_batch), std::to_string(c.threads), std::to_string(c.steps), loom::word_of(c.device), loom::word_of(c.precision),
          std::to_string(vocab)},
         &setup);
     const double ratio = torch > 0 ? r.samples_per_s / torch : 0;
@@ -263,24 +263,24 @@ int bench_train_gpt(int argc, char** argv) {
                   "\"precision\":\"%s\",\"attention\":\"%s\",\"tensor_core_gflops\":%.1f,\"mfu\":%.4f}\n",
                   r.device.c_str(), vocab, c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads,
                   static_cast<long long>(c.steps), tokens,
-                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), c.precision.c_str(),
-                  c.attention.c_str(), tc_peak,
+                  torch * c.context, ratio, r.gflops, peak, gemm_name.c_str(), setup.c_str(), loom::word_of(c.precision),
+                  loom::word_of(c.attention), tc_peak,
                   tc_peak > 0 ? r.gflops / tc_peak : 0.0);
     } else {
       std::printf("loom-bench train: gpt on %s, vocabulary %d, context %d, %d layers, %d heads, width %d, batch %d, AdamW, "
                   "%d threads, %lld steps, attention %s\n",
                   r.device.c_str(), vocab, c.context, c.gpt_layers, c.heads, c.embd, c.global_batch, c.threads, static_cast<long long>(c.steps),
-                  c.attention.c_str());
+                  loom::word_of(c.attention));
       std::printf("  loom-train        %10.0f tokens/s  (%.1f GFLOP/s)\n", tokens, r.gflops);
       if (torch > 0)
         std::printf("  PyTorch peer      %10.0f tokens/s  (%s, torch.set_num_threads(%d), on %s) -> ratio %.2fx (target >= %s)\n",
-                    torch * c.context, setup.c_str(), c.threads, c.device.c_str(), ratio, gpu ? "1.0x" : "1.5x");
+                    torch * c.context, setup.c_str(), c.threads, loom::word_of(c.device), ratio, gpu ? "1.0x" : "1.5x");
       else
         std::printf("  PyTorch peer unavailable (/usr/bin/python3 or $LOOM_PYTHON with torch needed)\n");
       std::printf("  %s at the model's GEMM shapes %.1f GFLOP/s -> loom reaches %.0f%% of it\n", gemm_name.c_str(), peak,
                   100 * r.gflops / peak);
       if (tc_peak > 0)
-        std::printf("  tensor cores (cuBLAS, 4096^3, %s) %.1f GFLOP/s -> MFU %.1f%%\n", c.precision.c_str(), tc_peak,
+        std::printf("  tensor cores (cuBLAS, 4096^3, %s) %.1f GFLOP/s -> MFU %.1f%%\n", loom::word_of(c.precision), tc_peak,
                     100 * r.gflops / tc_peak);
     }
     return 0;

@@ -337,14 +337,14 @@ int bench_checkpoint(size_t bytes, const std::string& dir, int reps, const std::
                      ", " + std::to_string(r + 1) + " of " + std::to_string(reps));
       loom::rt::TrainConfig c;
       c.layers = {784, width, width, 10};
-      c.optim.kind = "adamw";
+      c.optim.kind = loom::rt::OptimKind::kAdamw;
       c.lr = 1e-3f;
       c.global_batch = 32;
       c.steps = steps;
       // One core is left to the writer (as to data loading and I/O on a real node): on a machine
       // whose every core computes, a background write can only take compute time.
       c.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()) - 1);
-      c.device = "cpu";
+      c.device = loom::rt::DeviceChoice::kCpu;
       c.evaluate = false;
       c.log_every = 1000000;
       if (mode > 0) {
@@ -591,7 +591,7 @@ int run_bench(int argc, char** argv) {
   c.steps = 400;
   c.threads = 2;
   c.log_every = 1 << 30;
-  c.device = "cpu";  // the CPU figure unless --device cuda asks (auto would pick a GPU unannounced)
+  c.device = loom::rt::DeviceChoice::kCpu;  // the CPU figure unless --device cuda asks (auto would pick a GPU unannounced)
   std::string format = "text", layers = "784,512,512,10";
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -602,8 +602,8 @@ int run_bench(int argc, char** argv) {
     else if (a == "--threads") c.threads = bench_int(a, v);
     else if (a == "--layers") layers = v;
     else if (a == "--format") format = v;
-    else if (a == "--gemm") c.gemm = v;
-    else if (a == "--device") c.device = v;
+    else if (a == "--gemm" && (v == "auto" || v == "openblas" || v == "onednn")) c.gemm = loom::parse_choice<loom::rt::GemmChoice>(v);
+    else if (a == "--device" && (v == "auto" || v == "cpu" || v == "cuda")) c.device = loom::parse_choice<loom::rt::DeviceChoice>(v);
     else if (a == "--data") c.data_dir = v;  // a Fashion-MNIST folder (the bundle's on the GPU machine)
     else return usage();
   }
@@ -629,7 +629,7 @@ int run_bench(int argc, char** argv) {
       std::printf("loom-bench train: MLP %s, batch %d, %d threads, %lld steps, Fashion-MNIST, on %s\n", layers.c_str(),
                   c.global_batch, c.threads, static_cast<long long>(c.steps), r.device.c_str());
       std::printf("  loom-train        %10.1f samples/s  (%.1f GFLOP/s, GEMM %s)\n", r.samples_per_s, r.gflops,
-                  c.gemm.c_str());
+                  loom::word_of(c.gemm));
       if (torch > 0)
         std::printf("  PyTorch peer      %10.1f samples/s  (on %s, %s, torch.set_num_threads(%d)) -> ratio %.2fx (target >= %s)\n",
                     torch, r.device.c_str(), setup.c_str(), c.threads, ratio, gpu ? "1.0x" : "1.5x");

@@ -56,7 +56,7 @@ bool run(const Case& c) {
   gpu_m.to(Device::kCuda);
   if (cpu_m.flash() != gpu_m.flash()) throw Error("the CPU and the GPU chose different attention paths");
   OptimConfig oc;
-  oc.kind = "adamw";
+  oc.kind = OptimKind::kAdamw;
   oc.weight_decay = 0.01f;
   Optimizer cpu_opt(oc), gpu_opt(oc);
   std::mt19937 rng(3);

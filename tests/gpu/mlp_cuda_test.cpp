@@ -28,7 +28,7 @@ int main() {
     Mlp cpu_m({784, 256, 128, 10}, 7), gpu_m({784, 256, 128, 10}, 7);
     gpu_m.to(Device::kCuda);
     OptimConfig oc;
-    oc.kind = kind;
+    oc.kind = loom::parse_choice<OptimKind>(kind);
     oc.weight_decay = 0.01f;
     Optimizer cpu_opt(oc), gpu_opt(oc);
     std::mt19937 rng(1);

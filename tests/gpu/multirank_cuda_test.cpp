@@ -88,13 +88,13 @@ int main(int argc, char** argv) {
   try {
     for (const std::string model : {"mlp", "gpt"}) {
       TrainConfig c;
-      c.model = model;
-      c.device = device;
+      c.model = loom::parse_choice<ModelKind>(model);
+      c.device = loom::parse_choice<DeviceChoice>(device);
       c.steps = 12;
       c.seed = 3;
       c.evaluate = false;
       c.log_every = 1 << 30;
-      c.balance = "static";  // uneven shares when the ranks differ; equal here
+      c.balance = Balance::kStatic;  // uneven shares when the ranks differ; equal here
       if (model == "mlp") {
         c.data_dir = data;
         c.global_batch = 64;
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       if (model != "mlp") continue;
       {  // ZeRO-1: AdamW's moments sharded (held and updated in host memory) against unsharded
         TrainConfig z = c;
-        z.optim.kind = "adamw";
+        z.optim.kind = OptimKind::kAdamw;
         z.lr = 0.002f;
         const std::string whole = std::string(dir) + "/adam-2.h5", sharded = std::string(dir) + "/adam-zero.h5";
         train_as(z, 2, whole);
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
         z.grad_compress = compress;
         const std::string here = std::string(dir) + "/z-" + device + ".h5", cpu = std::string(dir) + "/z-cpu.h5";
         train_as(z, 2, here);
-        z.device = "cpu";
+        z.device = DeviceChoice::kCpu;
         train_as(z, 2, cpu);
         const double dz = largest_difference(here, cpu);
         const bool okz = dz < 1e-4;

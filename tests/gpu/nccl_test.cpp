@@ -124,7 +124,7 @@ void zero_checks(loom::rt::NcclCommunicator& nccl, int me, int p) {
     }
   };
   OptimConfig oc;
-  oc.kind = "adamw";
+  oc.kind = OptimKind::kAdamw;
   oc.weight_decay = 0.01f;
   Optimizer sharded_opt(oc), whole_opt(oc);
   GradExchange sharded(CompressConfig{}, 0.004), whole(CompressConfig{}, 0.004);

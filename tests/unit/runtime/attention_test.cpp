@@ -95,7 +95,7 @@ TEST(FlashAttention, NamesParseAndABadOneIsRefused) {
   try {
     loom::rt::parse_attention("fast");
     FAIL() << "no error";
-  } catch (const loom::rt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("attention 'fast': auto, full or flash"), std::string::npos) << e.what();
+  } catch (const loom::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention must be auto, full or flash, not 'fast'"), std::string::npos) << e.what();
   }
 }

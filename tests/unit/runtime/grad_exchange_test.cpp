@@ -243,7 +243,7 @@ TEST(ZeroOptimizer, PackedOnTheDeviceStepsAsOnTheHost) {
       host_ex.set_sharded();
       ZeroOptimizer host_zero(host_ex, c), dev_zero(dev_ex, c);
       OptimConfig oc;
-      oc.kind = "adamw";
+      oc.kind = OptimKind::kAdamw;
       oc.weight_decay = 0.01f;
       Optimizer host_opt(oc), dev_opt(oc);
       auto a = bucket_params(c.rank()), b = bucket_params(c.rank());

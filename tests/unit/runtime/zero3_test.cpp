@@ -54,7 +54,7 @@ class TinyTask : public Task {
 
 OptimConfig sgd() {
   OptimConfig o;
-  o.kind = "sgd";
+  o.kind = OptimKind::kSgd;
   o.momentum = 0.9f;
   return o;
 }

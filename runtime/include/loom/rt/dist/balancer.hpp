@@ -7,11 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "loom/choice.hpp"
+
 namespace loom::rt {
+
+enum class Balance { kOff, kStatic, kDynamic };
 
 class Balancer {
  public:
-  Balancer(std::string mode, int global_batch, int ranks, int replan_every = 10);
+  Balancer(Balance mode, int global_batch, int ranks, int replan_every = 10);
   // Initial shares from per-rank weights (ignored when mode is off).
   void start(const std::vector<double>& weights);
   const std::vector<int>& shares() const { return shares_; }
@@ -23,7 +27,7 @@ class Balancer {
   // predicts (and 1 ms more) three steps in a row. A rank is reported once, and again only
   // after it has kept up for a step; one slow step (noise, a page fault) is not reported.
   std::vector<int> stragglers(const std::vector<double>& seconds);
-  const std::string& mode() const { return mode_; }
+  Balance mode() const { return mode_; }
   // For checkpoints: smoothed speeds and the steps observed; restore() needs the same ranks.
   const std::vector<double>& speeds() const { return speed_; }
   int observed() const { return observed_; }
@@ -34,7 +38,7 @@ class Balancer {
 
  private:
   double predicted_step(const std::vector<int>& shares) const;  // seconds of the slowest rank
-  std::string mode_;
+  Balance mode_;
   int global_, replan_every_, observed_ = 0;
   std::vector<int> shares_;
   std::vector<double> speed_;  // smoothed samples/s per rank
@@ -42,3 +46,6 @@ class Balancer {
 };
 
 }  // namespace loom::rt
+
+LOOM_CHOICE(loom::rt::Balance, "--balance", "off", "static", "dynamic");
+

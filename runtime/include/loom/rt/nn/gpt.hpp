@@ -4,6 +4,8 @@
 // tests/parity/gpt_parity.py (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ..., ln_f, lm_head).
 #pragma once
 
+#include "loom/choice.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -23,7 +25,7 @@ namespace loom::rt {
 // 1.56x faster at context 1024 on an H200 (doc/gpu.md); from 2048 on, the scores of a 12-layer
 // model at batch 8 would take ~19 GB.
 enum class Attention { kAuto, kFull, kFlash };
-Attention parse_attention(const std::string& name);  // auto | full | flash; Error otherwise
+Attention parse_attention(const std::string& name);  // auto | full | flash; UsageError otherwise
 constexpr int kFlashContext = 256;
 constexpr int kFlashContextCuda = 2048;
 
@@ -116,3 +118,6 @@ class Gpt {
 };
 
 }  // namespace loom::rt
+
+LOOM_CHOICE(loom::rt::Attention, "--attention", "auto", "full", "flash");
+

@@ -5,12 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "loom/choice.hpp"
 #include "loom/rt/tensor/param.hpp"
 
 namespace loom::rt {
 
+enum class OptimKind { kSgd, kAdamw };
+enum class Schedule { kConstant, kCosine };  // the learning rate after warmup
+
 struct OptimConfig {
-  std::string kind = "sgd";  // sgd | adamw
+  OptimKind kind = OptimKind::kSgd;
   float momentum = 0.9f;
   bool nesterov = false;
   float weight_decay = 0.0f;
@@ -31,7 +35,7 @@ class Optimizer {
     int64_t n;
   };
   void step_spans(const std::vector<Span>& spans, float lr, Device d = Device::kCpu);
-  bool keeps_second_moment() const { return c_.kind == "adamw"; }
+  bool keeps_second_moment() const { return c_.kind == OptimKind::kAdamw; }
   int64_t steps() const { return t_; }
   // For checkpoints: the moments (empty before the first step; v only for AdamW) and the step
   // count; restore() takes what a checkpoint holds, on the CPU.
@@ -52,8 +56,11 @@ class Optimizer {
 };
 
 // Linear warmup over `warmup` steps, then cosine decay to zero at `total` (or constant).
-float lr_at(int64_t step, int64_t total, float base, int64_t warmup, const std::string& schedule);
+float lr_at(int64_t step, int64_t total, float base, int64_t warmup, Schedule schedule);
 // Scales the gradients so that their global L2 norm is at most max_norm; returns the norm before.
 float clip_grad_norm(std::vector<Param>& params, float max_norm);
 
 }  // namespace loom::rt
+
+LOOM_CHOICE(loom::rt::OptimKind, "--optimizer", "sgd", "adamw");
+LOOM_CHOICE(loom::rt::Schedule, "--lr-schedule", "constant", "cosine");

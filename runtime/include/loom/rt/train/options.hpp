@@ -16,7 +16,7 @@ namespace loom::rt {
 
 // What is read as text and interpreted after (the data source, the widths, the seed).
 struct TrainOptionText {
-  std::string model, layers, data, config, seed, qat_scales;
+  std::string layers, data, config, seed, qat_scales;
 };
 
 // Every loom-train option, each bound to its field of `c` (its default `c`'s value at the call)

@@ -7,21 +7,34 @@
 #include <string>
 #include <vector>
 
+#include "loom/choice.hpp"
 #include "loom/rt/dist/comm.hpp"
+#include "loom/rt/dist/balancer.hpp"
 #include "loom/rt/io/data.hpp"
+#include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/nn/optim.hpp"
 
 namespace loom::rt {
 
+// loom-train's choices: each enum's words are its ChoiceWords (below), read and printed as words.
+// (Attention is gpt.hpp's, Schedule and OptimKind optim.hpp's, Balance balancer.hpp's.)
+enum class ModelKind { kMlp, kGpt };
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+enum class GemmChoice { kAuto, kOpenblas, kOnednn };
+enum class LogFormat { kText, kJson };
+enum class Offload { kNone, kOptimizer };
+enum class GpuBackend { kAuto, kNccl, kHost };
+enum class Precision { kFp32, kFp16, kBf16 };
+
 struct TrainConfig {
-  std::string model = "mlp";         // mlp | gpt
+  ModelKind model = ModelKind::kMlp;
   std::string text_path;             // gpt: the training text
   std::string token_files;           // gpt: llm.c token files (a path or a glob) instead of a text
   int vocab = 50257;                 // gpt on token files: the vocabulary (GPT-2's by default)
   int context = 64, gpt_layers = 2, heads = 4, embd = 64;
   float dropout = 0.0f;
   bool recompute = false;            // gpt: recompute each block's activations in backward
-  std::string attention = "auto";    // gpt: auto | full | flash (nn/gpt.hpp)
+  Attention attention = Attention::kAuto;
   std::vector<int> layers{784, 512, 512, 10};
   std::string data_dir = kFashionMnistDir;
   // mlp: image augmentation (shift:N,flip,noise:S), a seeded subset of the training images
@@ -34,7 +47,7 @@ struct TrainConfig {
   int global_batch = 128;
   float lr = 0.05f;
   OptimConfig optim;
-  std::string schedule = "constant";  // constant | cosine
+  Schedule schedule = Schedule::kConstant;
   int64_t warmup = 0;
   // Resuming with another --steps/--epochs: re-plan the cosine schedule over the new total
   // (a constant schedule needs no re-plan).
@@ -42,11 +55,11 @@ struct TrainConfig {
   float clip = 0.0f;
   uint64_t seed = 1;
   int threads = 1;
-  std::string device = "auto";  // auto | cpu | cuda (the MLP runs on either; gpt on the CPU)
-  std::string gemm = "auto";  // auto | openblas | onednn
+  DeviceChoice device = DeviceChoice::kAuto;  // the MLP runs on either; gpt on the CPU
+  GemmChoice gemm = GemmChoice::kAuto;
   bool evaluate = true;  // false: no test-set evaluation after each epoch (benchmarks)
   int log_every = 100;
-  std::string log_format = "text";  // text | json
+  LogFormat log_format = LogFormat::kText;
   std::string metrics_file;
   int metrics_port = -1;                  // --metrics-port: Prometheus endpoint on rank 0 (-1: none, 0: any port)
   std::string metrics_bind = "127.0.0.1";
@@ -66,7 +79,7 @@ struct TrainConfig {
   // Data parallelism: the communicator (null: one process), how the global batch is split,
   // this rank's device weight (LOOM_DEVICE_WEIGHT) and emulated speed (LOOM_EMULATE_SPEED).
   Communicator* comm = nullptr;
-  std::string balance = "off";  // off | static | dynamic
+  Balance balance = Balance::kOff;
   int replan_every = 10;
   double device_weight = 1.0;
   std::string gpu_class;  // LOOM_GPU_CLASS from the plugin ("a100", "v100"; empty without it)
@@ -75,13 +88,13 @@ struct TrainConfig {
   int zero = 0;  // 1: ZeRO-1, the optimizer state sharded (train/zero.hpp); 3: ZeRO-3 (train/zero3.hpp)
   // optimizer: the sharded optimizer state and its step in host memory (ZeRO-Offload) on CUDA
   // ranks; none: beside the gradients.
-  std::string offload = "none";
+  Offload offload = Offload::kNone;
   // Several CUDA ranks: gradients summed by NCCL in device memory (nccl), or staged through host
   // memory over the ranks' transport (host); auto: NCCL where every rank drives a GPU of its own.
-  std::string gpu_backend = "auto";  // auto | nccl | host
+  GpuBackend gpu_backend = GpuBackend::kAuto;
   double bucket_mb = 1.0;  // gradient buckets overlapped with backward (0: one exchange after it)
   double comm_timeout = 120.0;  // seconds a collective waits for a peer
-  std::string precision = "fp32";  // fp32 | fp16 | bf16 (emulated by rounding on the CPU)
+  Precision precision = Precision::kFp32;  // fp16/bf16 emulated by rounding on the CPU
   int64_t inject_overflow_step = -1;  // tests: this rank's gradients overflow at that step
   // Checkpoints (Contract 4): DIR/ckpt-<step>.h5 every N steps and/or M minutes, the newest K
   // kept, written in the background with ckpt_async; resume auto | never | FILE.
@@ -94,6 +107,18 @@ struct TrainConfig {
   // Set (non-zero) by SIGUSR1/SIGTERM: finish the step, checkpoint, stop (TrainResult::preempted).
   const std::atomic<int>* stop_signal = nullptr;
 };
+
+}  // namespace loom::rt
+
+LOOM_CHOICE(loom::rt::ModelKind, "--model", "mlp", "gpt");
+LOOM_CHOICE(loom::rt::DeviceChoice, "--device", "auto", "cpu", "cuda");
+LOOM_CHOICE(loom::rt::GemmChoice, "--gemm", "auto", "openblas", "onednn");
+LOOM_CHOICE(loom::rt::LogFormat, "--log-format", "text", "json");
+LOOM_CHOICE(loom::rt::Offload, "--offload", "none", "optimizer");
+LOOM_CHOICE(loom::rt::GpuBackend, "--gpu-backend", "auto", "nccl", "host");
+LOOM_CHOICE(loom::rt::Precision, "--precision", "fp32", "fp16", "bf16");
+
+namespace loom::rt {
 
 // Throws Error naming the first option whose value is out of range (counts must be positive,
 // choices one of the listed words), the value and what is allowed.
