@@ -194,8 +194,7 @@ class Service final
                                                       const inference::ModelInferRequest& req,
                                                       inference::ModelInferResponse* res,
                                                       std::function<void(const grpc::Status&)> done) {
-    PipelineRunner* p = ctx_.pipeline(req.model_name());
-    const std::string label = p ? p->name() : ctx_.metrics_label(req.model_name());  // unknown names share one label
+    const std::string label = ctx_.metrics_label(req.model_name());  // unknown names share one label
     auto finish = [this, label, done](const grpc::Status& st) {
       ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
       done(st);
