@@ -42,7 +42,7 @@ class Backend {
 // An MLP: float (`mlp`) or INT8 (`int8`, then `mlp` may be null), on the GPU when `cuda`;
 // `input` says how a request's rows become its `features` inputs.
 std::unique_ptr<Backend> mlp_backend(std::unique_ptr<rt::Mlp> mlp, std::unique_ptr<rt::QuantMlp> int8, bool cuda,
-                                     InputSpec input, int features);
+                                     InputSpec input);
 // An ONNX graph (a build with libonnx).
 std::unique_ptr<Backend> graph_backend(std::unique_ptr<rt::graph::Model> graph);
 // A language model served by its decoder engine: generate, not infer.

@@ -16,14 +16,16 @@ namespace {
 
 class MlpBackend : public Backend {
  public:
-  MlpBackend(std::unique_ptr<rt::Mlp> mlp, std::unique_ptr<rt::QuantMlp> int8, bool cuda, InputSpec input, int features)
-      : mlp_(std::move(mlp)), int8_(std::move(int8)), cuda_(cuda), input_(input), features_(features) {}
+  MlpBackend(std::unique_ptr<rt::Mlp> mlp, std::unique_ptr<rt::QuantMlp> int8, bool cuda, InputSpec input)
+      : mlp_(std::move(mlp)), int8_(std::move(int8)), cuda_(cuda), input_(input) {}
 
   std::vector<rt::Tensor> decode(const std::vector<TensorDesc>&, bool, const std::vector<TensorIn>& in, int max_rows,
                                  int* rows) const override {
-    std::vector<float> x = decode_input(input_, in, max_rows, rows);
-    rt::Tensor t = rt::Tensor::empty({*rows, features_});
-    std::memcpy(t.f32(), x.data(), x.size() * sizeof(float));
+    rt::Tensor t;
+    decode_input(input_, in, max_rows, rows, [&t](int64_t n, int64_t features) {
+      t = rt::Tensor::empty({n, features});
+      return t.f32();
+    });
     return {t};
   }
 
@@ -39,7 +41,6 @@ class MlpBackend : public Backend {
   std::unique_ptr<rt::QuantMlp> int8_;
   bool cuda_;
   InputSpec input_;
-  int features_;
 };
 
 class EngineBackend : public Backend {
@@ -92,8 +93,8 @@ class GraphBackend : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> mlp_backend(std::unique_ptr<rt::Mlp> mlp, std::unique_ptr<rt::QuantMlp> int8, bool cuda,
-                                     InputSpec input, int features) {
-  return std::make_unique<MlpBackend>(std::move(mlp), std::move(int8), cuda, input, features);
+                                     InputSpec input) {
+  return std::make_unique<MlpBackend>(std::move(mlp), std::move(int8), cuda, input);
 }
 
 std::unique_ptr<Backend> engine_backend(std::unique_ptr<llm::Engine> engine, std::string path) {

@@ -94,13 +94,17 @@ bool Batcher::run_now(Job& job, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   const auto start = Clock::now();
   std::vector<Job> live;
+  std::vector<Outcome> outcomes;
   if (!expired(job, start)) {
     live.push_back(std::move(job));
-    compute(*instances_[i], live, start, true);
+    compute(*instances_[i], live, start, &outcomes);
   }
   lock.lock();
   busy_[i] = 0;
   if (!queue_.empty()) cv_.notify_all();  // what queued meanwhile waits for this instance
+  lock.unlock();  // the answer (gRPC may write it inline) holds neither the lock nor the instance
+  for (size_t k = 0; k < live.size(); ++k) live[k].done(std::move(outcomes[k]));
+  lock.lock();
   return true;
 }
 
@@ -228,7 +232,7 @@ bool Batcher::expired(Job& j, Clock::time_point start) {
 
 // One forward pass over the live requests; each gets its rows of every output (views of the
 // batch's outputs, no copies).
-void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, bool answer_here) {
+void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, std::vector<Outcome>* answers) {
   int rows = 0;
   std::vector<std::vector<rt::Tensor>*> xs;
   for (auto& j : live) {
@@ -287,8 +291,8 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
     stats_.answered(error.empty(), ns_between(j.arrived, start), ns_between(j.arrived, end));
     if (metrics_) metrics_->observe(model.name(), outcomes[i].queue_s, compute, rows, i == 0);
   }
-  if (answer_here) {
-    for (size_t i = 0; i < live.size(); ++i) live[i].done(std::move(outcomes[i]));
+  if (answers) {
+    *answers = std::move(outcomes);
     return;
   }
   std::lock_guard<std::mutex> lock(answer_mu_);

@@ -73,7 +73,9 @@ class Batcher {
   size_t idle_instance() const;
   std::vector<Job> take_batch(std::unique_lock<std::mutex>& lock);
   bool enough(int rows) const;
-  void compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, bool answer_here = false);
+  // One forward pass over `live`; each request is answered on the answer thread, or, with
+  // `answers`, its outcome is left there for the caller to answer.
+  void compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, std::vector<Outcome>* answers = nullptr);
   void answer_loop();
   std::vector<std::shared_ptr<ServedModel>> instances_;
   Options o_;

@@ -82,7 +82,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   if (device == "cuda" && !cuda_) throw rt::Error("--device cuda: " + why);
   if (cuda_ && int8) int8->to(rt::Device::kCuda);  // cuBLASLt's int8 GEMM
   else if (cuda_) mlp->to(rt::Device::kCuda);
-  backend_ = mlp_backend(std::move(mlp), std::move(int8), cuda_, input_, in_);
+  backend_ = mlp_backend(std::move(mlp), std::move(int8), cuda_, input_);
 }
 
 // A model of NaN weights would answer null with 200: refused at load.

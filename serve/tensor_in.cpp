@@ -19,7 +19,8 @@ bool valid_name(const std::string& s) {
   return true;
 }
 
-std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows) {
+void decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows,
+                  const std::function<float*(int64_t rows, int64_t features)>& alloc) {
   if (inputs.empty()) throw ServeError(Status::kInput, "missing input: the model takes one tensor named 'input'");
   if (inputs.size() > 1) throw ServeError(Status::kInput, "the model takes one input ('input'), not " + std::to_string(inputs.size()));
   const TensorIn& t = inputs[0];
@@ -48,17 +49,25 @@ std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>&
   if (t.data.size() != count * width)
     throw ServeError(Status::kInput, "input holds " + std::to_string(t.data.size()) + " bytes, shape and " + t.datatype +
                                               " need " + std::to_string(count * width));
-  std::vector<float> x(count);
+  float* x = alloc(n, features);
   if (width == 4) {
-    std::memcpy(x.data(), t.data.data(), count * 4);
-    for (float v : x)
-      if (!std::isfinite(v)) throw ServeError(Status::kInput, "input holds a NaN or infinite value");
+    std::memcpy(x, t.data.data(), count * 4);
+    for (size_t i = 0; i < count; ++i)
+      if (!std::isfinite(x[i])) throw ServeError(Status::kInput, "input holds a NaN or infinite value");
   } else {
     const float scale = m.scale, mean = m.mean, inv_std = 1.0f / m.std;
     for (size_t i = 0; i < count; ++i)
       x[i] = (static_cast<float>(static_cast<unsigned char>(t.data[i])) * scale - mean) * inv_std;
   }
   *rows = static_cast<int>(n);
+}
+
+std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows) {
+  std::vector<float> x;
+  decode_input(m, inputs, max_rows, rows, [&x](int64_t n, int64_t features) {
+    x.resize(static_cast<size_t>(n * features));
+    return x.data();
+  });
   return x;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct TensorIn {
   std::string data;  // raw bytes
 };
 std::vector<float> decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows);
+// The same into `out` (rows x features floats, which `alloc(rows, features)` gives once the
+// inputs are checked): the server's path, without a copy through a vector.
+void decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int max_rows, int* rows,
+                  const std::function<float*(int64_t rows, int64_t features)>& alloc);
 
 // A tensor a graph model (ONNX) takes or gives: its KServe datatype and shape (-1 dynamic).
 struct TensorDesc {
