@@ -84,9 +84,9 @@ size_t Batcher::idle_instance() const {
   return static_cast<size_t>(std::find(busy_.begin(), busy_.end(), 0) - busy_.begin());
 }
 
-// With `lock` held (released while it runs): runs `job` now and answers it here when nothing is
-// queued, an instance is idle and the model's last pass was short enough; false (nothing done)
-// otherwise. A set delay (the operator asked for batches) never does.
+// With `lock` held: runs `job` now and answers it here when nothing is queued, an instance is idle
+// and the model's last pass was short enough, and returns true with `lock` released; false
+// (nothing done, `lock` held) otherwise. A set delay (the operator asked for batches) never does.
 bool Batcher::run_now(Job& job, std::unique_lock<std::mutex>& lock) {
   const size_t i = idle_instance();
   if (o_.max_queue_delay_us != 0 || !queue_.empty() || i == busy_.size() || last_compute_ >= kDirectPass) return false;
@@ -104,7 +104,6 @@ bool Batcher::run_now(Job& job, std::unique_lock<std::mutex>& lock) {
   if (!queue_.empty()) cv_.notify_all();  // what queued meanwhile waits for this instance
   lock.unlock();  // the answer (gRPC may write it inline) holds neither the lock nor the instance
   for (size_t k = 0; k < live.size(); ++k) live[k].done(std::move(outcomes[k]));
-  lock.lock();
   return true;
 }
 

@@ -311,14 +311,7 @@ void Render::set(const ChatTemplate::Node& n) {
 
 void Render::loop(const ChatTemplate::Node& n) {
   const Value seq = tmpl::eval(*n.expr, scope);
-  std::vector<Value> items;
-  if (seq.kind == Value::kList) items = *seq.list;
-  else if (seq.kind == Value::kDict)
-    for (const auto& kv : *seq.dict) items.push_back(Value::str(kv.first));
-  else if (seq.kind == Value::kString)
-    for (char c : seq.s) items.push_back(Value::str(std::string(1, c)));
-  else if (seq.kind != Value::kUndefined && seq.kind != Value::kNone)
-    throw ServeError(Status::kInput, "the chat template loops over " + seq.text() + ", which is not a sequence");
+  const std::vector<Value> items = tmpl::elements(seq, "loops over");
   if (items.empty()) {
     if (n.branches.size() > 1) body(n.branches[1].second);
     return;

@@ -263,16 +263,7 @@ bool test(const std::string& name, const Value& v, const Value& arg = Value()) {
   return v.kind == Value::kList || v.kind == Value::kString || v.kind == Value::kDict;  // sequence, iterable
 }
 
-// What a filter such as list, join or select walks: a list's items, a string's characters, a
-// dict's keys.
-std::vector<Value> elements(const Value& v) {
-  std::vector<Value> out;
-  if (v.kind == Value::kList) out = *v.list;
-  else if (v.kind == Value::kString) for (char c : v.s) out.push_back(Value::str(std::string(1, c)));
-  else if (v.kind == Value::kDict) for (const auto& kv : *v.dict) out.push_back(Value::str(kv.first));
-  else if (v.kind != Value::kUndefined && v.kind != Value::kNone) fail(v.text() + " is not a sequence");
-  return out;
-}
+std::vector<Value> elements(const Value& v) { return tmpl::elements(v, "filters"); }
 
 Value from(std::vector<Value> items) {
   Value out = Value::new_list();
@@ -467,6 +458,16 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     }
     default: return Value();
   }
+}
+
+std::vector<Value> elements(const Value& v, const char* doing) {
+  std::vector<Value> out;
+  if (v.kind == Value::kList) out = *v.list;
+  else if (v.kind == Value::kString) for (char c : v.s) out.push_back(Value::str(std::string(1, c)));
+  else if (v.kind == Value::kDict) for (const auto& kv : *v.dict) out.push_back(Value::str(kv.first));
+  else if (v.kind != Value::kUndefined && v.kind != Value::kNone)
+    throw ServeError(Status::kInput, std::string("the chat template ") + doing + " " + v.text() + ", which is not a sequence");
+  return out;
 }
 
 std::string to_json_text(const Value& v, int indent) {

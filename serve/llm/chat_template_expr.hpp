@@ -67,6 +67,10 @@ bool is_test(const std::string& name);    // the tests (`is NAME`, select/reject
 // The next word at `pos` ("for", "in", "=", ...), skipping spaces; empty at the end.
 std::string next_word(const std::string& text, size_t& pos);
 Value eval(const Expr& e, Scope& scope);
+// What a for loop or a filter such as list, join or select walks: a list's items, a string's
+// characters, a dict's keys; nothing for undefined or none. Throws ServeError kInput saying what
+// the template was `doing` ("loops over") with anything else.
+std::vector<Value> elements(const Value& v, const char* doing);
 // transformers' tojson: json.dumps with ensure_ascii off, keys in their order, and Python's
 // separators (", " and ": "; "," and ": " with an indent, negative for none).
 std::string to_json_text(const Value& v, int indent = -1);
