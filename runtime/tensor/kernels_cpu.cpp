@@ -7,6 +7,7 @@
 #include <dnnl.h>
 #endif
 
+#include <limits.h>
 #include <malloc.h>
 #include <strings.h>
 #include <unistd.h>
@@ -97,6 +98,14 @@ void settle_library_env(char** argv) {
   if (const char* core = openblas_core_override())
     if (setenv("OPENBLAS_CORETYPE", core, 1) == 0) set += set.empty() ? "OPENBLAS_CORETYPE" : " OPENBLAS_CORETYPE";
   if (set.empty() || setenv("LOOM_LIBRARY_ENV", set.c_str(), 1) != 0) return;
+  // By the binary's own path where it can be read: the kernel names a process after the file it
+  // executes, and ps, top, pkill and Slurm's sstat should see loom-serve or loom-train, not "exe".
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  }
   execv("/proc/self/exe", argv);  // returns only on failure: run on with the libraries' defaults
 }
 

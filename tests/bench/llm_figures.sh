@@ -9,7 +9,9 @@
 #      loop with a KV cache on the same weights and threads (Hugging Face's GPT2LMHeadModel.generate
 #      where $LOOM_PYTHON has transformers); the greedy tokens of both compared;
 #   2. KV memory: positions held by the running sequences over the positions their blocks hold,
-#      sampled from /metrics while 32 clients run (target >= 0.95);
+#      sampled from /metrics while 32 clients run (target >= 0.95), at the short lengths above and
+#      at a chat workload's (256-token prompts, 128 new tokens), each beside what 16-token blocks
+#      allow at those lengths;
 #   3. prefix caching: time to first token of prompts sharing a 512-token prefix, with the
 #      prefix cache against --no-prefix-caching.
 # LOOM_PYTHON: the interpreter with PyTorch (PyPI's 2.x for the timed peer; Debian's otherwise).
@@ -89,11 +91,25 @@ done
 t1=$(date +%s.%N)
 loom1=$("$PY" -c "print(256 / ($t1 - $t0))")
 echo "llm_figures: 1 client, the peer's 8 prompts: loom-serve $(printf %.1f "$loom1") tokens/s (curl, one at a time); PyTorch $(field "$peer" torch), $(field "$peer" peer): $(printf %.1f "$peer_tps"): $(ratio "$loom1" "$peer_tps")x; greedy tokens equal in $same of 8 sequences"
-kv=$("$PY" -c 'import sys; v = [float(x) for x in open(sys.argv[1]) if x.strip()]; print("%.3f over %d samples" % (sum(v) / len(v), len(v)) if v else "no samples")' "$kv_ratios")
-# What 16-token blocks allow at all: a sequence of L positions holds ceil(L/16) blocks, so over a
-# 32-token prompt and 32 new tokens (L from 33 to 64) the mean is sum(L / (16 ceil(L/16))) / 32.
-bound=$("$PY" -c 'import math; print("%.3f" % (sum(L / (16 * math.ceil(L / 16)) for L in range(33, 65)) / 32))')
-echo "llm_figures: KV memory at 32 clients: positions held / positions in held blocks = $kv (target >= 0.95; the most 16-token blocks allow at these lengths: $bound)"
+kv_mean() { "$PY" -c 'import sys; v = [float(x) for x in open(sys.argv[1]) if x.strip()]; print("%.3f over %d samples" % (sum(v) / len(v), len(v)) if v else "no samples")' "$1"; }
+# What 16-token blocks allow at all: a sequence holding L positions holds ceil(L/16) blocks. Over
+# loom-bench's lengths (prompt P and output O uniform within +-50% of their means), each decode
+# step one sample: sum L / sum 16 ceil(L/16), for L from P to P + O - 1.
+kv_bound() { "$PY" -c 'import math, sys
+p, o = int(sys.argv[1]), int(sys.argv[2])
+num = den = 0
+for P in range(p - p // 2, p + p // 2 + 1):
+  for O in range(o - o // 2, o + o // 2 + 1):
+    for L in range(P, P + O): num += L; den += 16 * math.ceil(L / 16)
+print("%.3f" % (num / den))' "$1" "$2"; }
+echo "llm_figures: KV memory at 32 clients (prompts 16-48 tokens, 16-48 new): positions held / positions in held blocks = $(kv_mean "$kv_ratios") (target >= 0.95; the most 16-token blocks allow at these lengths: $(kv_bound 32 32))"
+# The same at the lengths of a chat workload (prompts 128-384 tokens, 64-192 new), 32 clients.
+( while sleep 0.2; do curl -s "http://$url/metrics" | awk '/^loom_llm_kv_tokens_held/ {h=$2} /^loom_llm_kv_blocks_used/ {b=$2}
+    END { if (b > 0) print h / (b * 16) }'; done ) >"$T/kv_long.txt" &
+sampler=$!
+chat=$(gen "$url" 32 32 --prompt-len 256 --output-len 128)
+kill $sampler
+echo "llm_figures: KV memory at 32 clients (prompts 128-384 tokens, 64-192 new; $(printf %.1f "$(field "$chat" output_tokens_per_s)") output tokens/s): $(kv_mean "$T/kv_long.txt") (target >= 0.95; the most 16-token blocks allow: $(kv_bound 256 128))"
 stop
 
 # 3. Prefix caching: 512 shared tokens, 16 requests one at a time.

@@ -37,6 +37,9 @@ auth=(-H "Authorization: Bearer s3cret-token")
 
 start main --model-repository repo --auth-token-file token --read-timeout-s 2 --max-request-bytes 1048576
 expect_match "binds to localhost by default" "listening: http 127\.0\.0\.1:[0-9]+ grpc 127\.0\.0\.1:[0-9]+, bearer token required" "$(cat main.log)"
+# ps, pkill and Slurm's tools see it by its name (it re-executes itself to settle the libraries'
+# environment, by its own path, not /proc/self/exe).
+expect_eq "the process is named loom-serve" "loom-serve" "$(ps -o comm= -p "$pid")"
 
 # Health needs no token; everything else does.
 expect_eq "GET /v2/health/live" 200 "$(code "$http/v2/health/live")"

@@ -290,6 +290,9 @@ def check(url):
          "only parts"),
         ("logprobs not a bool", {"model": "chat-chatml", "messages": CONVERSATIONS[0], "logprobs": 3}, "logprobs must be true or false"),
         ("the template refuses", {"model": "chat-llama2", "messages": CONVERSATIONS[3]}, "Conversation roles must alternate"),
+        ("chat_template_kwargs not an object", {"model": "chat-chatml", "messages": CONVERSATIONS[0], "chat_template_kwargs": [1]},
+         "chat_template_kwargs must be an object"),
+        ("tools not a list", {"model": "chat-chatml", "messages": CONVERSATIONS[0], "tools": "get_weather"}, "tools must be"),
     ]:
         st, text = post(url + "/v1/chat/completions", body)
         expect(st == 400 and words in text and '"error"' in text, f"{what}: {st} {text[:200]}")
