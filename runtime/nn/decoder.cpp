@@ -113,27 +113,10 @@ void Decoder::attention(KvCache& kv, const DecodeBatch& b, int layer) {
   });
 }
 
-namespace {
-// The float layer's weights packed with its bias (unless the GELU adds it), then released.
-std::unique_ptr<PackedLinear> pack(const Int8Linear& q, Tensor& w, const Tensor* bias) {
-  if (q) return nullptr;
-  auto f = std::make_unique<PackedLinear>(w, bias);
-  w = Tensor();
-  return f;
-}
-}  // namespace
-
-Decoder::Decoder(DecoderWeights w) : w_(std::move(w)) {
-  for (DecoderLayer& L : w_.layers)
-    packed_.push_back({pack(L.q_qkv, L.w_qkv, &L.b_qkv), pack(L.q_o, L.w_o, &L.b_o), pack(L.q_fc, L.w_fc, nullptr), pack(L.q_p, L.w_p, &L.b_p)});
-  lm_head_ = pack(w_.q_lm_head, w_.lm_head, nullptr);
-}
-
-void Decoder::linear(const Tensor& x, const PackedLinear* f, const Int8Linear& q, const Tensor* bias, Tensor& y) {
-  const int rows = static_cast<int>(x.dim(0));
-  ensure(y, {x.dim(0), q ? q->out() : f->out()});
-  if (q) q->run(x.f32(), rows, bias ? bias->f32() : nullptr, y.f32());
-  else f->run(x.f32(), rows, y.f32());
+void Decoder::linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y) {
+  if (!q) return linear_fwd(x, w, bias, y);
+  ensure(y, {x.dim(0), q->out()});
+  q->run(x.f32(), static_cast<int>(x.dim(0)), bias ? bias->f32() : nullptr, y.f32());
 }
 
 void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
@@ -150,14 +133,13 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
   }
   for (int l = 0; l < w_.c.layers; ++l) {
     const DecoderLayer& L = w_.layers[static_cast<size_t>(l)];
-    const Packed& P = packed_[static_cast<size_t>(l)];
     layernorm_fwd(x_, L.ln1_g, L.ln1_b, ln_, mean_, rstd_, w_.c.ln_eps);
-    linear(ln_, P.qkv.get(), L.q_qkv, &L.b_qkv, qkv_);
+    linear(ln_, L.w_qkv, L.q_qkv, &L.b_qkv, qkv_);
     attention(kv, b, l);
-    linear(att_, P.o.get(), L.q_o, &L.b_o, proj_);
+    linear(att_, L.w_o, L.q_o, &L.b_o, proj_);
     add(x_, proj_, x_);
     layernorm_fwd(x_, L.ln2_g, L.ln2_b, ln_, mean_, rstd_, w_.c.ln_eps);
-    linear(ln_, P.fc.get(), L.q_fc, nullptr, fc_);
+    linear(ln_, L.w_fc, L.q_fc, nullptr, fc_);
     if (w_.c.gelu_tanh) {
       ensure(fc_act_, fc_.shape());
       const int64_t cols = fc_.dim(1);
@@ -167,14 +149,14 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
     } else {
       bias_gelu_fwd(fc_, L.b_fc, fc_act_);
     }
-    linear(fc_act_, P.p.get(), L.q_p, &L.b_p, proj_);
+    linear(fc_act_, L.w_p, L.q_p, &L.b_p, proj_);
     add(x_, proj_, x_);
   }
   const int64_t r = static_cast<int64_t>(b.logit_rows.size());
   ensure(last_, {r, C});
   for (int64_t i = 0; i < r; ++i) std::copy_n(x_.f32() + static_cast<int64_t>(b.logit_rows[static_cast<size_t>(i)]) * C, C, last_.f32() + i * C);
   layernorm_fwd(last_, w_.lnf_g, w_.lnf_b, ln_, mean_, rstd_, w_.c.ln_eps);
-  linear(ln_, lm_head_.get(), w_.q_lm_head, nullptr, logits);
+  linear(ln_, w_.lm_head, w_.q_lm_head, nullptr, logits);
 }
 
 }  // namespace loom::rt

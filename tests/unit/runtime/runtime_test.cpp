@@ -17,7 +17,6 @@
 
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/tensor/kernels.hpp"
-#include "loom/rt/tensor/packed_linear.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/nn/optim.hpp"
@@ -197,36 +196,6 @@ TEST(Kernels, GemmMatchesNaive) {
       cpu::gemm(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n, 0.5f, c.data(), n);
       for (int i = 0; i < m * n; ++i) EXPECT_NEAR(c[i], ref[i], 1e-5) << ta << tb << i;
     }
-}
-
-// One packed layer serves every row count (the decoder's step varies), with and without a bias,
-// and equals the naive product; built with oneDNN (and it chosen), the weights are in its layout.
-TEST(Kernels, PackedLinearMatchesNaiveAtEveryRowCount) {
-  std::mt19937 rng(4);
-  std::uniform_real_distribution<float> u(-1, 1);
-  const int n = 37, k = 70;
-  Tensor w = Tensor::empty({n, k}), bias = Tensor::empty({n});
-  for (int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = u(rng);
-  for (int64_t i = 0; i < n; ++i) bias.f32()[i] = u(rng);
-  for (const char* gemm : {"openblas", "auto"})
-  for (const Tensor* b : std::initializer_list<const Tensor*>{nullptr, &bias}) {
-    cpu::set_gemm_backend(gemm);
-    PackedLinear lin(w, b);
-    EXPECT_EQ(std::string(lin.path()), std::string(cpu::gemm_backend()) == "onednn" ? "onednn" : "gemm");
-    for (int m : {1, 3, 16, 64, 1}) {
-      std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n), NAN);
-      for (auto& v : x) v = u(rng);
-      lin.run(x.data(), m, y.data());
-      for (int i = 0; i < m; ++i)
-        for (int j = 0; j < n; ++j) {
-          double s = b ? b->f32()[j] : 0.0;
-          for (int l = 0; l < k; ++l) s += static_cast<double>(x[static_cast<size_t>(i * k + l)]) * w.f32()[j * k + l];
-          ASSERT_NEAR(y[static_cast<size_t>(i * n + j)], s, 1e-4) << gemm << " rows " << m << " bias " << (b != nullptr);
-        }
-    }
-  }
-  EXPECT_THROW(PackedLinear(w, &w), Error);
-  EXPECT_THROW(PackedLinear(bias, nullptr), Error);
 }
 
 TEST(Kernels, SoftmaxXentGradientIsNumericallyRight) {

@@ -13,7 +13,6 @@
 
 #include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/tensor/int8.hpp"
-#include "loom/rt/tensor/packed_linear.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
 namespace loom::rt {
@@ -79,23 +78,16 @@ struct DecodeBatch {
 
 class Decoder {
  public:
-  // Each float linear layer's weights move into a PackedLinear (packed once for oneDNN's matmul;
-  // the float matrices are released: the decoder holds one copy of its weights). Int8 layers stay.
-  explicit Decoder(DecoderWeights w);
+  explicit Decoder(DecoderWeights w) : w_(std::move(w)) {}
   const DecoderConfig& config() const { return w_.c; }
+  const DecoderWeights& weights() const { return w_; }
   void forward(KvCache& kv, const DecodeBatch& b, Tensor& logits);
 
  private:
-  struct Packed {  // a layer's float linears (null where the layer runs in int8)
-    std::unique_ptr<PackedLinear> qkv, o, fc, p;
-  };
   void attention(KvCache& kv, const DecodeBatch& b, int layer);
-  // y = x w^T (+ bias): in int8 when q is set, else through the packed float weights (whose bias
-  // is their own).
-  static void linear(const Tensor& x, const PackedLinear* f, const Int8Linear& q, const Tensor* bias, Tensor& y);
+  // y = x w^T (+ bias): in int8 when q is set, else in float.
+  static void linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y);
   DecoderWeights w_;
-  std::vector<Packed> packed_;
-  std::unique_ptr<PackedLinear> lm_head_;
   Tensor x_, ln_, qkv_, att_, proj_, fc_, fc_act_, last_, mean_, rstd_;
 };
 
