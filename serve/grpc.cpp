@@ -89,28 +89,25 @@ class Service final
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* sc, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
+    const grpc::Status st = check_token(sc);
+    if (!st.ok()) {
+      ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc_code(st.error_code()));
+      grpc::ServerUnaryReactor* refused = sc->DefaultReactor();
+      refused->Finish(st);
+      return refused;
+    }
     if (!ctx_.pipeline(req->model_name())) {
       // A model's call needs no cancel hook (the batcher keeps its deadline): gRPC's default
       // reactor, whose OnDone runs inline. A reactor of our own has gRPC run OnDone on its
       // executor, a thread switch per call: 0.5 of the 0.7 switches per request that loom-serve
       // made against a bare server's 0.13.
       grpc::ServerUnaryReactor* reactor = sc->DefaultReactor();
-      const grpc::Status st = check_token(sc);
-      if (!st.ok()) {
-        ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc_code(st.error_code()));
-        reactor->Finish(st);
-      } else {
-        start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
-      }
+      start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
       return reactor;
     }
-    auto* reactor = new UnaryReactor;
-    grpc::Status st = check_token(sc);
-    if (!st.ok()) {
-      ctx_.metrics->request(ctx_.metrics_label(req->model_name()), "grpc", from_grpc_code(st.error_code()));
-      reactor->Finish(st);
-    } else {
-      auto run = start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
+    auto* reactor = new UnaryReactor;  // a pipeline's: a client that cancels cancels its hops
+    auto run = start_infer(sc->deadline(), *req, res, [reactor](const grpc::Status& s) { reactor->Finish(s); });
+    {
       std::lock_guard<std::mutex> lock(reactor->mu);
       reactor->run = run;
     }

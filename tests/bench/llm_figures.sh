@@ -41,6 +41,13 @@ gen() {  # URL CONCURRENCY REQUESTS [ARGS]: the JSON line
   "$B/loom-bench" generate --url "$1" --model gpt2 --concurrency "$2" --requests "$3" --prompt-len 32 --output-len 32 \
     --vocab 50257 --format json "${@:4}"
 }
+# kv_sampler FILE: in the background (pid in $sampler), every 0.2 s the running sequences'
+# positions over the positions their blocks hold, from the server's /metrics, a line each.
+kv_sampler() {
+  ( while sleep 0.2; do curl -s "http://$url/metrics" | awk '/^loom_llm_kv_tokens_held/ {h=$2} /^loom_llm_kv_blocks_used/ {b=$2}
+      END { if (b > 0) print h / (b * 16) }'; done ) >"$1" &
+  sampler=$!
+}
 field() { "$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 ratio() { "$PY" -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))' "$1" "$2"; }
 echo "llm_figures: GPT-2-small shape (124M parameters), $THREADS threads, $(grep -q avx512f /proc/cpuinfo && echo AVX-512 || echo AVX2)"
@@ -56,9 +63,7 @@ start batch --max-num-seqs 64
 kv_ratios=$T/kv.txt
 for c in 1 8 32 64; do
   if [ "$c" = 32 ]; then
-    ( while sleep 0.2; do curl -s "http://$url/metrics" | awk '/^loom_llm_kv_tokens_held/ {h=$2} /^loom_llm_kv_blocks_used/ {b=$2}
-        END { if (b > 0) print h / (b * 16) }'; done ) >"$kv_ratios" &
-    sampler=$!
+    kv_sampler "$kv_ratios"
   fi
   line[$c]=$(gen "$url" "$c" $((c > 8 ? 2 * c : 8)))
   [ "$c" != 32 ] || kill $sampler
@@ -104,9 +109,7 @@ for P in range(p - p // 2, p + p // 2 + 1):
 print("%.3f" % (num / den))' "$1" "$2"; }
 echo "llm_figures: KV memory at 32 clients (prompts 16-48 tokens, 16-48 new): positions held / positions in held blocks = $(kv_mean "$kv_ratios") (target >= 0.95; the most 16-token blocks allow at these lengths: $(kv_bound 32 32))"
 # The same at the lengths of a chat workload (prompts 128-384 tokens, 64-192 new), 32 clients.
-( while sleep 0.2; do curl -s "http://$url/metrics" | awk '/^loom_llm_kv_tokens_held/ {h=$2} /^loom_llm_kv_blocks_used/ {b=$2}
-    END { if (b > 0) print h / (b * 16) }'; done ) >"$T/kv_long.txt" &
-sampler=$!
+kv_sampler "$T/kv_long.txt"
 chat=$(gen "$url" 32 32 --prompt-len 256 --output-len 128)
 kill $sampler
 echo "llm_figures: KV memory at 32 clients (prompts 128-384 tokens, 64-192 new; $(printf %.1f "$(field "$chat" output_tokens_per_s)") output tokens/s): $(kv_mean "$T/kv_long.txt") (target >= 0.95; the most 16-token blocks allow: $(kv_bound 256 128))"
