@@ -226,34 +226,39 @@ TEST_F(ServeCore, DefaultBatcherGathersTheClientsOfTheLastBatch) {
 
 // A short pass that finds nothing queued runs on the caller's thread; with a delay set (the
 // operator asked for batches), or for a model whose passes are long, it goes to the batch thread.
+// The choice follows the last pass's measured time, which a loaded machine can stretch now and
+// then, so each batcher answers 20 requests in turn and the test counts where they ran.
 TEST_F(ServeCore, ShortPassesWithNothingQueuedRunOnTheCallersThread) {
-  auto answered_on = [&](Batcher& b) {
-    std::thread::id on;
-    b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), [&on](Batcher::Outcome out) {
-      EXPECT_EQ(out.status, Status::kOk) << out.error;
-      on = std::this_thread::get_id();
-    });
-    while (on == std::thread::id()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    return on;
+  auto on_caller = [&](Batcher& b) {  // of 20 requests, one at a time: how many ran on this thread
+    int here = 0;
+    for (int k = 0; k < 20; ++k) {
+      std::atomic<bool> answered{false};
+      std::thread::id on;
+      b.submit(rows(1, 0), 1, Clock::now() + std::chrono::seconds(10), [&](Batcher::Outcome out) {
+        EXPECT_EQ(out.status, Status::kOk) << out.error;
+        on = std::this_thread::get_id();
+        answered = true;
+      });
+      while (!answered) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      here += on == std::this_thread::get_id();
+    }
+    return here;
   };
   Options o;  // max_queue_delay_us 0
   Batcher direct({model_}, o, nullptr);
-  answered_on(direct);  // the first pass tells the batcher how long one takes
-  EXPECT_EQ(answered_on(direct), std::this_thread::get_id());
+  EXPECT_GE(on_caller(direct), 10) << "a tiny model's passes should mostly run on the caller's thread";
   inference::ModelStatistics st;
   direct.stats().fill(&st);
-  EXPECT_EQ(st.execution_count(), 2u);  // counted as every batch is
+  EXPECT_EQ(st.execution_count(), 20u);  // counted as every batch is
   o.max_queue_delay_us = 1;
   Batcher delayed({model_}, o, nullptr);
-  answered_on(delayed);
-  EXPECT_NE(answered_on(delayed), std::this_thread::get_id());
-  loom::rt::Mlp big({784, 2048, 2048, 10}, 5);  // one row: hundreds of microseconds
+  EXPECT_EQ(on_caller(delayed), 0) << "with a delay set, every request goes to the batch thread";
+  loom::rt::Mlp big({784, 2048, 2048, 10}, 5);  // one row streams 16 MB of weights: hundreds of microseconds
   loom::rt::save_model(dir_ + "/slow.h5", big.config_json(), big.params());
   o.max_queue_delay_us = 0;
   Batcher slow({std::make_shared<ServedModel>("slow", "1", dir_ + "/slow.h5")}, o, nullptr);
   std::remove((dir_ + "/slow.h5").c_str());
-  answered_on(slow);
-  EXPECT_NE(answered_on(slow), std::this_thread::get_id());
+  EXPECT_LE(on_caller(slow), 1) << "only the first pass, before any was timed, may run on the caller's thread";
 }
 
 TEST_F(ServeCore, AnswersRequestsPastTheirDeadlineWithoutComputingThem) {
