@@ -78,4 +78,25 @@ std::string to_json_text(const Value& v, int indent = -1);
 // past 64 levels of nesting.
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
+// What the evaluator (chat_template_eval.cpp) and the filters (chat_template_filters.cpp) share.
+// A call's arguments once evaluated: positional, then by keyword.
+struct Args {
+  std::vector<Value> pos;
+  std::map<std::string, Value> kw;
+  // The argument at position i or named `key`; undefined when neither was given.
+  Value get(size_t i, const char* key) const {
+    auto it = kw.find(key);
+    if (it != kw.end()) return it->second;
+    return i < pos.size() ? pos[i] : Value();
+  }
+};
+// Throws ServeError kInput: "the chat template: " + why.
+[[noreturn]] void fail(const std::string& why);
+int64_t length(const Value& v);                       // a string's, list's or dict's; fails otherwise
+bool equal(const Value& a, const Value& b);           // Jinja's ==
+Value index(const Value& obj, const Value& key);      // obj[key]; undefined when it is not there
+Value method(const std::string& name, const Value& self, const Args& a);  // s.strip(), d.items(), ...
+bool test(const std::string& name, const Value& v, const Value& arg = Value());  // `v is name`
+Value filter(const std::string& name, const Value& v, const Args& a);     // `v | name`
+
 }  // namespace loom::serve::llm::tmpl

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # layout.sh — the source tree keeps the shape doc/runtime.md describes: the runtime's folders
 # include one another only along the dependency rule, serve/ never reaches into dist/ or train/,
-# no product source file is over 700 lines and no function over 150.
+# no product source file is over 500 lines and no function over 100 (issue 34's rule; tests and
+# generated code aside).
 . "$(dirname "$0")/lib.sh"
 cd "$LOOM_SRCDIR" || exit 99
 /usr/bin/python3 - <<'PY' && pass || fail "the layout rules (above)"
@@ -22,7 +23,7 @@ def folder_of(path):
         return parts[1] if len(parts) > 2 else None
     return parts[0]
 sources = []
-for top in ("runtime", "serve", "topology", "spank_plugin"):
+for top in ("runtime", "serve", "topology", "spank_plugin", "compress", "torch"):
     for root, _, files in os.walk(top):
         for f in files:
             if f.endswith((".cpp", ".hpp", ".cu", ".h")): sources.append(os.path.join(root, f))
@@ -37,17 +38,23 @@ for path in sorted(sources):
         if me in ("topology", "spank_plugin"):
             bad.append(f"{path}: {me}/ includes the runtime")
     lines = text.split("\n")
-    if len(lines) > 700:
-        bad.append(f"{path}: {len(lines)} lines (at most 700)")
+    if len(lines) > 500:
+        bad.append(f"{path}: {len(lines)} lines (at most 500)")
+    def is_definition(i):  # a header's lines reach '{' before ';' (not a declaration split over lines)
+        for line in lines[i:i + 8]:
+            end = line.split("//")[0].rstrip()
+            if end.endswith(";"): return False
+            if end.endswith("{"): return True
+        return False
     start = None  # functions at column 0 (clang-format style): a header line, then '}' at column 0
     for i, line in enumerate(lines):
         header = re.match(r"^[A-Za-z_].*\(", line) and not line.rstrip().endswith(";") and \
             not line.startswith(("namespace", "struct", "class", "enum", "using", "template", "extern \"C\" {"))
-        if start is None and header:
+        if start is None and header and is_definition(i):
             start = i
         elif start is not None and line.startswith("}"):
-            if i - start - 1 > 150:
-                bad.append(f"{path}:{start + 1}: a function of {i - start - 1} lines (at most 150)")
+            if i - start - 1 > 100:
+                bad.append(f"{path}:{start + 1}: a function of {i - start - 1} lines (at most 100)")
             start = None
 for b in bad: print("layout:", b)
 print(f"layout: {len(sources)} source files checked")
