@@ -216,12 +216,20 @@ TEST_F(ServeCore, DefaultBatcherGathersTheClientsOfTheLastBatch) {
     EXPECT_EQ(second.status, Status::kOk);
     return f.get().batch_rows;
   };
-  const Batcher::Outcome large = b.run(rows(512, 0), 512, Clock::now() + std::chrono::seconds(30));
-  ASSERT_EQ(large.status, Status::kOk);
-  ASSERT_GT(large.compute_s, 0.02) << "the large batch was too quick to leave a wait worth testing";
-  const auto gap = std::chrono::microseconds(static_cast<int64_t>(large.compute_s * 1e6 / 40));  // a quarter of the wait
-  EXPECT_EQ(pair(gap), 2) << "a request " << gap.count() << " us after another did not join it after a batch of 512";
-  EXPECT_EQ(pair(gap), 1) << "after batches of one or two rows, the first request should not wait that long";
+  // A loaded machine can stall either thread for longer than the gap, so each behaviour gets three
+  // tries and must show at least once; without the adaptive wait the first never would.
+  std::chrono::microseconds gap{0};
+  int joined = 0, alone = 0;
+  for (int attempt = 0; attempt < 3 && joined != 2; ++attempt) {
+    const Batcher::Outcome large = b.run(rows(512, 0), 512, Clock::now() + std::chrono::seconds(30));
+    ASSERT_EQ(large.status, Status::kOk);
+    ASSERT_GT(large.compute_s, 0.02) << "the large batch was too quick to leave a wait worth testing";
+    gap = std::chrono::microseconds(static_cast<int64_t>(large.compute_s * 1e6 / 40));  // a quarter of the wait
+    joined = pair(gap);
+  }
+  EXPECT_EQ(joined, 2) << "a request " << gap.count() << " us after another did not join it after a batch of 512";
+  for (int attempt = 0; attempt < 3 && alone != 1; ++attempt) alone = pair(gap);
+  EXPECT_EQ(alone, 1) << "after batches of one or two rows, the first request should not wait that long";
 }
 
 // A short pass that finds nothing queued runs on the caller's thread; with a delay set (the
