@@ -9,9 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>

@@ -2,10 +2,8 @@
 // Jinja does: Python's truthiness, str() and comparisons for the values templates hold. The
 // filters, tests and methods it calls are in chat_template_filters.cpp.
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
