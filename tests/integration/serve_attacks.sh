@@ -372,7 +372,13 @@ rm big/large/1/model.h5 && for i in 1 2 3 4 5 6; do mkdir -p "big/large$i/1" && 
 chmod -R go-w big
 "$S" --model-repository big --http-port 0 --grpc-port -1 2>term.log &
 pid=$!
-sleep 0.3
+# SIGTERM once the first of the six large models has loaded: the load has begun (a fixed sleep
+# could land before main() on a loaded machine, where the default action kills the process).
+n=0
+until grep -q "loaded model large" term.log 2>/dev/null || ! kill -0 $pid 2>/dev/null || [ $n -gt 1200 ]; do
+  sleep 0.05; n=$((n + 1))
+done
+grep -q "listening:" term.log && echo "serve_attacks: note: the first load ended before SIGTERM was sent"
 kill -TERM $pid
 n=0
 while kill -0 $pid 2>/dev/null && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
