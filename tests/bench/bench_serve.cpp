@@ -8,7 +8,9 @@
 //   3. added latency: p50 of a tiny model's request over gRPC (one client) minus its compute time
 //      measured offline;
 //   4. the transport: one-row requests to a tiny model at saturation against a bare gRPC server
-//      (a child process) answering the same call at once without a model.
+//      (a child process) answering the same call at once without a model. With --bare-work-us U
+//      the bare server first spins U microseconds a call: how much work a request may carry
+//      before the bare server itself falls to a given share of its own rate on this machine.
 // With --compare ADDR PEER it measures one client's p50 at ADDR (the serving controller's router)
 // against PEER (a replica it routes to): tests/bench/controller_figures.sh.
 #include <grpcpp/grpcpp.h>
@@ -80,8 +82,12 @@ Server start_server(const std::string& exe, const std::string& repo, int max_bat
 class BareService final
     : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<inference::GRPCInferenceService::Service> {
  public:
+  explicit BareService(std::chrono::nanoseconds work) : work_(work) {}
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest* req,
                                        inference::ModelInferResponse* res) override {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < work_) {
+    }
     res->set_model_name(req->model_name());
     res->set_model_version("1");
     auto* o = res->add_outputs();
@@ -94,16 +100,19 @@ class BareService final
     r->Finish(grpc::Status::OK);
     return r;
   }
+
+ private:
+  std::chrono::nanoseconds work_;
 };
 
-Server start_bare_server() {
+Server start_bare_server(double work_us) {
   int fds[2];
   if (pipe(fds) != 0) throw loom::rt::Error("pipe failed");
   Server s;
   s.pid = fork();
   if (s.pid == 0) {
     close(fds[0]);
-    BareService svc;
+    BareService svc(std::chrono::nanoseconds(static_cast<int64_t>(work_us * 1e3)));
     int port = 0;
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -277,6 +286,7 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   double seconds = 4;
   int threads = 1;
   int64_t delay_us = 0;  // loom-serve's default --max-queue-delay-us
+  double bare_work_us = 0;
   std::string compare_a, compare_b, compare_model = "tiny";
   int compare_features = 784;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -286,11 +296,12 @@ int bench_serve(int argc, char** argv, const std::string& self) {
     else if (a == "--threads") threads = bench_int(a, v);
     else if (a == "--delay-us") delay_us = bench_whole(a, v, 0);
     else if (a == "--format") format = v;
+    else if (a == "--bare-work-us") bare_work_us = bench_real(a, v, 0);
     else if (a == "--compare" && i + 2 < argc) compare_a = v, compare_b = argv[i + 2], ++i;
     else if (a == "--model") compare_model = v;
     else if (a == "--features") compare_features = bench_int(a, v);
     else {
-      std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--format text|json]\n"
+      std::fprintf(stderr, "usage: loom-bench serve [--server PATH] [--seconds S] [--threads T] [--bare-work-us U] [--format text|json]\n"
                            "       loom-bench serve --compare GRPC_ADDR PEER_GRPC_ADDR --model M [--features N] [--seconds S]\n");
       return 2;
     }
@@ -310,7 +321,7 @@ int bench_serve(int argc, char** argv, const std::string& self) {
   write_model(repo + "/mlp/1/model.h5", {784, 512, 512, 10});  // the Fashion-MNIST MLP
   write_model(repo + "/tiny/1/model.h5", {784, 16, 10});
   // Forked before this process uses gRPC (a fork after that leaves the child's gRPC stuck).
-  Server bare_s = start_bare_server();
+  Server bare_s = start_bare_server(bare_work_us);
   const int max_batch = 32;
   double tiny_compute = 0;
   bench_progress("the offline forward pass (the peer)");
@@ -359,11 +370,13 @@ int bench_serve(int argc, char** argv, const std::string& self) {
                 "\"saturation_8row_rows_per_s\":%.1f,\"saturation_8row_ratio\":%.3f,\"batch32_rows_per_s\":%.1f,\"batch32_p50_ms\":%.3f,\"batch32_p99_ms\":%.3f,\"batch1_rows_per_s\":%.1f,"
                 "\"batch1_p50_ms\":%.3f,\"batch1_p99_ms\":%.3f,\"batching_gain\":%.3f,\"tiny_p50_ms\":%.4f,"
                 "\"tiny_compute_ms\":%.4f,\"added_latency_ms\":%.4f,\"tiny_saturation_rows_per_s\":%.1f,"
-                "\"bare_grpc_rows_per_s\":%.1f,\"transport_ratio\":%.3f,\"failed\":%llu}\n",
+                "\"bare_grpc_rows_per_s\":%.1f,\"bare_work_us\":%.2f,\"transport_ratio\":%.3f,\"failed\":%llu}\n",
                 sat.rows_per_s, offline, sat.rows_per_s / offline, sat8.rows_per_s, sat8.rows_per_s / offline,
                 b32.rows_per_s, b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms, tiny_compute * 1e3, added_ms,
-                tiny_sat.rows_per_s, bare.rows_per_s, tiny_sat.rows_per_s / bare.rows_per_s, static_cast<unsigned long long>(failed));
+                tiny_sat.rows_per_s, bare.rows_per_s, bare_work_us, tiny_sat.rows_per_s / bare.rows_per_s, static_cast<unsigned long long>(failed));
   } else {
+    char work[64] = "";
+    if (bare_work_us > 0) std::snprintf(work, sizeof work, " after %.2f us of work a call", bare_work_us);
     std::printf("loom-bench serve: MLP 784,512,512,10 on the CPU, %d BLAS thread(s), gRPC raw FP32, one-row requests\n"
                 "  saturation (%d clients, max batch %d): %.0f rows/s; peer: offline batched forward %.0f rows/s; ratio %.3f\n"
                 "  the same rows in flight as 8-row requests (%d clients): %.0f rows/s; ratio %.3f\n"
@@ -371,12 +384,12 @@ int bench_serve(int argc, char** argv, const std::string& self) {
                 "(p50 %.2f ms, p99 %.2f ms); gain %.2fx\n"
                 "  added latency (MLP 784,16,10, one client): p50 %.3f ms - compute %.3f ms = %.3f ms\n"
                 "  transport: MLP 784,16,10 at saturation (%d clients) %.0f rows/s; peer: a bare gRPC server answering "
-                "the same call without a model %.0f rows/s; ratio %.3f (the median of 3 rounds in turn)\n"
+                "the same call without a model%s %.0f rows/s; ratio %.3f (the median of 3 rounds in turn)\n"
                 "  failed requests: %llu\n",
                 threads, 2 * max_batch, max_batch, sat.rows_per_s, offline, sat.rows_per_s / offline, 2 * max_batch / 8,
                 sat8.rows_per_s, sat8.rows_per_s / offline, b32.rows_per_s,
                 b32.p50_ms, b32.p99_ms, b1.rows_per_s, b1.p50_ms, b1.p99_ms, b32.rows_per_s / b1.rows_per_s, tiny.p50_ms,
-                tiny_compute * 1e3, added_ms, 2 * max_batch, tiny_sat.rows_per_s, bare.rows_per_s, tiny_sat.rows_per_s / bare.rows_per_s,
+                tiny_compute * 1e3, added_ms, 2 * max_batch, tiny_sat.rows_per_s, work, bare.rows_per_s, tiny_sat.rows_per_s / bare.rows_per_s,
                 static_cast<unsigned long long>(failed));
   }
   return failed == 0 ? 0 : 1;

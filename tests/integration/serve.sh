@@ -350,4 +350,13 @@ expect_match "a missing token file" "auth-token-file .*cannot read it" "$err"
 run_cmd "$LOOM_BUILDDIR/loom-bench" serve --seconds 0.5 --format json
 expect_eq "loom-bench serve exit" 0 "$rc"
 expect_match "loom-bench serve figures" '"saturation_ratio":[0-9.]+,.*"batching_gain":[0-9.]+,.*"added_latency_ms":[0-9.-]+,.*"transport_ratio":[0-9.]+,"failed":0' "$out"
+# --bare-work-us: the bare server spins that long a call, so its rate cannot pass one call per
+# 200 us on each CPU (without the spin it answers tens of thousands of calls a second a CPU).
+run_cmd "$LOOM_BUILDDIR/loom-bench" serve --seconds 0.5 --bare-work-us 200 --format json
+bare_rate=$(sed -n 's/.*"bare_grpc_rows_per_s":\([0-9.]*\),"bare_work_us":200.00,.*/\1/p' <<<"$out")
+$PY -c "import os, sys; r = float(sys.argv[1]); sys.exit(0 if 0 < r <= os.cpu_count() * 1e6 / 200 else 1)" "${bare_rate:-0}" && pass ||
+  fail "--bare-work-us 200: the bare server answered $bare_rate calls/s on $(nproc) CPUs: $out"
+run_cmd "$LOOM_BUILDDIR/loom-bench" serve --bare-work-us -1
+expect_eq "--bare-work-us -1 refused" 2 "$rc"
+expect_match "--bare-work-us -1: says why" "--bare-work-us must be a number of at least 0" "$err"
 finish
