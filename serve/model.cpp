@@ -15,6 +15,7 @@
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/gpt2.hpp"
 #include "loom/rt/io/quant_model.hpp"
+#include "loom/rt/tensor/finite.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "model_files.hpp"
 #include "status.hpp"
@@ -88,9 +89,8 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
 // A model of NaN weights would answer null with 200: refused at load.
 void ServedModel::check_finite(const std::vector<rt::Param>& params) const {
   for (const auto& p : params) {
-    const float* v = p.value.f32();
-    for (int64_t i = 0, n = p.value.numel(); i < n; ++i)
-      if (!std::isfinite(v[i])) throw rt::Error(path_ + ": /params/" + p.name + " holds a NaN or infinite weight");
+    if (!rt::cpu::all_finite(p.value.f32(), p.value.numel()))
+      throw rt::Error(path_ + ": /params/" + p.name + " holds a NaN or infinite weight");
   }
 }
 

@@ -3,11 +3,11 @@
 
 #include <cctype>
 #include <cstdint>
-#include <cmath>
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "loom/rt/tensor/finite.hpp"
 #include "status.hpp"
 
 namespace loom::serve {
@@ -52,8 +52,7 @@ void decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int m
   float* x = alloc(n, features);
   if (width == 4) {
     std::memcpy(x, t.data.data(), count * 4);
-    for (size_t i = 0; i < count; ++i)
-      if (!std::isfinite(x[i])) throw ServeError(Status::kInput, "input holds a NaN or infinite value");
+    if (!rt::cpu::all_finite(x, static_cast<int64_t>(count))) throw ServeError(Status::kInput, "input holds a NaN or infinite value");
   } else {
     const float scale = m.scale, mean = m.mean, inv_std = 1.0f / m.std;
     for (size_t i = 0; i < count; ++i)
@@ -121,12 +120,8 @@ int64_t check_one(const TensorDesc& w, const TensorIn& t) {
   if (w.datatype == "BOOL")
     for (char c : t.data)
       if (c != 0 && c != 1) throw ServeError(Status::kInput, where + ": BOOL data must be 0 or 1");
-  if (w.datatype == "FP32")
-    for (size_t i = 0; i < t.data.size(); i += 4) {
-      float v;
-      std::memcpy(&v, t.data.data() + i, 4);
-      if (!std::isfinite(v)) throw ServeError(Status::kInput, where + " holds a NaN or infinite value");
-    }
+  if (w.datatype == "FP32" && !rt::cpu::all_finite(t.data.data(), static_cast<int64_t>(t.data.size() / 4)))
+    throw ServeError(Status::kInput, where + " holds a NaN or infinite value");
   return n;
 }
 

@@ -2,7 +2,6 @@
 // model.safetensors' tensors mapped onto the decoder's weights by GPT-2's names.
 #include "loom/rt/io/gpt2.hpp"
 
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -11,6 +10,7 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/safetensors.hpp"
+#include "loom/rt/tensor/finite.hpp"
 
 namespace loom::rt {
 
@@ -95,8 +95,7 @@ class Gpt2Reader {
     if (shape != want)
       throw Error(file_ + ": tensor '" + n + "' has shape " + shape_text(shape) + " where config.json gives " + shape_text(want));
     Tensor t = st_.tensor(it->second);
-    for (int64_t i = 0, k = t.numel(); i < k; ++i)
-      if (!std::isfinite(t.f32()[i])) throw Error(file_ + ": tensor '" + n + "' holds a NaN or infinite weight");
+    if (!cpu::all_finite(t.f32(), t.numel())) throw Error(file_ + ": tensor '" + n + "' holds a NaN or infinite weight");
     return conv1d ? transposed(t) : t;
   }
   void check_all_used() const {

@@ -1,8 +1,9 @@
 // amp.cpp — emulated fp16/bf16 compute with fp32 master weights and dynamic loss scaling.
 #include "loom/rt/nn/amp.hpp"
 
-#include <cmath>
+#include <algorithm>
 
+#include "loom/rt/tensor/finite.hpp"
 #include "loom/rt/tensor/ops.hpp"
 
 namespace loom::rt {
@@ -64,12 +65,8 @@ bool MixedPrecision::pass_grad(Param& p) {
     for (int64_t k = 0; k < n; ++k) g[k] *= scale_;
   ops::round_low(Device::kCpu, g, n, !fp16);
   const float inv = fp16 ? 1.0f / scale_ : 1.0f;
-  bool finite = true;
-  for (int64_t k = 0; k < n; ++k) {
-    g[k] *= inv;
-    finite = finite && std::isfinite(g[k]);
-  }
-  return finite;
+  for (int64_t k = 0; k < n; ++k) g[k] *= inv;
+  return cpu::all_finite(g, n);
 }
 
 bool MixedPrecision::leave(std::vector<Param>& params) {

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "loom/rt/error.hpp"
+#include "loom/rt/tensor/finite.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "loom/rt/tensor/vec.hpp"
@@ -160,4 +162,27 @@ TEST(Vec, CrossEntropyOfAWideVocabularyMatchesDoublePrecisionOnAnyThreads) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(d1[i], grad[i], 1e-9 + 2e-6 * std::fabs(grad[i])) << i;
   labels[7] = cols;
   EXPECT_THROW(cpu::softmax_xent(x.data(), labels.data(), d1.data(), rows, cols), loom::rt::Error);
+}
+
+// all_finite: every NaN and infinity found at every position of every length around the vector
+// width, from a pointer that is not float-aligned (a request's bytes), and the extremes of the
+// finite range (largest, smallest subnormal, -0) accepted.
+TEST(Vec, AllFiniteFindsEveryNanAndInfinityAtAnyPositionAndAlignment) {
+  const float bad[] = {std::nanf(""), -std::nanf(""), INFINITY, -INFINITY};
+  const float edge[] = {3.4028235e38f, -3.4028235e38f, 1e-45f, -0.0f, 0.0f};
+  std::vector<unsigned char> bytes(4 * 70 + 1);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 64, 70}) {
+    std::vector<float> v = normal(static_cast<size_t>(n), 7);
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = edge[i % 5];
+    std::memcpy(bytes.data() + 1, v.data(), v.size() * 4);
+    EXPECT_TRUE(cpu::all_finite(bytes.data() + 1, n)) << "n=" << n;
+    for (int64_t at = 0; at < n; ++at)
+      for (float b : bad) {
+        std::vector<float> w = v;
+        w[static_cast<size_t>(at)] = b;
+        std::memcpy(bytes.data() + 1, w.data(), w.size() * 4);
+        EXPECT_FALSE(cpu::all_finite(bytes.data() + 1, n)) << "n=" << n << " at=" << at << " value " << b;
+        EXPECT_FALSE(cpu::all_finite(w.data(), n)) << "n=" << n << " at=" << at;
+      }
+  }
 }

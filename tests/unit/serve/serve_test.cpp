@@ -436,6 +436,18 @@ TEST(TensorIn, GraphInputsAreCheckedByNameTypeRankAndSize) {
   TensorIn short_data = ids(2, 7);
   short_data.data.resize(8);
   expect_bad({short_data, mask(2)}, "holds 8 bytes");
+  // FP32 data is checked whole, to its last value.
+  const std::vector<TensorDesc> fp32 = {{"x", "FP32", {-1, 3}}};
+  std::string values(2 * 3 * 4, '\0');
+  EXPECT_NO_THROW(check_named(fp32, {TensorIn{"x", "FP32", {2, 3}, values}}, 8, true, &rows));
+  const float inf = INFINITY;
+  std::memcpy(&values[20], &inf, 4);
+  try {
+    check_named(fp32, {TensorIn{"x", "FP32", {2, 3}, values}}, 8, true, &rows);
+    ADD_FAILURE() << "accepted an infinity in the last value";
+  } catch (const ServeError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a NaN or infinite value"), std::string::npos) << e.what();
+  }
 }
 
 // The services folder: a controller's announcement is found by name, written whole and read
