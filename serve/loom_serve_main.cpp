@@ -29,6 +29,9 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
+#ifdef LOOM_HAVE_TCMALLOC
+#include <gperftools/tcmalloc.h>
+#endif
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/log.hpp"
 #include "repository.hpp"
@@ -60,6 +63,18 @@ void log_event(const std::string& level, const std::string& msg, const nlohmann:
 }
 
 void log_line(const std::string& level, const std::string& msg) { log_event(level, msg, nlohmann::json::object()); }
+
+// The allocator every request's buffers come from (configure.ac: tcmalloc when it is there).
+std::string allocator_text() {
+#ifdef LOOM_HAVE_TCMALLOC
+  int major = 0, minor = 0;
+  const char* patch = "";
+  tc_version(&major, &minor, &patch);
+  return "tcmalloc " + std::to_string(major) + "." + std::to_string(minor);
+#else
+  return "glibc malloc";
+#endif
+}
 
 // Stop and reload signals: blocked in every thread started from main and taken by sigtimedwait
 // there; a thread a library started before main (OpenBLAS's) may still take one, and its
@@ -263,7 +278,8 @@ int serve(Cli& c, Context& ctx, const sigset_t& set, bool poll) {
   ctx.ready = true;
   log_line("info", "listening: http " + c.bind + ":" + std::to_string(http.port()) + " grpc " + grpc_text +
                        (ctx.token.empty() ? "" : ", bearer token required") + "; max batch " +
-                       std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size));
+                       std::to_string(ctx.options.max_batch_size) + ", queue " + std::to_string(ctx.options.max_queue_size) +
+                       "; allocator " + allocator_text());
   if (!c.ready_file.empty()) write_announcement(c.ready_file, c.bind, http.port(), grpc ? grpc->port() : -1);
   for (;;) {
     const int sig = next_signal(set, poll ? c.poll_s : 0);

@@ -40,6 +40,13 @@ expect_match "binds to localhost by default" "listening: http 127\.0\.0\.1:[0-9]
 # ps, pkill and Slurm's tools see it by its name (it re-executes itself to settle the libraries'
 # environment, by its own path, not /proc/self/exe).
 expect_eq "the process is named loom-serve" "loom-serve" "$(ps -o comm= -p "$pid")"
+# Where configure found tcmalloc, every allocation goes to it, as the start-up line says.
+if grep -q "define LOOM_HAVE_TCMALLOC 1" "$LOOM_BUILDDIR/config.h"; then
+  expect_match "the start-up line names tcmalloc" "; allocator tcmalloc [0-9]+\.[0-9]+" "$(cat main.log)"
+  expect_match "the process runs with tcmalloc mapped" "libtcmalloc" "$(grep -o 'libtcmalloc[^ ]*' /proc/$pid/maps | head -1)"
+else
+  expect_match "the start-up line names glibc's malloc" "; allocator glibc malloc" "$(cat main.log)"
+fi
 
 # Health needs no token; everything else does.
 expect_eq "GET /v2/health/live" 200 "$(code "$http/v2/health/live")"
