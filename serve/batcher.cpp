@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <stdexcept>
 
@@ -246,7 +247,8 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
     std::vector<rt::Tensor> in;
     for (size_t k = 0; k < live[0].x.size(); ++k) in.push_back(stack(xs, k, rows));
     stacked = Clock::now();
-    ComputePool::shared().run([&] { outs = model.forward(in); }, o_.threads);
+    auto pass = [&] { outs = model.forward(in); };
+    ComputePool::shared().run(std::ref(pass), o_.threads);  // by reference: no std::function on the heap
     inferred = Clock::now();
     if (model.batched() && live.size() > 1)
       for (const auto& o : outs)
@@ -270,7 +272,7 @@ void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_po
       o.status = failed;
       o.error = "inference failed: " + error;
     } else if (live.size() == 1) {
-      o.outputs = outs;
+      o.outputs = std::move(outs);
     } else {
       for (const auto& t : outs) o.outputs.push_back(t.rows(at, at + j.rows));
     }

@@ -42,7 +42,7 @@ std::shared_ptr<PipelineRunner::Cancel> start_pipeline(PipelineRunner& p, InferC
 void start_model(Context& ctx, const std::shared_ptr<Batcher>& batcher, InferCall call,
                  std::function<void(InferAnswer)> done) {
   const ServedModel& m = batcher->model();
-  const std::vector<size_t> wanted = output_indices(m.outputs(), call.outputs);
+  std::vector<size_t> wanted = output_indices(m.outputs(), call.outputs);
   int rows = 0;
   const auto arrived = Clock::now();
   std::vector<rt::Tensor> x;
@@ -52,17 +52,20 @@ void start_model(Context& ctx, const std::shared_ptr<Batcher>& batcher, InferCal
     batcher->stats().refused(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - arrived).count()));
     throw;
   }
-  std::vector<TensorDesc> descs;
-  for (size_t k : wanted) descs.push_back(m.outputs()[k]);
-  const std::string name = m.name(), version = m.version();
-  batcher->submit(std::move(x), rows, call.deadline, [done, wanted, descs, name, version](Batcher::Outcome o) {
+  // The model's names are read when the answer is made, not copied per request: the batcher,
+  // and so its model, outlives every answer (its destructor drains them). Not a shared_ptr: the
+  // batcher's own answer thread must never hold its last reference.
+  batcher->submit(std::move(x), rows, call.deadline, [done = std::move(done), wanted = std::move(wanted), served = &m](Batcher::Outcome o) {
     InferAnswer a;
-    a.status = o.status, a.error = std::move(o.error), a.model = name, a.version = version;
-    if (a.status == Status::kOk)
-      for (size_t i = 0; i < wanted.size(); ++i) {
-        const rt::Tensor& t = o.outputs.at(wanted[i]);
-        a.outputs.push_back({descs[i].name, descs[i].datatype, t.shape(), std::string(t.data<char>(), t.bytes())});
+    a.status = o.status, a.error = std::move(o.error), a.model = served->name(), a.version = served->version();
+    if (a.status == Status::kOk) {
+      a.outputs.reserve(wanted.size());
+      for (size_t k : wanted) {
+        const rt::Tensor& t = o.outputs.at(k);
+        const TensorDesc& d = served->outputs()[k];
+        a.outputs.push_back({d.name, d.datatype, t.shape(), std::string(t.data<char>(), t.bytes())});
       }
+    }
     done(std::move(a));
   });
 }

@@ -25,8 +25,8 @@ void decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int m
   if (inputs.size() > 1) throw ServeError(Status::kInput, "the model takes one input ('input'), not " + std::to_string(inputs.size()));
   const TensorIn& t = inputs[0];
   if (t.name != "input") throw ServeError(Status::kInput, "unexpected input '" + t.name + "': the model's input is 'input'");
-  const std::string want = "[N, " + std::to_string(m.features) + "]";
-  if (t.shape.size() < 2 || t.shape.size() > 8) throw ServeError(Status::kInput, "input shape must be " + want);
+  auto want = [&m] { return "[N, " + std::to_string(m.features) + "]"; };  // for the errors only
+  if (t.shape.size() < 2 || t.shape.size() > 8) throw ServeError(Status::kInput, "input shape must be " + want());
   // Every product stays below the model's features (or fails), so nothing here can overflow.
   int64_t features = 1;
   for (size_t i = 0; i < t.shape.size(); ++i) {
@@ -34,7 +34,7 @@ void decode_input(const InputSpec& m, const std::vector<TensorIn>& inputs, int m
     if (i == 0) continue;
     if (t.shape[i] > m.features || features * t.shape[i] > m.features)
       throw ServeError(Status::kInput, "input shape: each row must hold " + std::to_string(m.features) + " values (" +
-                                                want + ")");
+                                                want() + ")");
     features *= t.shape[i];
   }
   if (features != m.features)
