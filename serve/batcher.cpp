@@ -133,7 +133,6 @@ bool joinable(const std::vector<rt::Tensor>& a, const std::vector<rt::Tensor>& b
 
 // The requests' input k stacked along dimension 0.
 rt::Tensor stack(const std::vector<std::vector<rt::Tensor>*>& xs, size_t k, int rows) {
-  if (xs.size() == 1) return (*xs[0])[k];
   std::vector<int64_t> shape = (*xs[0])[k].shape();
   shape[0] = rows;
   rt::Tensor t = rt::Tensor::empty(shape, (*xs[0])[k].dtype());
@@ -234,19 +233,20 @@ bool Batcher::expired(Job& j, Clock::time_point start) {
 // batch's outputs, no copies).
 void Batcher::compute(ServedModel& model, std::vector<Job>& live, Clock::time_point start, std::vector<Outcome>* answers) {
   int rows = 0;
-  std::vector<std::vector<rt::Tensor>*> xs;
-  for (auto& j : live) {
-    rows += j.rows;
-    xs.push_back(&j.x);
-  }
+  for (auto& j : live) rows += j.rows;
   std::string error;
   Status failed = Status::kInternal;
   std::vector<rt::Tensor> outs;
   Clock::time_point stacked = start, inferred = start;
   try {
-    std::vector<rt::Tensor> in;
-    for (size_t k = 0; k < live[0].x.size(); ++k) in.push_back(stack(xs, k, rows));
-    stacked = Clock::now();
+    std::vector<rt::Tensor> joined;  // a lone request's inputs are the batch's as they are
+    if (live.size() > 1) {
+      std::vector<std::vector<rt::Tensor>*> xs;
+      for (auto& j : live) xs.push_back(&j.x);
+      for (size_t k = 0; k < live[0].x.size(); ++k) joined.push_back(stack(xs, k, rows));
+      stacked = Clock::now();
+    }
+    const std::vector<rt::Tensor>& in = live.size() > 1 ? joined : live[0].x;
     auto pass = [&] { outs = model.forward(in); };
     ComputePool::shared().run(std::ref(pass), o_.threads);  // by reference: no std::function on the heap
     inferred = Clock::now();

@@ -211,9 +211,10 @@ class Service final
       ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
       done(st);
     };
-    auto deadline = Clock::now() + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
+    const auto now = Clock::now();
     const auto left = client_deadline - std::chrono::system_clock::now();
-    if (left < deadline - Clock::now()) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+    auto deadline = now + std::chrono::milliseconds(ctx_.options.request_timeout_ms);
+    if (left < deadline - now) deadline = now + std::chrono::duration_cast<Clock::duration>(left);
     std::shared_ptr<PipelineRunner::Cancel> run;
     const grpc::Status st = run_guarded([&] {
       InferCall call{req.model_name(), req.model_version(), tensors_of(req), {}, deadline};
