@@ -206,9 +206,10 @@ class Service final
                                                       const inference::ModelInferRequest& req,
                                                       inference::ModelInferResponse* res,
                                                       std::function<void(const grpc::Status&)> done) {
-    const std::string label = ctx_.metrics_label(req.model_name());  // unknown names share one label
-    auto finish = [this, label, done](const grpc::Status& st) {
-      ctx_.metrics->request(label, "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
+    // Answered: the name was a model's or a pipeline's, its own label; refused: unknown names
+    // share one (looked up only then).
+    auto finish = [this, name = req.model_name(), done](const grpc::Status& st) {
+      ctx_.metrics->request(st.ok() ? name : ctx_.metrics_label(name), "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
       done(st);
     };
     const auto now = Clock::now();

@@ -186,6 +186,8 @@ run_cmd "$G" "$grpc" infer fashion 1 FP32 1,392 x.bin
 expect_match "gRPC wrong shape: INVALID_ARGUMENT" '"code":3,.*each row must hold 784' "$out"
 run_cmd "$G" "$grpc" infer fashion 7 FP32 32,784 x.bin
 expect_match "gRPC unknown version: NOT_FOUND" '"code":5,' "$out"
+run_cmd "$G" "$grpc" infer nope-by-grpc 1 FP32 1,392 x.bin
+expect_match "gRPC unknown model: NOT_FOUND" '"code":5,' "$out"
 # ModelStreamInfer (Triton's streaming extension): 200 requests on one stream, answered in
 # order with the unary answer's numbers; a request naming no model is answered with its error
 # and the stream goes on; without the token the stream is refused.
@@ -225,6 +227,9 @@ m=$(curl -s "${auth[@]}" "$http/metrics")
 expect_match "metrics: requests by code" 'loom_serve_requests_total\{model="fashion",protocol="http",code="200"\} [0-9]+' "$m"
 expect_match "metrics: failures by reason" 'loom_serve_request_failures_total\{model="fashion",reason="bad_request"\} [0-9]+' "$m"
 expect_match "metrics: gRPC requests" 'loom_serve_requests_total\{model="fashion",protocol="grpc",code="0"\} [0-9]+' "$m"
+expect_match "metrics: a refused gRPC request, by its model" 'loom_serve_requests_total\{model="fashion",protocol="grpc",code="3"\} [1-9]' "$m"
+expect_match "metrics: gRPC requests to unknown names, under one label" 'loom_serve_requests_total\{model="_unknown",protocol="grpc",code="5"\} [1-9]' "$m"
+expect_no_match "metrics: no label of an unknown name" 'nope-by-grpc' "$m"
 expect_match "metrics: queue length" 'loom_serve_queue_length\{model="fashion"\} 0' "$m"
 expect_match "metrics: batch size histogram" 'loom_serve_batch_size_bucket\{model="fashion",le="32"\} [1-9]' "$m"
 expect_match "metrics: queue and compute histograms" 'loom_serve_compute_seconds_count\{model="fashion"\} [1-9]' "$m"
