@@ -209,7 +209,8 @@ class Service final
     // Answered: the name was a model's or a pipeline's, its own label; refused: unknown names
     // share one (looked up only then).
     auto finish = [this, name = req.model_name(), done](const grpc::Status& st) {
-      ctx_.metrics->request(st.ok() ? name : ctx_.metrics_label(name), "grpc", st.ok() ? Status::kOk : from_grpc_code(st.error_code()));
+      if (st.ok()) ctx_.metrics->request(name, "grpc", Status::kOk);  // the name as it is, not a copy
+      else ctx_.metrics->request(ctx_.metrics_label(name), "grpc", from_grpc_code(st.error_code()));
       done(st);
     };
     const auto now = Clock::now();
