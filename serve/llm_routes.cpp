@@ -52,6 +52,8 @@ std::shared_ptr<void> stream_slot(Context& ctx) {
   return std::shared_ptr<void>(nullptr, [&ctx](void*) { ctx.streams.fetch_sub(1); });
 }
 
+constexpr size_t kMaxPromptBytes = 1 << 20;  // what a chat template may render
+
 Clock::time_point deadline_of(const Context& ctx) { return Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms); }
 
 std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
@@ -317,7 +319,7 @@ Reply chat_completions(Context& ctx, const std::string& body) {
   if (req.completion.model.empty()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
   const llm::ChatFormat& f = chat_format(t);
-  const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos);
+  const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
   return answer(ctx, t, req.completion, prompt_ids(t, prompt), true);
 }
 
@@ -333,7 +335,7 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
     if (req.contains("messages")) {  // vLLM's chat form: the prompt the chat template renders
       const ChatRequest c = parse_chat_request(body);
       const llm::ChatFormat& f = chat_format(t);
-      text = f.tmpl.render(c.messages, c.vars, c.add_generation_prompt, f.bos, f.eos);
+      text = f.tmpl.render(c.messages, c.vars, c.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
     } else {
       if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
       text = req["prompt"].get<std::string>();

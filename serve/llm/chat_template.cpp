@@ -236,7 +236,6 @@ struct Render {
   Scope scope;
   std::string out;
   size_t max_bytes;
-  int64_t steps_left = 1000000;  // loop iterations: a template that loops without writing ends too
   ChatTemplate::Node::Kind jump = ChatTemplate::Node::kText;  // kBreak or kContinue while one leaves its loop's body
 
   void body(const Body& b) {
@@ -300,12 +299,18 @@ Value Render::call(const ChatTemplate::Node& m, const std::vector<Value>& pos, c
   return Value::str(text);
 }
 
+// A variable or a namespace's attribute; what outlives the expression is bounded in depth (a value
+// built up one level a step would take the stack when it is printed or freed).
 void Render::set(const ChatTemplate::Node& n) {
   Value v = tmpl::eval(*n.expr, scope);
-  if (n.attr.empty()) return scope.set(n.text, std::move(v));
+  if (n.attr.empty()) {
+    tmpl::check_nesting(v, nullptr, scope.budget);
+    return scope.set(n.text, std::move(v));
+  }
   const Value ns = scope.get(n.text);
   if (ns.kind != Value::kDict || !ns.b)
     throw ServeError(Status::kInput, "the chat template sets " + n.text + "." + n.attr + ", but " + n.text + " is not a namespace()");
+  tmpl::check_nesting(v, ns.dict.get(), scope.budget);
   (*ns.dict)[n.attr] = std::move(v);
 }
 
@@ -318,7 +323,7 @@ void Render::loop(const ChatTemplate::Node& n) {
   }
   const int64_t len = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < len; ++k) {
-    if (--steps_left < 0) throw ServeError(Status::kInput, "the chat template loops more than 1000000 times");
+    scope.budget.step();
     Value info = Value::new_dict();
     (*info.dict)["index"] = Value::integer(k + 1), (*info.dict)["index0"] = Value::integer(k);
     (*info.dict)["revindex"] = Value::integer(len - k), (*info.dict)["revindex0"] = Value::integer(len - k - 1);
@@ -363,15 +368,18 @@ ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
                                  const std::string& eos_token, size_t max_bytes) const {
+  using Clock = std::chrono::steady_clock;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-  return render(list, nlohmann::ordered_json::object(), add_generation_prompt, bos_token, eos_token, max_bytes);
+  return render(list, nlohmann::ordered_json::object(), add_generation_prompt, bos_token, eos_token, max_bytes, Clock::time_point::max());
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& vars, bool add_generation_prompt,
-                                 const std::string& bos_token, const std::string& eos_token, size_t max_bytes) const {
+                                 const std::string& bos_token, const std::string& eos_token, size_t max_bytes,
+                                 std::chrono::steady_clock::time_point deadline) const {
   Render r;
   r.max_bytes = max_bytes;
+  r.scope.budget.deadline = deadline;
   r.scope.frames.emplace_back();
   // As transformers passes them: its own names, then the caller's (chat_template_kwargs) over them.
   r.scope.set("add_generation_prompt", Value::boolean(add_generation_prompt));

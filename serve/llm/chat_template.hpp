@@ -9,6 +9,7 @@
 // all). Anything else is refused when the template is read, naming it.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,10 +33,12 @@ class ChatTemplate {
   // The prompt for `messages` (a list of message objects: role, content and whatever else the
   // client sent, tool_calls or name), with `vars` (an object) as more variables: tools, and what
   // a request's chat_template_kwargs holds. Throws ServeError kInput with the template's own
-  // words when it calls raise_exception (a conversation it does not take), or when the prompt
-  // would pass `max_bytes`.
+  // words when it calls raise_exception (a conversation it does not take), when the prompt
+  // would pass `max_bytes`, and when the rendering passes `deadline` or one of tmpl::Budget's
+  // limits (steps, bytes built, nesting), naming it.
   std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& vars, bool add_generation_prompt,
-                     const std::string& bos_token, const std::string& eos_token, size_t max_bytes = 1 << 20) const;
+                     const std::string& bos_token, const std::string& eos_token, size_t max_bytes,
+                     std::chrono::steady_clock::time_point deadline) const;
   // The same for messages of a role and a content string.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
                      const std::string& eos_token, size_t max_bytes = 1 << 20) const;

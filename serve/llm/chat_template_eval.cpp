@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "../kserve_json.hpp"
@@ -21,7 +22,14 @@ constexpr int64_t kMaxRange = 100000;
 
 std::string json_string(const std::string& s) { return dump_json(nlohmann::json(s)); }
 
+// Throws when `out` has passed the most one string may hold, or `level` the most nesting.
+void bounded(const std::string& out, int level) {
+  if (out.size() > Budget::kMaxString) fail("a value's text passes " + std::to_string(Budget::kMaxString) + " bytes");
+  if (level > Budget::kMaxValueDepth) fail("a value nested deeper than " + std::to_string(Budget::kMaxValueDepth) + " levels");
+}
+
 void write_json(const Value& v, int indent, int level, std::string& out) {
+  bounded(out, level);
   const std::string pad = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent * (level + 1)), ' ');
   const std::string close = indent < 0 ? "" : "\n" + std::string(static_cast<size_t>(indent * level), ' ');
   const char* comma = indent < 0 ? ", " : ",";
@@ -73,20 +81,27 @@ std::string py_repr(const std::string& s) {
   return out + q;
 }
 
-std::string repr(const Value& v) {
-  if (v.kind == Value::kString) return py_repr(v.s);
+void write_repr(const Value& v, int level, std::string& out) {
+  bounded(out, level);
+  if (v.kind == Value::kString) return void(out += py_repr(v.s));
   if (v.kind == Value::kList) {
-    std::string out = "[";
-    for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-    return out + "]";
+    out += "[";
+    for (size_t k = 0; k < v.list->size(); ++k) out += k ? ", " : "", write_repr((*v.list)[k], level + 1, out);
+    return void(out += "]");
   }
   if (v.kind == Value::kDict) {
-    std::string out = "{";
+    out += "{";
     bool first = true;
-    for (const auto& kv : *v.dict) out += (first ? "" : ", ") + py_repr(kv.first) + ": " + repr(kv.second), first = false;
-    return out + "}";
+    for (const auto& kv : *v.dict) out += (first ? "" : ", ") + py_repr(kv.first) + ": ", write_repr(kv.second, level + 1, out), first = false;
+    return void(out += "}");
   }
-  return v.kind == Value::kUndefined ? "Undefined" : v.text();
+  out += v.kind == Value::kUndefined ? "Undefined" : v.text();
+}
+
+std::string repr(const Value& v) {
+  std::string out;
+  write_repr(v, 0, out);
+  return out;
 }
 
 }  // namespace
@@ -142,32 +157,58 @@ Value slice(const Value& obj, const Value& lo, const Value& hi, const Value& ste
   };
   const int64_t a = at(lo, st > 0 ? 0 : n - 1), b = at(hi, st > 0 ? n : -1);
   Value out = obj.kind == Value::kString ? Value::str("") : Value::new_list();
-  for (int64_t i = a; st > 0 ? i < b : i > b; i += st) {
+  // i stays within [-1, n]: a step past the end stops before it is added (a huge step overflows otherwise).
+  for (int64_t i = a; st > 0 ? i < b : i > b;) {
     if (obj.kind == Value::kString) out.s += obj.s[static_cast<size_t>(i)];
     else out.list->push_back((*obj.list)[static_cast<size_t>(i)]);
+    if (st > 0 ? st >= b - i : st <= b - i) break;
+    i += st;
   }
   return out;
 }
 
-Value arithmetic(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::str(a.text() + b.text());
-  if (op == "+" && a.kind == Value::kString && b.kind == Value::kString) return Value::str(a.s + b.s);
+int64_t whole(const std::string& op, const Value& a, const Value& b) {
+  int64_t r = 0;
+  const bool over = op == "+" ? __builtin_add_overflow(a.i, b.i, &r) : op == "-" ? __builtin_sub_overflow(a.i, b.i, &r)
+                    : op == "*" ? __builtin_mul_overflow(a.i, b.i, &r) : (b.i == -1 && a.i == INT64_MIN && op == "//");
+  if (over) fail("an integer overflow in " + a.text() + " " + op + " " + b.text());
+  if (op == "%") {  // Python's: the sign of the divisor (x % -1 is 0, INT64_MIN % -1 included)
+    r = b.i == -1 ? 0 : a.i % b.i;
+    return r != 0 && ((r < 0) != (b.i < 0)) ? r + b.i : r;
+  }
+  if (op == "//") {  // Python's: towards minus infinity
+    r = a.i / b.i;
+    return r * b.i != a.i && ((a.i < 0) != (b.i < 0)) ? r - 1 : r;
+  }
+  return r;
+}
+
+Value arithmetic(const std::string& op, const Value& a, const Value& b, Budget& budget) {
+  if (op == "~") {
+    std::string at = a.text(), bt = b.text();
+    budget.grow(at.size() + bt.size());
+    return Value::str(at + bt);
+  }
+  if (op == "+" && a.kind == Value::kString && b.kind == Value::kString) return budget.grow(a.s.size() + b.s.size()), Value::str(a.s + b.s);
   if (op == "+" && a.kind == Value::kList && b.kind == Value::kList) {
     Value out = Value::new_list();
+    budget.spend((a.list->size() + b.list->size()) * sizeof(Value));  // before the copy: lists doubled are refused early
     *out.list = *a.list;
     out.list->insert(out.list->end(), b.list->begin(), b.list->end());
     return out;
   }
   if (a.kind != Value::kInt || b.kind != Value::kInt) fail("'" + op + "' between " + a.text() + " and " + b.text());
   if ((op == "/" || op == "//" || op == "%") && b.i == 0) fail("a division by zero");
-  if (op == "+") return Value::integer(a.i + b.i);
-  if (op == "-") return Value::integer(a.i - b.i);
-  if (op == "*") return Value::integer(a.i * b.i);
-  if (op == "%") return Value::integer(((a.i % b.i) + b.i) % b.i);  // Python's sign
-  return Value::integer(a.i / b.i);  // / and // on whole numbers
+  if (op == "/") {  // Python's true division
+    Value v;
+    v.kind = Value::kFloat;
+    v.f = static_cast<double>(a.i) / static_cast<double>(b.i);
+    return v;
+  }
+  return Value::integer(whole(op, a, b));
 }
 
-Value binary(const std::string& op, const Value& a, const Value& b) {
+Value binary(const std::string& op, const Value& a, const Value& b, Budget& budget) {
   if (op == "==") return Value::boolean(equal(a, b));
   if (op == "!=") return Value::boolean(!equal(a, b));
   if (op == "in") {
@@ -184,11 +225,12 @@ Value binary(const std::string& op, const Value& a, const Value& b) {
     else fail("'" + op + "' between values of different kinds");
     return Value::boolean(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
   }
-  return arithmetic(op, a, b);
+  return arithmetic(op, a, b, budget);
 }
 
-Value call(const std::string& name, const Args& args) {
+Value call(const std::string& name, const Args& args, Budget& budget) {
   const std::vector<Value>& a = args.pos;
+  budget.step();
   if (name == "raise_exception") throw ServeError(Status::kInput, a.empty() ? "the chat template refused the conversation" : a[0].text());
   if (name == "namespace") {  // attributes from a mapping and from keywords
     Value ns = Value::new_dict();
@@ -207,6 +249,7 @@ Value call(const std::string& name, const Args& args) {
     return Value::str(std::string(buf, std::strftime(buf, sizeof buf, a[0].s.c_str(), &tm)));
   }
   if (a.empty() || a[0].kind != Value::kInt || a[0].i < 0 || a[0].i > kMaxRange) fail("range() takes a whole number up to 100000");
+  budget.spend(static_cast<size_t>(a[0].i) * sizeof(Value));
   Value out = Value::new_list();
   for (int64_t i = 0; i < a[0].i; ++i) out.list->push_back(Value::integer(i));
   return out;
@@ -287,28 +330,90 @@ std::vector<Value> elements(const Value& v, const char* doing) {
   return out;
 }
 
+namespace {
+
+// How deep `v` nests (1 for a list of scalars), each list and dict once; `seen` holds those
+// walked (-1 while being walked: one met again then holds itself).
+int nesting(const Value& v, const void* inside, Budget& budget, std::map<const void*, int>& seen) {
+  const void* key = v.kind == Value::kList ? static_cast<const void*>(v.list.get()) : v.kind == Value::kDict ? static_cast<const void*>(v.dict.get()) : nullptr;
+  if (!key) return 0;
+  if (key == inside) fail("a namespace set to a value that holds the namespace itself");
+  auto [it, fresh] = seen.emplace(key, -1);
+  if (!fresh) {
+    if (it->second < 0) fail("a value that holds itself");
+    return it->second;
+  }
+  budget.step();
+  int deepest = 0;
+  if (v.kind == Value::kList)
+    for (const Value& x : *v.list) deepest = std::max(deepest, nesting(x, inside, budget, seen));
+  else
+    for (const auto& kv : *v.dict) deepest = std::max(deepest, nesting(kv.second, inside, budget, seen));
+  if (deepest + 1 > Budget::kMaxValueDepth) fail("a value nested deeper than " + std::to_string(Budget::kMaxValueDepth) + " levels");
+  return seen[key] = deepest + 1;
+}
+
+}  // namespace
+
+void check_nesting(const Value& v, const void* inside, Budget& budget) {
+  std::map<const void*, int> seen;
+  nesting(v, inside, budget, seen);
+}
+
+void Budget::step(int64_t n) {
+  steps -= n;
+  if (steps < 0) fail("more than " + std::to_string(kSteps) + " steps (loop iterations, macro calls, filters and methods)");
+  if ((steps & 1023) < n && std::chrono::steady_clock::now() > deadline) fail("its rendering passed the request's deadline");
+}
+
+void Budget::spend(size_t n) {
+  if (n > static_cast<size_t>(bytes)) fail("builds more than " + std::to_string(kBytes >> 20) + " MiB of values");
+  bytes -= static_cast<int64_t>(n);
+}
+
+void Budget::grow(size_t n) {
+  if (n > kMaxString) fail("builds a string of more than " + std::to_string(kMaxString) + " bytes");
+  spend(n);
+}
+
 std::string to_json_text(const Value& v, int indent) {
   std::string out;
   write_json(v, indent, 0, out);
   return out;
 }
 
-Value eval(const Expr& e, Scope& scope) {
+namespace {
+
+// What building `v` took: a string's bytes; a list's or dict's items and the strings they copied.
+void charge(const Value& v, Budget& budget) {
+  if (v.kind == Value::kString) return budget.grow(v.s.size());
+  size_t bytes = 0;
+  if (v.kind == Value::kList)
+    for (const Value& x : *v.list) bytes += sizeof(Value) + x.s.size();
+  if (v.kind == Value::kDict)
+    for (const auto& kv : *v.dict) bytes += sizeof(Value) + kv.first.size() + kv.second.s.size();
+  budget.spend(bytes);
+}
+
+Value eval_inside(const Expr& e, Scope& scope) {
   auto arg = [&](size_t k) { return eval(*e.args[k], scope); };
   auto rest = [&](size_t from) {
     Args a;
+    a.budget = &scope.budget;
     for (size_t k = from; k < e.args.size(); ++k) {
       if (k < e.kw.size() && !e.kw[k].empty()) a.kw[e.kw[k]] = arg(k);
       else a.pos.push_back(arg(k));
     }
     return a;
   };
+  Budget& budget = scope.budget;
   switch (e.op) {
     case Expr::kLit: return e.lit;
     case Expr::kVar: return scope.get(e.name);
     case Expr::kList: {
       Value out = Value::new_list();
       *out.list = rest(0).pos;
+      charge(out, budget);
       return out;
     }
     case Expr::kDict: {
@@ -318,22 +423,35 @@ Value eval(const Expr& e, Scope& scope) {
         if (key.kind != Value::kString) fail("a dict key that is not a string: " + key.text());
         (*out.dict)[key.s] = arg(k + 1);
       }
+      charge(out, budget);
       return out;
     }
     case Expr::kAttr: return index(arg(0), Value::str(e.name));
     case Expr::kIndex: return index(arg(0), arg(1));
-    case Expr::kSlice: return slice(arg(0), arg(1), arg(2), e.args.size() > 3 ? arg(3) : Value());
+    case Expr::kSlice: {
+      Value out = slice(arg(0), arg(1), arg(2), e.args.size() > 3 ? arg(3) : Value());
+      charge(out, budget);
+      return out;
+    }
     case Expr::kCall: {
       Args a = rest(0);
-      if (is_function(e.name)) return call(e.name, a);
+      if (is_function(e.name)) return call(e.name, a, budget);
       if (!scope.macro) fail("a call of " + e.name + "() outside its template");
+      budget.step();
       return scope.macro(e.name, a.pos, a.kw);
     }
-    case Expr::kMethod: return method(e.name, arg(0), rest(1));
-    case Expr::kFilter: return filter(e.name, arg(0), rest(1));
+    case Expr::kMethod:
+    case Expr::kFilter: {
+      Value self = arg(0);
+      const Args a = rest(1);
+      budget.step();
+      Value out = e.op == Expr::kMethod ? method(e.name, self, a) : filter(e.name, self, a);
+      charge(out, budget);
+      return out;
+    }
     case Expr::kTest: return Value::boolean(test(e.name, arg(0)) != e.negate);
     case Expr::kNot: return Value::boolean(!arg(0).truthy());
-    case Expr::kNeg: return arithmetic("-", Value::integer(0), arg(0));
+    case Expr::kNeg: return arithmetic("-", Value::integer(0), arg(0), budget);
     case Expr::kAnd: {
       Value a = arg(0);
       return a.truthy() ? arg(1) : a;
@@ -343,9 +461,19 @@ Value eval(const Expr& e, Scope& scope) {
       return a.truthy() ? a : arg(1);
     }
     case Expr::kIf: return arg(0).truthy() ? arg(1) : e.args.size() > 2 ? arg(2) : Value();
-    case Expr::kBin: return binary(e.name, arg(0), arg(1));
+    case Expr::kBin: return binary(e.name, arg(0), arg(1), budget);
   }
   return Value();
+}
+
+}  // namespace
+
+Value eval(const Expr& e, Scope& scope) {
+  Budget& budget = scope.budget;
+  if (++budget.depth > Budget::kMaxDepth) fail("expressions and macro calls nested deeper than " + std::to_string(Budget::kMaxDepth));
+  Value v = eval_inside(e, scope);
+  --budget.depth;
+  return v;
 }
 
 }  // namespace loom::serve::llm::tmpl

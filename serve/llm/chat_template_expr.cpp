@@ -11,7 +11,8 @@ namespace loom::serve::llm::tmpl {
 
 namespace {
 
-constexpr int kMaxDepth = 64;       // nesting of one expression
+constexpr int kMaxDepth = 64;       // nesting of one expression: brackets, calls, unary operators
+constexpr int kMaxHeight = 128;     // operators on operators (`a ~ b ~ c`, `x.a.b`): evaluated and freed recursively
 
 [[noreturn]] void unsupported(const std::string& what) { throw rt::Error("the chat template uses " + what + ", which loom-serve does not render"); }
 
@@ -78,6 +79,15 @@ class Parser {
   size_t before_ = 0;  // where peek_ began, to give it back
   int depth_ = 0;
 
+  // Counts one level of the parser's recursion for as long as it lives.
+  struct Deeper {
+    explicit Deeper(int& d) : d_(d) {
+      if (++d_ > kMaxDepth) unsupported("expressions nested deeper than 64");
+    }
+    ~Deeper() { --d_; }
+    int& d_;
+  };
+
   Tok take() {
     Tok k = peek_;
     before_ = p_;
@@ -98,6 +108,13 @@ class Parser {
     ExprPtr e = node(op, std::move(name));
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
+    return built(std::move(e));
+  }
+  // `e` with its arguments in place: its height checked, so that no expression is deeper than
+  // evaluation and freeing can recurse.
+  static ExprPtr built(ExprPtr e) {
+    for (const auto& a : e->args) e->height = std::max(e->height, a->height + 1);
+    if (e->height > kMaxHeight) throw rt::Error("the chat template has an expression of more than " + std::to_string(kMaxHeight) + " operators in a chain");
     return e;
   }
   ExprPtr or_expr();
@@ -117,7 +134,7 @@ class Parser {
 };
 
 ExprPtr Parser::expr() {
-  if (++depth_ > kMaxDepth) unsupported("expressions nested deeper than 64");
+  Deeper d(depth_);
   ExprPtr e = or_expr();
   if (is("if")) {
     take();
@@ -125,9 +142,8 @@ ExprPtr Parser::expr() {
     c->args.push_back(or_expr());
     c->args.push_back(std::move(e));
     if (is("else")) take(), c->args.push_back(expr());
-    e = std::move(c);
+    e = built(std::move(c));
   }
-  --depth_;
   return e;
 }
 
@@ -145,10 +161,11 @@ ExprPtr Parser::and_expr() {
 
 ExprPtr Parser::not_expr() {
   if (!is("not")) return compare();
+  Deeper d(depth_);
   take();
   ExprPtr e = node(Expr::kNot);
   e->args.push_back(not_expr());
-  return e;
+  return built(std::move(e));
 }
 
 ExprPtr Parser::compare() {
@@ -162,7 +179,7 @@ ExprPtr Parser::compare() {
       expect("in");
       ExprPtr n = node(Expr::kNot);
       n->args.push_back(bin(Expr::kBin, "in", std::move(e), additive()));
-      e = std::move(n);
+      e = built(std::move(n));
     } else if (is("is")) {
       take();
       ExprPtr test = node(Expr::kTest);
@@ -171,7 +188,7 @@ ExprPtr Parser::compare() {
       test->name = take().s;
       if (!is_test(test->name)) unsupported("the test '" + test->name + "'");
       test->args.push_back(std::move(e));
-      e = std::move(test);
+      e = built(std::move(test));
     } else {
       return e;
     }
@@ -204,10 +221,11 @@ ExprPtr Parser::term() {
 
 ExprPtr Parser::unary() {
   if (!is("-")) return postfix(primary());
+  Deeper d(depth_);
   take();
   ExprPtr e = node(Expr::kNeg);
   e->args.push_back(unary());
-  return e;
+  return built(std::move(e));
 }
 
 // `(a, b, key=c)` into `into`'s arguments, after those it holds.
@@ -245,11 +263,11 @@ ExprPtr Parser::postfix(ExprPtr e) {
         ExprPtr m = node(Expr::kMethod, name);
         m->args.push_back(std::move(e));
         call_args(*m);
-        e = std::move(m);
+        e = built(std::move(m));
       } else {
         ExprPtr a = node(Expr::kAttr, name);
         a->args.push_back(std::move(e));
-        e = std::move(a);
+        e = built(std::move(a));
       }
     } else if (is("[")) {
       take();
@@ -261,7 +279,7 @@ ExprPtr Parser::postfix(ExprPtr e) {
         s->args.push_back(std::move(lo));
         s->args.push_back(is("]") || is(":") ? node(Expr::kLit) : expr());
         if (is(":")) take(), s->args.push_back(is("]") ? node(Expr::kLit) : expr());
-        e = std::move(s);
+        e = built(std::move(s));
       } else {
         e = bin(Expr::kIndex, "", std::move(e), std::move(lo));
       }
@@ -273,7 +291,7 @@ ExprPtr Parser::postfix(ExprPtr e) {
       if (!is_filter(f->name)) unsupported("the filter '" + f->name + "'");
       f->args.push_back(std::move(e));
       if (is("(")) call_args(*f);
-      e = std::move(f);
+      e = built(std::move(f));
     } else {
       return e;
     }
@@ -300,7 +318,7 @@ ExprPtr Parser::primary() {
       if (!is("]")) expect(",");
     }
     take();
-    return e;
+    return built(std::move(e));
   }
   if (k.kind == Tok::kOp && k.s == "{") {  // a dict: keys and values in turn
     ExprPtr e = node(Expr::kDict);
@@ -312,7 +330,7 @@ ExprPtr Parser::primary() {
       if (!is("}")) expect(",");
     }
     take();
-    return e;
+    return built(std::move(e));
   }
   if (k.kind != Tok::kName) unsupported(k.kind == Tok::kEnd ? std::string("an expression that ends early") : "'" + k.s + "' where a value belongs");
   ExprPtr e = node(Expr::kLit);
@@ -323,6 +341,7 @@ ExprPtr Parser::primary() {
     if (!is_function(k.s) && !(macros_ && macros_->count(k.s))) unsupported("the function " + k.s + "()");
     e = node(Expr::kCall, k.s);
     call_args(*e);
+    e = built(std::move(e));
   } else {
     e = node(Expr::kVar, k.s);
   }

@@ -3,6 +3,7 @@
 // and evaluation against a scope.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -34,10 +35,30 @@ struct Value {
   std::string text() const;  // as {{ }} prints it: Python's str() (lists and dicts as their repr)
 };
 
+// What one rendering may spend. A template comes with a model's folder: it is a program a
+// stranger wrote, so every construct that repeats, nests or grows is counted, and each limit
+// passed is the client's 400 naming it, the server unharmed.
+struct Budget {
+  static constexpr int64_t kSteps = 1000000;         // loop iterations, macro, function, filter and method calls, values walked
+  static constexpr int64_t kBytes = 64 << 20;        // bytes of strings and list items built, all told
+  static constexpr size_t kMaxString = 4 << 20;      // the most one string built may hold
+  static constexpr int kMaxDepth = 256;              // expressions being evaluated, through macro calls too
+  static constexpr int kMaxValueDepth = 64;          // lists and dicts inside each other
+  int64_t steps = kSteps, bytes = kBytes;
+  int depth = 0;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  void step(int64_t n = 1);  // throws past kSteps or the deadline
+  void spend(size_t n);      // throws past kBytes
+  // Throws when a string of `n` bytes would pass kMaxString; spends them otherwise.
+  void grow(size_t n);
+};
+
 // Variables by name, innermost scope last (a for loop's body is a scope: Jinja's `set` inside a
 // loop does not leak out).
 struct Scope {
   std::vector<std::map<std::string, Value>> frames;
+  Budget budget;
   // Calls the template's {% macro %} `name` with positional and keyword arguments: its text.
   std::function<Value(const std::string& name, const std::vector<Value>& pos, const std::map<std::string, Value>& kw)> macro;
   Value get(const std::string& name) const;
@@ -54,6 +75,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::string> kw;  // calls, filters and methods: each argument's keyword ("" for positional), as args
   bool negate = false;  // `is not`
+  int height = 1;       // the longest chain of arguments below, itself included
 };
 
 // Parses `text` (the inside of {{ }} or a statement's expression); `pos` advances past it and
@@ -72,8 +94,12 @@ Value eval(const Expr& e, Scope& scope);
 // the template was `doing` ("loops over") with anything else.
 std::vector<Value> elements(const Value& v, const char* doing);
 // transformers' tojson: json.dumps with ensure_ascii off, keys in their order, and Python's
-// separators (", " and ": "; "," and ": " with an indent, negative for none).
+// separators (", " and ": "; "," and ": " with an indent, negative for none). Throws past
+// Budget::kMaxString bytes or Budget::kMaxValueDepth levels.
 std::string to_json_text(const Value& v, int indent = -1);
+// Throws unless `v` nests at most Budget::kMaxValueDepth levels and does not hold `inside` (a
+// namespace being set, which would then hold itself); each list and dict walked is a step.
+void check_nesting(const Value& v, const void* inside, Budget& budget);
 // A request's JSON as template data (objects as dicts in their order); throws ServeError kInput
 // past 64 levels of nesting.
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
@@ -83,6 +109,7 @@ Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 struct Args {
   std::vector<Value> pos;
   std::map<std::string, Value> kw;
+  Budget* budget = nullptr;  // the rendering's, for what a filter or method builds
   // The argument at position i or named `key`; undefined when neither was given.
   Value get(size_t i, const char* key) const {
     auto it = kw.find(key);

@@ -36,12 +36,16 @@ std::string recase(std::string s, const std::string& how, bool jinja_filter = fa
 }
 
 // Python's str.split: on runs of whitespace without a separator.
-Value split(const std::string& s, const Value& sep) {
+Value split(const std::string& s, const Value& sep, Budget& budget) {
   Value out = Value::new_list();
+  budget.spend(s.size());  // the pieces' bytes; their count below
   if (sep.kind == Value::kString && sep.s.empty()) fail(".split() with an empty separator");
   if (sep.kind == Value::kString) {
     size_t b = 0;
-    for (size_t k; (k = s.find(sep.s, b)) != std::string::npos; b = k + sep.s.size()) out.list->push_back(Value::str(s.substr(b, k - b)));
+    for (size_t k; (k = s.find(sep.s, b)) != std::string::npos; b = k + sep.s.size()) {
+      budget.spend(sizeof(Value));
+      out.list->push_back(Value::str(s.substr(b, k - b)));
+    }
     out.list->push_back(Value::str(s.substr(b)));
     return out;
   }
@@ -50,15 +54,20 @@ Value split(const std::string& s, const Value& sep) {
     while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
     const size_t b = k;
     while (k < s.size() && !std::isspace(static_cast<unsigned char>(s[k]))) ++k;
-    if (k > b) out.list->push_back(Value::str(s.substr(b, k - b)));
+    if (k > b) budget.spend(sizeof(Value)), out.list->push_back(Value::str(s.substr(b, k - b)));
   }
   return out;
 }
 
-std::string replace(std::string s, const Value& from, const Value& to) {
+std::string replace(const std::string& s, const Value& from, const Value& to) {
   if (from.kind != Value::kString || to.kind != Value::kString || from.s.empty()) fail("replace() takes two strings, the first not empty");
-  for (size_t k = 0; (k = s.find(from.s, k)) != std::string::npos; k += to.s.size()) s.replace(k, from.s.size(), to.s);
-  return s;
+  std::string out;
+  size_t b = 0;
+  for (size_t k; (k = s.find(from.s, b)) != std::string::npos; b = k + from.s.size()) {
+    out.append(s, b, k - b).append(to.s);
+    if (out.size() > Budget::kMaxString) fail("replace() builds a string of more than " + std::to_string(Budget::kMaxString) + " bytes");
+  }
+  return out.append(s, b, std::string::npos);
 }
 
 // A dict's items as [key, value] lists, in its order (keys sorted: dicts here are std::map).
@@ -99,7 +108,7 @@ Value method(const std::string& name, const Value& self, const Args& a) {
   if (name == "strip" || name == "lstrip" || name == "rstrip")
     return Value::str(strip(self.s, name != "rstrip", name != "lstrip", a.get(0, "chars")));
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") return Value::str(recase(self.s, name));
-  if (name == "split") return split(self.s, a.get(0, "sep"));
+  if (name == "split") return split(self.s, a.get(0, "sep"), *a.budget);
   if (name == "replace") return Value::str(replace(self.s, a.get(0, "old"), a.get(1, "new")));
   if (name != "startswith" && name != "endswith") fail("." + name + "() of a string");
   if (a.pos.empty() || a.pos[0].kind != Value::kString) fail("." + name + "() takes a string");
@@ -167,7 +176,11 @@ Value filter(const std::string& name, const Value& v, const Args& a) {
   if (name == "join") {
     std::string out;
     const std::vector<Value> xs = elements(v, "filters");
-    for (size_t k = 0; k < xs.size(); ++k) out += (k ? a.get(0, "d").text() : "") + xs[k].text();
+    const std::string sep = a.get(0, "d").text();
+    for (size_t k = 0; k < xs.size(); ++k) {
+      out += (k ? sep : "") + xs[k].text();
+      if (out.size() > Budget::kMaxString) fail("join() builds a string of more than " + std::to_string(Budget::kMaxString) + " bytes");
+    }
     return Value::str(out);
   }
   if (name == "list") return from(elements(v, "filters"));
@@ -178,6 +191,7 @@ Value filter(const std::string& name, const Value& v, const Args& a) {
     const Value attr = a.get(99, "attribute"), f = a.pos.empty() ? Value() : a.pos[0];
     if (attr.kind == Value::kUndefined && (f.kind != Value::kString || !is_filter(f.s) || f.s == "map")) fail("map() takes attribute= or a filter's name");
     Args rest;
+    rest.budget = a.budget;
     rest.pos.assign(a.pos.begin() + (a.pos.empty() ? 0 : 1), a.pos.end());
     for (const Value& x : elements(v, "filters")) out.push_back(attr.kind != Value::kUndefined ? index(x, attr) : filter(f.s, x, rest));
     return from(std::move(out));

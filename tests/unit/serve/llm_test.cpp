@@ -4,6 +4,7 @@
 // with a pool so small that sequences are preempted, with and without prefix caching).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -342,6 +343,69 @@ TEST(ChatTemplate, RefusalsAndLimits) {
     try {
       ChatTemplate t("{{ " + (bad.first[0] == '(' ? bad.first + " }}" : "1 }}") + (bad.first[0] == '(' ? "" : bad.first));
       ADD_FAILURE() << bad.first << " was read";
+    } catch (const loom::rt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.second), std::string::npos) << e.what();
+    }
+  }
+}
+
+
+// A template is a program from a model's folder: each of these once ended the server. Now each is
+// the request's 400 naming the limit (or the load's error naming what it refuses).
+TEST(ChatTemplate, HostileTemplatesEndAsErrors) {
+  const std::string least = "{% set m = -999999999999999999 * 9 - 223372036854775817 %}";  // INT64_MIN
+  const std::string most = "{% set big = 999999999999999999 * 9 + 223372036854775816 %}";   // INT64_MAX
+  EXPECT_EQ(render(least + "{{ m % -1 }} {{ 7 % -1 }} {{ m // 1 == m }}"), "0 0 True");
+  EXPECT_EQ(render("{{ -7 // 2 }} {{ 7 // -2 }} {{ 7 / 2 }} {{ 7 % -3 }} {{ -7 % 3 }}"), "-4 -4 3.5 -2 2");  // Python's
+  EXPECT_EQ(render(most + "{{ 'abc'[1::big] }}|{{ 'abc'[1::-big] }}|{{ [1, 2, 3][::big] }}|{{ 'abc'[big:] }}"), "b|b|[1]|");
+  auto refused = [](const std::string& src, const std::string& why, std::chrono::steady_clock::time_point deadline =
+                                                                          std::chrono::steady_clock::time_point::max()) {
+    try {
+      ChatTemplate(src).render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), nlohmann::ordered_json::object(),
+                               true, "<s>", "</s>", 1 << 20, deadline);
+      ADD_FAILURE() << src.substr(0, 200) << ": rendered";
+    } catch (const loom::Error& e) {
+      EXPECT_EQ(e.kind(), loom::Kind::kInput) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << src.substr(0, 200) << ": " << e.what();
+    }
+  };
+  refused(least + "{{ m // -1 }}", "integer overflow");
+  refused(least + "{{ -m }}", "integer overflow");
+  refused(most + "{{ big + 1 }}", "integer overflow");
+  refused(most + "{{ big * 2 }}", "integer overflow");
+  // Recursion and time: a macro calling itself twice counts every call.
+  const auto t0 = std::chrono::steady_clock::now();
+  refused("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}", "macros call each other deeper");
+  refused("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(31) }}", "more than 1000000 steps");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  refused("{% for i in range(100000) %}{% for c in 'abcdefghij' %}{{ '' }}{% endfor %}{% endfor %}", "steps");
+  refused("{% for i in range(5000) %}{{ messages | length }}{% endfor %}", "deadline", std::chrono::steady_clock::now());
+  // Values that nest without end: built through a namespace, they would take the stack when printed or freed.
+  refused("{% set ns = namespace(x=0) %}{% for i in range(1000) %}{% for j in 'abcdefghij' %}{% set ns.x = [ns.x] %}{% endfor %}"
+          "{% endfor %}{{ ns.x }}", "nested deeper than 64");
+  refused("{% set ns = namespace(x=0) %}{% set ns.x = [ns] %}{{ ns }}", "holds the namespace itself");
+  refused("{% set ns = namespace(x=0) %}{% set l = [ns] %}{% set ns.x = {'a': l} %}{{ ns }}", "holds the namespace itself");
+  refused("{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x }}", "bytes");
+  // Memory: a string or a list doubled, text built past the limits before the output is.
+  refused("{% set ns = namespace(s='ab') %}{% for i in range(28) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+          "a string of more than");
+  refused("{% set ns = namespace(s='ab') %}{% for i in range(28) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "a string of more than");
+  refused("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", "MiB of values");
+  refused("{% set s = 'ab' %}{% set s = s ~ s ~ s ~ s ~ s ~ s ~ s ~ s %}{% set ns = namespace(s=s) %}{% for i in range(20) %}"
+          "{% set ns.s = ns.s | replace('a', ns.s) %}{% endfor %}", "replace() builds a string");
+  refused("{% set ns = namespace(s='abcd') %}{% for i in range(30) %}{% set ns.s = [ns.s, ns.s] | join('') %}{% endfor %}",
+          "join() builds a string");
+  // What the reader refuses at load: operators on operators past what evaluation can recurse.
+  for (const auto& bad : std::vector<std::pair<std::string, std::string>>{
+           {"{{ " + std::string(57000, '-') + "1 }}", "nested deeper than 64"},
+           {"{{ " + [] { std::string s; for (int i = 0; i < 57000; ++i) s += "not "; return s; }() + "1 }}", "nested deeper than 64"},
+           {"{{ x" + [] { std::string s; for (int i = 0; i < 400000; ++i) s += ".a"; return s; }() + " }}", "more than 128 operators"},
+           {"{{ 'a'" + [] { std::string s; for (int i = 0; i < 150000; ++i) s += " ~ 'a'"; return s; }() + " }}", "more than 128 operators"},
+           {"{{ x" + [] { std::string s; for (int i = 0; i < 100000; ++i) s += "|trim"; return s; }() + " }}", "more than 128 operators"},
+           {"{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}", "nested deeper than 64"}}) {
+    try {
+      ChatTemplate t(bad.first);
+      ADD_FAILURE() << bad.first.substr(0, 60) << " was read";
     } catch (const loom::rt::Error& e) {
       EXPECT_NE(std::string(e.what()).find(bad.second), std::string::npos) << e.what();
     }
