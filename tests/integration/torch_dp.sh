@@ -128,6 +128,11 @@ expect_eq "resumed from step 10 = never stopped ($out)" 0 "$rc"
 run_cmd timeout 300 $P "$T/train.py" --model resnet --samples 256 --global-batch 16 --steps 2 --ckpt-dir full
 expect_ne "another model's checkpoint: exit" 0 "$rc"
 expect_match "another model's checkpoint: the first tensor named" "ckpt-0000000030.h5 is from a different model: it has no tensor conv1.weight" "$err"
+# Crafted checkpoints are data: a pickle that runs a command is never unpickled; wrong moment
+# shapes, dtypes, steps and random states are refused by name.
+run_cmd timeout 300 $P "$T/checkpoint_safety.py"
+expect_eq "crafted checkpoints ($(tail -3 <<<"$err"))" 0 "$rc"
+expect_match "crafted checkpoints: every check" "checkpoint safety: [0-9]+ checks passed" "$out"
 
 # 6. The examples run as written (a few steps each).
 E=$LOOM_SRCDIR/examples/torch

@@ -17,9 +17,9 @@ from .collectives import (Average, Sum, allgather_object, allreduce, allreduce_,
                           local_rank, local_size, rank, shutdown, size)
 from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
-from .checkpoint import REQUEUE, Checkpoint
+from .checkpoint import REQUEUE, Checkpoint, CheckpointError
 
 __all__ = ["Average", "Sum", "allgather_object", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
            "local_rank", "local_size", "rank", "shutdown", "size", "Compression", "DistributedOptimizer",
-           "BalancedSampler", "Checkpoint", "LoomError", "REQUEUE"]
+           "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE"]

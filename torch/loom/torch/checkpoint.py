@@ -1,13 +1,17 @@
 """Checkpoint: Contract 4's HDF5 checkpoints (the runtime's writer: Fletcher32 on every dataset,
 a temporary name, flushed and renamed) of a PyTorch model, its optimizer and the sampler's
 place; restore() from the newest that verifies; on SIGUSR1/SIGTERM every rank finishes its step,
-the checkpoint is written and the process exits REQUEUE (75) for the batch script to requeue."""
+the checkpoint is written and the process exits REQUEUE (75) for the batch script to requeue.
+
+A checkpoint is a file people copy between users and clusters, so it is read as data only:
+tensors, JSON, and the random-number states as hexadecimal bytes. Nothing in it is unpickled;
+where torch itself must read something (optimizer hyperparameters that are not plain numbers),
+it does so with weights_only=True."""
 import ctypes
 import glob
 import io
 import json
 import os
-import pickle
 import re
 import sys
 import threading
@@ -21,6 +25,27 @@ from . import stop
 
 REQUEUE = 75
 _PARAMS, _OPT = 0, 1
+_RNG_FORMAT = "loom.torch rng 1"
+_MAX_RNG_BYTES = 1 << 20
+_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be restored: named, with what in it is wrong."""
+
+
+def _hex(t):
+    """A byte tensor (a random-number generator's state) as hexadecimal text."""
+    return bytes(t.to("cpu", torch.uint8).tolist()).hex()
+
+
+def _state_bytes(text, what):
+    try:
+        if isinstance(text, str) and len(text) <= 2 * _MAX_RNG_BYTES:
+            return torch.tensor(list(bytes.fromhex(text)), dtype=torch.uint8)
+    except ValueError:
+        pass
+    raise CheckpointError(f"{what} is not hexadecimal bytes of at most {_MAX_RNG_BYTES}")
 
 
 def _float_host(t):
@@ -148,8 +173,8 @@ class Checkpoint:
         if self.sampler is not None:
             loom = getattr(self.optimizer, "_loom", None)
             state["sampler"] = self.sampler.state(step * (loom.passes if loom is not None else 1))
-        rng = pickle.dumps({"torch": torch.get_rng_state(),
-                            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []})
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        rng = json.dumps({"format": _RNG_FORMAT, "torch": _hex(torch.get_rng_state()), "cuda": [_hex(t) for t in cuda]}).encode()
         model_config = json.dumps({"type": "torch", "class": type(self.model).__name__ if self.model else None})
         train_config = json.dumps({"every_steps": self.every_steps, "every_minutes": self.every_minutes, "keep": self.keep})
         for which, text in ((0, model_config.encode()), (1, train_config.encode()), (2, json.dumps(state).encode()), (3, rng)):
@@ -198,25 +223,54 @@ class Checkpoint:
         h = ctypes.c_void_p()
         _core.check(_core.lib.lt_ckpt_load(chosen.encode(), ctypes.byref(h)))
         try:
-            state = json.loads(_text(h, 2))
-            if state.get("format") != "loom.torch 1":
-                raise ValueError(f"{chosen} is not a loom.torch checkpoint (a loom-train one?)")
-            if self.model is not None:
-                self._load_model(chosen, _tensors(h, _PARAMS), state)
-            if self.optimizer is not None and "optimizer" in state:
-                self._load_optimizer(_tensors(h, _OPT), state["optimizer"])
-            rng = pickle.loads(_text(h, 3))
+            self._restore_from(chosen, h)
+        except CheckpointError as e:
+            raise CheckpointError(f"{chosen}: {e}") from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+            raise CheckpointError(f"{chosen}: not a checkpoint loom.torch can restore: {type(e).__name__}: {e}") from None
         finally:
             _core.lib.lt_ckpt_free(h)
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        self.steps = int(state["step"])
-        if self.sampler is not None and "sampler" in state:
-            self.sampler.restore(state["sampler"], same_world=state.get("world") == C.size())
         if C.rank() == 0:
             print(f"loom.torch: resumed from {chosen} (step {self.steps})", file=sys.stderr, flush=True)
         return self.steps
+
+    def _restore_from(self, path, h):
+        state = json.loads(_text(h, 2))
+        if not isinstance(state, dict) or state.get("format") != "loom.torch 1":
+            raise CheckpointError("not a loom.torch checkpoint (a loom-train one?)")
+        step = state.get("step")
+        if not isinstance(step, int) or step < 0:
+            raise CheckpointError(f"its step {step!r} is not a whole number of at least 0")
+        if self.model is not None:
+            self._load_model(path, _tensors(h, _PARAMS), state)
+        if self.optimizer is not None and "optimizer" in state:
+            self._load_optimizer(_tensors(h, _OPT), state["optimizer"])
+        self._load_rng(path, _text(h, 3))
+        self.steps = step
+        if self.sampler is not None and "sampler" in state:
+            self.sampler.restore(state["sampler"], same_world=state.get("world") == C.size())
+
+    @staticmethod
+    def _load_rng(path, raw):
+        """The random-number states, as hexadecimal bytes in JSON. An older loom.torch pickled
+        them: such a file is restored without them (a pickle can run code), and says so."""
+        try:
+            rng = json.loads(raw)
+        except ValueError:
+            rng = None
+        if not isinstance(rng, dict) or rng.get("format") != _RNG_FORMAT:
+            print(f"loom.torch: {path}: its random-number state is not in loom.torch's data format (older versions "
+                  "pickled it, and pickles are not read: they can run code); the random-number generators are not restored",
+                  file=sys.stderr, flush=True)
+            return
+        cpu = _state_bytes(rng.get("torch"), "the random-number state")
+        cuda = rng.get("cuda") or []
+        if not isinstance(cuda, list) or len(cuda) > 1024:
+            raise CheckpointError("its CUDA random-number states are not a list")
+        cuda = [_state_bytes(x, "a CUDA random-number state") for x in cuda]
+        torch.set_rng_state(cpu)
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
 
     def _load_model(self, path, saved, state):
         own = self.model.state_dict()
@@ -240,16 +294,42 @@ class Checkpoint:
 
     def _load_optimizer(self, saved, meta):
         groups = meta["param_groups"]
-        if isinstance(groups, dict):
-            groups = torch.load(io.BytesIO(bytes.fromhex(groups["pickled"])))
+        if isinstance(groups, dict):  # hyperparameters that are not plain numbers: tensors, read as data
+            try:
+                groups = torch.load(io.BytesIO(bytes.fromhex(groups["pickled"])), weights_only=True)
+            except Exception as e:  # noqa: BLE001 - whatever the unpickler refused, it is named
+                raise CheckpointError(f"its optimizer hyperparameters cannot be read as data: {e}") from None
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise CheckpointError("its optimizer's param_groups are not a list of groups")
         st = {}
         for key, (dtype, shape) in meta["tensors"].items():
             idx, name = key.split(".", 1)
-            st.setdefault(int(idx), {})[name] = saved[key].reshape(shape).to(getattr(torch, dtype.split(".")[-1]))
+            if dtype not in _DTYPES:
+                raise CheckpointError(f"optimizer tensor {key} has the dtype {dtype!r}, not one of {sorted(_DTYPES)}")
+            if key not in saved or saved[key].numel() != _numel(shape):
+                raise CheckpointError(f"optimizer tensor {key} is not the {list(shape)} its description says")
+            st.setdefault(int(idx), {})[name] = saved[key].reshape(shape).to(_DTYPES[dtype])
         for key, v in meta["plain"].items():
             idx, name = key.split(".", 1)
             st.setdefault(int(idx), {})[name] = v
         self.optimizer.load_state_dict({"state": st, "param_groups": groups})
+        self._check_moments()
         loom = getattr(self.optimizer, "_loom", None)
         if loom is not None and meta.get("steps") is not None:
             loom.step_no = int(meta["steps"])
+
+    def _check_moments(self):
+        """Each restored moment has its parameter's shape: a crafted file's [1] would otherwise be
+        broadcast, or read past its end, by the optimizer's next step."""
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                for name, v in self.optimizer.state.get(p, {}).items():
+                    if torch.is_tensor(v) and v.dim() > 0 and v.shape != p.shape:
+                        raise CheckpointError(f"the optimizer's {name} is {list(v.shape)}, its parameter {list(p.shape)}")
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

@@ -108,6 +108,15 @@ class BalancedSampler(torch.utils.data.Sampler):
         if state["global_batch"] != self.global_batch or state["seed"] != self.seed:
             raise ValueError(f"the checkpoint's sampler had global batch {state['global_batch']} and seed "
                              f"{state['seed']}, this one {self.global_batch} and {self.seed}")
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+        if not whole(state["batches"]) or not whole(state["epoch"]):
+            raise ValueError(f"the checkpoint's sampler is at batch {state['batches']!r} of epoch {state['epoch']!r}: "
+                             "each must be a whole number of at least 0")
+        shares = state["shares"]
+        if same_world and (not isinstance(shares, list) or len(shares) != len(self.shares()) or not all(map(whole, shares))
+                           or sum(shares) != self.global_batch):
+            raise ValueError(f"the checkpoint's shares {str(shares)[:200]} are not {len(self.shares())} whole numbers "
+                             f"that add up to the global batch {self.global_batch}")
         self._handed = state["batches"] - 1
         self._resume = state["batches"]
         self.epoch = state["epoch"]
