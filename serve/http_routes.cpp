@@ -275,7 +275,12 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     }
     if (p.size() == rest + 1 && p[rest] == "ready") {
       if (!get) return method_not_allowed("GET");
-      return ok({{"name", name}, {"ready", ctx.model_ready(name, version)}});
+      // The status code is the answer (KServe's protocol; Triton's client, curl -f and health
+      // checks read only it): 200 ready, 400 not ready, as Triton answers.
+      const bool ready = ctx.model_ready(name, version);
+      Reply r = ok({{"name", name}, {"ready", ready}});
+      if (!ready) r.status = http::status::bad_request;
+      return r;
     }
     if (p.size() == rest + 1 && (p[rest] == "config" || p[rest] == "stats")) {
       if (!get) return method_not_allowed("GET");

@@ -93,7 +93,7 @@ try:
     st, _ = get(f"http://{http}/v2/health/ready")
     check(st == 503, f"ready before its steps: {st}")
     st, r = get(f"{base}/multimodal/ready")
-    check(st == 200 and r.get("ready") is False, f"the pipeline's own readiness before its steps: {st} {r}")
+    check(st == 400 and r.get("ready") is False, f"the pipeline's own readiness before its steps: {st} {r}")
     e = index(http).get("multimodal", {})
     check(e.get("state") == "UNAVAILABLE" and "step 'text'" in e.get("reason", ""), f"the index before the steps: {e}")
     services = {}
@@ -101,6 +101,8 @@ try:
         p, addr, _ = start(name, ["--model-repository", os.path.join(work, "repo")], grpc_port=q)
         services[name] = (p, addr)
     check(wait_ready(http, True), "the pipeline did not become ready once its steps answered")
+    st, r = get(f"{base}/multimodal/ready")
+    check(st == 200 and r.get("ready") is True, f"the pipeline's own readiness once its steps answer: {st} {r}")
     check(index(http).get("multimodal", {}).get("state") == "READY", "the index does not say READY")
 
     def post(url, body):
