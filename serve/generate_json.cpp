@@ -2,6 +2,7 @@
 #include "generate_json.hpp"
 
 #include <cmath>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "kserve_json.hpp"
@@ -77,6 +78,18 @@ json object_body(const std::string& body) {
   return req;
 }
 
+// The members the completion and chat APIs read; the rest of a request is skipped as it is parsed.
+const std::set<std::string> kCompletionKeys = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "ignore_eos", "n",
+    "stream", "stream_options", "logprobs", "echo", "best_of", "presence_penalty", "frequency_penalty", "logit_bias", "suffix"};
+const std::set<std::string> kChatKeys = [] {
+  std::set<std::string> k = kCompletionKeys;
+  k.insert({"messages", "add_generation_prompt", "tools", "tool_choice", "chat_template_kwargs", "max_completion_tokens", "top_logprobs"});
+  return k;
+}();
+
+CompletionRequest completion_request(const json& req);
+
 }  // namespace
 
 GenerateRequest parse_generate_request(const std::string& body) {
@@ -99,7 +112,14 @@ GenerateRequest parse_generate_request(const std::string& body) {
 }
 
 CompletionRequest parse_completion_request(const std::string& body) {
-  const json req = object_body(body);
+  const json req = parse_json(body.data(), body.data() + body.size(), &kCompletionKeys);
+  if (!req.is_object()) bad("the request must be a JSON object");
+  return completion_request(req);
+}
+
+namespace {
+
+CompletionRequest completion_request(const json& req) {
   CompletionRequest r;
   if (auto m = req.find("model"); m != req.end()) {
     if (!m->is_string()) bad("model must be a string");
@@ -141,8 +161,6 @@ CompletionRequest parse_completion_request(const std::string& body) {
   return r;
 }
 
-namespace {
-
 std::string message_content(const nlohmann::ordered_json& c, size_t k) {
   const std::string where = "messages[" + std::to_string(k) + "].content";
   if (c.is_null()) return "";
@@ -160,16 +178,17 @@ std::string message_content(const nlohmann::ordered_json& c, size_t k) {
 // The template's variables from the request: `tools` (a list; shown to the model by its template,
 // as vLLM does with tool_choice "none": tool calls are not parsed from the output) and
 // chat_template_kwargs' members (vLLM's, such as enable_thinking).
-nlohmann::ordered_json template_vars(const nlohmann::ordered_json& req) {
+// Moved out of the request: nothing of them is copied.
+nlohmann::ordered_json template_vars(nlohmann::ordered_json& req) {
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
   if (auto k = req.find("chat_template_kwargs"); k != req.end() && !k->is_null()) {
     if (!k->is_object()) bad("chat_template_kwargs must be an object");
     for (auto it = k->begin(); it != k->end(); ++it)
-      if (it.key() != "messages") vars[it.key()] = it.value();
+      if (it.key() != "messages") vars[it.key()] = std::move(it.value());
   }
   if (auto t = req.find("tools"); t != req.end() && !t->is_null()) {
     if (!t->is_array()) bad("tools must be a list");
-    vars["tools"] = *t;
+    vars["tools"] = std::move(*t);
   }
   if (auto c = req.find("tool_choice"); c != req.end() && !c->is_null() && *c != "none")
     bad("tool_choice must be \"none\": loom-serve shows the tools to the model through its chat template but does not "
@@ -180,27 +199,30 @@ nlohmann::ordered_json template_vars(const nlohmann::ordered_json& req) {
 }  // namespace
 
 ChatRequest parse_chat_request(const std::string& body) {
-  json req = object_body(body);
+  // Parsed once, in the client's key order (what the template sees keeps it); messages and tools
+  // are moved out of it, not copied, and what no one reads was never built.
+  auto ordered = parse_ordered_json(body.data(), body.data() + body.size(), &kChatKeys);
+  if (!ordered.is_object()) bad("the request must be a JSON object");
   ChatRequest r;
-  const auto ordered = nlohmann::ordered_json::parse(body);  // what the template sees keeps the client's key order
   const auto found = ordered.find("messages");
   if (found == ordered.end() || !found->is_array() || found->empty()) bad("messages must be a non-empty list");
-  const auto& m = *found;
+  auto& m = *found;
   if (m.size() > 10000) bad("messages must hold at most 10000 messages");
   r.messages = nlohmann::ordered_json::array();
   for (size_t k = 0; k < m.size(); ++k) {
     if (!m[k].is_object() || !m[k].contains("role") || !m[k]["role"].is_string())
       bad("messages[" + std::to_string(k) + "] must be an object with a role");
-    nlohmann::ordered_json msg = m[k];
-    msg["content"] = message_content(m[k].value("content", nlohmann::ordered_json()), k);
+    nlohmann::ordered_json msg = std::move(m[k]);
+    msg["content"] = message_content(msg.value("content", nlohmann::ordered_json()), k);
     r.messages.push_back(std::move(msg));
   }
-  if (auto a = req.find("add_generation_prompt"); a != req.end()) {
+  if (auto a = ordered.find("add_generation_prompt"); a != ordered.end()) {
     if (!a->is_boolean()) bad("add_generation_prompt must be true or false");
     r.add_generation_prompt = a->get<bool>();
   }
   r.vars = template_vars(ordered);
-  for (const char* k : {"messages", "tools", "tool_choice", "chat_template_kwargs"}) req.erase(k);
+  for (const char* k : {"messages", "tools", "tool_choice", "chat_template_kwargs", "add_generation_prompt"}) ordered.erase(k);
+  json req = ordered;  // what is left: the sampling parameters
   req["prompt"] = "";
   if (req.contains("max_completion_tokens") && !req.contains("max_tokens")) req["max_tokens"] = req["max_completion_tokens"];
   if (auto lp = req.find("logprobs"); lp != req.end()) {
@@ -208,7 +230,7 @@ ChatRequest parse_chat_request(const std::string& body) {
     if (lp->get<bool>()) req["logprobs"] = req.value("top_logprobs", json(0));
     else req.erase("logprobs");
   }
-  r.completion = parse_completion_request(dump_json(req));
+  r.completion = completion_request(req);
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -79,6 +80,14 @@ struct HttpServer::Impl {
     return me->timed_out;
   }
 
+  // Whether the client still holds its end: a peer that closed reads as 0 bytes (its pipelined
+  // bytes, if any, stay unread).
+  static bool peer_connected(tcp::socket& sock) {
+    char c;
+    const ssize_t n = ::recv(sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+  }
+
   // Returns whether the connection ends on a request refused before it was read whole.
   bool serve_requests(tcp::socket& sock, std::list<Conn>::iterator me) {
     // Bounded: a header, a chunk header with its extensions, or a trailer that does not fit is
@@ -109,6 +118,7 @@ struct HttpServer::Impl {
                               req.target().find("/generate") != beast::string_view::npos;
         try {
           r = route(ctx, req, &model);
+          if (r.finish && !r.finish(r, [&sock] { return peer_connected(sock); })) return false;  // the client left
         } catch (const loom::Error& e) {  // any part's error, answered by its kind
           r = error_reply(e.kind(), e.what());
         } catch (const std::exception& e) {

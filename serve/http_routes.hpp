@@ -22,6 +22,11 @@ struct Reply {
   // Set for a streamed answer (server-sent events): called with a function that sends one
   // chunk (false once the client is gone); the body is not used.
   std::function<void(const std::function<bool(const std::string&)>&)> stream;
+  // Set for an answer that takes long to make (a generation answered whole): called before the
+  // answer is written, with a probe that says whether the client is still connected. It fills
+  // the reply and returns true, or returns false once the client left (its work cancelled:
+  // nothing is written).
+  std::function<bool(Reply&, const std::function<bool()>& client_here)> finish;
 };
 
 // The protocol's error answer ({"error": msg}) for `s`, or HTTP `code` when given. Never throws

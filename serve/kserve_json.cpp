@@ -14,20 +14,33 @@ using json = nlohmann::json;
 
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json parse_json(const char* begin, const char* end) {
+namespace {
+
+template <class J>
+J parse_bounded(const char* begin, const char* end, const std::set<std::string>* keep) {
   // The callback sees each value's depth as the parser reaches it: nothing deeper is built, so
-  // neither the parser nor whatever walks the value later can run out of stack.
-  json::parser_callback_t limit = [](int depth, json::parse_event_t, json&) {
+  // neither the parser nor whatever walks the value later can run out of stack. A member it
+  // declines (its key refused) is skipped: its value is read but never built.
+  typename J::parser_callback_t limit = [keep](int depth, typename J::parse_event_t event, J& parsed) {
     if (depth > kMaxJsonDepth)
       throw ServeError(Status::kInput, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (keep && depth == 1 && event == J::parse_event_t::key) return keep->count(parsed.template get<std::string>()) > 0;
     return true;
   };
   try {
-    return json::parse(begin, end, limit);
-  } catch (const json::exception& e) {
+    return J::parse(begin, end, limit);
+  } catch (const nlohmann::json::exception& e) {
     // e.what() may quote the client's bytes; dump_json makes them safe wherever they go.
     throw ServeError(Status::kInput, std::string("malformed JSON: ") + e.what());
   }
+}
+
+}  // namespace
+
+json parse_json(const char* begin, const char* end, const std::set<std::string>* keep) { return parse_bounded<json>(begin, end, keep); }
+
+nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const std::set<std::string>* keep) {
+  return parse_bounded<nlohmann::ordered_json>(begin, end, keep);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 // throws: bytes that are not UTF-8 (a client's, quoted in an error) become U+FFFD.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,12 @@ constexpr int kMaxJsonDepth = 32;  // an inference request nests 4 levels, its d
 // JSON text of `j`; invalid UTF-8 in its strings is replaced, so this never throws.
 std::string dump_json(const nlohmann::json& j);
 
-// Parses [begin, end) as JSON no deeper than kMaxJsonDepth. Throws ServeError kInput.
-nlohmann::json parse_json(const char* begin, const char* end);
+// Parses [begin, end) as JSON no deeper than kMaxJsonDepth. Throws ServeError kInput. With
+// `keep`, members of the top-level object not named there are skipped as they are read, never
+// built: a field nobody reads costs a request no memory.
+nlohmann::json parse_json(const char* begin, const char* end, const std::set<std::string>* keep = nullptr);
+// The same, its objects keeping the client's key order (what a chat template sees).
+nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const std::set<std::string>* keep = nullptr);
 
 struct InferRequest {
   std::string id;

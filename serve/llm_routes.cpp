@@ -42,6 +42,21 @@ llm::TokenEvent next_event(llm::Stream& s, Clock::time_point deadline) {
   return e;
 }
 
+// The next event of s, waiting in slices so that a client who left is noticed: false then (its
+// sequences cancelled, freed at the engine's next step).
+bool next_event_while(llm::Stream& s, Clock::time_point deadline, const std::function<bool()>& client_here, llm::TokenEvent* e) {
+  const auto last = deadline + std::chrono::seconds(5);
+  for (;;) {
+    const auto until = std::min(last, Clock::now() + std::chrono::milliseconds(100));
+    if (s.next(e, until)) return true;
+    if (!client_here()) return s.cancel(), false;
+    if (Clock::now() >= last) {
+      s.cancel();
+      throw ServeError(Status::kTimeout, "generation timed out");
+    }
+  }
+}
+
 // One of the server's streams while it is held; 503 when half the connections stream already.
 std::shared_ptr<void> stream_slot(Context& ctx) {
   const int limit = std::max(1, ctx.max_connections / 2);
@@ -94,16 +109,20 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
   };
   Reply r;
   if (!stream) {
-    std::string text;
-    for (;;) {
-      const llm::TokenEvent e = next_event(*s, deadline);
-      if (e.error != Status::kOk) throw ServeError(e.error, e.message);
-      text += e.text;
-      if (e.done) {
-        r.body = event(text, &e, false);
-        return r;
+    r.finish = [s, deadline, event](Reply& r, const std::function<bool()>& client_here) {
+      std::string text;
+      for (;;) {
+        llm::TokenEvent e;
+        if (!next_event_while(*s, deadline, client_here, &e)) return false;
+        if (e.error != Status::kOk) throw ServeError(e.error, e.message);
+        text += e.text;
+        if (e.done) {
+          r.body = event(text, &e, false);
+          return true;
+        }
       }
-    }
+    };
+    return r;
   }
   r.content_type = "text/event-stream";
   r.stream = [t, s, deadline, event, slot](const std::function<bool(const std::string&)>& send) {
@@ -247,26 +266,34 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
   };
   Reply r;
-  if (!req.stream) {
-    std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
-    for (int left = req.n; left > 0;) {
-      const llm::TokenEvent e = next_event(*s, deadline);
-      if (e.error != Status::kOk) {
+  if (!req.stream) {  // answered whole, once every sequence ends; a client who leaves first cancels them
+    r.finish = [s, deadline, req, head, usage, chat](Reply& r, const std::function<bool()>& client_here) {
+      std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
+      try {
+        for (int left = req.n; left > 0;) {
+          llm::TokenEvent e;
+          if (!next_event_while(*s, deadline, client_here, &e)) return false;
+          if (e.error != Status::kOk) throw ServeError(e.error, e.message);
+          add_event(cs[static_cast<size_t>(e.index)], e, req);
+          left -= e.done ? 1 : 0;
+        }
+      } catch (const loom::Error& e) {  // OpenAI's error body, in r's fields: r holds this function
         s->cancel();
-        throw ServeError(e.error, e.message);
+        Reply err = openai_error(e.kind(), e.what());
+        r.kind = err.kind, r.status = err.status, r.body = std::move(err.body);
+        return true;
       }
-      add_event(cs[static_cast<size_t>(e.index)], e, req);
-      left -= e.done ? 1 : 0;
-    }
-    json res = head();
-    res["choices"] = json::array();
-    for (size_t i = 0; i < cs.size(); ++i) {
-      json c = {{"index", i}, {"text", cs[i].text}, {"token_ids", cs[i].ids}, {"finish_reason", cs[i].finish}};
-      c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
-      res["choices"].push_back(chat ? as_chat(c, cs[i], false, req) : c);
-    }
-    res["usage"] = usage(cs);
-    r.body = dump_json(res);
+      json res = head();
+      res["choices"] = json::array();
+      for (size_t i = 0; i < cs.size(); ++i) {
+        json c = {{"index", i}, {"text", cs[i].text}, {"token_ids", cs[i].ids}, {"finish_reason", cs[i].finish}};
+        c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
+        res["choices"].push_back(chat ? as_chat(c, cs[i], false, req) : c);
+      }
+      res["usage"] = usage(cs);
+      r.body = dump_json(res);
+      return true;
+    };
     return r;
   }
   r.content_type = "text/event-stream";

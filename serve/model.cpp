@@ -2,6 +2,7 @@
 #include "model.hpp"
 
 #ifdef LOOM_HAVE_ONNX
+#include "loom/rt/io/json.hpp"
 #include "loom/rt/graph/graph.hpp"
 #endif
 
@@ -39,7 +40,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   rt::ModelFile f = rt::load_model(path_);  // verifies every checksum
   nlohmann::json cfg;
   try {
-    cfg = nlohmann::json::parse(f.config_json);
+    cfg = rt::parse_json_text(f.config_json, path_ + ": model.config");
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(path_ + ": model.config is not valid JSON: " + e.what());
   }
@@ -100,7 +101,7 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
   check_finite(gpt.params());
   std::vector<int> bytes;
   if (cfg.contains("tokens"))
-    throw rt::Error(path_ + ": a gpt trained on token files (" + cfg["tokens"].dump() +
+    throw rt::Error(path_ + ": a gpt trained on token files (" + cfg["tokens"].dump().substr(0, 200) +
                     ") has token ids, not bytes: loom-serve has no tokenizer for them, so it cannot generate text");
   try {
     bytes = cfg.at("vocab_bytes").get<std::vector<int>>();
@@ -118,13 +119,13 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
   const std::string folder = path_.substr(0, path_.rfind('/'));
   rt::DecoderWeights w = rt::load_gpt2(folder);
   int eos = -1;
-  try {
-    std::ifstream in(folder + "/config.json");
-    const auto cfg = nlohmann::json::parse(in);
-    if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) eos = cfg["eos_token_id"].get<int>();
-  } catch (const nlohmann::json::exception&) {  // load_gpt2 read it already
+  const auto cfg = rt::parse_json_text(llm::read_small(folder + "/config.json"), folder + "/config.json");
+  if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) {  // read whole: 2^32 + 5 is not 5
+    const int64_t id = cfg["eos_token_id"].get<int64_t>();
+    if (id < 0 || id >= w.c.vocab)
+      throw rt::Error(folder + "/config.json: eos_token_id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(w.c.vocab));
+    eos = static_cast<int>(id);
   }
-  if (eos >= w.c.vocab) throw rt::Error(folder + "/config.json: eos_token_id " + std::to_string(eos) + " is outside the vocabulary");
   platform_ = "loom-gpt2";
   config_ = "{\"type\": \"gpt2\", \"n_layer\": " + std::to_string(w.c.layers) + ", \"n_embd\": " + std::to_string(w.c.embd) +
             ", \"n_positions\": " + std::to_string(w.c.context) + ", \"vocab_size\": " + std::to_string(w.c.vocab) + "}";

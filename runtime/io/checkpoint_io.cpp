@@ -5,6 +5,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
+#include "loom/rt/io/text.hpp"
 #include "h5.hpp"
 #include "loom/rt/io/model_io.hpp"
 
@@ -37,24 +39,26 @@ void write_checkpoint(const std::string& path, const Checkpoint& c, bool with_te
 // Reads the shards an index names and cuts the flat state back into tensors.
 void load_shards(const std::string& path, const std::string& layout_text, Checkpoint& c) {
   nlohmann::json layout;
-  int64_t total = 0;
-  int world = 0;
+  int64_t total = 0, world64 = 0;
   try {
-    layout = nlohmann::json::parse(layout_text);
+    layout = parse_json_text(layout_text, path + ": /state/shards");
     total = layout.at("total").get<int64_t>();
-    world = layout.at("world").get<int>();
+    world64 = layout.at("world").get<int64_t>();  // whole: 2^32 + 1 is not 1
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": /state/shards is not a valid shard layout: " + e.what());
   }
-  if (world < 1 || world > 65536 || total < 0 || total > (int64_t{1} << 40))
+  if (world64 < 1 || world64 > 65536 || total < 0 || total > (int64_t{1} << 40))
     throw Error(path + ": /state/shards has an unreasonable world size or total");
+  const int world = static_cast<int>(world64);
   int64_t step = -1;
   try {
-    step = nlohmann::json::parse(c.state_json).at("step").get<int64_t>();
+    step = parse_json_text(c.state_json, path + ": /state/json").at("step").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": /state/json has no valid step: " + e.what());
   }
-  std::vector<float> flat(static_cast<size_t>(total));
+  // Each shard is read and checked before anything the index claims is allocated: a crafted
+  // total (2^40) meets the first missing or short shard, not an allocation of that size.
+  std::vector<Tensor> parts(static_cast<size_t>(world));
   c.shards = world;
   c.rank_state.assign(static_cast<size_t>(world), {});
   for (int r = 0; r < world; ++r) {
@@ -65,12 +69,12 @@ void load_shards(const std::string& path, const std::string& layout_text, Checkp
     if (format != kShardFormat) throw Error(sp + ": a Loom " + format + " file, not a checkpoint shard");
     nlohmann::json meta;
     try {
-      meta = nlohmann::json::parse(read_string_attr(file, "shard.json", sp));
+      meta = parse_json_text(read_string_attr(file, "shard.json", sp), sp + ": shard.json");
     } catch (const nlohmann::json::exception& e) {
       throw Error(sp + ": shard.json is not valid: " + e.what());
     }
     const auto want = shard_slice(total, r, world);
-    if (meta.value("rank", -1) != r || meta.value("world", -1) != world || meta.value("offset", int64_t{-1}) != want.first ||
+    if (!meta.is_object() || meta.value("rank", -1) != r || meta.value("world", -1) != world || meta.value("offset", int64_t{-1}) != want.first ||
         meta.value("count", int64_t{-1}) != want.second || meta.value("total", int64_t{-1}) != total ||
         meta.value("step", int64_t{-1}) != step)
       throw Error(sp + ": the shard does not match its index " + path + " (another checkpoint's shard?)");
@@ -78,10 +82,20 @@ void load_shards(const std::string& path, const std::string& layout_text, Checkp
       auto data = read_group(file, "shard", sp, true);
       if (data.size() != 1 || data[0].first != "data" || data[0].second.numel() != want.second)
         throw Error(sp + ": /shard/data is missing or of the wrong size");
-      std::memcpy(flat.data() + want.first, data[0].second.f32(), static_cast<size_t>(want.second) * sizeof(float));
+      parts[static_cast<size_t>(r)] = std::move(data[0].second);
     }
     c.rank_state[static_cast<size_t>(r)] = read_group(file, "rank", sp, false);
   }
+  // n values of the flat state from `at`, across the shards that hold them.
+  auto copy_flat = [&](float* dst, int64_t at, int64_t n) {
+    for (int r = 0; r < world && n > 0; ++r) {
+      const auto sl = shard_slice(total, r, world);
+      if (sl.second == 0 || at >= sl.first + sl.second) continue;
+      const int64_t off = at - sl.first, k = std::min(n, sl.second - off);
+      std::memcpy(dst, parts[static_cast<size_t>(r)].f32() + off, static_cast<size_t>(k) * sizeof(float));
+      dst += k, at += k, n -= k;
+    }
+  };
   int64_t at = 0;
   try {
     for (const auto& t : layout.at("tensors")) {
@@ -89,12 +103,13 @@ void load_shards(const std::string& path, const std::string& layout_text, Checkp
       std::vector<int64_t> shape = t.at(2).get<std::vector<int64_t>>();
       int64_t n = 1;
       for (int64_t d : shape) {
-        if (d <= 0 || d > (int64_t{1} << 32)) throw Error(path + ": /state/shards: tensor " + name + " has a bad shape");
+        if (d <= 0 || d > total) throw Error(path + ": /state/shards: tensor " + visible_text(name) + " has a bad shape");
+        if (n > total / d) throw Error(path + ": /state/shards: the tensors add up to more than the shards hold");
         n *= d;
       }
       if (n > total - at) throw Error(path + ": /state/shards: the tensors add up to more than the shards hold");
       Tensor x = Tensor::empty(shape);
-      std::memcpy(x.f32(), flat.data() + at, static_cast<size_t>(n) * sizeof(float));
+      copy_flat(x.f32(), at, n);
       at += n;
       if (group == "params") c.params.emplace_back(name, x);
       else if (group == "optimizer/m") c.opt_m.emplace_back(name, x);

@@ -8,8 +8,10 @@
 #include <set>
 #include <sstream>
 
+#include "loom/rt/io/json.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/safetensors.hpp"
+#include "loom/rt/io/text.hpp"
 #include "loom/rt/tensor/finite.hpp"
 
 namespace loom::rt {
@@ -20,7 +22,7 @@ int config_int(const nlohmann::json& j, const char* key, const char* alt, int lo
   const nlohmann::json* v = j.contains(key) ? &j[key] : (alt && j.contains(alt) ? &j[alt] : nullptr);
   if (!v) throw Error(path + ": no " + key);
   if (!v->is_number_integer() || v->get<int64_t>() < lo || v->get<int64_t>() > hi)
-    throw Error(path + ": " + key + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " + v->dump());
+    throw Error(path + ": " + key + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", not " + visible_text(v->dump()));
   return static_cast<int>(v->get<int64_t>());
 }
 
@@ -32,7 +34,7 @@ DecoderConfig read_gpt2_config(const std::string& path) {
   if (ss.str().size() > (1 << 20)) throw Error(path + ": larger than 1 MiB");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = parse_json_text(ss.str(), path);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not JSON: " + e.what());
   }
@@ -49,10 +51,12 @@ DecoderConfig read_gpt2_config(const std::string& path) {
     if (!e.is_number() || !(e.get<double>() > 0) || e.get<double>() > 1) throw Error(path + ": layer_norm_epsilon must be in (0, 1]");
     c.ln_eps = e.get<float>();
   }
+  if (j.contains("activation_function") && !j["activation_function"].is_string())
+    throw Error(path + ": activation_function must be a string, not " + visible_text(j["activation_function"].dump()));
   const std::string act = j.value("activation_function", "gelu_new");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") c.gelu_tanh = true;
   else if (act == "gelu") c.gelu_tanh = false;
-  else throw Error(path + ": activation_function '" + act + "': gelu_new, gelu_pytorch_tanh or gelu");
+  else throw Error(path + ": activation_function '" + visible_text(act) + "': gelu_new, gelu_pytorch_tanh or gelu");
   return c;
 }
 

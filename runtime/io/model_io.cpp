@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
 #include "h5.hpp"
 
 namespace loom::rt {
@@ -64,7 +65,7 @@ void assign_params(const std::string& path, const ModelFile& f, std::vector<Para
 
 nlohmann::json config_of(const std::string& path, const ModelFile& f, const char* type) {
   try {
-    auto cfg = nlohmann::json::parse(f.config_json);
+    auto cfg = parse_json_text(f.config_json, path + ": model.config");
     if (cfg.at("type") != type) throw Error(path + ": model type " + cfg.at("type").dump() + " is not " + type);
     return cfg;
   } catch (const nlohmann::json::exception& e) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include "loom/rt/io/json.hpp"
 
 namespace loom::rt {
 
@@ -11,7 +12,7 @@ namespace {
 
 nlohmann::json parse_config(const std::string& path, const std::string& text) {
   try {
-    auto cfg = nlohmann::json::parse(text);
+    auto cfg = parse_json_text(text, path + ": model.config");
     if (!cfg.is_object()) throw Error(path + ": model.config must be a JSON object");
     return cfg;
   } catch (const nlohmann::json::exception& e) {

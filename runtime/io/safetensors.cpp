@@ -9,6 +9,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
+#include "loom/rt/io/text.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::rt {
@@ -51,10 +53,10 @@ SafetensorsEntry entry(const std::string& name, const nlohmann::json& v, uint64_
   if (sh == v.end() || !sh->is_array() || sh->size() > 8) throw Error(where + ": shape must be a list of at most 8 dims");
   uint64_t numel = 1;
   for (const auto& d : *sh) {
-    if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) throw Error(where + ": shape " + sh->dump() + " is not a list of sizes");
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) throw Error(where + ": shape " + visible_text(sh->dump()) + " is not a list of sizes");
     e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     numel = d.get<uint64_t>() == 0 ? 0 : numel * d.get<uint64_t>();
-    if (numel > (1ull << 40)) throw Error(where + ": shape " + sh->dump() + " is too large");
+    if (numel > (1ull << 40)) throw Error(where + ": shape " + visible_text(sh->dump()) + " is too large");
   }
   auto off = v.find("data_offsets");
   if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
@@ -66,7 +68,7 @@ SafetensorsEntry entry(const std::string& name, const nlohmann::json& v, uint64_
     throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                 "] lie outside the file's " + std::to_string(data_len) + " data bytes");
   if (e.end - e.begin != numel * static_cast<uint64_t>(dtype_bytes(e.dtype)))
-    throw Error(where + ": " + std::to_string(e.end - e.begin) + " bytes for shape " + sh->dump() + " of " + e.dtype);
+    throw Error(where + ": " + std::to_string(e.end - e.begin) + " bytes for shape " + visible_text(sh->dump()) + " of " + e.dtype);
   return e;
 }
 
@@ -89,7 +91,7 @@ Safetensors::Safetensors(const std::string& path) : path_(path) {
   read_at(f.get(), 8, header.data(), n, path);
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(header);
+    h = parse_json_text(header, path + ": the header");
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": the header is not JSON: " + e.what());
   }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/tokens.hpp"
@@ -46,7 +47,7 @@ class GptTask : public Task {
   Gpt same_tokens(const std::string& path, const std::string& what) const {
     const ModelFile f = load_model(path);
     Gpt g = load_gpt(path, f);
-    const auto cfg = nlohmann::json::parse(f.config_json);
+    const auto cfg = parse_json_text(f.config_json, path + ": model.config");
     const auto mine = nlohmann::json::parse(config_json());
     const char* key = text_.files ? "tokens" : "vocab_bytes";
     if (g.config().vocab != model_->config().vocab || cfg.value(key, nlohmann::json()) != mine[key])

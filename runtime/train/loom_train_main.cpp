@@ -24,6 +24,8 @@
 #include "loom/rt/dist/grad_exchange.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/io/json.hpp"
+#include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/io/text.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/train/options.hpp"
@@ -207,6 +209,25 @@ std::string checksums_text(const std::vector<std::string>& unchecked) {
          "); every other checksum verified";
 }
 
+// What a resume would say of checkpoint `k`: 0 when it would use it (loom.torch's own are
+// restored by loom.torch, which checks them itself), 1 with the reason.
+int inspect_resume(const std::string& path, const loom::rt::Checkpoint& k) {
+  const auto st = loom::rt::parse_json_text(k.state_json, path + ": state/json");
+  if (st.is_object() && st.value("format", "") == "loom.torch 1") {
+    std::printf("resume: a loom.torch checkpoint (Checkpoint.restore() reads it)\n");
+    return 0;
+  }
+  try {
+    loom::rt::check_train_state(path, k);
+  } catch (const loom::rt::Error& e) {
+    std::printf("resume: refused: %s\n", e.what());
+    std::fprintf(stderr, "loom-train: --inspect: a resume would refuse it: %s\n", e.what());
+    return 1;
+  }
+  std::printf("resume: the state is whole (loom-train --resume can use it)\n");
+  return 0;
+}
+
 // --inspect FILE: what a checkpoint or model file holds; reading it verifies every checksum.
 int inspect(const std::string& path) {
   try {
@@ -225,7 +246,7 @@ int inspect(const std::string& path) {
           std::printf(" %s (%zu rank tensors)", loom::rt::shard_path(path, r, k.shards).c_str(), k.rank_state[static_cast<size_t>(r)].size());
         std::printf("\n");
       }
-      return 0;
+      return inspect_resume(path, k);
     } catch (const loom::rt::Error& e) {
       if (std::string(e.what()).find("a Loom model file, not a checkpoint") == std::string::npos) throw;
     }

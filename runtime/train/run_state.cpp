@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/train/train_config.hpp"
 
@@ -33,7 +34,7 @@ RunState::RunState(const TrainConfig& c, const Ranks& ranks, const Reporter& rep
 void RunState::check_total(const std::string& path, const Checkpoint& k) const {
   int64_t planned = total_;
   try {
-    planned = nlohmann::json::parse(k.train_config).at("total_steps").get<int64_t>();
+    planned = parse_json_text(k.train_config, path + ": train.config").at("total_steps").get<int64_t>();
   } catch (const nlohmann::json::exception&) {
     throw Error(path + ": train.config has no total_steps (corrupt checkpoint)");
   }
@@ -55,7 +56,7 @@ Position RunState::resume(CheckpointWriter& ckpt, RunParts parts) {
   if (auto loaded = ckpt.find_resume(identity_, {"total_steps"})) {
     const Checkpoint& k = loaded->second;
     check_total(loaded->first, k);
-    auto st = nlohmann::json::parse(k.state_json);
+    auto st = parse_json_text(k.state_json, loaded->first + ": state/json");
     std::vector<Param>& ps = parts.task.params();
     auto by_name = [&](const std::vector<std::pair<std::string, Tensor>>& ts, const std::string& name) -> const Tensor* {
       for (const auto& t : ts)

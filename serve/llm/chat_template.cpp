@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/rt/io/json.hpp"
 #include "../status.hpp"
 #include "chat_template_expr.hpp"
 #include "tokenizer.hpp"
@@ -349,6 +350,24 @@ void Render::loop(const ChatTemplate::Node& n) {
   }
 }
 
+// The variable names `body` reads (a request's variables not among them are never converted).
+void names_read(const tmpl::Expr& e, std::set<std::string>& out) {
+  if (e.op == tmpl::Expr::kVar) out.insert(e.name);
+  for (const auto& a : e.args) names_read(*a, out);
+}
+
+void names_read(const Body& body, std::set<std::string>& out) {
+  for (const auto& n : body) {
+    if (n->expr) names_read(*n->expr, out);
+    for (const auto& d : n->defaults)
+      if (d) names_read(*d, out);
+    for (const auto& br : n->branches) {
+      if (br.first) names_read(*br.first, out);
+      names_read(br.second, out);
+    }
+  }
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(const std::string& source) {
@@ -361,6 +380,7 @@ ChatTemplate::ChatTemplate(const std::string& source) {
   std::string end, rest;
   body_ = b.parse(&end, {}, &rest, 0);
   macros_ = std::move(b.macros);
+  names_read(body_, names_);
 }
 
 ChatTemplate::~ChatTemplate() = default;
@@ -385,7 +405,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   r.scope.set("add_generation_prompt", Value::boolean(add_generation_prompt));
   r.scope.set("bos_token", Value::str(bos_token));
   r.scope.set("eos_token", Value::str(eos_token));
-  for (auto it = vars.begin(); vars.is_object() && it != vars.end(); ++it) r.scope.set(it.key(), tmpl::from_json(it.value()));
+  for (auto it = vars.begin(); vars.is_object() && it != vars.end(); ++it)  // only what the template reads: tools it ignores cost nothing
+    if (names_.count(it.key())) r.scope.set(it.key(), tmpl::from_json(it.value()));
   r.scope.set("messages", tmpl::from_json(messages));
   for (const char* f : {"raise_exception", "strftime_now"}) r.scope.set(f, Value::str(std::string("<function ") + f + ">"));  // `is defined`
   r.scope.macro = [&](const std::string& name, const std::vector<Value>& pos, const std::map<std::string, Value>& kw) {
@@ -403,7 +424,7 @@ std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder) {
   if (access(path.c_str(), F_OK) != 0 && !have_jinja) return nullptr;
   nlohmann::json cfg = nlohmann::json::object();
   try {
-    if (access(path.c_str(), F_OK) == 0) cfg = nlohmann::json::parse(read_small(path));
+    if (access(path.c_str(), F_OK) == 0) cfg = rt::parse_json_text(read_small(path), path);
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(path + ": not valid JSON: " + e.what());
   }

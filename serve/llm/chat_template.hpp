@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -48,6 +49,7 @@ class ChatTemplate {
  private:
   std::vector<std::unique_ptr<Node>> body_;
   std::map<std::string, const Node*> macros_;  // {% macro %}s by name (nodes of body_)
+  std::set<std::string> names_;                // the variables it reads
 };
 
 // A model folder's chat format: tokenizer_config.json's chat_template (a string, or a list of

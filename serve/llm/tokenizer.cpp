@@ -15,6 +15,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "loom/rt/io/json.hpp"
+#include "loom/rt/io/text.hpp"
 #include "loom/rt/error.hpp"
 #include "status.hpp"
 
@@ -187,7 +189,7 @@ struct BpeTokenizer::Impl {
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
   std::vector<std::pair<std::string, int32_t>> specials;  // matched in text before BPE, longest first
 
-  void add_special(const std::string& content, int32_t id, const std::string& where);
+  void add_special(const std::string& content, int64_t id, const std::string& where);
   std::vector<int32_t> encode_plain(const std::string& text) const;
 
   std::vector<int32_t> bpe(const std::string& piece) const;
@@ -205,7 +207,7 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
   }
   nlohmann::json v;
   try {
-    v = nlohmann::json::parse(read_small(vocab_json));
+    v = rt::parse_json_text(read_small(vocab_json), vocab_json);
   } catch (const nlohmann::json::exception& e) {
     throw rt::Error(vocab_json + ": not JSON: " + e.what());
   }
@@ -214,7 +216,8 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
   std::vector<bool> seen(static_cast<size_t>(vocab), false);
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= vocab)
-      throw rt::Error(vocab_json + ": token '" + it.key() + "' has id " + it->dump() + ", outside the model's vocabulary of " + std::to_string(vocab));
+      throw rt::Error(vocab_json + ": token '" + rt::visible_text(it.key()) + "' has id " + rt::visible_text(it->dump()) +
+                      ", outside the model's vocabulary of " + std::to_string(vocab));
     const int32_t id = static_cast<int32_t>(it->get<int64_t>());
     if (seen[static_cast<size_t>(id)]) throw rt::Error(vocab_json + ": id " + std::to_string(id) + " is given to two tokens");
     seen[static_cast<size_t>(id)] = true;
@@ -247,7 +250,8 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
       throw rt::Error(merges_txt + ":" + std::to_string(lineno) + ": a merge is two tokens separated by one space");
     const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
     for (const std::string& t : {a, b, a + b})
-      if (!m.ids.count(t)) throw rt::Error(merges_txt + ":" + std::to_string(lineno) + ": '" + t + "' is not in " + vocab_json + " (the files disagree)");
+      if (!m.ids.count(t))
+        throw rt::Error(merges_txt + ":" + std::to_string(lineno) + ": '" + rt::visible_text(t) + "' is not in " + vocab_json + " (the files disagree)");
     m.ranks.emplace(line, rank++);
   }
 }
@@ -297,13 +301,13 @@ std::vector<int32_t> BpeTokenizer::Impl::bpe(const std::string& piece) const {
   return out;
 }
 
-void BpeTokenizer::Impl::add_special(const std::string& content, int32_t id, const std::string& where) {
+void BpeTokenizer::Impl::add_special(const std::string& content, int64_t id, const std::string& where) {
   if (content.empty()) return;
-  if (id < 0 || static_cast<size_t>(id) >= token_bytes.size())
-    throw rt::Error(where + ": special token '" + content.substr(0, 64) + "' has id " + std::to_string(id) + ", outside the vocabulary");
+  if (id < 0 || static_cast<uint64_t>(id) >= token_bytes.size())  // whole: 2^32 + 3 is not 3
+    throw rt::Error(where + ": special token '" + rt::visible_text(content) + "' has id " + std::to_string(id) + ", outside the vocabulary");
   for (const auto& s : specials)
     if (s.first == content) return;
-  specials.emplace_back(content, id);
+  specials.emplace_back(content, static_cast<int32_t>(id));
   std::stable_sort(specials.begin(), specials.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
@@ -312,7 +316,7 @@ void BpeTokenizer::read_special_tokens(const std::string& folder) {
   auto read = [](const std::string& path, nlohmann::json* out) {
     if (access(path.c_str(), F_OK) != 0) return false;
     try {
-      *out = nlohmann::json::parse(read_small(path));
+      *out = rt::parse_json_text(read_small(path), path);
     } catch (const nlohmann::json::exception& e) {
       throw rt::Error(path + ": not JSON: " + e.what());
     }
@@ -324,12 +328,12 @@ void BpeTokenizer::read_special_tokens(const std::string& folder) {
   if (have_tj && tj.contains("added_tokens") && tj["added_tokens"].is_array())
     for (const auto& t : tj["added_tokens"])
       if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
-        m.add_special(t["content"].get<std::string>(), static_cast<int32_t>(t["id"].get<int64_t>()), tj_path);
+        m.add_special(t["content"].get<std::string>(), t["id"].is_number_unsigned() && t["id"].get<uint64_t>() > INT64_MAX ? -1 : t["id"].get<int64_t>(), tj_path);
   if (have_cfg && cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object())
     for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end(); ++it)
       if (it->is_object() && it->contains("content") && (*it)["content"].is_string() && it.key().find_first_not_of("0123456789") == std::string::npos &&
-          !it.key().empty() && it.key().size() < 10)
-        m.add_special((*it)["content"].get<std::string>(), std::stoi(it.key()), cfg_path);
+          !it.key().empty() && it.key().size() < 19)
+        m.add_special((*it)["content"].get<std::string>(), std::stoll(it.key()), cfg_path);
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
     if (!have_cfg || !cfg.contains(key)) continue;
     const auto& v = cfg[key];
@@ -341,15 +345,20 @@ void BpeTokenizer::read_special_tokens(const std::string& folder) {
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
-  if (impl_->specials.empty()) return impl_->encode_plain(text);
+  const auto& specials = impl_->specials;
+  if (specials.empty()) return impl_->encode_plain(text);
   std::vector<int32_t> out;
+  // Where each special token next occurs at or after `from`: found again only once passed, so
+  // each one's search walks the text once (a rescan of the rest per match was quadratic).
+  std::vector<size_t> next(specials.size(), 0);
+  std::vector<bool> stale(specials.size(), true);
   size_t from = 0;
   while (from < text.size()) {
     size_t at = std::string::npos;
     const std::pair<std::string, int32_t>* hit = nullptr;
-    for (const auto& s : impl_->specials) {  // the earliest, and the longest there
-      const size_t k = text.find(s.first, from);
-      if (k < at) at = k, hit = &s;
+    for (size_t k = 0; k < specials.size(); ++k) {  // the earliest, and the longest there (they are longest first)
+      if (stale[k] || (next[k] != std::string::npos && next[k] < from)) next[k] = text.find(specials[k].first, from), stale[k] = false;
+      if (next[k] < at) at = next[k], hit = &specials[k];
     }
     const std::vector<int32_t> plain = impl_->encode_plain(text.substr(from, at == std::string::npos ? std::string::npos : at - from));
     out.insert(out.end(), plain.begin(), plain.end());

@@ -238,6 +238,53 @@ PY
 check_bad "flipped byte" "fails its checksum"
 /usr/bin/python3 -c 'import h5py, numpy, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["loom.version"] = numpy.int32(99)' "$newest"
 check_bad "wrong version" "format version 99 is not supported"
+# Crafted state (checkpoints are files people copy between users): each value a resume would trip
+# on is named, --inspect says a resume would refuse it, and --resume auto falls back.
+craft() {  # FILE PYTHON-EDIT through h5py: f the open file; state(), put_state(s[, raw]), put(name, values)
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import h5py, json, sys
+import numpy as np
+f = h5py.File(sys.argv[1], "r+")
+def state(name="state/json"):
+    return json.loads(bytes(f[name][()]).decode())
+def put_state(s, raw=None, name="state/json"):
+    raw = raw if raw is not None else json.dumps(s).encode()
+    del f[name]
+    f.create_dataset(name, data=np.frombuffer(raw, dtype=np.uint8), chunks=True, fletcher32=True)
+def put(name, values):
+    del f[name]
+    f.create_dataset(name, data=np.asarray(values, dtype=np.float32), chunks=True, fletcher32=True)
+exec(sys.argv[2])
+f.close()
+PY
+}
+check_crafted() {  # WHAT REGEX PYTHON-EDIT
+  cp keep.h5 "$newest"
+  craft "$newest" "$3"
+  run_cmd "$T" --inspect "$newest"
+  expect_eq "$1: --inspect exit" 1 "$rc"
+  expect_match "$1: --inspect says a resume would refuse it" "a resume would refuse it: .*$2" "$err"
+  check_bad "$1" "$2"
+}
+run_cmd "$T" --inspect "$newest"
+expect_match "--inspect of a good checkpoint: a resume would use it" "resume: the state is whole" "$out"
+check_crafted "a moment of shape [1]" "optimizer/m/fc1.weight is \\[1\\], its parameter \\[" 'put("optimizer/m/fc1.weight", [0.0])'
+check_crafted "a moment of no parameter" "optimizer/m/ghost belongs to no parameter" 'put("optimizer/m/fc1.bias", [0.0]); f.move("optimizer/m/fc1.bias", "optimizer/m/ghost")'
+check_crafted "a negative batch" "state/json's batch is -1000000" 's = state(); s["batch"] = -1000000; put_state(s)'
+check_crafted "a negative step" "state/json's step is -5" 's = state(); s["step"] = -5; put_state(s)'
+check_crafted "a negative epoch" "state/json's epoch is -3" 's = state(); s["epoch"] = -3; put_state(s)'
+check_crafted "a loss scale of infinity" "loss_scale is not a positive finite number" 's = state(); s["loss_scale"] = 1e39; put_state(s)'
+check_crafted "state/json that is not JSON" "state/json: not valid JSON" 'put_state(None, b"{not json")'
+check_crafted "train.config nested 30,000 deep" "train.config: JSON nested deeper than 64 levels" \
+  'f.attrs["train.config"] = np.bytes_(b"[" * 30000 + b"]" * 30000)'
+# AdamW's state with its first moment and not its second.
+"$T" $common --steps 20 --optimizer adamw --ckpt-dir adam.d --ckpt-every 10 2>/dev/null
+craft adam.d/ckpt-0000000020.h5 'del f["optimizer/v"]'
+run_cmd "$T" $common --steps 20 --optimizer adamw --resume adam.d/ckpt-0000000020.h5
+expect_eq "AdamW without optimizer/v: exit" 1 "$rc"
+expect_match "AdamW without optimizer/v: named" "AdamW's state has one of its two moments" "$err"
+run_cmd "$T" $common --steps 20 --optimizer adamw --ckpt-dir adam.d --log-every 100
+expect_match "AdamW without optimizer/v: --resume auto takes the previous" "resumed from adam.d/ckpt-0000000010.h5 at step 10" "$err"
 "$T" --layers 784,64,10 --steps 10 --global-batch 64 --ckpt-dir other.d --ckpt-every 10 2>/dev/null
 run_cmd "$T" $common --steps 30 --resume other.d/ckpt-0000000010.h5
 expect_eq "another configuration: exit" 1 "$rc"
@@ -276,6 +323,14 @@ PY
 check_bad_shard "flipped byte in a shard" "$shard: /shard/data fails its checksum"
 cp bads.d/ckpt-0000000020.shard-1-of-2.h5 "$shard"
 check_bad_shard "another checkpoint's shard" "$shard: the shard does not match its index"
+# An index whose total claims 2^28 or 2^40 values: refused at the first shard that does not hold
+# them, before anything of that size is allocated.
+cp "$newest" keep-index.h5
+for total in 268435456 1099511627776; do
+  craft "$newest" "s = state('state/shards'); s['total'] = $total; put_state(s, name='state/shards')"
+  check_bad_shard "a total of $total" "$shard: the shard does not match its index"
+  cp keep-index.h5 "$newest"
+done
 run_cmd "$T" --inspect "$shard"
 expect_match "a shard is not an index" "a shard of a checkpoint; load its index" "$err"
 # Shards whose index was never written (the ranks were killed before it) are removed at start.

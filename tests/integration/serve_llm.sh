@@ -232,6 +232,7 @@ lie overlap 'k = "transformer.wpe.weight"; h[k]["data_offsets"] = [h["transforme
 lie bad_shape 'h["transformer.h.0.mlp.c_fc.weight"]["shape"] = [256, 64]'
 lie huge_header 'N = 4 << 30'
 lie not_json 'h = b"{not json"'
+lie deep_shape 'h = json.dumps(h)[:-1].encode() + b", \"deep\": {\"dtype\": \"F32\", \"shape\": " + b"[" * 500000 + b"]" * 500000 + b", \"data_offsets\": [0, 4]}}"'
 lie missing 'del h["transformer.ln_f.bias"]'
 mkdir -p lies/tokdis/1 && cp repo/gpt2/1/* lies/tokdis/1/ && $PY - lies/tokdis/1 <<'PY'
 import json, sys
@@ -245,6 +246,33 @@ vocab["ab"] = 256
 json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
 open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\na b\na c\n")  # "ac" is not in the vocabulary
 PY
+# Model files that once ended the server at startup: JSON nested half a million deep (the error
+# messages dumped it), ids past 32 bits (read as small ones), a NUL in merges.txt (the message cut
+# there), a config value of the wrong type (a message naming neither file nor key).
+for d in deepvocab bigid nulmerge eosbig actfn deepconf; do mkdir -p lies/$d/1 && cp repo/gpt2/1/* lies/$d/1/; done
+$PY - lies <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): i for i, c in enumerate(cs)}
+vocab["ab"] = 256
+deep = "[" * 500000 + "]" * 500000
+for d in ("bigid", "nulmerge"):
+    json.dump(vocab, open(f"{sys.argv[1]}/{d}/1/vocab.json", "w"))
+open(f"{sys.argv[1]}/deepvocab/1/vocab.json", "w").write('{"a": ' + deep + "}")
+open(f"{sys.argv[1]}/deepvocab/1/merges.txt", "w").write("#version: 0.2\n")
+open(f"{sys.argv[1]}/bigid/1/merges.txt", "w").write("#version: 0.2\na b\n")
+json.dump({"added_tokens": [{"id": 4294967299, "content": "<|big|>"}]}, open(f"{sys.argv[1]}/bigid/1/tokenizer.json", "w"))
+open(f"{sys.argv[1]}/nulmerge/1/merges.txt", "wb").write(b"#version: 0.2\na b\na\x00b c\n")
+for d, change in (("eosbig", {"eos_token_id": 4294967301}), ("actfn", {"activation_function": 5})):
+    cfg = json.load(open(f"{sys.argv[1]}/{d}/1/config.json"))
+    cfg.update(change)
+    json.dump(cfg, open(f"{sys.argv[1]}/{d}/1/config.json", "w"))
+open(f"{sys.argv[1]}/deepconf/1/config.json", "w").write('{"n_layer": ' + deep + "}")
+PY
 mkdir -p lies/conf/1 && cp repo/gpt2/1/model.safetensors lies/conf/1/ && echo '{"n_layer":2,"n_head":4,"n_embd":32,"n_positions":512,"vocab_size":300}' >lies/conf/1/config.json
 cp -r repo/gpt2 lies/good
 chmod -R go-w lies
@@ -254,7 +282,14 @@ expect_match "offsets past the end" "past_end.*data_offsets .* lie outside the f
 expect_match "overlapping tensors" "overlap.*tensors '.*' and '.*' overlap" "$log"
 expect_match "a shape that disagrees" "bad_shape.*(mlp.c_fc.weight' has shape \[256, 64\] where config.json gives \[64, 256\]|bytes for shape)" "$log"
 expect_match "a 4 GB header length" "huge_header.*header length 4294967296 exceeds" "$log"
-expect_match "a header that is not JSON" "not_json.*the header is not JSON" "$log"
+expect_match "a header that is not JSON" "not_json.*the header: not valid JSON" "$log"
+expect_match "a header nested half a million deep" "deep_shape.*the header: JSON nested deeper than 64 levels" "$log"
+expect_match "a vocab.json nested half a million deep" "deepvocab.*vocab.json: JSON nested deeper than 64 levels" "$log"
+expect_match "a config.json nested half a million deep" "deepconf.*config.json: JSON nested deeper than 64 levels" "$log"
+expect_match "an added token's id past 32 bits" "bigid.*special token '<\|big\|>' has id 4294967299, outside the vocabulary" "$log"
+expect_match "eos_token_id past 32 bits" "eosbig.*eos_token_id 4294967301 is outside the vocabulary" "$log"
+expect_match "a NUL in merges.txt, shown" "nulmerge.*merges.txt:3: 'a.x00b' is not in .*vocab.json \(the files disagree\)" "$log"
+expect_match "a config value of the wrong type, named" "actfn.*config.json: activation_function must be a string, not 5" "$log"
 expect_match "a missing tensor" "missing.*no tensor 'ln_f.bias'" "$log"
 expect_match "shapes that disagree with config.json" "conf.*has shape \[300, 64\] where config.json gives \[300, 32\]" "$log"
 expect_match "a vocab.json and merges.txt that disagree" "tokdis.*merges.txt:3: 'ac' is not in .*vocab.json \(the files disagree\)" "$log"

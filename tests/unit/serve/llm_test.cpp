@@ -3,6 +3,7 @@
 // reader's checks, and the engine itself against the training gpt's own forward pass (greedy,
 // with a pool so small that sequences are preempted, with and without prefix caching).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "llm/engine.hpp"
 #include "llm/kv_blocks.hpp"
 #include "llm/sampler.hpp"
+#include "llm/tokenizer.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/safetensors.hpp"
 #include "loom/rt/nn/decoder.hpp"
@@ -127,6 +129,67 @@ std::string write_st(const std::string& header, const std::string& data, uint64_
   return path;
 }
 
+
+// A byte-level BPE folder: GPT-2's 256 byte tokens and `specials` (ids 256, 257, ...) listed in
+// tokenizer_config.json's added_tokens_decoder (with `extra` added to it, as published files are).
+std::string bpe_folder(int specials, const std::string& extra = "") {
+  static int n = 0;
+  const std::string dir = "/tmp/loom-bpe-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+  mkdir(dir.c_str(), 0700);
+  nlohmann::json vocab = nlohmann::json::object();
+  int next = 0;
+  for (int b = 0; b < 256; ++b) {  // GPT-2's bytes_to_unicode
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const uint32_t c = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
+    std::string u;
+    if (c < 0x80) u = std::string(1, static_cast<char>(c));
+    else u = {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    vocab[u] = b;
+  }
+  nlohmann::json added = nlohmann::json::object();
+  for (int k = 0; k < specials; ++k) {
+    vocab["<|s" + std::to_string(k) + "|>"] = 256 + k;
+    added[std::to_string(256 + k)] = {{"content", "<|s" + std::to_string(k) + "|>"}, {"special", true}};
+  }
+  std::ofstream(dir + "/vocab.json") << vocab.dump();
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";
+  std::string cfg = nlohmann::json({{"added_tokens_decoder", added}}).dump();
+  if (!extra.empty()) cfg = cfg.substr(0, cfg.size() - 2) + "," + extra + "}}";
+  std::ofstream(dir + "/tokenizer_config.json") << cfg;
+  return dir;
+}
+
+// Special tokens are found in one pass: with 30 of them, a text of 64,000 specials once took
+// minutes (each match searched the rest of the text again for every other special).
+TEST(BpeTokenizer, SpecialTokensInOnePass) {
+  const std::string dir = bpe_folder(30);
+  loom::serve::llm::BpeTokenizer tok(dir + "/vocab.json", dir + "/merges.txt", 300);
+  tok.read_special_tokens(dir);
+  std::string text;
+  for (int i = 0; i < 64000; ++i) text += "<|s7|>";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok.encode(text + "ab<|s29|>");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));  // quadratic: minutes
+  ASSERT_EQ(ids.size(), 64003u);
+  EXPECT_EQ(ids[0], 263);
+  EXPECT_EQ(ids[63999], 263);
+  EXPECT_EQ(ids[64000], 'a' - 0);
+  EXPECT_EQ(ids.back(), 285);
+  EXPECT_EQ(tok.encode("x<|s3|><|s30|>"), (std::vector<int32_t>{'x', 259, '<', '|', 's', '3', '0', '|', '>'}));
+}
+
+// Ids past 32 bits are refused whole, not read as the small id they truncate to.
+TEST(BpeTokenizer, IdsPast32BitsAreRefused) {
+  const std::string dir = bpe_folder(2, R"("4294967299": {"content": "<|big|>"})");
+  loom::serve::llm::BpeTokenizer tok(dir + "/vocab.json", dir + "/merges.txt", 300);
+  try {
+    tok.read_special_tokens(dir);
+    ADD_FAILURE() << "an added token with id 4294967299 was read";
+  } catch (const loom::rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has id 4294967299, outside the vocabulary"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Safetensors, ReadsF32F16Bf16) {
   std::string data;
   const float f[2] = {1.5f, -2.0f};
@@ -158,7 +221,10 @@ TEST(Safetensors, HeadersThatLieAreRefused) {
       {R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "shape"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "outside"},
       {R"([1,2])", "JSON object"},
-      {R"({"a":)", "not JSON"}};
+      {R"({"a":)", "not valid JSON"},
+      // Nested half a million deep: refused as it is read (the messages once dumped it, off the stack).
+      {R"({"a":{"dtype":"F32","shape":)" + std::string(500000, '[') + std::string(500000, ']') + R"(,"data_offsets":[0,8]}})",
+       "nested deeper than 64"}};
   for (const auto& lie : lies) {
     const std::string path = write_st(lie.first, d);
     try {

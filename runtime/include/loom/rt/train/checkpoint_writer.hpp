@@ -40,6 +40,12 @@ struct CheckpointState {
   std::vector<std::pair<std::string, Tensor>> rank_state;  // this rank's own (PowerSGD), already a copy
 };
 
+// Throws Error naming `path` and the value unless `k` is a loom-train checkpoint a resume can
+// use as it is: its state's counters whole and in range, the loss scale finite, shares and
+// speeds one per rank, each optimizer moment of its parameter's shape, and AdamW's two moments
+// both there or both absent. Run before a resume touches anything, and by --inspect.
+void check_train_state(const std::string& path, const Checkpoint& k);
+
 class CheckpointWriter {
  public:
   using Log = std::function<void(const std::string& human, const LogFields& fields)>;
@@ -58,8 +64,8 @@ class CheckpointWriter {
   // Also reports finished async writes.
   bool due(int64_t done, bool time_due);
   // --resume never: nothing. FILE: that checkpoint (any problem is an Error). auto: the newest
-  // DIR/ckpt-*.h5 that verifies; corrupt or truncated ones are skipped with a warning naming
-  // them. A checkpoint of another configuration (train_config differs, the top-level keys in
+  // DIR/ckpt-*.h5 that verifies and whose state check_train_state accepts; the others are
+  // skipped with a warning naming them. A checkpoint of another configuration (train_config differs, the top-level keys in
   // `may_differ` aside: the caller judges those) is an Error naming the first difference.
   std::optional<std::pair<std::string, Checkpoint>> find_resume(const std::string& train_config,
                                                                 const std::vector<std::string>& may_differ = {});
