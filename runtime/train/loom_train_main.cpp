@@ -212,12 +212,12 @@ std::string checksums_text(const std::vector<std::string>& unchecked) {
 // What a resume would say of checkpoint `k`: 0 when it would use it (loom.torch's own are
 // restored by loom.torch, which checks them itself), 1 with the reason.
 int inspect_resume(const std::string& path, const loom::rt::Checkpoint& k) {
-  const auto st = loom::rt::parse_json_text(k.state_json, path + ": state/json");
-  if (st.is_object() && st.value("format", "") == "loom.torch 1") {
-    std::printf("resume: a loom.torch checkpoint (Checkpoint.restore() reads it)\n");
-    return 0;
-  }
   try {
+    const auto st = loom::rt::parse_json_text(k.state_json, path + ": state/json");
+    if (st.is_object() && st.contains("format") && st["format"] == "loom.torch 1") {
+      std::printf("resume: a loom.torch checkpoint (Checkpoint.restore() reads it)\n");
+      return 0;
+    }
     loom::rt::check_train_state(path, k);
   } catch (const loom::rt::Error& e) {
     std::printf("resume: refused: %s\n", e.what());

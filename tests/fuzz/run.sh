@@ -2,7 +2,8 @@
 # run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
 # model-file loaders (inputs that drive what an HDF5 file holds), the safetensors reader and GPT-2
-# loader (the inputs are the files), and the ONNX loader and
+# loader (the inputs are the files), chat templates (read and rendered), a model folder's
+# tokenizer files and config.json, what a resume checks of a checkpoint's state, and the ONNX loader and
 # executor (inputs that build small graphs and the tensors they run on), and the spec readers,
 # config.pbtxt and a pipeline hop's answer (seeded with the examples and issue 33's attacks). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
@@ -16,6 +17,7 @@ targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_spec" ] && targets="$targets spec"
 [ -x "$B/fuzz_safetensors" ] && targets="$targets safetensors"
 [ -x "$B/fuzz_onnx" ] && targets="$targets onnx"
+[ -x "$B/fuzz_chat_template" ] && targets="$targets chat_template model_folder ckpt_state"
 # The spec target's seeds: its selector byte, then the examples as shipped, the attacks of issue
 # 33 (a sweep range no int holds, a pipeline step answering 3 bytes for FP32 [2,4], shapes [-7,4]
 # and [2^31,2^31], a datatype other than the metadata's) and a Triton config.pbtxt.
@@ -59,6 +61,39 @@ open(sys.argv[1] + "/one", "wb").write(b"\0" + st([("x", [2, 3])]))
 open(sys.argv[1] + "/gpt2", "wb").write(b"\1" + st(gpt2))
 PY
 }
+# The chat template target's seeds: ChatML as Qwen writes it, and one with what the hostile ones
+# used (namespaces, tojson(indent), a recursive macro, slices, integer division).
+chat_template_seeds() {
+  printf '%s' "{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}" >"$1/chatml"
+  printf '%s' "{% set ns = namespace(s='') %}{% for t in tools %}{% set ns.s = ns.s ~ (t | tojson(indent=4)) %}{% endfor %}\
+{{ bos_token }}{{ ns.s }}{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}\
+{{ messages[1:][::-1] | map(attribute='role') | join(',') }}{{ (7 // 2) ~ (-7 % 3) }}" >"$1/hostile"
+}
+# The model folder target's seeds: a selector byte (0: the tokenizer's files, NUL between them;
+# 1: config.json), then GPT-2's byte-level vocabulary with a merge and special tokens, and a config.
+model_folder_seeds() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): i for i, c in enumerate(cs)}
+vocab["ab"] = 256
+vocab["<|endoftext|>"] = 257
+tj = {"added_tokens": [{"id": 257, "content": "<|endoftext|>"}, {"id": 258, "content": "<|im_start|>"}]}
+cfg = {"added_tokens_decoder": {"258": {"content": "<|im_start|>"}}, "eos_token": "<|endoftext|>"}
+parts = [json.dumps(vocab), "#version: 0.2\na b\n", json.dumps(tj), json.dumps(cfg)]
+open(sys.argv[1] + "/tokenizer", "wb").write(b"\0" + "\0".join(parts).encode())
+conf = {"n_layer": 1, "n_head": 2, "n_embd": 4, "n_positions": 8, "vocab_size": 5, "eos_token_id": 4,
+        "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
+open(sys.argv[1] + "/config", "wb").write(b"\1" + json.dumps(conf).encode())
+PY
+}
 for target in $targets; do
   corpus=$LOOM_TMP/corpus-$target
   mkdir -p "$corpus"
@@ -71,6 +106,9 @@ for target in $targets; do
     onnx) ;;  # the inputs build the graphs: libFuzzer grows its own corpus
     spec) spec_seeds "$corpus" ;;
     safetensors) safetensors_seeds "$corpus" ;;
+    chat_template) chat_template_seeds "$corpus" ;;
+    model_folder) model_folder_seeds "$corpus" ;;
+    ckpt_state) ;;  # the inputs build the state: libFuzzer grows its own corpus
   esac
   # Runs per target in make check, the same inputs every time (a fixed seed): about 5-15 s each
   # here (the model files go through HDF5 on /dev/shm, about 250 a second); `make fuzz` explores
@@ -84,6 +122,9 @@ for target in $targets; do
     onnx) runs=40000 ;;
     spec) runs=20000 ;;
     safetensors) runs=20000 ;;
+    chat_template) runs=20000 ;;
+    model_folder) runs=40000 ;;  # half of them the tokenizer's files, half config.json
+    ckpt_state) runs=20000 ;;
   esac
   # LOOM_FUZZ_SMOKE=1: at most 1000 inputs a target, to see that they build and run.
   [ "${LOOM_FUZZ_SMOKE:-0}" = 1 ] && runs=$((runs < 1000 ? runs : 1000))
@@ -98,7 +139,9 @@ for target in $targets; do
   # A memory limit per input: a request or file that makes the code allocate far beyond its own
   # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
   limits="-rss_limit_mb=2048"
-  case $target in http | model_file | onnx | spec | safetensors) limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;; esac
+  case $target in http | model_file | onnx | spec | safetensors | chat_template | model_folder | ckpt_state)
+    limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;;
+  esac
   # A graph run is bounded by its 64 MiB budget, whatever the request's shapes say.
   [ "$target" = onnx ] && limits="$limits -max_len=512"
   ASAN_OPTIONS=detect_leaks=0 "$B/fuzz_$target" $budget -timeout=30 $limits \

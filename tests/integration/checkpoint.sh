@@ -328,7 +328,13 @@ check_bad_shard "another checkpoint's shard" "$shard: the shard does not match i
 cp "$newest" keep-index.h5
 for total in 268435456 1099511627776; do
   craft "$newest" "s = state('state/shards'); s['total'] = $total; put_state(s, name='state/shards')"
-  check_bad_shard "a total of $total" "$shard: the shard does not match its index"
+  run_cmd launch 2 $common --steps 30 --resume "$newest"
+  expect_ne "a total of $total: --resume FILE refused" 0 "$rc"
+  expect_match "a total of $total: the first shard named" "shard-0-of-2.h5: the shard does not match its index" "$err"
+  run_cmd launch 2 $common --steps 30 --ckpt-dir bads.d --log-every 100
+  expect_eq "a total of $total: --resume auto exit" 0 "$rc"
+  expect_match "a total of $total: --resume auto skips it" "skipping a checkpoint that does not verify: $newest" "$err"
+  expect_match "a total of $total: --resume auto takes the previous" "resumed from bads.d/ckpt-0000000020.h5 at step 20" "$err"
   cp keep-index.h5 "$newest"
 done
 run_cmd "$T" --inspect "$shard"

@@ -1,0 +1,85 @@
+// fuzz_model_folder.cpp — libFuzzer target for the text files of a language model's folder as
+// Hugging Face writes them. The first byte picks the file: even, the tokenizer's (the rest cut at
+// NUL bytes into vocab.json, merges.txt, tokenizer.json and tokenizer_config.json, read as
+// loom-serve reads them, then a text with special tokens encoded); odd, config.json beside a
+// fixed small GPT-2 model.safetensors. Every folder must load or be refused with an Error naming
+// its file; none may crash, recurse off the stack or allocate beyond what it holds.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llm/tokenizer.hpp"
+#include "loom/rt/error.hpp"
+#include "loom/rt/io/gpt2.hpp"
+
+namespace {
+
+void put(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+// A GPT-2 of 1 layer, 2 heads, width 4, 8 positions, 5 tokens: its safetensors file.
+std::string tiny_gpt2() {
+  std::string header = "{", data;
+  auto add = [&](const std::string& name, std::vector<int> shape) {
+    int n = 1;
+    std::string s;
+    for (int d : shape) n *= d, s += (s.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"F32\",\"shape\":[" + s +
+              "],\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + 4 * n) + "]}";
+    data.append(static_cast<size_t>(4 * n), '\0');
+  };
+  add("wte.weight", {5, 4}), add("wpe.weight", {8, 4}), add("ln_f.weight", {4}), add("ln_f.bias", {4});
+  for (const auto& t : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"ln_1.weight", {4}}, {"ln_1.bias", {4}}, {"attn.c_attn.weight", {4, 12}}, {"attn.c_attn.bias", {12}},
+           {"attn.c_proj.weight", {4, 4}}, {"attn.c_proj.bias", {4}}, {"ln_2.weight", {4}}, {"ln_2.bias", {4}},
+           {"mlp.c_fc.weight", {4, 16}}, {"mlp.c_fc.bias", {16}}, {"mlp.c_proj.weight", {16, 4}}, {"mlp.c_proj.bias", {4}}})
+    add("h.0." + t.first, t.second);
+  header += "}";
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  return out + header + data;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string dir = [] {
+    const std::string d = "/dev/shm/loom-fuzz-folder-" + std::to_string(getpid());
+    mkdir(d.c_str(), 0700);
+    put(d + "/model.safetensors", tiny_gpt2());
+    return d;
+  }();
+  if (size < 1) return 0;
+  const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    if (data[0] & 1) {
+      put(dir + "/config.json", rest);
+      loom::rt::load_gpt2(dir);
+      return 0;
+    }
+    std::vector<std::string> parts(4);
+    size_t at = 0;
+    for (size_t k = 0; k < 4 && at <= rest.size(); ++k) {
+      const size_t end = k == 3 ? rest.size() : std::min(rest.find('\0', at), rest.size());
+      parts[k] = rest.substr(at, end - at);
+      at = end + 1;
+    }
+    const char* names[] = {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"};
+    for (size_t k = 0; k < 4; ++k) put(dir + "/" + names[k], parts[k]);
+    loom::serve::llm::BpeTokenizer tok(dir + "/vocab.json", dir + "/merges.txt", 300);
+    tok.read_special_tokens(dir);
+    tok.encode("Hello <|endoftext|> world<|im_start|>user\n<|im_end|>" + parts[2].substr(0, 64));
+  } catch (const loom::rt::Error&) {
+  } catch (const loom::Error&) {
+  }
+  return 0;
+}
