@@ -130,14 +130,37 @@ void check_batching(const ModelConfig& c, const std::string& model, const Option
 }
 
 int instance_count(const ModelConfig& c, const std::string& model) {
-  int n = 0;
+  int64_t n = 0;  // 64 + 2^31 - 1 instances do not wrap round to a small number
   for (const auto& g : c.instance_group()) {
     if (g.count() < 0) throw rt::Error("model " + model + ": config.pbtxt instance_group count " + std::to_string(g.count()) + " is negative");
     n += std::max(g.count(), 1);  // Triton's default count is 1
     if (n > kMaxInstances)
       throw rt::Error("model " + model + ": config.pbtxt asks for more than " + std::to_string(kMaxInstances) + " instances");
   }
-  return std::max(n, 1);
+  return static_cast<int>(std::max<int64_t>(n, 1));
+}
+
+// Refuses text whose messages nest deeper than kMaxConfigNesting (quotes and comments aside)
+// before protobuf reads it: its parser recurses once a level, unknown fields included.
+void check_nesting(const std::string& text, const std::string& file) {
+  constexpr int kMaxConfigNesting = 32;
+  int depth = 0;
+  char quote = 0;
+  for (size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (quote) {
+      if (c == '\\') ++k;
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#') {
+      k = std::min(text.find('\n', k), text.size());
+    } else if (c == '{' || c == '<') {
+      if (++depth > kMaxConfigNesting) throw rt::Error(file + ": messages nested deeper than " + std::to_string(kMaxConfigNesting) + " levels");
+    } else if ((c == '}' || c == '>') && depth > 0) {
+      --depth;
+    }
+  }
 }
 
 // What the model is, in Triton's words where Triton has one.
@@ -188,6 +211,7 @@ ModelConfig derived(const std::string& folder, ServedModel& m, const Options& o)
 ModelConfig parse_model_config(const std::string& text, const std::string& file, const ConfigWarn& warn) {
   ModelConfig c;
   Collector errors(file);
+  check_nesting(text, file);
   google::protobuf::TextFormat::Parser parser;
   parser.AllowUnknownField(true);  // Triton's fields Loom does not model: skipped, and named below
   parser.RecordErrorsTo(&errors);

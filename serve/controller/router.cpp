@@ -15,9 +15,12 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "../kserve_json.hpp"
 
 namespace loom::serve {
 
@@ -212,8 +215,13 @@ bool streamed(const std::string& target, const std::string& body) {
   const std::string tail = "/generate_stream";
   if (path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0) return true;
   if (path != "/v1/completions" && path != "/v1/chat/completions") return false;
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);  // malformed: the replica answers it, unstreamed
-  return j.is_object() && j.contains("stream") && j["stream"] == true;
+  static const std::set<std::string> only_stream = {"stream"};
+  try {  // only "stream" is built (the prompt and messages are skipped as they are read)
+    const nlohmann::json j = parse_json(body.data(), body.data() + body.size(), &only_stream);
+    return j.is_object() && j.contains("stream") && j["stream"] == true;
+  } catch (const loom::Error&) {  // malformed or too deep: the replica answers it, unstreamed
+    return false;
+  }
 }
 
 // A streamed answer in progress: its connection, parser and lease live until the stream ends.

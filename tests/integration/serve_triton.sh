@@ -57,6 +57,8 @@ save("bad_delay", config='max_batch_size: 8\ndynamic_batching { max_queue_delay_
 save("bad_folder", config='name: "someone_else"\n')
 save("bad_text", config='max_batch_size: 8\ninput [ { name: "x"\n  dims: [ 4 ]\n  data_type: TYPE_FP32 } \n')
 save("bad_huge", config='max_batch_size: 8\n' + "# padding\n" * ((10 << 20) // 10))
+save("bad_deep", config="max_batch_size: 8\n" + "a{" * 150000 + "}" * 150000 + "\n")  # once off protobuf's stack
+save("bad_count", config='max_batch_size: 8\ninstance_group [ { count: 64 }, { count: 2147483647 } ]\n')  # once wrapped to a small sum
 PY
 [ "$(stat -c %s repo/bad_huge/config.pbtxt)" -ge $((10 << 20)) ] || exit 99
 
@@ -78,6 +80,8 @@ bad bad_name "config.pbtxt names input 'pixels', which the model does not have \
 bad bad_dup "config.pbtxt lists input 'x' twice"
 bad bad_limit "max_batch_size 1000 is above the server's --max-batch-size 32"
 bad bad_negative "max_batch_size -1 is negative"
+bad bad_deep "config.pbtxt: messages nested deeper than 32 levels"
+bad bad_count "config.pbtxt asks for more than 64 instances"
 bad bad_delay "max_queue_delay_microseconds 60000000 is longer than the request deadline"
 bad bad_folder "config.pbtxt names the model 'someone_else', but its folder is bad_folder"
 bad bad_text "bad_text/config.pbtxt:[45]:[0-9]+: "
