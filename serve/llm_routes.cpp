@@ -42,14 +42,19 @@ llm::TokenEvent next_event(llm::Stream& s, Clock::time_point deadline) {
   return e;
 }
 
-// The next event of s, waiting in slices so that a client who left is noticed: false then (its
-// sequences cancelled, freed at the engine's next step).
-bool next_event_while(llm::Stream& s, Clock::time_point deadline, const std::function<bool()>& client_here, llm::TokenEvent* e) {
+// The next event of s, looking at the client's connection every 100 ms (`checked`: when it last
+// did) so that a client who left is noticed: false then, its sequences cancelled (freed at the
+// engine's next step).
+bool next_event_while(llm::Stream& s, Clock::time_point deadline, const std::function<bool()>& client_here, Clock::time_point& checked,
+                      llm::TokenEvent* e) {
   const auto last = deadline + std::chrono::seconds(5);
   for (;;) {
-    const auto until = std::min(last, Clock::now() + std::chrono::milliseconds(100));
-    if (s.next(e, until)) return true;
-    if (!client_here()) return s.cancel(), false;
+    const auto now = Clock::now();
+    if (now - checked >= std::chrono::milliseconds(100)) {  // tokens may come every step: look by the clock
+      checked = now;
+      if (!client_here()) return s.cancel(), false;
+    }
+    if (s.next(e, std::min(last, now + std::chrono::milliseconds(100)))) return true;
     if (Clock::now() >= last) {
       s.cancel();
       throw ServeError(Status::kTimeout, "generation timed out");
@@ -111,9 +116,10 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
   if (!stream) {
     r.finish = [s, deadline, event](Reply& r, const std::function<bool()>& client_here) {
       std::string text;
+      Clock::time_point checked{};
       for (;;) {
         llm::TokenEvent e;
-        if (!next_event_while(*s, deadline, client_here, &e)) return false;
+        if (!next_event_while(*s, deadline, client_here, checked, &e)) return false;
         if (e.error != Status::kOk) throw ServeError(e.error, e.message);
         text += e.text;
         if (e.done) {
@@ -269,10 +275,11 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
   if (!req.stream) {  // answered whole, once every sequence ends; a client who leaves first cancels them
     r.finish = [s, deadline, req, head, usage, chat](Reply& r, const std::function<bool()>& client_here) {
       std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
+      Clock::time_point checked{};
       try {
         for (int left = req.n; left > 0;) {
           llm::TokenEvent e;
-          if (!next_event_while(*s, deadline, client_here, &e)) return false;
+          if (!next_event_while(*s, deadline, client_here, checked, &e)) return false;
           if (e.error != Status::kOk) throw ServeError(e.error, e.message);
           add_event(cs[static_cast<size_t>(e.index)], e, req);
           left -= e.done ? 1 : 0;

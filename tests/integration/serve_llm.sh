@@ -56,6 +56,26 @@ steps=$(echo "$metrics" | grep -oP 'loom_llm_steps_total\{model="gpt2",version="
 # sequences even when a loaded machine staggers the six clients (267 steps were seen so).
 [ "${steps:-999}" -lt 360 ] && pass || fail "480 tokens took $steps steps: sequences were not batched"
 expect_match "time to first token reported" 'loom_llm_time_to_first_token_seconds_count\{model="gpt2",version="1"\} 12' "$metrics"
+# A non-streamed completion whose client leaves: its 16 sequences are cancelled, not generated to
+# the end (8,000 tokens, about 0.4 s here) for nobody.
+tokens() { curl -s "http://$http/metrics" | grep -oP 'loom_llm_generation_tokens_total\{model="gpt2",version="1"\} \K[0-9]+'; }
+before=$(tokens)
+$PY - "$http" <<'PY'
+import json, socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+body = json.dumps({"model": "gpt2", "prompt": [1, 2, 3], "n": 16, "max_tokens": 500, "ignore_eos": True}).encode()
+s = socket.create_connection((host, int(port)))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+time.sleep(0.05)
+s.close()
+PY
+sleep 1
+a=$(tokens)
+sleep 1
+b=$(tokens)
+expect_eq "a non-streamed completion stops once its client left" "$a" "$b"
+[ $((b - before)) -lt 8000 ] && pass || fail "a non-streamed completion whose client left generated $((b - before)) of 8000 tokens"
+echo "serve_llm: a non-streamed completion (n=16, 500 tokens each) whose client left after 0.05 s: $((b - before)) of 8000 tokens generated"
 
 # GPT-2's BPE: the ids of Hugging Face's tokenizers for texts of every kind, and text in, text
 # out through KServe's generate equal to PyTorch's greedy tokens decoded.
@@ -89,6 +109,20 @@ print(json.dumps(B(sys.argv[1], sys.argv[2]).decode(json.loads(sys.argv[3])[0]))
   $PY -c 'import json; print(json.dumps({"model": "bpe", "prompt": open("long.txt").read()}))' >long.json
   expect_http "a text no context could hold, refused before it is encoded" 400 "cannot fit in the model's context of 128" \
     "http://$http/v1/completions" -d @long.json
+  # Memory: a chat request with 8 MB of tools its template (chatml) never reads, and a completion
+  # with an 8 MB member no API reads: neither is built (once +836 MB and +205 MB, resident after).
+  rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$pid/status"; }
+  $PY -c 'import json; print(json.dumps({"model": "chat-chatml", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
+    "tools": [{"type": "function", "function": {"name": "f%d" % i, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}
+              for i in range(80000)]}))' >tools.json
+  $PY -c 'import json; print(json.dumps({"model": "gpt2", "prompt": [1], "max_tokens": 1, "unused": [0] * 4000000}))' >unused.json
+  r0=$(rss)
+  for body in tools.json unused.json tools.json unused.json; do
+    expect_eq "an 8 MB request of what is never read: answered" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$http/v1/$([ $body = tools.json ] && echo chat/)completions" -d @$body)"
+  done
+  r1=$(rss)
+  echo "serve_llm: 8 MB requests with unread tools and an unread member, twice each: the server grew $((r1 - r0)) MiB (from $r0)"
+  [ $((r1 - r0)) -lt 120 ] && pass || fail "8 MB requests of what is never read grew the server $((r1 - r0)) MiB"
   run_cmd "$tok_py" "$CLIENT" openai "http://$http" bpe "$($PY -c 'import json, sys; print(json.loads(sys.argv[1]))' "$want_text")" "$text"
   [ "$rc" = 0 ] && pass || fail "OpenAI's client: $out $err"
   echo "$out" | tail -1
