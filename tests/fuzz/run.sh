@@ -75,15 +75,11 @@ chat_template_seeds() {
 # The model folder target's seeds: a selector byte (0: the tokenizer's files, NUL between them;
 # 1: config.json), then GPT-2's byte-level vocabulary with a merge and special tokens, and a config.
 model_folder_seeds() {
+  /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/gpt2_ref.py" vocab "$1/vocab.json" || return
   /usr/bin/python3 - "$1" <<'PY'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): i for i, c in enumerate(cs)}
-vocab["ab"] = 256
+import json, os, sys
+vocab = json.load(open(sys.argv[1] + "/vocab.json"))
+os.unlink(sys.argv[1] + "/vocab.json")
 vocab["<|endoftext|>"] = 257
 tj = {"added_tokens": [{"id": 257, "content": "<|endoftext|>"}, {"id": 258, "content": "<|im_start|>"}]}
 cfg = {"added_tokens_decoder": {"258": {"content": "<|im_start|>"}}, "eos_token": "<|endoftext|>"}

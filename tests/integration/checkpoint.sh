@@ -300,13 +300,13 @@ launch 2 $common --steps 30 --ckpt-dir bads.d --ckpt-every 10 --ckpt-keep 5 2>/d
 newest=bads.d/ckpt-0000000030.h5
 shard=bads.d/ckpt-0000000030.shard-1-of-2.h5
 cp "$shard" keep-shard.h5
-check_bad_shard() {  # WHAT REGEX
+check_bad_shard() {  # WHAT REGEX [THE FILE NAMED: the shard by default]; then the shard is put back
   run_cmd launch 2 $common --steps 30 --resume "$newest"
   expect_ne "$1: --resume FILE refused" 0 "$rc"
   expect_match "$1: --resume FILE message" "$2" "$err"
   run_cmd launch 2 $common --steps 30 --ckpt-dir bads.d --log-every 100
   expect_eq "$1: --resume auto exit" 0 "$rc"
-  expect_match "$1: --resume auto skips it" "skipping a checkpoint that does not verify: $newest.*$shard" "$err"
+  expect_match "$1: --resume auto skips it" "skipping a checkpoint that does not verify: $newest.*${3:-$shard}" "$err"
   expect_match "$1: --resume auto takes the previous" "resumed from bads.d/ckpt-0000000020.h5 at step 20" "$err"
   cp keep-shard.h5 "$shard"
 }
@@ -328,13 +328,7 @@ check_bad_shard "another checkpoint's shard" "$shard: the shard does not match i
 cp "$newest" keep-index.h5
 for total in 268435456 1099511627776; do
   craft "$newest" "s = state('state/shards'); s['total'] = $total; put_state(s, name='state/shards')"
-  run_cmd launch 2 $common --steps 30 --resume "$newest"
-  expect_ne "a total of $total: --resume FILE refused" 0 "$rc"
-  expect_match "a total of $total: the first shard named" "shard-0-of-2.h5: the shard does not match its index" "$err"
-  run_cmd launch 2 $common --steps 30 --ckpt-dir bads.d --log-every 100
-  expect_eq "a total of $total: --resume auto exit" 0 "$rc"
-  expect_match "a total of $total: --resume auto skips it" "skipping a checkpoint that does not verify: $newest" "$err"
-  expect_match "a total of $total: --resume auto takes the previous" "resumed from bads.d/ckpt-0000000020.h5 at step 20" "$err"
+  check_bad_shard "a total of $total" "shard-0-of-2.h5: the shard does not match its index" shard-0-of-2.h5
   cp keep-index.h5 "$newest"
 done
 run_cmd "$T" --inspect "$shard"

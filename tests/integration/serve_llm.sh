@@ -268,34 +268,16 @@ lie huge_header 'N = 4 << 30'
 lie not_json 'h = b"{not json"'
 lie deep_shape 'h = json.dumps(h)[:-1].encode() + b", \"deep\": {\"dtype\": \"F32\", \"shape\": " + b"[" * 500000 + b"]" * 500000 + b", \"data_offsets\": [0, 4]}}"'
 lie missing 'del h["transformer.ln_f.bias"]'
-mkdir -p lies/tokdis/1 && cp repo/gpt2/1/* lies/tokdis/1/ && $PY - lies/tokdis/1 <<'PY'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): i for i, c in enumerate(cs)}
-vocab["ab"] = 256
-json.dump(vocab, open(sys.argv[1] + "/vocab.json", "w"))
-open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\na b\na c\n")  # "ac" is not in the vocabulary
-PY
+mkdir -p lies/tokdis/1 && cp repo/gpt2/1/* lies/tokdis/1/ && $PY "$REF" vocab lies/tokdis/1/vocab.json
+printf '#version: 0.2\na b\na c\n' >lies/tokdis/1/merges.txt  # "ac" is not in the vocabulary
 # Model files that once ended the server at startup: JSON nested half a million deep (the error
 # messages dumped it), ids past 32 bits (read as small ones), a NUL in merges.txt (the message cut
 # there), a config value of the wrong type (a message naming neither file nor key).
 for d in deepvocab bigid nulmerge eosbig actfn deepconf; do mkdir -p lies/$d/1 && cp repo/gpt2/1/* lies/$d/1/; done
+$PY "$REF" vocab lies/bigid/1/vocab.json && cp lies/bigid/1/vocab.json lies/nulmerge/1/
 $PY - lies <<'PY'
 import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): i for i, c in enumerate(cs)}
-vocab["ab"] = 256
 deep = "[" * 500000 + "]" * 500000
-for d in ("bigid", "nulmerge"):
-    json.dump(vocab, open(f"{sys.argv[1]}/{d}/1/vocab.json", "w"))
 open(f"{sys.argv[1]}/deepvocab/1/vocab.json", "w").write('{"a": ' + deep + "}")
 open(f"{sys.argv[1]}/deepvocab/1/merges.txt", "w").write("#version: 0.2\n")
 open(f"{sys.argv[1]}/bigid/1/merges.txt", "w").write("#version: 0.2\na b\n")

@@ -9,6 +9,9 @@
       for each prompt (a list of token ids), the N tokens PyTorch's own greedy loop with a KV
       cache chooses (GPT-2's forward written out in torch: gelu_new, LayerNorm with the config's
       epsilon); prints a JSON list of lists.
+  vocab FILE
+      GPT-2's byte-level vocabulary (bytes_to_unicode: each of the 256 bytes a token, ids 0-255)
+      and the token "ab" (256), as vocab.json: what the tests that craft a tokenizer start from.
 """
 import argparse, json, math, struct, sys
 
@@ -124,9 +127,23 @@ class Gpt2:
         return out
 
 
+def byte_vocab():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    vocab["ab"] = 256
+    return vocab
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("vocab").add_argument("file")
     w = sub.add_parser("write")
     w.add_argument("dir")
     w.add_argument("--seed", type=int, default=1)
@@ -143,7 +160,9 @@ def main():
     gr.add_argument("prompts")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    if a.cmd == "write":
+    if a.cmd == "vocab":
+        json.dump(byte_vocab(), open(a.file, "w"))
+    elif a.cmd == "write":
         write(a)
     else:
         m = Gpt2(a.dir)
