@@ -32,7 +32,7 @@ for t in gpu/cuda_smoke gpu/kernels_test gpu/mlp_cuda_test gpu/gpt_cuda_test gpu
   grep -q "tests/$t\$(EXEEXT)" Makefile && tests="$tests tests/$t"
 done
 torch_lib=
-grep -q '^torch/libloomtorch.la:' Makefile && torch_lib=torch/libloomtorch.la
+grep -q '^runtime/python/libloomtorch.la:' Makefile && torch_lib=runtime/python/libloomtorch.la
 make -j"$(nproc)" $programs $tests $torch_lib >/dev/null
 
 rm -rf "$dir"
@@ -41,9 +41,9 @@ for p in $programs $tests; do strip --strip-unneeded -o "$dir/bin/$(basename "$p
 # loom.torch: the package with its library inside, and the training script that tests it.
 if [ -n "$torch_lib" ]; then
   mkdir -p "$dir/python/loom/torch" "$dir/torch-tests"
-  cp "$srcdir/torch/loom/__init__.py" "$dir/python/loom/"
-  cp "$srcdir"/torch/loom/torch/*.py "$dir/python/loom/torch/"
-  strip --strip-unneeded -o "$dir/python/loom/torch/libloomtorch.so" torch/.libs/libloomtorch.so
+  cp "$srcdir/runtime/python/loom/__init__.py" "$dir/python/loom/"
+  cp "$srcdir"/runtime/python/loom/torch/*.py "$dir/python/loom/torch/"
+  strip --strip-unneeded -o "$dir/python/loom/torch/libloomtorch.so" runtime/python/.libs/libloomtorch.so
   cp "$srcdir"/tests/torch/*.py "$dir/torch-tests/"
 fi
 

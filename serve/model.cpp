@@ -95,6 +95,17 @@ void ServedModel::check_finite(const std::vector<rt::Param>& params) const {
   }
 }
 
+namespace {
+
+// A language model's chat format: its version folder's, else its model folder's (where a
+// template shared by every version sits).
+std::unique_ptr<llm::ChatFormat> chat_format_of(const std::string& version_folder) {
+  if (auto f = llm::load_chat_format(version_folder)) return f;
+  return llm::load_chat_format(version_folder.substr(0, version_folder.rfind('/')));
+}
+
+}  // namespace
+
 // A gpt is served by the generate extension (on the CPU): its vocabulary from vocab_bytes.
 void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm) {
   rt::Gpt gpt = rt::load_gpt(path_, f);
@@ -109,6 +120,7 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
     throw rt::Error(path_ + ": model.config has no vocab_bytes (a gpt exported before byte-level tokens: train it again)");
   }
   auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
+  chat_ = chat_format_of(path_.substr(0, path_.rfind('/')));
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), -1, llm), path_);
 }
 
@@ -138,7 +150,7 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
     bpe->read_special_tokens(folder);
     tok = std::move(bpe);
   }
-  chat_ = llm::load_chat_format(folder);
+  chat_ = chat_format_of(folder);
   if (chat_ && !tok) throw rt::Error(folder + "/tokenizer_config.json has a chat_template, but the folder has no vocab.json and merges.txt to tokenize what it renders");
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
 }

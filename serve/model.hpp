@@ -68,8 +68,9 @@ class ServedModel {
   // A language model (Loom's gpt, GPT-2): served by generate and the OpenAI completions through
   // its decoder engine, not infer; null for the others.
   llm::Engine* engine() const { return backend_->engine(); }
-  // A language model's chat format (its folder's tokenizer_config.json chat_template), for
-  // /v1/chat/completions; null when it has none.
+  // A language model's chat format (chat_template.jinja, or tokenizer_config.json's
+  // chat_template, in its version folder or else its model folder), for /v1/chat/completions;
+  // null when it has none.
   const llm::ChatFormat* chat() const { return chat_.get(); }
   // A request's tensors as the model's inputs (in inputs() order) and its rows. Throws
   // ServeError kInput naming what is wrong.

@@ -11,9 +11,9 @@ B=${LOOM_BUILDDIR:-.}
 S=${LOOM_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 PY=${LOOM_PYTHON:-/usr/bin/python3}
 ROUNDS=${ROUNDS:-2}
-[ -f "$B/torch/.libs/libloomtorch.so" ] || { echo "torch_figures: loom.torch not built; skipped"; exit 0; }
+[ -f "$B/runtime/python/.libs/libloomtorch.so" ] || { echo "torch_figures: loom.torch not built; skipped"; exit 0; }
 "$PY" -c 'import torch, torchvision' 2>/dev/null || { echo "torch_figures: $PY has no torch and torchvision; skipped"; exit 0; }
-export LOOM_TORCH_LIB=$B/torch/.libs/libloomtorch.so PYTHONPATH=$S/torch:$S/tests/torch
+export LOOM_TORCH_LIB=$B/runtime/python/.libs/libloomtorch.so PYTHONPATH=$S/runtime/python:$S/tests/torch
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 run() {  # run SLOW_SPEED MODE MODEL [ARGS]: the best JSON line of $ROUNDS
   local speed=$1 mode=$2 model=$3 best="" r line

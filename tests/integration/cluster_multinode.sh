@@ -57,9 +57,9 @@ PY
 # loom.torch as the same heterogeneous job: a PyTorch script (tests/torch/train.py) on 2 A100
 # ranks and 2 V100 ranks; shares from the plugin's weights, and the weights of one process.
 torch_hetjob() {
-  local lib=$LOOM_BUILDDIR/torch/.libs/libloomtorch.so T=$LOOM_SRCDIR/tests/torch
+  local lib=$LOOM_BUILDDIR/runtime/python/.libs/libloomtorch.so T=$LOOM_SRCDIR/tests/torch
   [ -f "$lib" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "cluster_multinode: loom.torch check skipped (not built, or no PyTorch)"; return; }
-  export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/torch:$T
+  export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/runtime/python:$T
   run_cmd /usr/bin/python3 "$T/train.py" --out "$LOOM_TMP/t-one.pt" --init-out "$LOOM_TMP/t-init.pt"
   cat >"$LOOM_TMP/torch.sbatch" <<JOB
 #!/bin/bash

@@ -13,6 +13,7 @@ allowed = {  # folder -> folders of the runtime it may include
     "graph": {"tensor", "proc"},  # the ONNX graph, its reader and executor
     "proc": set(),  # running programs and the one atomic file write: depends on nothing
     "sweep": {"proc"},  # loom-sweep runs programs and links none of the rest of the runtime
+    "python": {"tensor", "dist", "io"},  # loom.torch's C ABI: collectives, exchange, checkpoints
 }
 include = re.compile(r'#include "loom/rt/([a-z_]+)/')
 bad = []
@@ -23,7 +24,7 @@ def folder_of(path):
         return parts[1] if len(parts) > 2 else None
     return parts[0]
 sources = []
-for top in ("runtime", "serve", "topology", "spank_plugin", "compress", "torch"):
+for top in ("runtime", "serve", "topology", "spank_plugin", "compress"):
     for root, _, files in os.walk(top):
         for f in files:
             if f.endswith((".cpp", ".hpp", ".cu", ".h")): sources.append(os.path.join(root, f))

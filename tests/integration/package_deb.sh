@@ -34,7 +34,7 @@ expect_match "it points at the installed plugin" "^optional $plugindir/spank_loo
   "$(grep -v '^#' /etc/slurm/plugstack.conf.d/loom.conf)"
 run_cmd /usr/bin/loom-sweep --version
 expect_match "the installed programs run" "^loom-sweep \(Loom\)" "$out"
-if [ -f "$LOOM_BUILDDIR/torch/.libs/libloomtorch.so" ]; then
+if [ -f "$LOOM_BUILDDIR/runtime/python/.libs/libloomtorch.so" ]; then
   # loom.torch where Debian's python3 finds it, its library inside (no PYTHONPATH, no LOOM_TORCH_LIB).
   run_cmd env -u PYTHONPATH -u LOOM_TORCH_LIB /usr/bin/python3 -c \
     'import loom.torch as lt; lt.init(); print(lt.size(), lt.describe(), lt.__file__)'

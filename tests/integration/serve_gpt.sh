@@ -113,5 +113,18 @@ expect_eq "still ready" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://$h
 kill -TERM $pid
 wait $pid
 expect_eq "clean exit" 0 "$?"
+# doc/llm.md's offline recipe, run as written (on a free port instead of 8000): train, a template
+# in the model folder, serve, complete, chat, stream.
+mkdir -p recipe
+awk '/<!-- recipe: offline-chat/ {on = 1; next} on && /^```sh/ {inside = 1; next} inside && /^```/ {exit} inside' \
+  "$LOOM_SRCDIR/doc/llm.md" >recipe/recipe.sh
+port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -i "s/^port=8000$/port=$port/" recipe/recipe.sh
+grep -q "^port=$port$" recipe/recipe.sh && pass || fail "doc/llm.md's recipe block was not found: $(head -3 recipe/recipe.sh)"
+run_cmd env PATH="$LOOM_BUILDDIR:$PATH" timeout 300 bash -e -c "cd recipe && . ./recipe.sh"
+expect_eq "the offline recipe runs as written ($(tail -3 <<<"$err"))" 0 "$rc"
+expect_match "the recipe's completion" '"text":".+".*"object":"text_completion"' "$out"
+expect_match "the recipe's chat, with the template from the model folder" '"message":\{"content":".+","role":"assistant"\}.*"object":"chat.completion"' "$out"
+expect_match "the recipe's streamed chat" 'chat.completion.chunk.*data: \[DONE\]' "$(tr -d '\n' <<<"$out")"
 # The request timeout is tested in serve_llm.sh, on a model whose context holds enough tokens to pass it.
 finish

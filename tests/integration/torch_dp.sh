@@ -7,10 +7,10 @@
 # backward(), a global batch smaller than the world. On the local cluster: srun --mpi=pmix.
 . "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || skip "mpirun missing"
-lib=$LOOM_BUILDDIR/torch/.libs/libloomtorch.so
+lib=$LOOM_BUILDDIR/runtime/python/.libs/libloomtorch.so
 [ -f "$lib" ] || skip "loom.torch not built (configure found no python3 or no runtime)"
 /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || skip "python3-torch and python3-torchvision are needed"
-export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/torch:$LOOM_SRCDIR/tests/torch
+export LOOM_TORCH_LIB=$lib PYTHONPATH=$LOOM_SRCDIR/runtime/python:$LOOM_SRCDIR/tests/torch
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 T=$LOOM_SRCDIR/tests/torch
 P=/usr/bin/python3
@@ -33,6 +33,10 @@ if [ "${LOOM_DISTCHECK:-0}" = 1 ]; then
   finish
 fi
 
+# The checkout's root holds no folder that shadows PyTorch: `import torch` there is PyTorch.
+run_cmd env -u PYTHONPATH sh -c "cd '$LOOM_SRCDIR' && $P -c 'import torch; print(torch.__version__, torch.__file__)'"
+expect_eq "import torch from the checkout's root ($err)" 0 "$rc"
+expect_no_match "import torch from the checkout's root is PyTorch, not a folder of Loom's" "^[^ ]* $LOOM_SRCDIR/" "$out"
 # 0. The collectives on tensors and objects, alone and on 2 and 3 ranks.
 for np in 1 2 3; do
   run_cmd mpi -np $np $P "$T/collectives_test.py"
