@@ -186,4 +186,4 @@ echo
 echo "The cluster is still up. To use it and run the examples as written:"
 echo "  export SLURM_CONF=$SLURM_CONF PATH=$build:\$PATH"
 echo "  sbatch $src/examples/train-one-node.sbatch; LOOM_MODEL_REPOSITORY=$build/models sbatch $src/examples/serve.sbatch"
-echo "Stop it with contrib/local-cluster.sh stop"
+echo "Stop it with: LOOM_CLUSTER_DIR=$LOOM_CLUSTER_DIR $src/contrib/local-cluster.sh stop"
