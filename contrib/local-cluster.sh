@@ -5,22 +5,31 @@
 # and a plugstack.conf that loads the built spank_loom.so when it exists.
 #
 #   contrib/local-cluster.sh start [--gpus a100:2,v100:2 | --nodes "a100:2 v100:2"] [--topology FILE[,FILE...]]
-#   contrib/local-cluster.sh stop | status | env
+#   contrib/local-cluster.sh stop | status | env | names
 #
 # Environment: LOOM_CLUSTER_DIR (state folder, default /tmp/loom-cluster), LOOM_BUILDDIR (where
 # loom-topo and the plugin were built, default the source tree), LOOM_SLURM_PORT (slurmctld
-# port, default 16817; slurmd uses the next one). After `start`, `eval "$(local-cluster.sh env)"`
-# sets SLURM_CONF for srun, sbatch, salloc, sinfo and scontrol.
+# port, default the first free pair from 16817; slurmd uses the next one), LOOM_CLUSTER_SUBNET
+# (the nodes' /24, default 10.77.N with N from the folder's name). After `start`,
+# `eval "$(local-cluster.sh env)"` sets SLURM_CONF for srun, sbatch, salloc, sinfo and scontrol.
+#
+# Clusters in different folders run side by side: the bridge, the namespaces and the veths are
+# named from the folder (lbXXXX, lXXXXnI, lXXXXvI), and each stops only what it started (its
+# daemons by the PIDs in its folder, its own network, and munged only when no other cluster of
+# this machine still uses the munged it started).
 set -euo pipefail
 
 prog=local-cluster
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 dir=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster}
 builddir=${LOOM_BUILDDIR:-$srcdir}
-port=${LOOM_SLURM_PORT:-16817}
 fixtures=$srcdir/tests/fixtures/topology
-bridge=loombr0
-subnet=10.77.0
+id=$(printf '%s' "$dir" | md5sum | cut -c1-4)  # this cluster's network names, from its folder
+bridge=lb$id
+nsp=l$id  # namespaces ${nsp}nI, veths ${nsp}vI (bridge side) and ${nsp}pI (the node's eth0)
+subnet=${LOOM_CLUSTER_SUBNET:-10.77.$((0x$id % 200 + 20))}
+[ -z "${LOOM_CLUSTER_SUBNET:-}" ] && [ -s "$dir/subnet" ] && subnet=$(cat "$dir/subnet")  # the one start chose
+munge_users=/run/munge/loom-clusters  # the folders of the clusters that use the munged one of them started
 
 die() { echo "$prog: $*" >&2; exit 1; }
 say() { echo "$prog: $*" >&2; }
@@ -44,7 +53,10 @@ plugin_path() {
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 start_munge() {
-  munge_ok && return 0
+  if munge_ok; then  # another cluster's munged: this one counts itself among its users
+    [ -f "$munge_users" ] && echo "$dir" >>"$munge_users"
+    return 0
+  fi
   if [ ! -s /etc/munge/munge.key ]; then
     mungekey -c -f >/dev/null 2>&1 || mungekey -c
     chown munge:munge /etc/munge/munge.key
@@ -54,9 +66,27 @@ start_munge() {
   chown munge:munge /run/munge /var/lib/munge /var/log/munge
   chmod 0755 /run/munge
   runuser -u munge -- /usr/sbin/munged
-  touch "$dir/started-munge"
+  echo "$dir" >>"$munge_users"
+  cat /run/munge/munged.pid >"$dir/started-munge" 2>/dev/null || touch "$dir/started-munge"
   for _ in $(seq 50); do munge_ok && return 0; sleep 0.1; done
   die "munged started but 'munge -n | unmunge' does not succeed"
+}
+
+# Leaves the munged this cluster started running while another cluster still uses it; else stops
+# it, by its PID. A cluster that found munged running leaves it alone.
+stop_munge() {
+  if [ -f "$munge_users" ]; then
+    grep -vxF "$dir" "$munge_users" >"$munge_users.new" || true
+    mv "$munge_users.new" "$munge_users"
+  fi
+  [ -f "$dir/started-munge" ] || return 0
+  local other pid
+  while read -r other; do
+    [ -n "$other" ] && pid_alive "$other/slurmctld.pid" && { say "munged left running: the cluster in $other uses it"; return 0; }
+  done <"$munge_users" 2>/dev/null || true
+  pid=$(cat "$dir/started-munge" 2>/dev/null || true)
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = munged ]; then kill "$pid" 2>/dev/null || true; fi
+  rm -f "$dir/started-munge" "$munge_users"
 }
 
 # --- configuration ----------------------------------------------------------------------------
@@ -177,6 +207,7 @@ write_conf() {  # HOSTSPEC
 
 # --- daemons ----------------------------------------------------------------------------------
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+port_used() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
 wait_nodes_idle() {
   local i state
@@ -194,31 +225,42 @@ wait_nodes_idle() {
   return 1
 }
 
-net_setup() {  # N nodes in namespaces lnI with eth0 = subnet.1I on bridge
+subnet_used() { ip -o -4 addr show 2>/dev/null | grep -q " ${1//./\\.}\.[0-9]*/"; }
+
+choose_subnet() {  # the folder's subnet, or the next free one (LOOM_CLUSTER_SUBNET: that one or nothing)
+  if [ -z "${LOOM_CLUSTER_SUBNET:-}" ]; then
+    local n=${subnet##*.} tries=0
+    while subnet_used "$subnet" && [ $tries -lt 200 ]; do n=$(( (n - 20 + 1) % 200 + 20 )); subnet=10.77.$n; tries=$((tries + 1)); done
+  fi
+  if subnet_used "$subnet"; then die "the subnet $subnet.0/24 is in use on this machine (another cluster?): set LOOM_CLUSTER_SUBNET"; fi
+  echo "$subnet" >"$dir/subnet"
+}
+
+net_setup() {  # N nodes in namespaces ${nsp}nI with eth0 = subnet.1I on this cluster's bridge
   ip link add "$bridge" type bridge
   ip addr add "$subnet.1/24" dev "$bridge"
   ip link set "$bridge" up
   local i
   for i in $(seq "$1"); do
-    ip netns add "ln$i"
-    ip link add "lnv$i" type veth peer name "lnp$i"
-    ip link set "lnv$i" master "$bridge"
-    ip link set "lnv$i" up
-    ip link set "lnp$i" netns "ln$i"
-    nsenter --net="/run/netns/ln$i" ip link set "lnp$i" name eth0
-    nsenter --net="/run/netns/ln$i" ip addr add "$subnet.1$i/24" dev eth0
-    nsenter --net="/run/netns/ln$i" ip link set eth0 up
-    nsenter --net="/run/netns/ln$i" ip link set lo up
+    ip netns add "${nsp}n$i"
+    ip link add "${nsp}v$i" type veth peer name "${nsp}p$i"
+    ip link set "${nsp}v$i" master "$bridge"
+    ip link set "${nsp}v$i" up
+    ip link set "${nsp}p$i" netns "${nsp}n$i"
+    nsenter --net="/run/netns/${nsp}n$i" ip link set "${nsp}p$i" name eth0
+    nsenter --net="/run/netns/${nsp}n$i" ip addr add "$subnet.1$i/24" dev eth0
+    nsenter --net="/run/netns/${nsp}n$i" ip link set eth0 up
+    nsenter --net="/run/netns/${nsp}n$i" ip link set lo up
   done
 }
 
-net_teardown() {
+net_teardown() {  # this cluster's network only
   local ns link
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ln[0-9]+$' || true); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${nsp}n[0-9]+\$" || true); do
     ip netns del "$ns" 2>/dev/null || true
   done
   # Deleting a namespace normally destroys its veth pair; some kernels (gVisor) keep our end.
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^lnv[0-9]+$' || true); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^${nsp}v[0-9]+\$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
@@ -261,11 +303,14 @@ cmd_start() {
       files[$i]=$f
     done
   fi
+  port=${LOOM_SLURM_PORT:-}
+  if [ -z "$port" ]; then  # the first free pair from 16817: a cluster beside another takes the next
+    port=16817
+    while port_used "$port" || port_used "$((port + 1))"; do port=$((port + 2)); done
+  fi
   local p
   for p in "$port" "$((port + 1))"; do
-    if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
-      die "port $p is already in use (another cluster? stop it, or set LOOM_SLURM_PORT)"
-    fi
+    port_used "$p" && die "port $p is already in use (another cluster? stop it, or set LOOM_SLURM_PORT)"
   done
   rm -rf "$dir"
   mkdir -p "$dir/state" "$dir/pmix" "$dir/dev"
@@ -280,6 +325,7 @@ cmd_start() {
     slurmctld -f "$dir/slurm.conf" || die "slurmctld did not start; see $dir/slurmctld.log"
     PMIX_MCA_gds=hash slurmd -f "$dir/slurm.conf" || die "slurmd did not start; see $dir/slurmd-$host.log"
   else
+    choose_subnet
     for i in "${!specs[@]}"; do write_node "n$((i + 1))" "${files[$i]}" "$subnet.1$((i + 1))"; done
     # One plugin topology per node: each slurmd sees its own file through a private bind mount.
     write_conf "$host($subnet.1)"
@@ -291,7 +337,7 @@ cmd_start() {
     slurmctld -f "$dir/slurm.conf" || die "slurmctld did not start; see $dir/slurmctld.log"
     for i in "${!specs[@]}"; do
       local n=$((i + 1))
-      nsenter --net="/run/netns/ln$n" unshare -m -u --propagation private sh -c "
+      nsenter --net="/run/netns/${nsp}n$n" unshare -m -u --propagation private sh -c "
         hostname n$n
         mount -t tmpfs tmpfs '$dir/pmix'
         mount -t tmpfs tmpfs /dev/shm
@@ -341,10 +387,7 @@ cmd_stop() {
     net_teardown
     rm -f "$dir/netns"
   fi
-  if [ -f "$dir/started-munge" ]; then
-    pkill -x munged 2>/dev/null || true
-    rm -f "$dir/started-munge"
-  fi
+  stop_munge
   say "stopped ($dir kept for its logs)"
 }
 
@@ -363,6 +406,7 @@ case "${1:-}" in
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$dir/slurm.conf" ;;
+  names) echo "bridge=$bridge nsp=$nsp subnet=$subnet" ;;  # node I: namespace ${nsp}nI, its veth ${nsp}vI
   -h|--help|help) usage ;;
   *) usage ;;
 esac

@@ -17,9 +17,10 @@ export LOOM_CLUSTER_DIR=$tmp/cluster LOOM_SLURM_PORT=16947 SLURM_CONF=$tmp/clust
 LC=$SRC/contrib/local-cluster.sh
 trap '"$LC" stop >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 "$LC" start --nodes "a100:2 a100:2" >"$tmp/start.log" 2>&1 || { echo "multinode_allreduce: the cluster did not start"; tail -5 "$tmp/start.log"; exit 1; }
+eval "$("$LC" names)"  # this cluster's namespace prefix
 for i in 1 2; do  # both directions of each node's link
-  tc qdisc replace dev "lnv$i" root tbf rate "${rate}gbit" burst 512kb latency 400ms
-  nsenter --net="/run/netns/ln$i" tc qdisc replace dev eth0 root tbf rate "${rate}gbit" burst 512kb latency 400ms
+  tc qdisc replace dev "${nsp}v$i" root tbf rate "${rate}gbit" burst 512kb latency 400ms
+  nsenter --net="/run/netns/${nsp}n$i" tc qdisc replace dev eth0 root tbf rate "${rate}gbit" burst 512kb latency 400ms
 done
 # A time limit, no retry: with PMIx's hash store (local-cluster.sh) start-ups do not hang or fail.
 run4() { timeout -k 5 300 srun -N2 -n4 --ntasks-per-node=2 --mpi=pmix "$@" 2>>"$tmp/srun.err"; }

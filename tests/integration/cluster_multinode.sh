@@ -19,8 +19,8 @@ shaped_network() {
   command -v tc >/dev/null || { fail "tc (iproute2) is needed to shape the network"; return; }
   local i flat hier pf ph bytes=16777216 args="-N2 -n4 --ntasks-per-node=2 --mpi=pmix"
   for i in 1 2; do
-    tc qdisc replace dev "lnv$i" root tbf rate 1gbit burst 512kb latency 400ms
-    nsenter --net="/run/netns/ln$i" tc qdisc replace dev eth0 root tbf rate 1gbit burst 512kb latency 400ms
+    tc qdisc replace dev "${nsp}v$i" root tbf rate 1gbit burst 512kb latency 400ms
+    nsenter --net="/run/netns/${nsp}n$i" tc qdisc replace dev eth0 root tbf rate 1gbit burst 512kb latency 400ms
   done
   mpi_srun $args "$LOOM_BUILDDIR/loom-bench" allreduce --bytes $bytes --iters 7 --format json --flat
   flat=$(tail -n 1 <<<"$out")
@@ -50,8 +50,8 @@ PY
   [ -n "$none" ] && [ -n "$psgd" ] && [ $((psgd * 10)) -ge $((none * 13)) ] && pass ||
     fail "PowerSGD does not speed up a bandwidth-bound step by 1.3x: ${psgd:-?} against ${none:-?} samples/s"
   for i in 1 2; do
-    tc qdisc del dev "lnv$i" root 2>/dev/null
-    nsenter --net="/run/netns/ln$i" tc qdisc del dev eth0 root 2>/dev/null
+    tc qdisc del dev "${nsp}v$i" root 2>/dev/null
+    nsenter --net="/run/netns/${nsp}n$i" tc qdisc del dev eth0 root 2>/dev/null
   done
 }
 # loom.torch as the same heterogeneous job: a PyTorch script (tests/torch/train.py) on 2 A100
@@ -80,8 +80,10 @@ JOB
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
 LC=$LOOM_SRCDIR/contrib/local-cluster.sh
 export LOOM_CLUSTER_DIR=$LOOM_TMP/cluster LOOM_SLURM_PORT=16837
+suite_conf=${SLURM_CONF:-}  # the test suite's own cluster, if one is up: it must survive this test
 export SLURM_CONF=$LOOM_CLUSTER_DIR/slurm.conf
-trap '"$LC" stop >/dev/null 2>&1; rm -rf "$LOOM_TMP"' EXIT
+eval "$("$LC" names)"  # this cluster's bridge and namespace prefix
+trap '"$LC" stop >/dev/null 2>&1; LOOM_CLUSTER_DIR=$LOOM_TMP/cluster-2 "$LC" stop >/dev/null 2>&1; rm -rf "$LOOM_TMP"' EXIT
 
 # Bad arguments: a clear message, exit 1, and no daemon started.
 run_cmd "$LC" start --nodes "a100:3"
@@ -105,6 +107,24 @@ expect_eq "two nodes" "n1 idle gpu:a100:2(S:0)
 n2 idle gpu:v100:2(S:0)" "$out"
 run_cmd timeout 60 srun -N2 hostname
 expect_eq "one task per node" "n1 n2" "$(echo $out | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//')"
+
+# A second two-node cluster beside this one (and beside the test suite's own): its own folder,
+# ports, bridge, namespaces and subnet; stopping it stops only what it started.
+second=$LOOM_TMP/cluster-2
+run_cmd env LOOM_CLUSTER_DIR="$second" LOOM_SLURM_PORT= "$LC" start --nodes "a100:2 v100:2"
+expect_eq "a second cluster starts beside this one ($(tail -3 <<<"$err"))" 0 "$rc"
+names2=$(LOOM_CLUSTER_DIR=$second "$LC" names)
+expect_ne "the second cluster's network has its own names" "bridge=$bridge" "${names2%% *}"
+run_cmd env SLURM_CONF="$second/slurm.conf" timeout 60 srun -N2 hostname
+expect_eq "the second cluster runs a job on its two nodes" "n1 n2" "$(echo $out | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//')"
+run_cmd env LOOM_CLUSTER_DIR="$second" "$LC" stop
+expect_eq "the second cluster stops" 0 "$rc"
+run_cmd timeout 60 srun -N2 hostname
+expect_eq "this cluster still runs jobs after the other stopped" "n1 n2" "$(echo $out | tr ' ' '\n' | sort | tr '\n' ' ' | sed 's/ $//')"
+expect_match "this cluster's namespaces are still there" "${nsp}n1" "$(ip netns list 2>/dev/null)"
+if [ -n "$suite_conf" ]; then
+  SLURM_CONF=$suite_conf sinfo -h >/dev/null 2>&1 && pass || fail "the suite's own cluster stopped answering"
+fi
 
 hello=$LOOM_BUILDDIR/tests/integration/mpi_hello
 if [ -x "$hello" ]; then
@@ -180,9 +200,9 @@ fi
 
 run_cmd "$LC" stop
 expect_eq "stop exit" 0 "$rc"
-expect_eq "no namespaces left" "" "$(ip netns list 2>/dev/null | grep -E '^ln[0-9]' || true)"
-ip link show loombr0 >/dev/null 2>&1 && fail "bridge left behind" || pass
-expect_eq "no veth left" "" "$(ip -o link show 2>/dev/null | grep -E ': lnv[0-9]' || true)"
+expect_eq "no namespaces left" "" "$(ip netns list 2>/dev/null | grep -E "^${nsp}n[0-9]" || true)"
+ip link show "$bridge" >/dev/null 2>&1 && fail "bridge left behind" || pass
+expect_eq "no veth left" "" "$(ip -o link show 2>/dev/null | grep -E ": ${nsp}v[0-9]" || true)"
 for f in "$LOOM_CLUSTER_DIR"/*.pid; do [ -e "$f" ] && fail "pid file $f left"; done
 for pid in $(pgrep -x slurmstepd || true); do
   ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -- "-> $LOOM_CLUSTER_DIR/" && fail "slurmstepd $pid left running"
