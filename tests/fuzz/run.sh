@@ -2,8 +2,8 @@
 # run.sh — runs the libFuzzer targets: the three topology readers (seeded with the topology
 # fixtures), loom-serve's HTTP/KServe request decoding (seeded with real requests) and the
 # model-file loaders (inputs that drive what an HDF5 file holds), the safetensors reader and GPT-2
-# loader (the inputs are the files), chat templates (read and rendered), a model folder's
-# tokenizer files and config.json, what a resume checks of a checkpoint's state, and the ONNX loader and
+# loader with a model folder's tokenizer files and config.json (the inputs are the files), chat
+# templates (read and rendered), what a resume checks of a checkpoint's state, and the ONNX loader and
 # executor (inputs that build small graphs and the tensors they run on), and the spec readers,
 # config.pbtxt and a pipeline hop's answer (seeded with the examples and issue 33's attacks). By default a fixed
 # seed and a fixed number of inputs, so that `make check` is reproducible: what fails in CI fails
@@ -17,7 +17,7 @@ targets="nvsmi topo_json hwloc_xml"
 [ -x "$B/fuzz_spec" ] && targets="$targets spec"
 [ -x "$B/fuzz_safetensors" ] && targets="$targets safetensors"
 [ -x "$B/fuzz_onnx" ] && targets="$targets onnx"
-[ -x "$B/fuzz_chat_template" ] && targets="$targets chat_template model_folder ckpt_state"
+[ -x "$B/fuzz_chat_template" ] && targets="$targets chat_template ckpt_state"
 # The spec target's seeds: its selector byte, then the examples as shipped, the attacks of issue
 # 33 (a sweep range no int holds, a pipeline step answering 3 bytes for FP32 [2,4], shapes [-7,4]
 # and [2^31,2^31], a datatype other than the metadata's) and a Triton config.pbtxt.
@@ -36,7 +36,7 @@ spec_seeds() {
   printf "\\4\\0\\2$d2$d4\\0\\2\\0\\0\\0\\0\\0\\0\\0\\1\\0$d4" >"$c/hop-negative"
   printf "\\4\\0\\2$d2$d4\\0\\2$big$big" >"$c/hop-huge"
 }
-# The safetensors target's seeds: a selector byte (odd: load as GPT-2 with a 1-layer config),
+# The safetensors target's seeds: a selector byte (0: the file alone; 1: loaded as GPT-2 with a 1-layer config),
 # then a file with one F32 tensor, and a GPT-2 file of that config written the same way.
 safetensors_seeds() {
   /usr/bin/python3 - "$1" <<'PY'
@@ -72,8 +72,8 @@ chat_template_seeds() {
 {{ bos_token }}{{ ns.s }}{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}\
 {{ messages[1:][::-1] | map(attribute='role') | join(',') }}{{ (7 // 2) ~ (-7 % 3) }}" >"$1/hostile"
 }
-# The model folder target's seeds: a selector byte (0: the tokenizer's files, NUL between them;
-# 1: config.json), then GPT-2's byte-level vocabulary with a merge and special tokens, and a config.
+# More of the safetensors target's seeds: a selector byte (2: the tokenizer's files, NUL between
+# them; 3: config.json), then GPT-2's byte-level vocabulary with a merge and special tokens, and a config.
 model_folder_seeds() {
   /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/gpt2_ref.py" vocab "$1/vocab.json" || return
   /usr/bin/python3 - "$1" <<'PY'
@@ -84,10 +84,10 @@ vocab["<|endoftext|>"] = 257
 tj = {"added_tokens": [{"id": 257, "content": "<|endoftext|>"}, {"id": 258, "content": "<|im_start|>"}]}
 cfg = {"added_tokens_decoder": {"258": {"content": "<|im_start|>"}}, "eos_token": "<|endoftext|>"}
 parts = [json.dumps(vocab), "#version: 0.2\na b\n", json.dumps(tj), json.dumps(cfg)]
-open(sys.argv[1] + "/tokenizer", "wb").write(b"\0" + "\0".join(parts).encode())
+open(sys.argv[1] + "/tokenizer", "wb").write(b"\2" + "\0".join(parts).encode())
 conf = {"n_layer": 1, "n_head": 2, "n_embd": 4, "n_positions": 8, "vocab_size": 5, "eos_token_id": 4,
         "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
-open(sys.argv[1] + "/config", "wb").write(b"\1" + json.dumps(conf).encode())
+open(sys.argv[1] + "/config", "wb").write(b"\3" + json.dumps(conf).encode())
 PY
 }
 for target in $targets; do
@@ -101,9 +101,8 @@ for target in $targets; do
     model_file) cp "$LOOM_SRCDIR"/tests/fixtures/model-file/* "$corpus/" ;;
     onnx) ;;  # the inputs build the graphs: libFuzzer grows its own corpus
     spec) spec_seeds "$corpus" ;;
-    safetensors) safetensors_seeds "$corpus" ;;
+    safetensors) safetensors_seeds "$corpus" && model_folder_seeds "$corpus" ;;
     chat_template) chat_template_seeds "$corpus" ;;
-    model_folder) model_folder_seeds "$corpus" ;;
     ckpt_state) ;;  # the inputs build the state: libFuzzer grows its own corpus
   esac
   # Runs per target in make check, the same inputs every time (a fixed seed): about 5-15 s each
@@ -117,9 +116,8 @@ for target in $targets; do
     model_file) runs=3000 ;;
     onnx) runs=40000 ;;
     spec) runs=20000 ;;
-    safetensors) runs=20000 ;;
+    safetensors) runs=80000 ;;  # a quarter each: files, GPT-2 loads, the tokenizer's files, config.json
     chat_template) runs=20000 ;;
-    model_folder) runs=40000 ;;  # half of them the tokenizer's files, half config.json
     ckpt_state) runs=20000 ;;
   esac
   # LOOM_FUZZ_SMOKE=1: at most 1000 inputs a target, to see that they build and run.
@@ -135,7 +133,7 @@ for target in $targets; do
   # A memory limit per input: a request or file that makes the code allocate far beyond its own
   # size fails the run (-malloc_limit_mb: one allocation; -rss_limit_mb: the process).
   limits="-rss_limit_mb=2048"
-  case $target in http | model_file | onnx | spec | safetensors | chat_template | model_folder | ckpt_state)
+  case $target in http | model_file | onnx | spec | safetensors | chat_template | ckpt_state)
     limits="-rss_limit_mb=1024 -malloc_limit_mb=256" ;;
   esac
   # A graph run is bounded by its 64 MiB budget, whatever the request's shapes say.
