@@ -158,8 +158,9 @@ TEST(PrometheusText, WritesTheExpositionFormat) {
   EXPECT_EQ(loom::rt::PrometheusText::number(1e20), "1e+20");
 }
 
-// CheckpointWriter's resume choice at its seam: the newest checkpoint that verifies (a truncated
-// newer one is skipped and named), keys that may differ ignored, another configuration refused.
+// CheckpointWriter's resume choice at its seam: the newest checkpoint that verifies and whose
+// state a resume can use (a truncated newer one and a crafted one are skipped and named), keys
+// that may differ ignored, another configuration refused.
 TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration) {
   using namespace loom::rt;
   char tmpl[] = "/tmp/loom-resume-XXXXXX";
@@ -171,21 +172,26 @@ TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration)
   CheckpointWriter w(c, nullptr, [&](const std::string& human, const loom::LogFields&) { said.push_back(human); });
   Checkpoint k;
   k.model_config = "{}";
-  k.train_config = R"({"lr":0.1,"total_steps":10})";
-  k.state_json = "{}";
+  k.train_config = R"({"lr":0.1,"optimizer":{"kind":"adamw"},"total_steps":10})";
+  k.state_json = R"({"step":5,"epoch":0,"batch":5,"world":1,"opt_t":5,"loss_scale":1,"clean_steps":0,"observed":0,"shares":[64],"speeds":[0]})";
   k.params = {{"w", Tensor::zeros({2, 3})}};
   k.opt_m = {{"w", Tensor::zeros({2, 3})}};
   k.opt_v = {{"w", Tensor::zeros({2, 3})}};
   save_checkpoint(w.path_for(5), k);
   save_checkpoint(w.path_for(9), k);
   ASSERT_EQ(::truncate(w.path_for(9).c_str(), 200), 0);
-  const auto r = w.find_resume(R"({"lr":0.1,"total_steps":20})", {"total_steps"});
+  Checkpoint crafted = k;  // verifies, but a resume would read batch -1000000 (BatchSource aborted on it)
+  crafted.state_json = R"({"step":12,"epoch":0,"batch":-1000000,"world":1,"opt_t":12,"loss_scale":1,"clean_steps":0,"observed":0,"shares":[64],"speeds":[0]})";
+  save_checkpoint(w.path_for(12), crafted);
+  const auto r = w.find_resume(R"({"lr":0.1,"optimizer":{"kind":"adamw"},"total_steps":20})", {"total_steps"});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->first, w.path_for(5));
-  ASSERT_EQ(said.size(), 1u);
-  EXPECT_NE(said[0].find("skipping a checkpoint that does not verify: " + w.path_for(9)), std::string::npos) << said[0];
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("skipping a checkpoint that does not verify: " + w.path_for(12) + ": state/json's batch is -1000000"),
+            std::string::npos) << said[0];
+  EXPECT_NE(said[1].find("skipping a checkpoint that does not verify: " + w.path_for(9)), std::string::npos) << said[1];
   try {
-    w.find_resume(R"({"lr":0.2,"total_steps":10})");
+    w.find_resume(R"({"lr":0.2,"optimizer":{"kind":"adamw"},"total_steps":10})");
     ADD_FAILURE() << "resumed a checkpoint of another configuration";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("checkpoint of another configuration"), std::string::npos) << e.what();
@@ -193,6 +199,6 @@ TEST(CheckpointResume, TakesTheNewestThatVerifiesAndRefusesAnotherConfiguration)
   c.resume = "never";
   CheckpointWriter never(c, nullptr, [](const std::string&, const loom::LogFields&) {});
   EXPECT_FALSE(never.find_resume(k.train_config).has_value());
-  for (int64_t step : {5, 9}) std::remove(w.path_for(step).c_str());
+  for (int64_t step : {5, 9, 12}) std::remove(w.path_for(step).c_str());
   ::rmdir(dir.c_str());
 }
