@@ -14,9 +14,9 @@
 # `eval "$(local-cluster.sh env)"` sets SLURM_CONF for srun, sbatch, salloc, sinfo and scontrol.
 #
 # Clusters in different folders run side by side: the bridge, the namespaces and the veths are
-# named from the folder (lbHHHH, lHHHHnI, lHHHHvI: four hex digits of its name), and each stops only what it started (its
-# daemons by the PIDs in its folder, its own network, and munged only when no other cluster of
-# this machine still uses the munged it started).
+# named from the folder (lbHHHH, lHHHHnI, lHHHHvI: four hex digits of its name), and each stops
+# only what it started (its daemons by the PIDs in its folder, its own network, and munged only
+# when no other cluster of this machine still uses the munged it started).
 set -euo pipefail
 
 prog=local-cluster
