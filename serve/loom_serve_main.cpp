@@ -32,16 +32,16 @@
 #ifdef LOOM_HAVE_TCMALLOC
 #include <gperftools/tcmalloc.h>
 #endif
-#include "loom/rt/tensor/kernels.hpp"
-#include "loom/log.hpp"
-#include "repository.hpp"
-#include "spec.hpp"
-#include "frontend.hpp"
-#include "kserve_json.hpp"
 #include "controller/controller.hpp"
-#include "pipeline/pipeline.hpp"
-#include "services.hpp"
+#include "core/kserve_json.hpp"
+#include "frontend/servers.hpp"
+#include "loom/log.hpp"
 #include "loom/rt/proc/process.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "pipeline/pipeline.hpp"
+#include "repository/repository.hpp"
+#include "spec/services.hpp"
+#include "spec/spec.hpp"
 
 namespace po = boost::program_options;
 using namespace loom::serve;

@@ -15,11 +15,12 @@
 #include <sstream>
 #include <thread>
 
-#include "../services.hpp"
-#include "../spec.hpp"
+#include "frontend/servers.hpp"
 #include "grpc_router.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
+#include "spec/services.hpp"
+#include "spec/spec.hpp"
 
 namespace loom::serve {
 

@@ -14,7 +14,7 @@
 #include "autoscaler.hpp"
 #include "router.hpp"
 #include "slurm.hpp"
-#include "../spec.hpp"
+#include "spec/spec.hpp"
 
 namespace loom::serve {
 

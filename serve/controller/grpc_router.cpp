@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-#include "../grpc_stream.hpp"
+#include "frontend/grpc_stream.hpp"
 
 namespace loom::serve {
 

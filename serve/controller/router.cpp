@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../kserve_json.hpp"
+#include "core/kserve_json.hpp"
 
 namespace loom::serve {
 

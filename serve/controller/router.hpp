@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../frontend.hpp"
+#include "frontend/context.hpp"
 
 namespace loom::serve {
 

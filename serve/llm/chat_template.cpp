@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/rt/io/json.hpp"
-#include "../status.hpp"
 #include "chat_template_expr.hpp"
-#include "tokenizer.hpp"
+#include "core/status.hpp"
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/json.hpp"
+#include "tokenizer.hpp"
 
 namespace loom::serve::llm {
 

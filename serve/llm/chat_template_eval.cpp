@@ -8,9 +8,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "../kserve_json.hpp"
-#include "../status.hpp"
 #include "chat_template_expr.hpp"
+#include "core/kserve_json.hpp"
+#include "core/status.hpp"
 
 namespace loom::serve::llm::tmpl {
 

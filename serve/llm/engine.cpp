@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "compute_pool.hpp"
+#include "core/compute_pool.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::serve::llm {

@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/options.hpp"
+#include "core/status.hpp"
 #include "kv_blocks.hpp"
 #include "loom/rt/nn/decoder.hpp"
-#include "options.hpp"
 #include "sampler.hpp"
-#include "status.hpp"
 #include "tokenizer.hpp"
 
 namespace loom::serve::llm {

@@ -15,10 +15,10 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/status.hpp"
+#include "loom/rt/error.hpp"
 #include "loom/rt/io/json.hpp"
 #include "loom/rt/io/text.hpp"
-#include "loom/rt/error.hpp"
-#include "status.hpp"
 
 namespace loom::serve::llm {
 

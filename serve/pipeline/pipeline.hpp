@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "status.hpp"
-#include "tensor_in.hpp"
+#include "core/status.hpp"
+#include "core/tensor_in.hpp"
 
 namespace loom::serve {
 

@@ -7,7 +7,7 @@
 
 #include "loom/rt/error.hpp"
 #include "pipeline/pipeline_impl.hpp"
-#include "services.hpp"
+#include "spec/services.hpp"
 
 namespace loom::serve {
 namespace pipeline_impl {

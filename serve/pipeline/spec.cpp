@@ -4,8 +4,8 @@
 
 #include "loom/rt/error.hpp"
 #include "pipeline/pipeline.hpp"
-#include "services.hpp"
-#include "spec.hpp"
+#include "spec/services.hpp"
+#include "spec/spec.hpp"
 
 namespace loom::serve {
 

@@ -76,6 +76,23 @@ JOB
   echo "cluster_multinode: loom.torch on 2 nodes (2 A100 + 2 V100 ranks) against 1 process: $out"
   expect_eq "hetjob loom.torch: the weights of 1 process within 1e-5 ($err)" 0 "$rc"
 }
+# Every batch script under examples/ as written, on the quickstart's cluster (an A100 node and a
+# V100 node, two GPUs and two CPUs each): each can be scheduled here (sbatch --test-only), and
+# torch-hetero.sbatch runs, its four ranks placed by the plugin across both nodes.
+examples_as_written() {
+  local f jid
+  for f in "$LOOM_SRCDIR"/examples/*.sbatch "$LOOM_SRCDIR"/examples/*/*.sbatch; do
+    run_cmd sbatch --test-only "$f"
+    expect_eq "${f#"$LOOM_SRCDIR"/} can be scheduled on the quickstart's cluster ($(tail -1 <<<"$err"))" 0 "$rc"
+  done
+  jid=$(cd "$LOOM_TMP" && sbatch --parsable "$LOOM_SRCDIR/examples/torch/torch-hetero.sbatch" \
+    -c 'import os; print("rank", os.environ["SLURM_PROCID"], os.environ.get("LOOM_GPU_CLASS"), os.environ.get("LOOM_DEVICE_WEIGHT"))')
+  for _ in $(seq 600); do squeue -h 2>/dev/null | grep -q . || break; sleep 0.2; done
+  local got
+  got=$(cat "$LOOM_TMP/loom-torch-hetero-$jid.out" 2>/dev/null)
+  expect_eq "torch-hetero.sbatch: four ranks, two per GPU class ($(tail -3 <<<"$got"))" \
+    "a100 a100 v100 v100" "$(grep -oE '^rank [0-3] (a100|v100)' <<<"$got" | awk '{print $3}' | sort | tr '\n' ' ' | sed 's/ $//')"
+}
 [ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces and slurmd"
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && skip "LOOM_SKIP_CLUSTER_TESTS=1"
 LC=$LOOM_SRCDIR/contrib/local-cluster.sh
@@ -187,6 +204,7 @@ JOB
       { fail "hetjob loom-train: weights differ from 1 process"; tail -20 "$LOOM_TMP/train.out" >&2; }
 
     torch_hetjob
+    examples_as_written
     mpi_srun -N2 -n4 --gpus-per-node=2 --loom-bind=ring --mpi=pmix "$hello"
     expect_eq "two nodes x 2 ranks exit" 0 "$rc"
     expect_eq "each node's ranks get its two GPUs" 4 "$(grep -cE 'host n1 .*gpus (0,1|1,0) loom ring a100|host n2 .*gpus (0,1|1,0) loom ring v100' <<<"$out")"
