@@ -54,12 +54,8 @@ std::string g_log_format = "text";
 // events).
 void log_event(const std::string& level, const std::string& msg, const nlohmann::json& fields) {
   static const loom::Logger text("loom-serve"), json("loom-serve", true);
-  std::string members;
-  if (g_log_format == "json" && fields.is_object() && !fields.empty()) {
-    members = dump_json(fields);
-    members = members.substr(1, members.size() - 2);
-  }
-  (g_log_format == "json" ? json : text).write(loom::parse_level(level), msg, members);
+  const bool as_json = g_log_format == "json";
+  (as_json ? json : text).write(loom::parse_level(level), msg, as_json && fields.is_object() ? loom::LogMembers(fields) : loom::LogMembers::object());
 }
 
 void log_line(const std::string& level, const std::string& msg) { log_event(level, msg, nlohmann::json::object()); }

@@ -1,110 +1,63 @@
-// emit_json.cpp — JSON output: the node export of Contract 1 and placements. A small writer
-// of our own keeps libloomtopo free of dependencies the SPANK plugin would have to carry.
-#include <cstdio>
-#include <sstream>
-
+// emit_json.cpp — JSON output: the node export and placements, written with nlohmann-json (header
+// only: the plugin carries no new library). Names that are not UTF-8 (a hostname, a GPU's name)
+// are written with U+FFFD in place of the bad bytes, so the output is always valid JSON.
+#include "loom/json_text.hpp"
 #include "loom/topo/emit.hpp"
 
 namespace loom::topo {
 
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string ints(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string num(double d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", d);
-  return buf;
-}
-
 template <typename F>
-std::string matrix(size_t rows, size_t cols, F cell) {
-  std::string s = "[";
+ojson matrix(size_t rows, size_t cols, F cell) {
+  ojson m = ojson::array();
   for (size_t i = 0; i < rows; ++i) {
-    s += i ? ",[" : "[";
-    for (size_t j = 0; j < cols; ++j) s += (j ? "," : "") + cell(i, j);
-    s += "]";
+    ojson row = ojson::array();
+    for (size_t j = 0; j < cols; ++j) row.push_back(cell(i, j));
+    m.push_back(std::move(row));
   }
-  return s + "]";
+  return m;
+}
+
+ojson numa_json(const NumaNode& n) {
+  ojson cores = ojson::array();
+  for (const auto& c : n.cores) cores.push_back({{"logical", c.logical}, {"pus", c.pus}});
+  return {{"id", n.id}, {"cpus", n.cpus}, {"memory_mb", n.memory_mb}, {"socket", n.socket}, {"cores", cores}};
 }
 
 }  // namespace
 
 std::string emit_json(const Topology& t) {
-  std::ostringstream os;
-  os << "{\"host\":" << json_quote(t.host) << ",\"source\":" << json_quote(t.source) << ",\"sockets\":" << t.sockets
-     << ",\"threads_per_core\":" << t.threads_per_core << ",\"memory_mb\":" << t.memory_mb << ",\"numa_nodes\":[";
-  for (size_t i = 0; i < t.numa_nodes.size(); ++i) {
-    const auto& n = t.numa_nodes[i];
-    os << (i ? "," : "") << "{\"id\":" << n.id << ",\"cpus\":" << ints(n.cpus) << ",\"memory_mb\":" << n.memory_mb
-       << ",\"socket\":" << n.socket << ",\"cores\":[";
-    for (size_t c = 0; c < n.cores.size(); ++c)
-      os << (c ? "," : "") << "{\"logical\":" << n.cores[c].logical << ",\"pus\":" << ints(n.cores[c].pus) << "}";
-    os << "]}";
-  }
-  os << "],\"gpus\":[";
-  for (size_t i = 0; i < t.gpus.size(); ++i) {
-    const auto& g = t.gpus[i];
-    os << (i ? "," : "") << "{\"index\":" << g.index << ",\"name\":" << json_quote(g.name)
-       << ",\"class\":" << json_quote(g.cls) << ",\"pci\":" << json_quote(g.pci) << ",\"numa\":" << g.numa
-       << ",\"cpus\":" << ints(g.cpus) << ",\"memory_mb\":" << g.memory_mb << "}";
-  }
-  os << "],\"nics\":[";
-  for (size_t i = 0; i < t.nics.size(); ++i) {
-    const auto& n = t.nics[i];
-    os << (i ? "," : "") << "{\"name\":" << json_quote(n.name) << ",\"pci\":" << json_quote(n.pci)
-       << ",\"numa\":" << n.numa << "}";
-  }
+  ojson numa = ojson::array(), gpus = ojson::array(), nics = ojson::array();
+  for (const auto& n : t.numa_nodes) numa.push_back(numa_json(n));
+  for (const auto& g : t.gpus)
+    gpus.push_back({{"index", g.index}, {"name", g.name}, {"class", g.cls}, {"pci", g.pci}, {"numa", g.numa},
+                    {"cpus", g.cpus}, {"memory_mb", g.memory_mb}});
+  for (const auto& n : t.nics) nics.push_back({{"name", n.name}, {"pci", n.pci}, {"numa", n.numa}});
   const size_t g = t.gpus.size();
-  os << "],\"gpu_paths\":"
-     << matrix(g, g, [&](size_t i, size_t j) { return json_quote(path_word(t.gpu_paths[i][j])); })
-     << ",\"nvlinks\":" << matrix(g, g, [&](size_t i, size_t j) { return std::to_string(t.gpu_paths[i][j].nvlinks); })
-     << ",\"gpu_nic_paths\":"
-     << matrix(g, t.nics.size(), [&](size_t i, size_t j) { return json_quote(path_word(t.gpu_nic_paths[i][j])); })
-     << "}\n";
-  return os.str();
+  ojson j = {{"host", t.host}, {"source", t.source}, {"sockets", t.sockets},
+             {"threads_per_core", t.threads_per_core}, {"memory_mb", t.memory_mb}};
+  j["numa_nodes"] = numa;
+  j["gpus"] = gpus;
+  j["nics"] = nics;
+  j["gpu_paths"] = matrix(g, g, [&](size_t a, size_t b) { return path_word(t.gpu_paths[a][b]); });
+  j["nvlinks"] = matrix(g, g, [&](size_t a, size_t b) { return t.gpu_paths[a][b].nvlinks; });
+  j["gpu_nic_paths"] = matrix(g, t.nics.size(), [&](size_t a, size_t b) { return path_word(t.gpu_nic_paths[a][b]); });
+  return json_text(j) + "\n";
 }
 
 std::string emit_placement_json(const Placement& p) {
-  std::ostringstream os;
-  os << "{\"mode\":" << json_quote(bind_mode_word(p.mode)) << ",\"ring\":" << ints(p.ring.gpus)
-     << ",\"ring_bottleneck_links\":" << p.ring.bottleneck_links
-     << ",\"ring_bottleneck_gbps\":" << num(p.ring.bottleneck_gbps) << ",\"tasks\":[";
-  for (size_t i = 0; i < p.tasks.size(); ++i) {
-    const auto& task = p.tasks[i];
-    os << (i ? "," : "") << "{\"local_rank\":" << task.local_rank << ",\"gpus\":" << ints(task.gpus)
-       << ",\"cpus\":" << ints(task.cpus) << ",\"numa\":" << task.numa
-       << ",\"nic\":" << (task.nic.empty() ? "null" : json_quote(task.nic))
-       << ",\"nic_path\":" << (task.nic_path.empty() ? "null" : json_quote(task.nic_path)) << "}";
-  }
-  os << "]}\n";
-  return os.str();
+  ojson tasks = ojson::array();
+  for (const auto& task : p.tasks)
+    tasks.push_back({{"local_rank", task.local_rank}, {"gpus", task.gpus}, {"cpus", task.cpus}, {"numa", task.numa},
+                     {"nic", task.nic.empty() ? ojson() : ojson(task.nic)},
+                     {"nic_path", task.nic_path.empty() ? ojson() : ojson(task.nic_path)}});
+  ojson j = {{"mode", bind_mode_word(p.mode)}, {"ring", p.ring.gpus}, {"ring_bottleneck_links", p.ring.bottleneck_links},
+             {"ring_bottleneck_gbps", p.ring.bottleneck_gbps}};
+  j["tasks"] = tasks;
+  return json_text(j) + "\n";
 }
 
 }  // namespace loom::topo

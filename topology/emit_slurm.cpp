@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "loom/json_text.hpp"
 #include "loom/topo/emit.hpp"
 
 namespace loom::topo {
@@ -109,15 +110,10 @@ std::string emit_gres(const Topology& t, const std::string& dev_dir) {
 }
 
 std::string emit_gres_json(const Topology& t, const std::string& dev_dir) {
-  std::ostringstream os;
-  os << "{\"gres\":[";
-  auto lines = gres_lines(t, dev_dir);
-  for (size_t i = 0; i < lines.size(); ++i)
-    os << (i ? "," : "") << "{\"name\":\"gpu\",\"type\":" << json_quote(lines[i].type)
-       << ",\"file\":" << json_quote(lines[i].file) << ",\"cores\":" << json_quote(lines[i].cores)
-       << ",\"links\":" << json_quote(lines[i].links) << "}";
-  os << "]}\n";
-  return os.str();
+  nlohmann::ordered_json gres = nlohmann::ordered_json::array();
+  for (const auto& l : gres_lines(t, dev_dir))
+    gres.push_back({{"name", "gpu"}, {"type", l.type}, {"file", l.file}, {"cores", l.cores}, {"links", l.links}});
+  return json_text(nlohmann::ordered_json{{"gres", gres}}) + "\n";
 }
 
 std::string emit_node_conf(const Topology& t, const std::string& host) {
@@ -134,15 +130,11 @@ std::string emit_node_conf(const Topology& t, const std::string& host) {
 
 std::string emit_node_conf_json(const Topology& t, const std::string& host) {
   NodeLine n = node_line(t);
-  std::ostringstream os;
-  os << "{\"node_name\":" << json_quote(host) << ",\"cpus\":" << n.cpus << ",\"sockets\":" << n.sockets
-     << ",\"cores_per_socket\":" << n.cores_per_socket << ",\"threads_per_core\":" << n.threads
-     << ",\"real_memory\":" << t.memory_mb << ",\"gres\":" << json_quote(n.gres) << ",\"features\":[";
-  for (size_t i = 0; i < n.features.size(); ++i) os << (i ? "," : "") << json_quote(n.features[i]);
   std::string line = emit_node_conf(t, host);
   line.pop_back();
-  os << "],\"line\":" << json_quote(line) << "}\n";
-  return os.str();
+  return json_text(nlohmann::ordered_json{{"node_name", host}, {"cpus", n.cpus}, {"sockets", n.sockets},
+                    {"cores_per_socket", n.cores_per_socket}, {"threads_per_core", n.threads},
+                    {"real_memory", t.memory_mb}, {"gres", n.gres}, {"features", n.features}, {"line", line}}) + "\n";
 }
 
 }  // namespace loom::topo

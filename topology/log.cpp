@@ -6,7 +6,7 @@
 #include <ctime>
 #include <mutex>
 
-#include "loom/topo/emit.hpp"
+#include "loom/json_text.hpp"
 
 namespace loom {
 
@@ -47,11 +47,14 @@ void Logger::to_stderr(const std::string& line) {
 Logger::Logger(std::string component, bool json, int rank, int ranks, Sink sink)
     : component_(std::move(component)), json_(json), rank_(rank), ranks_(ranks), sink_(std::move(sink)) {}
 
-std::string Logger::format(LogLevel level, const std::string& msg, const std::string& members) const {
+std::string Logger::format(LogLevel level, const std::string& msg, const LogMembers& members) const {
   if (json_) {
-    return "{\"ts\":\"" + utc_timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"component\":" +
-           topo::json_quote(component_) + (rank_ >= 0 ? ",\"rank\":" + std::to_string(rank_) : std::string()) +
-           (members.empty() ? std::string() : "," + members) + ",\"msg\":" + topo::json_quote(msg) + "}";
+    LogMembers j = {{"ts", utc_timestamp()}, {"level", level_name(level)}, {"component", component_}};
+    if (rank_ >= 0) j["rank"] = rank_;
+    if (members.is_object())
+      for (const auto& [k, v] : members.items()) j[k] = v;
+    j["msg"] = msg;
+    return json_text(j);
   }
   std::string line = component_ + ": ";
   if (rank_ >= 0 && ranks_ > 1) line += "rank " + std::to_string(rank_) + ": ";
@@ -59,7 +62,7 @@ std::string Logger::format(LogLevel level, const std::string& msg, const std::st
   return line + msg;
 }
 
-void Logger::write(LogLevel level, const std::string& msg, const std::string& members) const {
+void Logger::write(LogLevel level, const std::string& msg, const LogMembers& members) const {
   sink_(format(level, msg, members));
 }
 

@@ -1,5 +1,5 @@
 // balancer.cpp — batch shares for heterogeneous data parallelism.
-#include "loom/rt/dist/balancer.hpp"
+#include "loom/rt/comm/balancer.hpp"
 
 #include <algorithm>
 #include <cstdlib>

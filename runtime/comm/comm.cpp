@@ -1,5 +1,5 @@
 // comm.cpp — ring collectives over a Transport, and the in-process transport.
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 
 #include <algorithm>
 #include <condition_variable>

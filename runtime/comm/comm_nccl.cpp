@@ -1,7 +1,7 @@
 // comm_nccl.cpp — NcclCommunicator: NCCL collectives on the rank's CUDA stream, the unique id
 // broadcast through MPI, non-blocking NCCL (config.blocking = 0) so that every wait can be
 // bounded by a deadline and a hung peer aborts the communicator instead of hanging the job.
-#include "loom/rt/dist/comm_nccl.hpp"
+#include "loom/rt/comm/comm_nccl.hpp"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../tensor/cuda_check.cuh"
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 
 namespace loom::rt {
 

@@ -1,6 +1,6 @@
 // grad_exchange.cpp — the gradient exchange: buckets summed as backward fills them, on the
 // communication thread (PowerSGD's compression is powersgd.cpp's).
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 
 #include <time.h>
 
@@ -14,7 +14,7 @@
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_MPI)
 #include <cstring>
 
-#include "loom/rt/dist/comm_nccl.hpp"
+#include "loom/rt/comm/comm_nccl.hpp"
 #endif
 
 namespace loom::rt {

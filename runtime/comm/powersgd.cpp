@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/ops.hpp"
 

@@ -13,6 +13,7 @@
 
 #include "gpt_cuda.hpp"
 #include "gpt_kernels.hpp"
+#include "loom/json_text.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/ops.hpp"
 
@@ -21,13 +22,12 @@ namespace loom::rt {
 using namespace gptk;
 
 std::string GptConfig::json() const {
-  std::ostringstream os;
-  os << "{\"type\":\"gpt\",\"vocab\":" << vocab << ",\"context\":" << context << ",\"layers\":" << layers
-     << ",\"heads\":" << heads << ",\"embd\":" << embd << ",\"dropout\":" << dropout;
-  if (head_size) os << ",\"head_size\":" << head_size;
-  if (inner) os << ",\"inner\":" << inner;
-  os << "}";
-  return os.str();
+  // The dropout as written (0.1, not float's 0.10000000149).
+  nlohmann::ordered_json j = {{"type", "gpt"}, {"vocab", vocab}, {"context", context}, {"layers", layers},
+                              {"heads", heads}, {"embd", embd}, {"dropout", std::stod(std::to_string(dropout))}};
+  if (head_size) j["head_size"] = head_size;
+  if (inner) j["inner"] = inner;
+  return json_text(j);
 }
 
 Attention parse_attention(const std::string& name) { return parse_choice<Attention>(name); }

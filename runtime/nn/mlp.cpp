@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
-#include <sstream>
 
+#include "loom/json_text.hpp"
 #include "loom/rt/tensor/ops.hpp"
 
 namespace loom::rt {
@@ -185,11 +185,8 @@ void Mlp::zero_grad() {
 }
 
 std::string Mlp::config_json() const {
-  std::ostringstream os;
-  os << "{\"type\":\"mlp\",\"layers\":[";
-  for (size_t i = 0; i < widths_.size(); ++i) os << (i ? "," : "") << widths_[i];
-  os << "],\"activation\":\"relu\",\"preprocess\":{\"scale\":0.00392156862745098,\"mean\":0.0,\"std\":1.0}}";
-  return os.str();
+  return json_text(nlohmann::ordered_json{{"type", "mlp"}, {"layers", widths_}, {"activation", "relu"},
+                                          {"preprocess", {{"scale", 1.0 / 255.0}, {"mean", 0.0}, {"std", 1.0}}}});
 }
 
 }  // namespace loom::rt

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/dist/balancer.hpp"
-#include "loom/rt/dist/comm.hpp"
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/balancer.hpp"
+#include "loom/rt/comm/comm.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "torch_abi.hpp"
 

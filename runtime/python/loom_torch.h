@@ -40,7 +40,7 @@ int lt_allreduce_sum(lt_world* w, float* data, size_t n, int half_payload);
 int lt_allreduce_sum_f64(lt_world* w, double* data, size_t n);
 int lt_broadcast(lt_world* w, void* data, size_t bytes, int root);
 
-/* The gradient exchange of loom-train (runtime/dist/grad_exchange): buckets summed by a
+/* The gradient exchange of loom-train (runtime/comm/grad_exchange): buckets summed by a
  * communication thread while backward runs (`compress` "none" or "fp16"), or PowerSGD
  * ("powersgd:rank=R,start=S", at finish). `shapes` holds each parameter's dimensions one after
  * another, `ndims[i]` of them for parameter i; `on_cuda[i]` says where its gradient lives. A

@@ -9,7 +9,7 @@ BatchPlan::BatchPlan(const TrainConfig& c, const Ranks& ranks, const Reporter& r
     : global_(c.global_batch), ranks_(ranks), rep_(rep), bal_(c.balance, c.global_batch, ranks.size, c.replan_every) {
   bal_.start(ranks_.gather(c.device_weight));
   if (ranks_.many())
-    rep_.say(std::string("balance ") + word_of(c.balance) + ": shares " + shares_text(), LogFields(LogLevel::kInfo) + "\"event\":\"shares\"");
+    rep_.say(std::string("balance ") + word_of(c.balance) + ": shares " + shares_text(), LogFields(LogLevel::kInfo, {{"event", "shares"}}));
 }
 
 std::string BatchPlan::shares_text() const {
@@ -23,8 +23,8 @@ void BatchPlan::observe(double compute_seconds) {
   for (int straggler : bal_.stragglers(seconds))
     rep_.say("rank " + std::to_string(straggler) + " is a straggler: its step took " +
                  num(seconds[static_cast<size_t>(straggler)]) + " s, more than 1.5x what its share predicts",
-             LogFields(LogLevel::kWarning) + "\"event\":\"straggler\",\"straggler\":" + std::to_string(straggler));
-  if (bal_.observe(seconds)) rep_.say("re-planned shares " + shares_text(), LogFields(LogLevel::kInfo) + "\"event\":\"shares\"");
+             LogFields(LogLevel::kWarning, {{"event", "straggler"}, {"straggler", straggler}}));
+  if (bal_.observe(seconds)) rep_.say("re-planned shares " + shares_text(), LogFields(LogLevel::kInfo, {{"event", "shares"}}));
 }
 
 }  // namespace loom::rt

@@ -93,7 +93,7 @@ std::optional<std::pair<std::string, Checkpoint>> CheckpointWriter::find_resume(
       const std::string what = e.what(), file = it->second;
       log_("skipping a checkpoint that does not verify: " +
                (what.compare(0, file.size(), file) == 0 ? what : file + ": " + what),
-           LogFields(LogLevel::kWarning) + "\"event\":\"checkpoint_skipped\",\"file\":\"" + it->second + "\"");
+           LogFields(LogLevel::kWarning, {{"event", "checkpoint_skipped"}, {"file", it->second}}));
       continue;
     }
     check(it->second, k);

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/train/train_config.hpp"
 
@@ -262,7 +262,7 @@ void CheckpointWriter::write_shard(int64_t step) {
 void CheckpointWriter::fail_shard(int64_t step, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   messages_.push_back({"checkpoint step " + std::to_string(step) + ": rank " + std::to_string(rank_) + " " + why,
-                       LogFields(LogLevel::kError) + "\"event\":\"checkpoint_shard_failed\",\"step\":" + std::to_string(step)});
+                       LogFields(LogLevel::kError, {{"event", "checkpoint_shard_failed"}, {"step", step}})});
   shard_status_.store(2);
 }
 
@@ -282,7 +282,7 @@ void CheckpointWriter::agree(float written, float failed) {
     if (rank_ == 0)
       log_("checkpoint step " + std::to_string(step) + " failed on " + std::to_string(static_cast<int>(failed)) +
                " rank(s); the previous checkpoint is kept",
-           LogFields(LogLevel::kError) + "\"event\":\"checkpoint_failed\",\"step\":" + std::to_string(step));
+           LogFields(LogLevel::kError, {{"event", "checkpoint_failed"}, {"step", step}}));
     return;
   }
   if (static_cast<int>(written) < world_) return;  // shards still being written
@@ -303,12 +303,10 @@ void CheckpointWriter::commit_index(int64_t step) {
     log_("checkpoint step " + std::to_string(step) + ": " + path + " and " + std::to_string(world_) +
              " shards written in parallel (" + fmt("%.1f", mib) + " MiB; rank 0 took " + fmt("%.3f", took) + " s" +
              (pending_async_ ? async_text() : "") + ")",
-         LogFields(LogLevel::kInfo) + "\"event\":\"checkpoint\",\"step\":" + std::to_string(step) + ",\"shards\":" +
-             std::to_string(world_) + ",\"write_s\":" + fmt("%.6f", took) + ",\"copy_s\":" + fmt("%.6f", copy_s_) +
-             ",\"paused_s\":" + fmt("%.6f", pending_async_ ? waited_s_ : took));
+         LogFields(LogLevel::kInfo, {{"event", "checkpoint"}, {"step", step}, {"shards", world_}, {"write_s", took}, {"copy_s", copy_s_}, {"paused_s", pending_async_ ? waited_s_ : took}}));
   } catch (const std::exception& e) {
     log_("checkpoint step " + std::to_string(step) + " failed: " + e.what() + "; the previous checkpoint is kept",
-         LogFields(LogLevel::kError) + "\"event\":\"checkpoint_failed\",\"step\":" + std::to_string(step));
+         LogFields(LogLevel::kError, {{"event", "checkpoint_failed"}, {"step", step}}));
   }
 }
 
@@ -330,14 +328,13 @@ void CheckpointWriter::flush_messages() {
   const std::string step = std::to_string(r.step);
   if (!r.error.empty()) {
     log_("checkpoint step " + step + " failed: " + r.error + "; the previous checkpoint is kept",
-         LogFields(LogLevel::kError) + "\"event\":\"checkpoint_failed\",\"step\":" + step);
+         LogFields(LogLevel::kError, {{"event", "checkpoint_failed"}, {"step", step}}));
     return;
   }
   const std::string path = path_for(r.step);
   log_("checkpoint step " + step + ": " + path + " (" + fmt("%.1f", file_mib(path)) + " MiB in " + fmt("%.3f", r.write_s) +
            " s" + (pending_async_ ? async_text() : "") + ")",
-       LogFields(LogLevel::kInfo) + "\"event\":\"checkpoint\",\"step\":" + step + ",\"write_s\":" + fmt("%.6f", r.write_s) +
-           ",\"copy_s\":" + fmt("%.6f", copy_s_) + ",\"paused_s\":" + fmt("%.6f", pending_async_ ? waited_s_ : r.write_s));
+       LogFields(LogLevel::kInfo, {{"event", "checkpoint"}, {"step", step}, {"write_s", r.write_s}, {"copy_s", copy_s_}, {"paused_s", pending_async_ ? waited_s_ : r.write_s}}));
 }
 
 double CheckpointWriter::save(CheckpointState s, int64_t step, bool sync) {

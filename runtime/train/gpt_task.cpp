@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/json_text.hpp"
 #include "loom/rt/io/json.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/model_io.hpp"
@@ -117,15 +118,17 @@ class GptTask : public Task {
   std::vector<ParamGroup> param_groups() const override { return model_->param_groups(); }
   void set_param_gate(ParamGate* gate) override { model_->set_gate(gate); }
   std::string config_json() const override {
-    std::string j = model_->config().json();
-    j.pop_back();
-    if (text_.files)  // no byte vocabulary: a tokenizer's ids
-      return j + ",\"tokens\":\"llm.c uint" + std::to_string(8 * text_.mapped.token_bytes()) + "\"}";
-    // Byte-level tokens: the vocabulary as the byte values it holds (any file, UTF-8 or not,
-    // round-trips through the JSON of model.config).
-    std::string bytes;
-    for (unsigned char ch : text_.chars) bytes += (bytes.empty() ? "" : ",") + std::to_string(ch);
-    return j + ",\"vocab_bytes\":[" + bytes + "]}";
+    auto j = nlohmann::ordered_json::parse(model_->config().json());
+    if (text_.files) {  // no byte vocabulary: a tokenizer's ids
+      j["tokens"] = "llm.c uint" + std::to_string(8 * text_.mapped.token_bytes());
+    } else {
+      // Byte-level tokens: the vocabulary as the byte values it holds (any file, UTF-8 or not,
+      // round-trips through the JSON of model.config).
+      std::vector<int> bytes(text_.chars.begin(), text_.chars.end());
+      for (int& b : bytes) b &= 0xff;
+      j["vocab_bytes"] = bytes;
+    }
+    return json_text(j);
   }
   double train_flops(int batch) const override { return model_->train_flops(batch); }
   std::string rng_state() const override { return model_->rng_state(); }

@@ -18,7 +18,7 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
       exchange_(parse_grad_compress(c.grad_compress), c.bucket_mb) {
   if (c.zero != 0 && !ranks_.many())
     rep_.say("--zero " + std::to_string(c.zero) + " on one rank: there is nothing to shard, the model and the optimizer keep their whole state",
-             LogFields(LogLevel::kInfo) + "\"event\":\"zero\",\"sharded\":false");
+             LogFields(LogLevel::kInfo, {{"event", "zero"}, {"sharded", false}}));
   if (!ranks_.many()) return;
   const std::vector<double> levels = ranks_.gather(c.zero);
   for (size_t r = 0; r < levels.size(); ++r)
@@ -27,7 +27,7 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                   std::to_string(ranks_.me) + " has " + std::to_string(c.zero) + " (every rank must run the same command)");
   if (c.offload == Offload::kOptimizer && device != Device::kCuda)
     rep_.say("--offload optimizer: the ranks train on the CPU, where the optimizer state is in host memory already",
-             LogFields(LogLevel::kInfo) + "\"event\":\"offload\",\"moved\":false");
+             LogFields(LogLevel::kInfo, {{"event", "offload"}, {"moved", false}}));
   if (c.zero == 3) {
     zero3_ = std::make_unique<Zero3>(*c.comm, device, c.grad_compress == "fp16");
     // In this build ZeRO-3's shards live in host memory on every device: on CUDA the optimizer is
@@ -37,7 +37,7 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                  "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
                  "its gradients reduce-scattered" + (c.grad_compress == "fp16" ? std::string(" in fp16") : std::string()) +
                  " as backward finishes it; " + c.comm->describe() + " (" + c.comm->backend() + ")",
-             LogFields(LogLevel::kInfo) + "\"event\":\"comm\",\"zero\":3");
+             LogFields(LogLevel::kInfo, {{"event", "comm"}, {"zero", 3}}));
     return;
   }
   if (c.zero == 1) {
@@ -69,9 +69,8 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
                "allreduce " + over + ", " +
                (overlap ? "buckets of " + num(c.bucket_mb) + " MiB overlapped with backward" : std::string("after backward")) +
                (c.grad_compress != "none" ? ", gradients " + c.grad_compress : std::string()),
-           LogFields(LogLevel::kInfo) + "\"event\":\"comm\",\"hierarchical\":" + std::string(c.comm->hierarchical() ? "true" : "false") +
-               ",\"overlap\":" + (overlap ? "true" : "false") + ",\"gpu_backend\":\"" +
-               (device_comm_ ? "nccl" : device == Device::kCuda ? "host" : "none") + "\"");
+           LogFields(LogLevel::kInfo, {{"event", "comm"}, {"hierarchical", c.comm->hierarchical()}, {"overlap", overlap},
+                                     {"gpu_backend", device_comm_ ? "nccl" : device == Device::kCuda ? "host" : "none"}}));
 }
 
 void GradientSync::shard_params(Task& task, Optimizer& opt) {
@@ -156,7 +155,7 @@ void GradientSync::report_compression(int64_t step) {
   rep_.say("gradient compression " + compress_ + " from step " + std::to_string(step + 1) + ": " +
                std::to_string(exchange_.last_bytes()) + " bytes per step instead of " +
                std::to_string(exchange_.plain_bytes()) + " (" + num(ratio) + "x fewer)",
-           LogFields(LogLevel::kInfo) + "\"event\":\"compression\",\"ratio\":" + num(ratio));
+           LogFields(LogLevel::kInfo, {{"event", "compression"}, {"ratio", ratio}}));
 }
 
 }  // namespace loom::rt

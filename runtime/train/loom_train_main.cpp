@@ -21,7 +21,7 @@
 #include <string>
 #include <thread>
 
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/nn/mlp.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/json.hpp"

@@ -1,47 +1,24 @@
-// metrics_http.cpp — loom-train's Prometheus endpoint (metrics_http.hpp), on POSIX sockets:
-// one fixed GET, so one poll loop over a few non-blocking connections is the whole server.
+// metrics_http.cpp — loom-train's Prometheus endpoint (metrics_http.hpp) on Boost.Beast, the
+// HTTP stack loom-serve uses: one thread runs the accept loop and every connection
+// asynchronously, each with a whole-request deadline, so a slow client holds only its own slot.
 #include "loom/rt/train/metrics_http.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <atomic>
 #include <chrono>
-#include <cstring>
-#include <sstream>
-#include <vector>
+#include <functional>
+#include <memory>
+#include <thread>
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
-#include "loom/rt/train/train_config.hpp"
+
+#ifdef LOOM_HAVE_BEAST
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#endif
 
 namespace loom::rt {
-namespace {
-
-constexpr size_t kMaxRequest = 8192;
-constexpr size_t kMaxClients = 16;
-constexpr auto kRequestDeadline = std::chrono::seconds(2);
-
-// The answer is a few KiB: it fits the socket's buffer, so a non-blocking send writes it whole
-// unless the client stopped reading long ago (then it is dropped, never waited for).
-void send_all(int fd, const std::string& s) {
-  for (size_t off = 0; off < s.size();) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
-
-std::string response(const char* status, const char* type, const std::string& body) {
-  return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-}
-
-}  // namespace
 
 std::string prometheus_text(const TrainGauges& g) {
   PrometheusText o;
@@ -61,99 +38,125 @@ std::string prometheus_text(const TrainGauges& g) {
   return o.str();
 }
 
-MetricsServer::MetricsServer(const std::string& bind, int port) {
-  if (port < 0 || port > 65535) throw Error("--metrics-port must be 0..65535, not " + std::to_string(port));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, bind.c_str(), &addr.sin_addr) != 1)
-    throw Error("--metrics-bind: '" + bind + "' is not an IPv4 address");
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listen_fd_, 16) != 0) {
-    const std::string why = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    throw Error("--metrics-port: cannot listen on " + bind + ":" + std::to_string(port) + ": " + why);
+std::string MetricsServer::scrape_text() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prometheus_text(gauges_);
+}
+
+#ifdef LOOM_HAVE_BEAST
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr size_t kMaxRequest = 8192;
+constexpr int kMaxClients = 16;
+constexpr auto kRequestDeadline = std::chrono::seconds(2);
+
+// One connection: read a request within the deadline, answer it, close.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket s, std::function<std::string()> text, std::atomic<int>& clients)
+      : stream_(std::move(s)), text_(std::move(text)), clients_(clients) {}
+  ~Session() { --clients_; }
+  void start() {
+    parser_.header_limit(kMaxRequest);
+    parser_.body_limit(kMaxRequest);
+    stream_.expires_after(kRequestDeadline);
+    http::async_read(stream_, buf_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
-  thread_ = std::thread([this] { serve(); });
-}
 
-MetricsServer::~MetricsServer() {
-  stop_ = true;
-  if (thread_.joinable()) thread_.join();
-  ::close(listen_fd_);
-}
+ private:
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::header_limit || ec == http::error::body_limit)
+      return reply(http::status::request_header_fields_too_large, "too large\n");
+    if (ec) return;  // closed, or too slow: dropped without an answer
+    const auto& req = parser_.get();
+    if (req.method() != http::verb::get) return reply(http::status::method_not_allowed, "GET only\n");
+    const std::string target(req.target());
+    if (target != "/metrics" && target.rfind("/metrics?", 0) != 0)
+      return reply(http::status::not_found, "loom-train serves /metrics only\n");
+    reply(http::status::ok, text_(), "text/plain; version=0.0.4; charset=utf-8");
+  }
+  void reply(http::status status, std::string body, const char* type = "text/plain") {
+    res_.result(status);
+    res_.set(http::field::content_type, type);
+    res_.keep_alive(false);
+    res_.body() = std::move(body);
+    res_.prepare_payload();
+    stream_.expires_after(kRequestDeadline);
+    http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code, size_t) {
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    });
+  }
+  beast::tcp_stream stream_;
+  beast::flat_buffer buf_;
+  http::request_parser<http::string_body> parser_;
+  http::response<http::string_body> res_;
+  std::function<std::string()> text_;
+  std::atomic<int>& clients_;
+};
 
-// One poll loop over the listening socket and up to kMaxClients connections, each with a
-// whole-request deadline: a client that sends slowly (or nothing) holds only its own slot, for at
-// most kRequestDeadline, and the loop sees stop_ within 100 ms, so the server never delays exit.
-void MetricsServer::serve() {
-  struct Conn {
-    int fd;
-    std::string req;
-    std::chrono::steady_clock::time_point deadline;
-  };
-  std::vector<Conn> conns;
-  std::vector<pollfd> fds;
-  while (!stop_) {
-    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
-    for (const auto& c : conns) fds.push_back(pollfd{c.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
-    const auto now = std::chrono::steady_clock::now();
-    for (size_t i = conns.size(); i-- > 0;) {
-      Conn& c = conns[i];
-      bool done = now >= c.deadline;  // too slow: dropped without an answer
-      if (!done && (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) done = answer(c.fd, c.req);
-      if (done) {
-        ::close(c.fd);
-        conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+}  // namespace
+
+// Declared so that the io_context, whose pending handlers hold the sessions, goes before what
+// the sessions use.
+struct MetricsServer::Impl {
+  std::atomic<int> clients{0};
+  std::function<std::string()> text;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::thread thread;
+
+  void accept() {
+    acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec && clients < kMaxClients) {  // full: closed, the scraper tries again
+        ++clients;
+        std::make_shared<Session>(std::move(s), text, clients)->start();
       }
-    }
-    if (fds[0].revents & POLLIN) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0 && conns.size() >= kMaxClients) ::close(fd);  // full: the scraper tries again
-      else if (fd >= 0) conns.push_back({fd, {}, now + kRequestDeadline});
-    }
+      accept();
+    });
   }
-  for (const auto& c : conns) ::close(c.fd);
+};
+
+MetricsServer::MetricsServer(const std::string& bind, int port) : impl_(std::make_unique<Impl>()) {
+  if (port < 0 || port > 65535) throw Error("--metrics-port must be 0..65535, not " + std::to_string(port));
+  beast::error_code ec;
+  const auto addr = asio::ip::make_address_v4(bind, ec);
+  if (ec) throw Error("--metrics-bind: '" + bind + "' is not an IPv4 address");
+  const tcp::endpoint at(addr, static_cast<uint16_t>(port));
+  auto& a = impl_->acceptor;
+  a.open(at.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(at, ec);
+  if (!ec) a.listen(kMaxClients, ec);
+  if (ec) throw Error("--metrics-port: cannot listen on " + bind + ":" + std::to_string(port) + ": " + ec.message());
+  port_ = a.local_endpoint().port();
+  impl_->text = [this] { return scrape_text(); };
+  impl_->accept();
+  impl_->thread = std::thread([this] { impl_->io.run(); });
 }
 
-// Reads what has arrived; true when the connection is finished (answered, refused or closed).
-bool MetricsServer::answer(int fd, std::string& req) {
-  char buf[1024];
-  for (;;) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n == 0) return true;
-    if (n < 0) return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
-    req.append(buf, static_cast<size_t>(n));
-    if (req.find("\r\n\r\n") != std::string::npos) break;
-    if (req.size() > kMaxRequest) {
-      send_all(fd, response("431 Request Header Fields Too Large", "text/plain", "too large\n"));
-      return true;
-    }
-  }
-  const std::string line = req.substr(0, req.find("\r\n"));
-  if (line.rfind("GET ", 0) != 0) {
-    send_all(fd, response("405 Method Not Allowed", "text/plain", "GET only\n"));
-    return true;
-  }
-  const std::string target = line.substr(4, line.find(' ', 4) - 4);
-  if (target != "/metrics" && target.rfind("/metrics?", 0) != 0) {
-    send_all(fd, response("404 Not Found", "text/plain", "loom-train serves /metrics only\n"));
-    return true;
-  }
-  std::string body;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    body = prometheus_text(gauges_);
-  }
-  send_all(fd, response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body));
-  return true;
+// Stopping drops every connection at once: the server never delays the run's exit.
+MetricsServer::~MetricsServer() {
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
 }
+
+#else
+
+struct MetricsServer::Impl {};
+
+MetricsServer::MetricsServer(const std::string&, int) {
+  throw Error("--metrics-port needs a build with Boost.Beast (apt-get install libboost-dev)");
+}
+MetricsServer::~MetricsServer() = default;
+
+#endif
 
 }  // namespace loom::rt

@@ -25,7 +25,7 @@ std::string PrecisionPolicy::agree(const TrainConfig& c, const Ranks& ranks, con
                                               : "LOOM_GPU_CLASS" + (static_cast<int>(r) == ranks.me ? "=" + c.gpu_class : std::string());
       rep.say("rank " + std::to_string(r) + " has a GPU without bf16 (" + what +
                   "): every rank uses fp16 with loss scaling instead",
-              LogFields(LogLevel::kWarning) + "\"event\":\"precision\",\"precision\":\"fp16\"");
+              LogFields(LogLevel::kWarning, {{"event", "precision"}, {"precision", "fp16"}}));
       return "fp16";
     }
   return "bf16";
@@ -42,7 +42,7 @@ void PrecisionPolicy::announce(Device device) const {
                               : " (emulated by rounding on the CPU)";
   rep_.say("mixed precision " + precision() + how + ", fp32 master weights" +
                (precision() == "fp16" ? ", loss scale " + num(amp_.scale()) : std::string()),
-           LogFields(LogLevel::kInfo) + "\"event\":\"precision\"");
+           LogFields(LogLevel::kInfo, {{"event", "precision"}}));
 }
 
 void PrecisionPolicy::enter(std::vector<Param>& params) {

@@ -3,12 +3,27 @@
 
 #include <chrono>
 
-
+#include "loom/json_text.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/train/metrics_http.hpp"
 #include "loom/rt/train/trainer.hpp"
 
 namespace loom::rt {
+
+namespace {
+
+// "42,42,18,18" (a step line's shares) as numbers.
+std::vector<int> shares_of(const std::string& text) {
+  std::vector<int> shares;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t comma = text.find(',', pos);
+    shares.push_back(std::atoi(text.substr(pos, comma - pos).c_str()));
+    pos = comma == std::string::npos ? text.size() : comma + 1;
+  }
+  return shares;
+}
+
+}  // namespace
 
 Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
     : metrics_path_(c.metrics_file), rank_(rank), log_("loom-train", c.log_format == LogFormat::kJson, rank, ranks, std::move(log)) {
@@ -23,7 +38,7 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
       g.ranks = ranks;
     });
     say("metrics: http://" + c.metrics_bind + ":" + std::to_string(server_->port()) + "/metrics",
-        LogFields(LogLevel::kInfo) + "\"event\":\"metrics\",\"port\":" + std::to_string(server_->port()));
+        LogFields(LogLevel::kInfo, {{"event", "metrics"}, {"port", server_->port()}}));
   }
 }
 
@@ -31,12 +46,7 @@ Reporter::~Reporter() = default;
 
 void Reporter::live(const StepLine& s, int64_t planned) {
   if (!server_) return;
-  std::vector<int> shares;
-  for (size_t pos = 0; pos < s.shares.size();) {
-    const size_t comma = s.shares.find(',', pos);
-    shares.push_back(std::atoi(s.shares.substr(pos, comma - pos).c_str()));
-    pos = comma == std::string::npos ? s.shares.size() : comma + 1;
-  }
+  std::vector<int> shares = shares_of(s.shares);
   server_->update([&](TrainGauges& g) {
     g.step = s.step, g.epoch = s.epoch, g.steps_planned = planned;
     g.loss = s.loss, g.samples_per_s = s.samples_per_s, g.loss_scale = s.loss_scale;
@@ -51,56 +61,56 @@ void Reporter::say(const std::string& human, const LogFields& fields) const {
   if (rank_ == 0) say_mine(human, fields);
 }
 
+void Reporter::metrics_line(const LogMembers& j) {
+  if (metrics_.is_open()) metrics_ << json_text(j) << "\n";
+}
+
 void Reporter::step(const StepLine& s) {
   if (!metrics_.is_open()) return;
-  metrics_ << "{\"step\":" << s.step << ",\"epoch\":" << s.epoch << ",\"loss\":" << num(s.loss)
-           << ",\"samples_per_s\":" << num(s.samples_per_s) << ",\"rank_batch\":[" << s.shares
-           << "],\"comm_bytes\":" << s.comm_bytes << ",\"loss_scale\":" << num(s.loss_scale) << "}\n";
+  metrics_line({{"step", s.step}, {"epoch", s.epoch}, {"loss", s.loss}, {"samples_per_s", s.samples_per_s},
+                {"rank_batch", shares_of(s.shares)}, {"comm_bytes", s.comm_bytes}, {"loss_scale", s.loss_scale}});
 }
 
 void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
   say("epoch " + std::to_string(epoch) + " test accuracy " + num(accuracy) + " test loss " + num(loss),
-      LogFields(LogLevel::kInfo) + "\"event\":\"eval\",\"epoch\":" + std::to_string(epoch) + ",\"test_accuracy\":" + num(accuracy));
+      LogFields(LogLevel::kInfo, {{"event", "eval"}, {"epoch", epoch}, {"test_accuracy", accuracy}}));
   if (server_) server_->update([&](TrainGauges& g) { g.test_accuracy = accuracy; });
-  if (metrics_.is_open())
-    metrics_ << "{\"event\":\"eval\",\"epoch\":" << epoch << ",\"step\":" << step << ",\"test_accuracy\":" << num(accuracy)
-             << ",\"test_loss\":" << num(loss) << "}\n";
+  metrics_line({{"event", "eval"}, {"epoch", epoch}, {"step", step}, {"test_accuracy", accuracy}, {"test_loss", loss}});
 }
 
 void Reporter::overflow(int64_t step, double loss_scale) {
   say("gradient overflow at step " + std::to_string(step) + ": step skipped on every rank, loss scale " + num(loss_scale),
-      LogFields(LogLevel::kWarning) + "\"event\":\"overflow\",\"step\":" + std::to_string(step) + ",\"loss_scale\":" + num(loss_scale));
-  if (metrics_.is_open())
-    metrics_ << "{\"event\":\"overflow\",\"step\":" << step << ",\"loss_scale\":" << num(loss_scale) << "}\n";
+      LogFields(LogLevel::kWarning, {{"event", "overflow"}, {"step", step}, {"loss_scale", loss_scale}}));
+  metrics_line({{"event", "overflow"}, {"step", step}, {"loss_scale", loss_scale}});
 }
 
 void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
-  const std::string accuracy = r.evaluated ? num(r.test_accuracy) : "null";
+  const LogMembers accuracy = r.evaluated ? LogMembers(r.test_accuracy) : LogMembers();
   if (metrics_.is_open()) {
-    metrics_ << "{\"event\":\"summary\",\"steps\":" << r.steps << ",\"samples_per_s\":" << num(r.samples_per_s)
-             << ",\"comm_bytes\":" << comm_bytes << ",\"test_accuracy\":" << accuracy << ",\"gflops\":" << num(r.gflops)
-             << ",\"param_bytes_per_rank\":" << r.param_bytes << ",\"grad_bytes_per_rank\":" << r.grad_bytes
-             << ",\"optimizer_bytes_per_rank\":" << r.optimizer_bytes << ",\"peak_memory_bytes\":" << r.peak_memory_bytes
-             << (r.preempted ? ",\"preempted\":true" : "") << "}\n";
+    LogMembers j = {{"event", "summary"}, {"steps", r.steps}, {"samples_per_s", r.samples_per_s}, {"comm_bytes", comm_bytes},
+                    {"test_accuracy", accuracy}, {"gflops", r.gflops}, {"param_bytes_per_rank", r.param_bytes},
+                    {"grad_bytes_per_rank", r.grad_bytes}, {"optimizer_bytes_per_rank", r.optimizer_bytes},
+                    {"peak_memory_bytes", r.peak_memory_bytes}};
+    if (r.preempted) j["preempted"] = true;
+    metrics_line(j);
     if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
   }
   const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, param_bytes_per_rank " +
                             std::to_string(r.param_bytes) + ", grad_bytes_per_rank " + std::to_string(r.grad_bytes) +
                             ", optimizer_bytes_per_rank " + std::to_string(r.optimizer_bytes) + ", peak memory " + fixed(r.peak_memory_bytes / 1048576.0, 1) + " MiB";
-  const LogFields fields = LogFields(LogLevel::kInfo) + "\"event\":\"summary\",\"samples_per_s\":" + num(r.samples_per_s) +
-                             ",\"param_bytes_per_rank\":" + std::to_string(r.param_bytes) +
-                             ",\"grad_bytes_per_rank\":" + std::to_string(r.grad_bytes) +
-                             ",\"optimizer_bytes_per_rank\":" + std::to_string(r.optimizer_bytes) +
-                             ",\"peak_memory_bytes\":" + std::to_string(r.peak_memory_bytes) +
-                             ",\"test_accuracy\":" + accuracy;
-  if (r.preempted)
+  LogFields fields(LogLevel::kInfo, {{"event", "summary"}, {"samples_per_s", r.samples_per_s}, {"param_bytes_per_rank", r.param_bytes},
+                                     {"grad_bytes_per_rank", r.grad_bytes}, {"optimizer_bytes_per_rank", r.optimizer_bytes},
+                                     {"peak_memory_bytes", r.peak_memory_bytes}, {"test_accuracy", accuracy}});
+  if (r.preempted) {
+    fields.members["preempted"] = true;
     say("stopped: " + std::to_string(r.steps) + " of " + std::to_string(total) + " steps, " + rates +
             "; not evaluated and not exported (the run is unfinished)",
-        fields + ",\"preempted\":true");
-  else
+        fields);
+  } else {
     say("done: " + std::to_string(r.steps) + " steps, " + rates +
             (r.evaluated ? ", test accuracy " + num(r.test_accuracy) : std::string(", not evaluated")),
         fields);
+  }
 }
 
 }  // namespace loom::rt

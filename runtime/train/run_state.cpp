@@ -48,7 +48,7 @@ void RunState::check_total(const std::string& path, const Checkpoint& k) const {
                ? "re-planning the cosine schedule over " + std::to_string(total_) + " steps (the checkpoint's run planned " +
                      std::to_string(planned) + ")"
                : "the checkpoint's run planned " + both + ": the learning rate is constant, nothing to re-plan",
-           LogFields(LogLevel::kInfo) + "\"event\":\"replan\",\"total_steps\":" + std::to_string(total_));
+           LogFields(LogLevel::kInfo, {{"event", "replan"}, {"total_steps", total_}}));
 }
 
 Position RunState::resume(CheckpointWriter& ckpt, RunParts parts) {
@@ -87,18 +87,18 @@ Position RunState::resume(CheckpointWriter& ckpt, RunParts parts) {
     } else {
       rep_.say("resharding: the checkpoint was written by " + std::to_string(world) + " ranks, resuming on " +
                    std::to_string(ranks_.size) + "; shares start again from the device weights",
-               LogFields(LogLevel::kInfo) + "\"event\":\"reshard\"");
+               LogFields(LogLevel::kInfo, {{"event", "reshard"}}));
     }
     rep_.say("resumed from " + loaded->first + " at step " + std::to_string(pos.step) + " (epoch " +
                  std::to_string(pos.epoch) + ")",
-             LogFields(LogLevel::kInfo) + "\"event\":\"resume\",\"step\":" + std::to_string(pos.step));
+             LogFields(LogLevel::kInfo, {{"event", "resume"}, {"step", pos.step}}));
     if (ranks_.many() && parts.sync.powersgd()) {
       if (world == ranks_.size && k.shards == ranks_.size) {
         parts.sync.exchange().restore(k.rank_state[static_cast<size_t>(ranks_.me)]);
       } else {
         rep_.say("PowerSGD's error feedback and warm-started Q belong to the " + std::to_string(world) +
                      " ranks that wrote the checkpoint: they start again from zero on " + std::to_string(ranks_.size),
-                 LogFields(LogLevel::kWarning) + "\"event\":\"resume_powersgd\"");
+                 LogFields(LogLevel::kWarning, {{"event", "resume_powersgd"}}));
       }
     }
   }

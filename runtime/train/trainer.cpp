@@ -157,7 +157,7 @@ Trainer::Trainer(const TrainConfig& c, const Reporter::Log& log)
   precision_.announce(device_);
   rep_.say("training " + task_->describe() + ", " + std::to_string(total_) + " steps of " + std::to_string(c.global_batch) +
                ", " + std::to_string(c.threads) + " threads, GEMM " + cpu::gemm_backend(),
-           LogFields(LogLevel::kInfo) + "\"event\":\"start\",\"steps\":" + std::to_string(total_));
+           LogFields(LogLevel::kInfo, {{"event", "start"}, {"steps", total_}}));
   pos_ = state_.resume(ckpt_, parts());
   shard_params();
   saved_step_ = pos_.step;
@@ -195,8 +195,8 @@ void Trainer::mllog_submission(const TrainConfig& c) {
 bool Trainer::preflight() const {
   if (c_.emulate_speed < 1)
     rep_.say_mine("emulating a slow device: compute takes 1/" + num(c_.emulate_speed) + " as long (LOOM_EMULATE_SPEED)",
-                  LogFields(LogLevel::kWarning) + "\"event\":\"emulation\"");
-  if (!device_note_.empty()) rep_.say_mine(device_note_, LogFields(LogLevel::kInfo) + "\"event\":\"device\",\"device\":\"cpu\"");
+                  LogFields(LogLevel::kWarning, {{"event", "emulation"}}));
+  if (!device_note_.empty()) rep_.say_mine(device_note_, LogFields(LogLevel::kInfo, {{"event", "device"}, {"device", "cpu"}}));
   return true;
 }
 
@@ -218,7 +218,7 @@ TrainResult Trainer::run() {
   if (pos_.step >= total_)
     rep_.say("the checkpoint is already at step " + std::to_string(pos_.step) + " of " + std::to_string(total_) +
                  ": nothing to train",
-             LogFields(LogLevel::kInfo) + "\"event\":\"done_before\"");
+             LogFields(LogLevel::kInfo, {{"event", "done_before"}}));
   bool stopped = false;
   for (int64_t epoch = pos_.epoch; pos_.step < total_ && !stopped; ++epoch) {
     LOOM_MLLOG(ml_, kStart, "epoch_start", nullptr, {{"epoch_num", epoch}});
@@ -310,7 +310,7 @@ bool Trainer::step(int64_t epoch, int64_t b) {
   if (all.stop)
     rep_.say("stopping at step " + std::to_string(pos_.step) + " on a signal" +
                  (ckpt_.enabled() ? ", checkpoint written: resume with --resume auto" : " (no --ckpt-dir: nothing saved)"),
-             LogFields(LogLevel::kWarning) + "\"event\":\"preempted\",\"step\":" + std::to_string(pos_.step));
+             LogFields(LogLevel::kWarning, {{"event", "preempted"}, {"step", pos_.step}}));
   return all.stop;
 }
 
@@ -327,8 +327,7 @@ void Trainer::progress(int64_t epoch, double loss, double seconds) {
   const double eta = (total_ - done) * c_.global_batch / std::max(rate, 1e-9);
   rep_.say("step " + std::to_string(done) + "/" + std::to_string(total_) + " epoch " + std::to_string(epoch) + " loss " +
                fixed(loss, 4) + " " + fixed(rate, 0) + " samples/s ETA " + fixed(eta, 1) + " s",
-           LogFields(LogLevel::kInfo) + "\"step\":" + std::to_string(done) + ",\"loss\":" + num(loss) +
-               ",\"samples_per_s\":" + num(rate));
+           LogFields(LogLevel::kInfo, {{"step", done}, {"loss", loss}, {"samples_per_s", rate}}));
   rep_.step(line);
   window_seconds_ = 0;
   window_samples_ = 0;
@@ -387,10 +386,10 @@ void Trainer::finish(TrainResult* r) {
     if (r->preempted) {
       rep_.say("not exporting " + c_.export_path + ": the run stopped at step " + std::to_string(r->steps) + " of " +
                    std::to_string(total_) + " (the export is written when a resumed run finishes)",
-               LogFields(LogLevel::kWarning) + "\"event\":\"export_skipped\"");
+               LogFields(LogLevel::kWarning, {{"event", "export_skipped"}}));
     } else {
       export_to(c_.export_path);
-      rep_.say("exported " + c_.export_path, LogFields(LogLevel::kInfo) + "\"event\":\"export\"");
+      rep_.say("exported " + c_.export_path, LogFields(LogLevel::kInfo, {{"event", "export"}}));
     }
   }
   report_time(r->steps);
@@ -414,9 +413,7 @@ void Trainer::report_time(int64_t steps) {
                     fixed(time_.update * ms, 2) + " + other " + fixed(other * ms, 2) + " (share " +
                     std::to_string(plan_.share()) + " of " + std::to_string(c_.global_batch) + ")" +
                     (busy > 0 ? "; communication thread busy " + fixed(busy * ms, 2) + " ms" : std::string()),
-                LogFields(LogLevel::kInfo) + "\"event\":\"step_time\",\"compute_ms\":" + num(time_.compute * ms) +
-                    ",\"exchange_ms\":" + num(time_.exchange * ms) + ",\"update_ms\":" + num(time_.update * ms) +
-                    ",\"other_ms\":" + num(other * ms) + ",\"comm_thread_ms\":" + num(busy * ms));
+                LogFields(LogLevel::kInfo, {{"event", "step_time"}, {"compute_ms", time_.compute * ms}, {"exchange_ms", time_.exchange * ms}, {"update_ms", time_.update * ms}, {"other_ms", other * ms}, {"comm_thread_ms", busy * ms}}));
 }
 
 }  // namespace

@@ -1,19 +1,8 @@
-// router.cpp — router.hpp: routing, the concurrency integral, and HTTP forwarding over POSIX
-// sockets (poll deadlines) with Beast's response parser.
+// router.cpp — router.hpp: routing, the concurrency integral, and HTTP forwarding over kept-alive
+// connections to the replicas (replica_http.hpp, on Beast).
 #include "router.hpp"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <boost/beast/http.hpp>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -23,8 +12,6 @@
 #include "core/kserve_json.hpp"
 
 namespace loom::serve {
-
-namespace http = boost::beast::http;
 
 double monotonic_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -40,173 +27,16 @@ const char* state_name(ReplicaState s) {
   return "unknown";
 }
 
-Replica::~Replica() {
-  for (int fd : idle) ::close(fd);
-}
+Replica::~Replica() = default;
 
 namespace {
 
-bool wait_fd(int fd, short events, int timeout_ms) {
-  pollfd p{fd, events, 0};
-  for (;;) {
-    const int n = ::poll(&p, 1, timeout_ms);
-    if (n < 0 && errno == EINTR) continue;
-    return n > 0;
-  }
-}
+// An error body as the protocol writes it (the replica's words may be any bytes).
+std::string error_body(const std::string& msg) { return dump_json({{"error", msg}}); }
 
-bool send_all(int fd, const std::string& data, int timeout_ms) {
-  size_t at = 0;
-  while (at < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      at += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_fd(fd, POLLOUT, timeout_ms)) return false;
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-HttpExchange failure(const std::string& why) {
-  HttpExchange e;
-  e.body = why;
-  return e;
-}
+constexpr const char* kNoReplica = "no replica can take the request now (none ready, or every one is full)";
 
 }  // namespace
-
-int http_connect(const std::string& host, int port, int timeout_ms) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
-  int fd = -1;
-  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
-      ::close(fd);
-      fd = -1;
-      continue;
-    }
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (!wait_fd(fd, POLLOUT, timeout_ms) || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd >= 0) {
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
-  return fd;
-}
-
-namespace {
-
-using Parser = http::response_parser<http::string_body>;
-
-std::string request_text(const std::string& host, const std::string& method, const std::string& target,
-                         const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body) {
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: keep-alive\r\n";
-  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
-  if (method != "GET" || !body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  req += "\r\n";
-  req += body;
-  return req;
-}
-
-void limit(Parser& parser) {
-  parser.body_limit(1ull << 31);
-  parser.header_limit(64 * 1024);
-}
-
-// Reads the replica's answer into `parser` until `until()` holds. Returns "" or what went wrong
-// (*late: no byte within timeout_ms, so the request may still be running there).
-std::string read_until(int fd, Parser& parser, std::string& buf, int timeout_ms, const std::function<bool()>& until,
-                       bool* late) {
-  char chunk[65536];
-  // Bytes already read (past a header a non-eager parser stopped at) are parsed first.
-  auto feed = [&]() -> std::string {
-    while (!buf.empty() && !until()) {
-      boost::beast::error_code ec;
-      const size_t used = parser.put(boost::asio::buffer(buf.data(), buf.size()), ec);
-      buf.erase(0, used);
-      if (ec == http::error::need_more) break;
-      if (ec) return "the replica's answer is not HTTP: " + ec.message();
-      if (used == 0) break;
-    }
-    return "";
-  };
-  for (;;) {
-    const std::string bad = feed();
-    if (!bad.empty()) return bad;
-    if (until()) break;
-    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
-    boost::beast::error_code ec;
-    if (n > 0) {
-      buf.append(chunk, static_cast<size_t>(n));
-    } else if (n == 0) {
-      // Closed before a byte of the answer (a kept-alive connection the replica timed out):
-      // Beast's put_eof must not see that (it asserts).
-      if (!parser.got_some()) return "the replica closed the connection";
-      parser.put_eof(ec);
-      if (ec || !until()) return "the replica closed the connection";
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_fd(fd, POLLIN, timeout_ms)) {
-        *late = true;
-        return "the replica did not answer within " + std::to_string(timeout_ms) + " ms";
-      }
-    } else if (errno != EINTR) {
-      return std::string("reading from the replica: ") + std::strerror(errno);
-    }
-  }
-  return "";
-}
-
-HttpExchange exchange_of(Parser& parser) {
-  auto& res = parser.get();
-  HttpExchange e;
-  e.status = static_cast<int>(res.result_int());
-  e.keep_alive = res.keep_alive();
-  e.content_type = std::string(res[http::field::content_type]);
-  for (const char* h : {"Inference-Header-Content-Length", "Retry-After", "WWW-Authenticate", "Allow"}) {
-    const auto it = res.find(h);
-    if (it != res.end()) e.headers.emplace_back(h, std::string(it->value()));
-  }
-  e.body = std::move(res.body());
-  return e;
-}
-
-HttpExchange late_failure(const std::string& why) {
-  HttpExchange e = failure(why);
-  e.status = 504;  // not retried elsewhere: the request may be running there
-  return e;
-}
-
-}  // namespace
-
-HttpExchange http_call(int fd, const std::string& host, const std::string& method, const std::string& target,
-                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
-                       int timeout_ms) {
-  if (!send_all(fd, request_text(host, method, target, headers, body), timeout_ms))
-    return failure("cannot send the request to the replica");
-  Parser parser;
-  limit(parser);
-  parser.eager(true);
-  std::string buf;
-  bool late = false;
-  const std::string err = read_until(fd, parser, buf, timeout_ms, [&] { return parser.is_done(); }, &late);
-  if (!err.empty()) return late ? late_failure(err) : failure(err);
-  return exchange_of(parser);
-}
 
 // generate_stream, and OpenAI completions asking for "stream": true: the replica's server-sent
 // events pass on chunk by chunk as they come.
@@ -226,14 +56,31 @@ bool streamed(const std::string& target, const std::string& body) {
 
 // A streamed answer in progress: its connection, parser and lease live until the stream ends.
 struct StreamedAnswer {
-  int fd = -1;
-  Parser parser;
-  std::string buf;
+  std::unique_ptr<ReplicaConnection> conn;
+  ResponseParser parser;
   std::unique_ptr<Lease> lease;
-  ~StreamedAnswer() {
-    if (fd >= 0) ::close(fd);
-  }
 };
+
+// Passes a streamed answer's chunks on as they come, until its end or the client's; a replica that
+// goes away (or stalls) mid-stream ends it with one error event, so the client does not take what
+// it got for the whole answer.
+void ReplicaPool::relay(StreamedAnswer& a, const std::string& job, const std::function<bool(const std::string&)>& send) {
+  bool client = true;
+  auto on_body = [&](std::uint64_t, boost::beast::string_view data, boost::beast::error_code& ec) {
+    if (client && !data.empty()) client = send(std::string(data.data(), data.size()));
+    if (!client) ec = boost::asio::error::operation_aborted;  // the client went away: stop reading
+    return data.size();
+  };
+  a.parser.on_chunk_body(on_body);  // Beast keeps a reference: on_body outlives the reads
+  std::string err;
+  bool late = false;
+  while (client && !a.parser.is_done() && err.empty()) err = a.conn->read_some(a.parser, timeout_ms_, &late);
+  if (client && !a.parser.is_done()) {
+    broken_streams_.fetch_add(1);
+    send("data: " + error_body("replica " + job + " stopped before the stream's end: " +
+                               (err.empty() ? std::string("the connection closed") : err)) + "\n\n");
+  }
+}
 
 Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const std::string& target,
                                                 const std::vector<std::pair<std::string, std::string>>& headers,
@@ -243,15 +90,14 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
     a->lease = std::make_unique<Lease>(*this, acquire());
     if (!*a->lease) break;
     Replica& r = *a->lease->get();
-    a->fd = http_connect(r.host, r.http_port, timeout_ms_);
-    if (a->fd < 0 || !send_all(a->fd, request_text(r.host, method, target, headers, body), timeout_ms_)) {
+    std::string why;
+    a->conn = ReplicaConnection::open(r.host, r.http_port, timeout_ms_, &why);
+    if (!a->conn || !a->conn->send(method, target, headers, body, timeout_ms_).empty()) {
       demote(r, monotonic_s());
       continue;
     }
-    limit(a->parser);
-    a->parser.eager(false);
     bool late = false;
-    std::string err = read_until(a->fd, a->parser, a->buf, timeout_ms_, [&] { return a->parser.is_header_done(); }, &late);
+    std::string err = a->conn->read_header(a->parser, timeout_ms_, &late);
     if (!err.empty() && !late) {
       demote(r, monotonic_s());
       continue;
@@ -259,34 +105,13 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
     Response res;
     if (err.empty() && a->parser.get().result_int() == 200 && a->parser.chunked()) {
       res.content_type = std::string(a->parser.get()[http::field::content_type]);
-      const int timeout = timeout_ms_;
-      const std::string job = r.job;
-      res.stream = [this, a, timeout, job](const std::function<bool(const std::string&)>& send) {
-        bool client = true;
-        auto on_body = [&](std::uint64_t, boost::beast::string_view data, boost::beast::error_code& ec) {
-          if (client && !data.empty()) client = send(std::string(data.data(), data.size()));
-          if (!client) ec = boost::asio::error::operation_aborted;  // the client went away: stop reading
-          return data.size();
-        };
-        a->parser.on_chunk_body(on_body);  // Beast keeps a reference: on_body outlives the reads
-        bool late_body = false;
-        const std::string err =
-            read_until(a->fd, a->parser, a->buf, timeout, [&] { return !client || a->parser.is_done(); }, &late_body);
-        if (client && !a->parser.is_done()) {
-          // The replica went away (or stalled) mid-stream: the client must not take what it got
-          // for the whole answer. One error event, as the protocol's stream carries errors.
-          broken_streams_.fetch_add(1);
-          const nlohmann::json e = {{"error", "replica " + job + " stopped before the stream's end: " +
-                                                  (err.empty() ? std::string("the connection closed") : err)}};
-          send("data: " + e.dump() + "\n\n");
-        }
-      };
+      res.stream = [this, a, job = r.job](const std::function<bool(const std::string&)>& send) { relay(*a, job, send); };
       return res;
     }
-    if (err.empty()) err = read_until(a->fd, a->parser, a->buf, timeout_ms_, [&] { return a->parser.is_done(); }, &late);
-    const HttpExchange e = err.empty() ? exchange_of(a->parser) : late_failure(err);
+    if (err.empty()) err = a->conn->read_body(a->parser, timeout_ms_, &late);
+    const HttpExchange e = err.empty() ? exchange_of(a->parser) : exchange_failure(err, late);
     res.status = e.status;
-    res.body = e.status == 504 ? "{\"error\":\"replica " + r.job + ": " + e.body + "\"}" : e.body;
+    res.body = e.status == 504 ? error_body("replica " + r.job + ": " + e.body) : e.body;
     if (!e.content_type.empty()) res.content_type = e.content_type;
     res.headers = e.headers;
     return res;
@@ -294,7 +119,7 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
   Response res;
   res.status = 503;
   res.headers.emplace_back("Retry-After", "1");
-  res.body = "{\"error\":\"no replica can take the request now (none ready, or every one is full)\"}";
+  res.body = error_body(kNoReplica);
   return res;
 }
 
@@ -393,28 +218,26 @@ bool ReplicaPool::any_ready() const {
 }
 
 HttpExchange ReplicaPool::exchange(Replica& r, const std::string& method, const std::string& target,
-                                   const std::vector<std::pair<std::string, std::string>>& headers,
-                                   const std::string& body) {
+                                   const Headers& headers, const std::string& body) {
   // A kept-alive connection the replica has closed fails at once: then once more on a new one.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    int fd = -1;
+    std::unique_ptr<ReplicaConnection> conn;
     {
       std::lock_guard<std::mutex> lock(r.idle_mu);
-      if (!r.idle.empty()) fd = r.idle.back(), r.idle.pop_back();
+      if (!r.idle.empty()) conn = std::move(r.idle.back()), r.idle.pop_back();
     }
-    const bool reused = fd >= 0;
-    if (fd < 0) fd = http_connect(r.host, r.http_port, timeout_ms_);
-    if (fd < 0) return failure("cannot connect to replica " + r.job + " at " + r.host + ":" + std::to_string(r.http_port));
-    HttpExchange e = http_call(fd, r.host, method, target, headers, body, timeout_ms_);
+    const bool reused = conn != nullptr;
+    std::string why;
+    if (!conn) conn = ReplicaConnection::open(r.host, r.http_port, timeout_ms_, &why);
+    if (!conn) return exchange_failure("replica " + r.job + ": " + why, false);
+    HttpExchange e = conn->call(method, target, headers, body, timeout_ms_);
     if (e.status != 0 && e.keep_alive) {
       std::lock_guard<std::mutex> lock(r.idle_mu);
-      r.idle.push_back(fd);
-    } else {
-      ::close(fd);
+      r.idle.push_back(std::move(conn));
     }
     if (e.status != 0 || !reused) return e;
   }
-  return failure("replica " + r.job + " closed the connection");
+  return exchange_failure("replica " + r.job + " closed the connection", false);
 }
 
 Forwarder::Response ReplicaPool::forward_http(const std::string& method, const std::string& target,
@@ -435,32 +258,30 @@ Forwarder::Response ReplicaPool::forward_http(const std::string& method, const s
     }
     res.status = e.status;
     res.body = std::move(e.body);
-    if (e.status == 504) res.body = "{\"error\":\"replica " + lease->job + ": " + res.body + "\"}";
+    if (e.status == 504) res.body = error_body("replica " + lease->job + ": " + res.body);
     if (!e.content_type.empty()) res.content_type = e.content_type;
     res.headers = std::move(e.headers);
     return res;
   }
   res.status = 503;
   res.headers.emplace_back("Retry-After", "1");
-  res.body = "{\"error\":\"no replica can take the request now (none ready, or every one is full)\"}";
+  res.body = error_body(kNoReplica);
   return res;
 }
 
-bool ReplicaPool::health_check(Replica& r, int timeout_ms) {
-  const int fd = http_connect(r.host, r.http_port, timeout_ms);
-  if (fd < 0) return false;
-  const HttpExchange e = http_call(fd, r.host, "GET", "/v2/health/ready", {}, "", timeout_ms);
-  ::close(fd);
-  return e.status == 200;
+// A GET on a connection of its own (the replica's keep-alive pool is the requests').
+HttpExchange ReplicaPool::get(Replica& r, const std::string& target, const Headers& headers, int timeout_ms) {
+  std::string why;
+  auto conn = ReplicaConnection::open(r.host, r.http_port, timeout_ms, &why);
+  return conn ? conn->call("GET", target, headers, "", timeout_ms) : exchange_failure(why, false);
 }
 
+bool ReplicaPool::health_check(Replica& r, int timeout_ms) { return get(r, "/v2/health/ready", {}, timeout_ms).status == 200; }
+
 double ReplicaPool::sequences(Replica& r, int timeout_ms, const std::string& authorization) {
-  const int fd = http_connect(r.host, r.http_port, timeout_ms);
-  if (fd < 0) return -1;
-  std::vector<std::pair<std::string, std::string>> h;
+  Headers h;
   if (!authorization.empty()) h.emplace_back("Authorization", authorization);
-  const HttpExchange e = http_call(fd, r.host, "GET", "/metrics", h, "", timeout_ms);
-  ::close(fd);
+  const HttpExchange e = get(r, "/metrics", h, timeout_ms);
   if (e.status != 200) return -1;
   double n = -1;
   std::istringstream lines(e.body);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "frontend/context.hpp"
+#include "replica_http.hpp"
 
 namespace loom::serve {
 
@@ -28,24 +29,13 @@ struct Replica {
   bool warned = false;            // pending too long, reported
   std::atomic<int> outstanding{0};
   std::atomic<uint64_t> routed{0};
-  // Idle kept-alive HTTP connections to the replica (file descriptors).
+  // Idle kept-alive HTTP connections to the replica.
   std::mutex idle_mu;
-  std::vector<int> idle;
+  std::vector<std::unique_ptr<ReplicaConnection>> idle;
   ~Replica();
 };
 
-// A plain HTTP/1.1 exchange with host:port over one connection; no exception on network
-// failure (status 0 and the reason in body). timeout_ms bounds each wait for the peer.
-struct HttpExchange {
-  int status = 0;
-  std::string body, content_type;
-  std::vector<std::pair<std::string, std::string>> headers;
-  bool keep_alive = false;
-};
-HttpExchange http_call(int fd, const std::string& host, const std::string& method, const std::string& target,
-                       const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
-                       int timeout_ms);
-int http_connect(const std::string& host, int port, int timeout_ms);  // -1 on failure
+struct StreamedAnswer;
 
 class ReplicaPool : public Forwarder {
  public:
@@ -95,8 +85,10 @@ class ReplicaPool : public Forwarder {
   void change_outstanding(int delta);
   Response forward_stream(const std::string& method, const std::string& target,
                           const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
-  HttpExchange exchange(Replica& r, const std::string& method, const std::string& target,
-                        const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
+  HttpExchange exchange(Replica& r, const std::string& method, const std::string& target, const Headers& headers,
+                        const std::string& body);
+  HttpExchange get(Replica& r, const std::string& target, const Headers& headers, int timeout_ms);
+  void relay(StreamedAnswer& a, const std::string& job, const std::function<bool(const std::string&)>& send);
   int cap_, timeout_ms_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Replica>> replicas_;

@@ -7,12 +7,13 @@
 #include <cstring>
 
 #include "core/status.hpp"
+#include "loom/json_text.hpp"
 
 namespace loom::serve {
 
 using json = nlohmann::json;
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump_json(const json& j) { return loom::json_text(j); }
 
 namespace {
 

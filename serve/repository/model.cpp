@@ -15,6 +15,7 @@
 
 #include "core/model_files.hpp"
 #include "core/status.hpp"
+#include "loom/json_text.hpp"
 #include "loom/rt/io/gpt2.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/quant_model.hpp"
@@ -139,8 +140,8 @@ void ServedModel::load_gpt2(const LlmOptions& llm) {
     eos = static_cast<int>(id);
   }
   platform_ = "loom-gpt2";
-  config_ = "{\"type\": \"gpt2\", \"n_layer\": " + std::to_string(w.c.layers) + ", \"n_embd\": " + std::to_string(w.c.embd) +
-            ", \"n_positions\": " + std::to_string(w.c.context) + ", \"vocab_size\": " + std::to_string(w.c.vocab) + "}";
+  config_ = json_text(nlohmann::ordered_json{{"type", "gpt2"}, {"n_layer", w.c.layers}, {"n_embd", w.c.embd},
+                                             {"n_positions", w.c.context}, {"vocab_size", w.c.vocab}});
   std::unique_ptr<llm::Tokenizer> tok;
   const bool vocab = access((folder + "/vocab.json").c_str(), F_OK) == 0, merges = access((folder + "/merges.txt").c_str(), F_OK) == 0;
   if (vocab != merges)
@@ -179,7 +180,7 @@ void ServedModel::load_onnx(const std::string& device) {
     batched_ = false;
     not_batched_ = graph->why_not_row_independent();
   }
-  config_ = "{\"type\": \"onnx\", \"opset\": " + std::to_string(graph->opset()) + "}";
+  config_ = json_text(nlohmann::ordered_json{{"type", "onnx"}, {"opset", graph->opset()}});
   backend_ = graph_backend(std::move(graph));
 }
 

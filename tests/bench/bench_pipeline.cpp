@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "grpc_service.grpc.pb.h"
 #include "pipeline/pipeline.hpp"
-#include "services.hpp"
-#include "bench_args.hpp"
+#include "spec/services.hpp"
 
 namespace {
 

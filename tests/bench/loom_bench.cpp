@@ -24,11 +24,11 @@
 #include "bench_args.hpp"
 #include "progress.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #if defined(LOOM_HAVE_NCCL) && defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
 #include <cuda_runtime.h>
 
-#include "loom/rt/dist/comm_nccl.hpp"
+#include "loom/rt/comm/comm_nccl.hpp"
 #endif
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/nn/mlp.hpp"

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "http_decode.hpp"
+#include "frontend/http_decode.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace loom::serve;

@@ -16,13 +16,13 @@
 #include <fstream>
 #include <string>
 
+#include "core/status.hpp"
+#include "core/tensor_in.hpp"
 #include "loom/rt/error.hpp"
-#include "model_config.hpp"
 #include "pipeline/pipeline.hpp"
+#include "repository/model_config.hpp"
 #include "runtime/sweep/spec.hpp"
-#include "spec.hpp"
-#include "status.hpp"
-#include "tensor_in.hpp"
+#include "spec/spec.hpp"
 
 namespace {
 

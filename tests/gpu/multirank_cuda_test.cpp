@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/train/trainer.hpp"

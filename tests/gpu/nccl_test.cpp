@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/dist/comm_nccl.hpp"
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/comm_nccl.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/nn/optim.hpp"
 #include "loom/rt/tensor/ops.hpp"
 #include "loom/rt/tensor/tensor.hpp"

@@ -102,7 +102,7 @@ Comm allreduce(const Cluster& c, const Allocation& a, double bytes, const Model&
   r.algo = use_tree ? "tree" : "ring";
   r.allreduce_s = use_tree ? tree : ring;
   if (algo == "flat" || algo == "hier") {
-    // Loom's own MPI collectives (runtime/dist/comm): a flat ring over every rank in node order,
+    // Loom's own MPI collectives (runtime/comm/comm): a flat ring over every rank in node order,
     // whose node crossings are one flow on one link each way; or hierarchical, a ring inside
     // each node, then k rings of bytes/k across the nodes at once, then a ring inside again.
     const double one_link = nodes > 1 ? std::min(inter, c.type(a.front().node).nic_gbps / 8 * m.net_efficiency) : kInf;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/nn/optim.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 #include "loom/rt/train/zero.hpp"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 
 namespace loom::rt {
 

@@ -417,7 +417,7 @@ TEST(ModelIo, RoundTripAndCorruptFiles) {
 
 #include <thread>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "ranks_harness.hpp"
 
 namespace loom::rt {
@@ -649,7 +649,7 @@ TEST(Comm, AStoppedRankTimesOutWithItsName) {
 }  // namespace
 }  // namespace loom::rt
 
-#include "loom/rt/dist/balancer.hpp"
+#include "loom/rt/comm/balancer.hpp"
 
 namespace loom::rt {
 namespace {

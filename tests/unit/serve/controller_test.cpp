@@ -11,6 +11,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "controller/autoscaler.hpp"
@@ -228,7 +229,7 @@ TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
 
 // A peer that takes the connection and closes it without a byte (what a replica does to a
 // kept-alive connection it timed out): an error the router can retry, not a crash.
-TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
+TEST(ReplicaConnection, APeerThatClosesAtOnceIsAFailureNotACrash) {
   int port = 0;
   const int ls = loopback_socket(true, &port);
   ASSERT_GE(ls, 0);
@@ -243,13 +244,40 @@ TEST(HttpCall, APeerThatClosesAtOnceIsAFailureNotACrash) {
     }
   });
   for (int i = 0; i < 2; ++i) {
-    const int fd = http_connect("127.0.0.1", port, 1000);
-    ASSERT_GE(fd, 0);
-    const HttpExchange e = http_call(fd, "127.0.0.1", "POST", "/v2/models/m/infer", {}, "{}", 2000);
+    std::string why;
+    auto conn = ReplicaConnection::open("127.0.0.1", port, 1000, &why);
+    ASSERT_TRUE(conn) << why;
+    const HttpExchange e = conn->call("POST", "/v2/models/m/infer", {}, "{}", 2000);
     EXPECT_EQ(e.status, 0) << i;
     EXPECT_NE(e.body.find("replica"), std::string::npos) << e.body;  // closed, or reset
-    ::close(fd);
   }
+  peer.join();
+  ::close(ls);
+}
+
+// A replica that takes the request and never answers: 504 within the timeout, naming the
+// replica; it stays routed (the request may still be running there, so it is not retried).
+TEST(ReplicaPool, AReplicaThatNeverAnswersIs504NotARetry) {
+  int port = 0;
+  const int ls = loopback_socket(true, &port);
+  ASSERT_GE(ls, 0);
+  std::thread peer([ls] {
+    const int c = ::accept(ls, nullptr, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::close(c);
+  });
+  ReplicaPool pool(8, 500);
+  auto r = replica("8", ReplicaState::kReady, 0);
+  r->host = "127.0.0.1";
+  r->http_port = port;
+  pool.put(r);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto res = pool.forward_http("POST", "/v2/models/m/infer", {}, "{}");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1400));
+  EXPECT_EQ(res.status, 504);
+  const auto j = nlohmann::json::parse(res.body);
+  EXPECT_NE(j["error"].get<std::string>().find("replica 8: the replica did not answer within 500 ms"), std::string::npos) << res.body;
+  EXPECT_EQ(r->state.load(), ReplicaState::kReady);
   peer.join();
   ::close(ls);
 }

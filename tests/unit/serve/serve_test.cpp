@@ -16,16 +16,16 @@
 #include <mutex>
 #include <thread>
 
-#include "generate_json.hpp"
-#include "kserve_json.hpp"
-#include "model_config.hpp"
-#include "pipeline/pipeline.hpp"
-#include "repository.hpp"
-#include "services.hpp"
-#include "spec.hpp"
-#include "loom/rt/io/model_io.hpp"
+#include "core/kserve_json.hpp"
+#include "frontend/generate_json.hpp"
 #include "loom/log.hpp"
+#include "loom/rt/io/model_io.hpp"
 #include "loom/topo/topology.hpp"
+#include "pipeline/pipeline.hpp"
+#include "repository/model_config.hpp"
+#include "repository/repository.hpp"
+#include "spec/services.hpp"
+#include "spec/spec.hpp"
 
 namespace {
 
@@ -114,14 +114,14 @@ TEST(Errors, EachPartsErrorIsALoomErrorAnsweredByItsKind) {
 TEST(Log, OneLineTextOrJson) {
   std::vector<std::string> lines;
   const auto sink = [&](const std::string& l) { lines.push_back(l); };
-  loom::Logger("loom-train", false, 1, 2, sink).write("overflow", loom::LogFields(loom::LogLevel::kWarning) + "\"event\":\"x\"");
+  loom::Logger("loom-train", false, 1, 2, sink).write("overflow", loom::LogFields(loom::LogLevel::kWarning, {{"event", "x"}}));
   loom::Logger("loom-train", false, 0, 1, sink).write(loom::LogLevel::kInfo, "done");
   loom::Logger("loom-serve", false, -1, 1, sink).write(loom::LogLevel::kError, "bad");
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], "loom-train: rank 1: warning: overflow");
   EXPECT_EQ(lines[1], "loom-train: done");
   EXPECT_EQ(lines[2], "loom-serve: error: bad");
-  loom::Logger("loom-train", true, 3, 4, sink).write(loom::LogLevel::kError, "a \"quoted\"\nline", "\"step\":7");
+  loom::Logger("loom-train", true, 3, 4, sink).write(loom::LogLevel::kError, "a \"quoted\"\nline", {{"step", 7}});
   const auto j = nlohmann::json::parse(lines.back());
   EXPECT_EQ(j["level"], "error");
   EXPECT_EQ(j["component"], "loom-train");
@@ -131,6 +131,13 @@ TEST(Log, OneLineTextOrJson) {
   EXPECT_EQ(std::string(j["ts"]).size(), 24u);  // 2026-12-01T13:05:17.123Z
   loom::Logger("loom-serve", true, -1, 1, sink).write(loom::LogLevel::kInfo, "up");
   EXPECT_FALSE(nlohmann::json::parse(lines.back()).contains("rank"));
+  // A message and a member that are not UTF-8 (a file name, a client's string): still one valid
+  // JSON line, the bad bytes replaced.
+  loom::Logger("loom-train", true, 0, 1, sink).write(loom::LogLevel::kWarning, "skipped ck\xff\"pt",
+                                                     {{"file", std::string("ck\xff\"pt.h5")}});
+  const auto bad = nlohmann::json::parse(lines.back());
+  EXPECT_EQ(bad["msg"], "skipped ck\xef\xbf\xbd\"pt");
+  EXPECT_EQ(bad["file"], "ck\xef\xbf\xbd\"pt.h5");
 }
 
 TEST_F(ServeCore, BatchesHoldAtMostMaxRowsAndEachRequestGetsItsOwnRows) {

@@ -62,7 +62,20 @@ TEST(Json, PlacementHasTheContractFields) {
   EXPECT_TRUE(j["ring_bottleneck_gbps"].is_number());
   EXPECT_EQ(j["tasks"][0]["nic_path"], "PIX");
   EXPECT_EQ(j["tasks"][0]["local_rank"], 0);
-  EXPECT_EQ(json_quote("a\"b\\\n\x01"), "\"a\\\"b\\\\\\n\\u0001\"");
+}
+
+// A hostname and a GPU name that are not UTF-8, with quotes and control bytes: every JSON output
+// still parses, the bad bytes replaced and the rest kept.
+TEST(Json, NamesThatAreNotUtf8StayValidJson) {
+  Topology t = xml_fixture("mixed-a100-v100");
+  t.host = std::string("n\xff\xfe\"1\n");
+  t.gpus[0].name = std::string("A100 \xc3\x28\x01");
+  auto j = nlohmann::json::parse(emit_json(t));
+  EXPECT_EQ(j["host"], "n\xef\xbf\xbd\xef\xbf\xbd\"1\n");
+  EXPECT_EQ(j["gpus"][0]["name"].get<std::string>().substr(0, 5), "A100 ");
+  auto c = nlohmann::json::parse(emit_node_conf_json(t, std::string("h\x80")));
+  EXPECT_EQ(c["node_name"], "h\xef\xbf\xbd");
+  EXPECT_NO_THROW(nlohmann::json::parse(emit_gres_json(t, "/dev")));
 }
 
 TEST(NcclXml, NamesGpusLinksAndNics) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace loom {
@@ -20,16 +21,14 @@ LogLevel parse_level(const std::string& name);  // those three; anything else is
 // ISO 8601 in UTC with milliseconds, "2026-12-01T13:05:17.123Z": the JSON lines' "ts".
 std::string utc_timestamp();
 
-// A line's level and its JSON members, built as
-// `LogFields(LogLevel::kWarning) + "\"event\":\"overflow\",\"step\":" + std::to_string(step)`.
+// A JSON line's members beyond ts, level, component, rank and msg, in the order given.
+using LogMembers = nlohmann::ordered_json;
+
+// A line's level and its JSON members: `LogFields(LogLevel::kWarning, {{"event", "overflow"}, {"step", step}})`.
 struct LogFields {
-  explicit LogFields(LogLevel l = LogLevel::kInfo) : level(l) {}
-  friend LogFields operator+(LogFields f, const std::string& more) {
-    f.members += more;
-    return f;
-  }
+  explicit LogFields(LogLevel l = LogLevel::kInfo, LogMembers m = LogMembers::object()) : level(l), members(std::move(m)) {}
   LogLevel level;
-  std::string members;
+  LogMembers members;
 };
 
 class Logger {
@@ -40,11 +39,11 @@ class Logger {
   // `rank` -1: no rank (one process); in text it is shown only when `ranks` > 1.
   explicit Logger(std::string component, bool json = false, int rank = -1, int ranks = 1, Sink sink = to_stderr);
 
-  // One line. `members`: more JSON members, already encoded ("\"event\":\"eval\",\"epoch\":1"),
-  // or empty; text shows only `msg`.
-  void write(LogLevel level, const std::string& msg, const std::string& members = "") const;
+  // One line. `members`: more JSON members (an object), or none; text shows only `msg`. Strings
+  // that are not UTF-8 are written with U+FFFD in place of the bad bytes.
+  void write(LogLevel level, const std::string& msg, const LogMembers& members = LogMembers::object()) const;
   void write(const std::string& msg, const LogFields& f) const { write(f.level, msg, f.members); }
-  std::string format(LogLevel level, const std::string& msg, const std::string& members = "") const;
+  std::string format(LogLevel level, const std::string& msg, const LogMembers& members = LogMembers::object()) const;
 
   bool json() const { return json_; }
 

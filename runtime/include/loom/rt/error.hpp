@@ -42,7 +42,7 @@ class DataChanged : public Error {
 // A library call that must succeed: `ok(rc)` says whether it did; a failure throws (kind kIO)
 // with file:line, the call and the library's own words `why(rc)`. Each library's check is this
 // with its two functions: LOOM_CHECK_CUDA and LOOM_CHECK_CUBLAS (tensor/cuda_check.cuh),
-// LOOM_CHECK_NCCL (dist/comm_nccl.cpp), LOOM_CHECK_MPI (dist/comm_mpi.cpp); HDF5's is
+// LOOM_CHECK_NCCL (comm/comm_nccl.cpp), LOOM_CHECK_MPI (comm/comm_mpi.cpp); HDF5's is
 // LOOM_CHECK_H5 (io/h5.hpp), which also names the file being read or written.
 #define LOOM_CHECK_CALL(call, ok, why)                                                  \
   do {                                                                                  \

@@ -77,7 +77,7 @@ def doubles(values):
 
 
 class Balancer:
-    """runtime/dist/balancer: integer shares of a global batch, from weights or measured times."""
+    """runtime/comm/balancer: integer shares of a global batch, from weights or measured times."""
 
     def __init__(self, mode, global_batch, ranks, weights, replan_every=10):
         self.ranks = ranks

@@ -1,5 +1,5 @@
 """BalancedSampler: this rank's share of each global batch, the shares planned by loom-train's
-balancer (runtime/dist/balancer) from device weights (static) or measured step times (dynamic)."""
+balancer (runtime/comm/balancer) from device weights (static) or measured step times (dynamic)."""
 import math
 import os
 

@@ -26,7 +26,4 @@ std::string emit_nccl_xml(const Topology& t);
 std::string emit_placement_text(const Topology& t, const Placement& p);
 std::string emit_placement_json(const Placement& p);
 
-// JSON string literal with escapes.
-std::string json_quote(const std::string& s);
-
 }  // namespace loom::topo

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "loom/rt/error.hpp"
 
 namespace loom::rt {

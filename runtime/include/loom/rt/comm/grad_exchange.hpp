@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "loom/rt/tensor/param.hpp"
 
 namespace loom::rt {

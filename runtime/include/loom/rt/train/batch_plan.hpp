@@ -1,11 +1,11 @@
 // batch_plan.hpp — how the global batch is split over the ranks each step: static shares from
-// every rank's device weight, re-planned from measured step times (dist/balancer.hpp), with the
+// every rank's device weight, re-planned from measured step times (comm/balancer.hpp), with the
 // stragglers reported.
 #pragma once
 
 #include <string>
 
-#include "loom/rt/dist/balancer.hpp"
+#include "loom/rt/comm/balancer.hpp"
 #include "loom/rt/train/ranks.hpp"
 #include "loom/rt/train/reporter.hpp"
 

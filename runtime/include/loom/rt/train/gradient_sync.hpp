@@ -1,4 +1,4 @@
-// gradient_sync.hpp — each step's exchange between ranks: the gradients (dist/grad_exchange.hpp:
+// gradient_sync.hpp — each step's exchange between ranks: the gradients (comm/grad_exchange.hpp:
 // buckets overlapped with backward, fp16 or PowerSGD payloads) and, riding in the same
 // allreduce, the few numbers every rank must decide alike (the loss, an overflow anywhere, a
 // stop signal anywhere, the checkpoint's shard flags and rank 0's clock). One process: no
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/train/checkpoint_writer.hpp"
 #include "loom/rt/train/ranks.hpp"
 #include "loom/rt/train/reporter.hpp"

@@ -1,15 +1,15 @@
 // metrics_http.hpp — `loom-train --metrics-port P` (rank 0): the run's step, loss, samples/s,
 // per-rank shares of the global batch, gradient bytes and test accuracy in the Prometheus text
 // format at http://BIND:P/metrics, so one dashboard scrapes training beside loom-serve. One
-// small thread answers GET /metrics (requests over 8 KiB or slower than 2 s are dropped); it
-// binds 127.0.0.1 unless --metrics-bind says otherwise.
+// small thread answers GET /metrics on Boost.Beast, as loom-serve does (at most 16 clients;
+// headers over 8 KiB get 431, requests slower than 2 s are dropped); it binds 127.0.0.1 unless
+// --metrics-bind says otherwise.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace loom::rt {
@@ -42,14 +42,12 @@ class MetricsServer {
   }
 
  private:
-  void serve();
-  bool answer(int fd, std::string& req);
-
-  int listen_fd_ = -1, port_ = 0;
-  std::atomic<bool> stop_{false};
+  struct Impl;
+  std::string scrape_text();  // the gauges' exposition text, under the lock
   std::mutex mu_;
   TrainGauges gauges_;
-  std::thread thread_;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
 };
 
 }  // namespace loom::rt

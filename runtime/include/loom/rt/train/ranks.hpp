@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 
 namespace loom::rt {
 

@@ -48,6 +48,7 @@ class Reporter {
   void summary(const TrainResult& r, int64_t total, size_t comm_bytes);
 
  private:
+  void metrics_line(const LogMembers& j);  // one JSON line of the metrics file
   std::string metrics_path_;
   std::ofstream metrics_;
   int rank_;

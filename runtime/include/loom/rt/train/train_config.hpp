@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "loom/choice.hpp"
-#include "loom/rt/dist/comm.hpp"
-#include "loom/rt/dist/balancer.hpp"
+#include "loom/rt/comm/comm.hpp"
+#include "loom/rt/comm/balancer.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/nn/gpt.hpp"
 #include "loom/rt/nn/optim.hpp"

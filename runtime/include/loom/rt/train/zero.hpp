@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "loom/rt/dist/grad_exchange.hpp"
+#include "loom/rt/comm/grad_exchange.hpp"
 #include "loom/rt/nn/optim.hpp"
 
 namespace loom::rt {

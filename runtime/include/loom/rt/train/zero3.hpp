@@ -20,7 +20,7 @@
 #include <mutex>
 #include <vector>
 
-#include "loom/rt/dist/comm.hpp"
+#include "loom/rt/comm/comm.hpp"
 #include "loom/rt/nn/optim.hpp"
 #include "loom/rt/nn/param_gate.hpp"
 #include "loom/rt/train/task.hpp"
