@@ -23,6 +23,7 @@ ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--global-batch", type=int, default=256)
 ap.add_argument("--lr", type=float, default=0.05)
 ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: every epoch)")
+ap.add_argument("--log-every", type=int, default=50, help="the loss every this many steps (and the first and last)")
 ap.add_argument("--ckpt-dir", default=os.environ.get("LOOM_CKPT_DIR", "ckpt"))
 a = ap.parse_args()
 
@@ -67,12 +68,13 @@ for epoch in range(start // len(sampler), a.epochs):
         opt.step()
         ckpt.step()  # LOOM: a checkpoint when due; after SIGUSR1/SIGTERM one more, then exit 75
         step += 1
-        if step == a.steps:
-            break
-        if step % 50 == 0:
+        last = step == a.steps
+        if step == start + 1 or step % a.log_every == 0 or last:  # the same steps on every rank
             total = lt.allreduce(loss.detach() * len(xb) / a.global_batch, op=lt.Sum)  # LOOM: the global loss
             if lt.rank() == 0:
                 print(f"epoch {epoch} step {step} loss {total.item():.4f} shares {sampler.shares()}", flush=True)
+        if last:
+            break
 if lt.rank() == 0:
     torch.save(model.state_dict(), "resnet18-fashion-mnist.pt")
     print("saved resnet18-fashion-mnist.pt", file=sys.stderr)

@@ -16,6 +16,7 @@ ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
 ap.add_argument("--steps", type=int, default=300)
 ap.add_argument("--context", type=int, default=64)
 ap.add_argument("--global-batch", type=int, default=64)
+ap.add_argument("--log-every", type=int, default=50, help="the loss every this many steps (and the first and last)")
 ap.add_argument("--ckpt-dir", default=os.environ.get("LOOM_CKPT_DIR", "ckpt-lm"))
 a = ap.parse_args()
 
@@ -46,7 +47,7 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 opt = lt.DistributedOptimizer(opt, named_parameters=model.named_parameters(),  # LOOM
                               compression=lt.Compression.powersgd(rank=4, start=100))  # LOOM
 ckpt = lt.Checkpoint(a.ckpt_dir, model=model, optimizer=opt, sampler=sampler, every_steps=100)  # LOOM
-step = ckpt.restore()  # LOOM
+step = start = ckpt.restore()  # LOOM
 if step == 0:
     lt.broadcast_parameters(model.state_dict(), root_rank=0)  # LOOM
 while step < a.steps:
@@ -59,7 +60,7 @@ while step < a.steps:
         opt.step()
         ckpt.step()  # LOOM
         step += 1
-        if step % 50 == 0 and lt.rank() == 0:
+        if (step == start + 1 or step % a.log_every == 0 or step == a.steps) and lt.rank() == 0:
             st = opt.loom_stats()  # LOOM: bytes sent against plain fp32's
             print(f"step {step} loss {loss.item():.3f} sent {st['last_bytes']} of {st['plain_bytes']} bytes", flush=True)
         if step == a.steps:

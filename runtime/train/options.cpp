@@ -73,6 +73,7 @@ po::options_description train_options(TrainConfig& c, TrainOptionText& in) {
       ("qat-weight-scales", po::value(&in.qat_scales)->default_value(c.qat_per_tensor ? "per-tensor" : "per-channel"), "--qat: per-channel | per-tensor weight scales")
       ("log-format", po::value(&c.log_format)->default_value(c.log_format, word_of(c.log_format)), "text | json")
       ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between progress lines")
+      ("eval-every", po::value(&c.eval_every), "steps between test-set evaluations, at the end of a pass (default: mlp every pass, gpt every --log-every steps)")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
       ("metrics-port", po::value(&c.metrics_port), "rank 0 serves Prometheus /metrics on this port (0: any, logged)")
       ("metrics-bind", po::value(&c.metrics_bind)->default_value(c.metrics_bind), "address of --metrics-port (0.0.0.0: every interface)")

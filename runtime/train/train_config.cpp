@@ -49,6 +49,7 @@ void validate(const TrainConfig& c) {
   positive("--threads", c.threads);
   if (c.threads > 1024) throw Error("--threads must be at most 1024, not " + std::to_string(c.threads));
   positive("--log-every", c.log_every);
+  not_negative("--eval-every", static_cast<double>(c.eval_every));
   positive("--replan-every", c.replan_every);
   positive("--context", c.context);
   positive("--n-layer", c.gpt_layers);

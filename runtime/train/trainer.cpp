@@ -220,12 +220,18 @@ TrainResult Trainer::run() {
                  ": nothing to train",
              LogFields(LogLevel::kInfo, {{"event", "done_before"}}));
   bool stopped = false;
+  int64_t last_eval_step = first_step;
+  // A pass over a small text file takes a few steps: gpt evaluates every --log-every steps.
+  const int64_t eval_every = c_.eval_every > 0 ? c_.eval_every : c_.model == ModelKind::kGpt ? c_.log_every : 0;
   for (int64_t epoch = pos_.epoch; pos_.step < total_ && !stopped; ++epoch) {
     LOOM_MLLOG(ml_, kStart, "epoch_start", nullptr, {{"epoch_num", epoch}});
     for (int64_t b = epoch == pos_.epoch ? pos_.batch : 0; b < per_epoch_ && pos_.step < total_ && !stopped; ++b)
       stopped = step(epoch, b);
     LOOM_MLLOG(ml_, kEnd, "epoch_stop", nullptr, {{"epoch_num", epoch}});
-    if (!stopped) evaluate(epoch);
+    if (!stopped && (pos_.step >= total_ || pos_.step - last_eval_step >= eval_every)) {
+      evaluate(epoch);
+      last_eval_step = pos_.step;
+    }
   }
   ckpt_.finish();  // the last asynchronous write, if any, is down (or reported) before we go on
   TrainResult r;

@@ -147,6 +147,8 @@ run_cmd env LOOM_CKPT_DIR=rn-ckpt timeout 300 mpirun -x PYTHONPATH -x LOOM_TORCH
   "$E/resnet_fashion_mnist.py" --steps 2 --global-batch 16
 expect_eq "examples/torch/resnet_fashion_mnist.py exit ($(tail -3 <<<"$err"))" 0 "$rc"
 expect_match "resnet_fashion_mnist.py saves its model" "saved resnet18-fashion-mnist.pt" "$err"
+expect_match "resnet_fashion_mnist.py: a short run shows its first and last step" \
+  "epoch 0 step 1 loss [0-9.]+ shares .*epoch 0 step 2 loss [0-9.]+" "$(tr '\n' ' ' <<<"$out")"
 
 # 7. Under Slurm: srun --mpi=pmix --loom-bind=ring on an A100 and a V100 (the local cluster's
 # devices): the plugin's LOOM_DEVICE_WEIGHT (312, 125) sets the static shares, and the run is

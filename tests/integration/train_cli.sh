@@ -154,6 +154,7 @@ mkdir -p trunc
 cp /usr/share/datasets/fashion-mnist/*-labels-idx1-ubyte.gz /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz trunc/
 zcat /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz | head -c 100000 | gzip >trunc/train-images-idx3-ubyte.gz
 check_err "truncated data" 1 "truncated IDX file" --data fashion-mnist:"$LOOM_TMP/trunc" --steps 1
+check_err "negative evaluation interval" 2 "--eval-every must not be negative" --eval-every -5
 check_err "export to a missing folder" 1 "cannot create" --steps 2 --export "$LOOM_TMP/no/such/dir/m.h5" --log-every 1000
 expect_eq "nothing half-written" "" "$(ls "$LOOM_TMP/no" 2>/dev/null)"
 
@@ -169,6 +170,15 @@ loss_falls() {  # WHAT FROM TO TOTAL: the loss logged at step TO is below the on
   /usr/bin/python3 -c "import sys; sys.exit(0 if $last < $first else 1)" && pass || fail "$1: loss did not fall ($first -> $last)"
 }
 loss_falls "gpt" 40 120 120
+# A small file (4 KB: a pass is ~14 steps): evaluated every --log-every steps and at the end, not
+# after each of its five passes; --eval-every 1 asks for every pass.
+head -c 4000 /usr/share/common-licenses/GPL-3 >small.txt
+small="--model gpt --data text:$LOOM_TMP/small.txt --context 32 --n-embd 32 --n-head 4 --global-batch 8 --steps 60 --log-every 20"
+run_cmd "$T" $small
+expect_eq "gpt on a small file: evaluated every --log-every steps, not every pass" 3 "$(grep -cE "epoch [0-9]+ test accuracy" <<<"$err")"
+expect_match "gpt on a small file: the last pass evaluated" "epoch 4 test accuracy" "$err"
+run_cmd "$T" $small --eval-every 1
+expect_eq "gpt on a small file, --eval-every 1: every pass" 5 "$(grep -cE "epoch [0-9]+ test accuracy" <<<"$err")"
 /usr/bin/python3 -c 'import h5py,json,sys; c=json.loads(h5py.File(sys.argv[1])["/"].attrs["model.config"]); assert c["type"]=="gpt" and c["vocab"]==len(c["vocab_bytes"])' gpt.h5 && pass || fail "gpt model.config"
 
 # Any text trains: byte-level tokens, so UTF-8 (and bytes that are not UTF-8) round-trip through

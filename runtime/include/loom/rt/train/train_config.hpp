@@ -59,6 +59,9 @@ struct TrainConfig {
   GemmChoice gemm = GemmChoice::kAuto;
   bool evaluate = true;  // false: no test-set evaluation after each epoch (benchmarks)
   int log_every = 100;
+  // Steps between test-set evaluations, each at the end of a pass over the data (0: after every
+  // pass for the MLP, every --log-every steps for gpt, whose pass over a small file is short).
+  int eval_every = 0;
   LogFormat log_format = LogFormat::kText;
   std::string metrics_file;
   int metrics_port = -1;                  // --metrics-port: Prometheus endpoint on rank 0 (-1: none, 0: any port)
