@@ -110,7 +110,7 @@ PY
   kill -TERM "$serve_pid" && wait "$serve_pid" && echo "loom-serve stopped cleanly on SIGTERM"
   note "$(cat "$build/served.txt")"
 
-  echo "--- the same model as replicas on Slurm: loom-serve --controller (Contract 9)"
+  echo "--- the same model as replicas on Slurm: loom-serve --controller"
   cat >"$build/fashion-mlp.yaml" <<YAML
 apiVersion: loom.ai/v1
 kind: InferenceService
