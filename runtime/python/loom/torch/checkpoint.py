@@ -1,4 +1,4 @@
-"""Checkpoint: Contract 4's HDF5 checkpoints (the runtime's writer: Fletcher32 on every dataset,
+"""Checkpoint: loom-train's HDF5 checkpoints (the runtime's writer: Fletcher32 on every dataset,
 a temporary name, flushed and renamed) of a PyTorch model, its optimizer and the sampler's
 place; restore() from the newest that verifies; on SIGUSR1/SIGTERM every rank finishes its step,
 the checkpoint is written and the process exits REQUEUE (75) for the batch script to requeue.
