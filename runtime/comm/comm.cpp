@@ -76,15 +76,53 @@ inline void add_into(uint16_t* dst, const uint16_t* src, size_t n) {
 }  // namespace
 
 void Communicator::ring_steps(const Group& g, size_t at, size_t n, bool reduce, std::vector<Step>* out) {
+  const size_t p = g.ranks.size();
+  std::vector<size_t> begin(p), count(p);
+  for (size_t k = 0; k < p; ++k) {
+    chunk(n, p, k, &begin[k], &count[k]);
+    begin[k] += at;
+  }
+  ring_steps_at(g, begin, count, reduce, out);
+}
+
+void Communicator::ring_steps_at(const Group& g, const std::vector<size_t>& begin, const std::vector<size_t>& count,
+                                 bool reduce, std::vector<Step>* out) {
   const size_t p = g.ranks.size(), i = static_cast<size_t>(g.me);
   if (p < 2) return;
   const int next = g.ranks[(i + 1) % p], prev = g.ranks[(i + p - 1) % p];
   for (size_t s = 0; s + 1 < p; ++s) {
-    size_t sb, sc, rb, rc;  // reduce-scatter step s: send chunk i - s, add chunk i - s - 1 into ours
-    chunk(n, p, (i + p - s + (reduce ? 0 : 1)) % p, &sb, &sc);
-    chunk(n, p, (i + 2 * p - s - (reduce ? 1 : 0)) % p, &rb, &rc);
-    out->push_back({next, prev, at + sb, sc, at + rb, rc, reduce});
+    // reduce-scatter step s: send chunk i - s, add chunk i - s - 1 into ours
+    const size_t sk = (i + p - s + (reduce ? 0 : 1)) % p, rk = (i + 2 * p - s - (reduce ? 1 : 0)) % p;
+    out->push_back({next, prev, begin[sk], count[sk], begin[rk], count[rk], reduce});
   }
+}
+
+// After a ring reduce-scatter member i owns the ring's chunk (i + 1) % p: so the ring's chunk k is
+// the segment of world rank k - 1, and rank r ends up with its own segment.
+std::vector<Communicator::Step> Communicator::uneven_steps(const std::vector<size_t>& counts, bool reduce) const {
+  const size_t p = static_cast<size_t>(size());
+  if (counts.size() != p)
+    throw Error("uneven collective: " + std::to_string(counts.size()) + " counts for " + std::to_string(p) + " ranks");
+  std::vector<size_t> offset(p + 1, 0);
+  for (size_t r = 0; r < p; ++r) offset[r + 1] = offset[r] + counts[r];
+  std::vector<size_t> begin(p), count(p);
+  for (size_t k = 0; k < p; ++k) {
+    const size_t r = static_cast<size_t>(world_.ranks[(k + p - 1) % p]);
+    begin[k] = offset[r], count[k] = counts[r];
+  }
+  std::vector<Step> out;
+  ring_steps_at(world_, begin, count, reduce, &out);
+  return out;
+}
+
+void Communicator::reduce_scatter_sum_v(float* data, const std::vector<size_t>& counts) {
+  std::vector<std::vector<Step>> one{uneven_steps(counts, true)};
+  run_steps(data, one);
+}
+
+void Communicator::allgather_v(float* data, const std::vector<size_t>& counts) {
+  std::vector<std::vector<Step>> one{uneven_steps(counts, false)};
+  run_steps(data, one);
 }
 
 // Flat: reduce-scatter and allgather around the world's ring. Hierarchical: reduce-scatter inside

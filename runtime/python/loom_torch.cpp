@@ -136,6 +136,19 @@ void check_param(const lt_exchange* x, int param) {
                 " the exchange was made with");
 }
 
+// A collective of uneven chunks: the counts (one per rank) checked, then `run`.
+template <class Run>
+int uneven(lt_world* w, const float* data, const size_t* counts, const char* what, Run run) {
+  return guarded([&] {
+    need(w, "the world");
+    if (!counts) throw Error(std::string(what) + " without counts");
+    const std::vector<size_t> c(counts, counts + w->comm->size());
+    if (!data && std::any_of(c.begin(), c.end(), [](size_t k) { return k > 0; }))
+      throw Error(std::string(what) + " of a null buffer");
+    run(c);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -196,6 +209,14 @@ int lt_allreduce_sum(lt_world* w, float* data, size_t n, int half_payload) {
     if (half_payload) w->comm->allreduce_sum_half(data, n);
     else w->comm->allreduce_sum(data, n);
   });
+}
+
+int lt_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts) {
+  return uneven(w, data, counts, "reduce-scatter", [&](const std::vector<size_t>& c) { w->comm->reduce_scatter_sum_v(data, c); });
+}
+
+int lt_allgather_v(lt_world* w, float* data, const size_t* counts) {
+  return uneven(w, data, counts, "allgather", [&](const std::vector<size_t>& c) { w->comm->allgather_v(data, c); });
 }
 
 // Doubles (metadata, integers up to 2^53) travel whole, one broadcast from each rank, and are

@@ -39,6 +39,12 @@ void lt_abort(lt_world* w, int code);
 int lt_allreduce_sum(lt_world* w, float* data, size_t n, int half_payload);
 int lt_allreduce_sum_f64(lt_world* w, double* data, size_t n);
 int lt_broadcast(lt_world* w, void* data, size_t bytes, int root);
+/* Chunks of uneven sizes, in place on float32 host memory of counts[0] + ... + counts[size-1]
+ * elements, rank r's chunk after those of the ranks before it (a count may be 0): after
+ * lt_reduce_scatter_sum_v rank r's chunk holds the sum over the ranks (the rest is undefined);
+ * lt_allgather_v gives every rank every rank's chunk. Every rank passes the same counts. */
+int lt_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts);
+int lt_allgather_v(lt_world* w, float* data, const size_t* counts);
 
 /* The gradient exchange of loom-train (runtime/comm/grad_exchange): buckets summed by a
  * communication thread while backward runs (`compress` "none" or "fp16"), or PowerSGD
@@ -73,7 +79,7 @@ int lt_balancer_shares(const lt_balancer* b, int* out);  /* `ranks` integers sum
 int lt_balancer_observe(lt_balancer* b, const double* seconds, int* replanned);
 void lt_balancer_free(lt_balancer* b);
 
-/* Checkpoints (Contract 4: loom-train's HDF5 layout, every dataset with a Fletcher32 checksum,
+/* Checkpoints (loom-train's HDF5 layout, every dataset with a Fletcher32 checksum,
  * written to a temporary name, flushed and renamed). A checkpoint is built up, then saved; or
  * loaded (every checksum verified), then read out. Groups: 0 /params, 1 /optimizer/m (here: any
  * float tensor of the optimizer's state), 2 /optimizer/v. Texts: 0 model.config, 1 train.config,

@@ -283,6 +283,15 @@ PY
 }
 export -f serve_cuda_vs_cpu
 t "loom-serve --device cuda against --device cpu (fp32, INT8)" 300 serve_cuda_vs_cpu
+torch_import_order() {  # `import loom.torch` before `import torch` with the machine's PyPI CUDA wheel
+  local lib=$B/python/loom/torch/libloomtorch.so
+  [ -f "$lib" ] || { echo "SKIP: loom.torch is not in this bundle"; return 77; }
+  env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" PYTHONPATH="$B/python:$B/torch-tests" "$py" "$B/torch-tests/import_order.py" &&
+    env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" PYTHONPATH="$B/python" "$py" -c \
+      'import loom.torch as lt, torch; lt.init(); x = torch.ones(4, device="cuda"); print("CUDA after loom.torch:", lt.allreduce(x).tolist())'
+}
+export -f torch_import_order
+t "import loom.torch before torch (PyPI's CUDA wheel): PyTorch's NCCL, CUDA works" 60 torch_import_order
 torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 ranks on this GPU = 1 process
   local lib=$B/python/loom/torch/libloomtorch.so d=$work/torch m mpi=${LOOM_MPI_HOME:-}
   [ -f "$lib" ] || { echo "SKIP: loom.torch is not in this bundle"; return 77; }

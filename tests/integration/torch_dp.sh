@@ -37,6 +37,13 @@ fi
 run_cmd env -u PYTHONPATH sh -c "cd '$LOOM_SRCDIR' && $P -c 'import torch; print(torch.__version__, torch.__file__)'"
 expect_eq "import torch from the checkout's root ($err)" 0 "$rc"
 expect_no_match "import torch from the checkout's root is PyTorch, not a folder of Loom's" "^[^ ]* $LOOM_SRCDIR/" "$out"
+# Either import order: loom.torch first loads PyTorch before its library (with PyPI's CUDA wheel the
+# other way round lost NCCL's newer symbols); LOOM_TORCH_PYTHON names a Python with PyPI's PyTorch.
+for py in $P ${LOOM_TORCH_PYTHON:-}; do
+  run_cmd mpi -np 2 "$py" "$T/import_order.py"
+  expect_eq "import loom.torch before torch with $py ($(tail -3 <<<"$err"))" 0 "$rc"
+  expect_eq "import order with $py: both ranks" 2 "$(grep -c 'loaded before libloomtorch; allreduce ok' <<<"$out")"
+done
 # 0. The collectives on tensors and objects, alone and on 2 and 3 ranks.
 for np in 1 2 3; do
   run_cmd mpi -np $np $P "$T/collectives_test.py"

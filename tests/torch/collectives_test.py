@@ -1,6 +1,8 @@
 """The collectives on tensors and objects, on every rank of a world (alone, or under mpirun):
 allreduce (Average and Sum; float32, float64 and integers), broadcast_parameters,
-broadcast_optimizer_state, allgather_object, broadcast_object, and the errors of a bad call."""
+broadcast_optimizer_state, allgather_object, broadcast_object, reduce_scatter and allgather of
+uneven chunks (a share of the model state by each rank's memory, one share empty), and the
+errors of a bad call."""
 import sys
 
 import torch
@@ -55,5 +57,27 @@ try:
     check("a root past the world refused", False)
 except lt.LoomError as e:
     check("a root past the world refused, named", f"root {n} is not a rank" in str(e))
+# Uneven chunks: rank r's share 7 * (r + 1) elements, the last rank's empty (on 2 and 3 ranks).
+counts = [7 * (k + 1) for k in range(n)]
+if n > 1:
+    counts[-1] = 0
+whole = torch.arange(sum(counts), dtype=torch.float32).reshape(-1, 1) * (r + 1)
+begin = sum(counts[:r])
+mine = lt.reduce_scatter(whole, counts)
+expect = torch.arange(sum(counts), dtype=torch.float32)[begin:begin + counts[r]] * total
+check("reduce_scatter of uneven chunks: this rank's chunk of the sum", torch.equal(mine, expect))
+check("reduce_scatter Average", torch.allclose(lt.reduce_scatter(whole, counts, op=lt.Average), expect / n))
+check("reduce_scatter leaves its input", torch.equal(whole[:, 0], torch.arange(sum(counts), dtype=torch.float32) * (r + 1)))
+back = lt.allgather(mine, counts)
+check("allgather of uneven chunks: every rank's chunk", torch.equal(back, torch.arange(sum(counts), dtype=torch.float32) * total))
+for what, call in [("counts for another world", lambda: lt.reduce_scatter(whole, counts + [1])),
+                   ("a negative count", lambda: lt.reduce_scatter(whole, [-1] + counts[1:] if n > 1 else [-1])),
+                   ("counts that miss the tensor", lambda: lt.reduce_scatter(whole[1:], counts)),
+                   ("a chunk of another size", lambda: lt.allgather(torch.zeros(counts[r] + 1), counts))]:
+    try:
+        call()
+        check(f"uneven collectives refuse {what}", False)
+    except ValueError as e:
+        check(f"uneven collectives name {what} ({e})", "count" in str(e) or "elements" in str(e))
 print(f"rank {r} of {n}: {'all collectives checks passed' if not fails else 'FAILED: ' + ', '.join(fails)}", flush=True)
 sys.exit(1 if fails else 0)

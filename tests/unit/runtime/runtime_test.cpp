@@ -517,6 +517,37 @@ TEST(Comm, ReduceScatterAndAllgatherFlatAndHierarchical) {
   }
 }
 
+// Chunks of uneven sizes (a share of the model state by each rank's memory), one of them empty,
+// on 2 and 3 ranks, with nodes that make the allreduce hierarchical: rank r's chunk holds the sum
+// after the reduce-scatter, and every rank has every chunk after the allgather.
+TEST(Comm, UnevenReduceScatterAndAllgather) {
+  for (const std::vector<size_t>& counts : {std::vector<size_t>{2000, 1001}, std::vector<size_t>{1500, 0, 750},
+                                            std::vector<size_t>{3, 7, 1, 5}}) {
+    const int p = static_cast<int>(counts.size());
+    size_t n = 0;
+    for (size_t k : counts) n += k;
+    run_ranks(p, [&](Communicator& c) {
+      if (p == 4) c.set_nodes({0, 0, 1, 1});
+      const size_t me = static_cast<size_t>(c.rank());
+      size_t b = 0;
+      for (size_t r = 0; r < me; ++r) b += counts[r];
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((c.rank() + 1) * (i % 7));
+      c.reduce_scatter_sum_v(v.data(), counts);
+      const float ranks = static_cast<float>(p * (p + 1) / 2);
+      for (size_t i = b; i < b + counts[me]; ++i) ASSERT_EQ(v[i], ranks * static_cast<float>(i % 7)) << p << " " << i;
+      for (size_t i = 0; i < n; ++i)
+        if (i < b || i >= b + counts[me]) v[i] = -1;  // what the allgather must overwrite
+      c.allgather_v(v.data(), counts);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], ranks * static_cast<float>(i % 7)) << p << " " << i;
+    });
+  }
+  run_ranks(2, [](Communicator& c) {
+    std::vector<float> v(4);
+    EXPECT_THROW(c.allgather_v(v.data(), {4}), Error);  // one count for two ranks
+  });
+}
+
 TEST(Comm, LargeBuffersArePipelinedInSegmentsWithTheSameSum) {
   // Buffers of several MiB run as up to 16 segments whose ring steps overlap (flat, and
   // hierarchical with its steps inside and across nodes); the sums and the bytes sent are those

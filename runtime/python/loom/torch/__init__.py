@@ -12,14 +12,14 @@ ranks' gradients by their shares, so every step is the single-process step of th
 Run it with mpirun, srun --mpi=pmix (with --loom-bind, the plugin's LOOM_* variables are used),
 or alone (a world of one). See doc/torch.md."""
 from ._core import LoomError
-from .collectives import (Average, Sum, allgather_object, allreduce, allreduce_, broadcast_, broadcast_object,
-                          broadcast_optimizer_state, broadcast_parameters, describe, device, init, is_initialized,
-                          local_rank, local_size, rank, shutdown, size)
+from .collectives import (Average, Sum, allgather, allgather_object, allreduce, allreduce_, broadcast_,
+                          broadcast_object, broadcast_optimizer_state, broadcast_parameters, describe, device, init,
+                          is_initialized, local_rank, local_size, rank, reduce_scatter, shutdown, size)
 from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
 from .checkpoint import REQUEUE, Checkpoint, CheckpointError
 
-__all__ = ["Average", "Sum", "allgather_object", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
+__all__ = ["Average", "Sum", "allgather", "allgather_object", "reduce_scatter", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
            "local_rank", "local_size", "rank", "shutdown", "size", "Compression", "DistributedOptimizer",
            "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE"]

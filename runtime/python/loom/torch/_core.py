@@ -3,6 +3,12 @@ ABI is compiled into it, so one library serves every Python 3 and every PyTorch.
 import ctypes
 import os
 
+# PyTorch first, whatever order the script imports in: libloomtorch.so links the system's NCCL and
+# CUDA runtime, and a library loaded first wins its soname for the whole process. Loaded after
+# PyTorch, those names resolve to the newer ones PyTorch's wheel brought (NCCL keeps its ABI);
+# loaded before, PyPI's CUDA wheel fails with "libtorch_cuda.so: undefined symbol: ncclCommResume".
+import torch  # noqa: F401  (loom.torch needs it anyway)
+
 _here = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -34,6 +40,8 @@ for name, args in {
     "lt_allreduce_sum": [_p, _p, ctypes.c_size_t, ctypes.c_int],
     "lt_allreduce_sum_f64": [_p, _p, ctypes.c_size_t],
     "lt_broadcast": [_p, _p, ctypes.c_size_t, ctypes.c_int],
+    "lt_reduce_scatter_sum_v": [_p, _p, _szp],
+    "lt_allgather_v": [_p, _p, _szp],
     "lt_exchange_new": [_p, ctypes.c_char_p, ctypes.c_double, ctypes.c_int, _ip, _i64p, _ip, ctypes.c_int,
                         ctypes.POINTER(_p)],
     "lt_exchange_ready": [_p, ctypes.c_int, _p],

@@ -131,6 +131,50 @@ def allreduce(tensor, op=Average, name=None):
     return t.to(tensor.device, tensor.dtype)
 
 
+def _counts(counts, numel, what):
+    """The per-rank chunk sizes of an uneven collective, checked against the tensor and the world."""
+    counts = [int(c) for c in counts]
+    if len(counts) != size():
+        raise ValueError(f"{what}: {len(counts)} counts for {size()} ranks")
+    if any(c < 0 for c in counts):
+        raise ValueError(f"{what}: a negative count in {counts}")
+    if sum(counts) != numel:
+        raise ValueError(f"{what}: the counts {counts} sum to {sum(counts)}, not the {numel} elements given")
+    return (ctypes.c_size_t * len(counts))(*counts)
+
+
+def reduce_scatter(tensor, counts, op=Sum):
+    """This rank's chunk of the sum (op=Sum) or mean (op=Average) of `tensor` over the ranks: the
+    tensor, flattened, is cut into chunks of counts[0], counts[1], ... elements, one per rank in
+    rank order (uneven sizes, zeros too); every rank passes the same counts. Returns a new float32
+    tensor of counts[rank()] elements on `tensor`'s device (CUDA tensors are staged through host
+    memory)."""
+    if op not in (Average, Sum):
+        raise ValueError(f"op must be loom.torch.Average or loom.torch.Sum, not {op!r}")
+    c = _counts(counts, tensor.numel(), "reduce_scatter")
+    t = tensor.detach().reshape(-1).to("cpu", torch.float32).contiguous().clone()
+    _core.check(_core.lib.lt_reduce_scatter_sum_v(_w(), t.data_ptr(), c))
+    begin = sum(c[:rank()])
+    mine = t[begin:begin + c[rank()]].clone()
+    if op == Average:
+        mine /= size()
+    return mine.to(tensor.device)
+
+
+def allgather(chunk, counts):
+    """Every rank's chunk, one after another in rank order, as one flat float32 tensor on `chunk`'s
+    device: rank r passes its counts[r] elements; every rank passes the same counts."""
+    total = sum(int(k) for k in counts)
+    c = _counts(counts, total, "allgather")
+    if chunk.numel() != c[rank()]:
+        raise ValueError(f"allgather: rank {rank()} passes {chunk.numel()} elements, its count is {c[rank()]}")
+    t = torch.empty(total, dtype=torch.float32)
+    begin = sum(c[:rank()])
+    t[begin:begin + c[rank()]] = chunk.detach().reshape(-1).to("cpu", torch.float32)
+    _core.check(_core.lib.lt_allgather_v(_w(), t.data_ptr(), c))
+    return t.to(chunk.device)
+
+
 def allreduce_(tensor, op=Average, name=None):
     """allreduce in place."""
     with torch.no_grad():

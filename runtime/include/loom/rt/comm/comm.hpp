@@ -72,6 +72,12 @@ class Communicator {
   // allgather_chunks sends from it. Hierarchical (set_nodes): both go inside the node and across
   // the nodes, as the allreduce does, and the chunk is this rank's part of its node's.
   void own_chunk(size_t n, size_t* begin, size_t* count) const;
+  // Chunks of uneven sizes, one per rank in rank order (counts[r] elements for rank r, one after
+  // another; some may be 0), around the world's ring: reduce_scatter_sum_v leaves rank r's chunk
+  // of `data` the sum over the ranks (the rest undefined), allgather_v gives every rank every
+  // rank's chunk. Every rank passes the same counts.
+  void reduce_scatter_sum_v(float* data, const std::vector<size_t>& counts);
+  void allgather_v(float* data, const std::vector<size_t>& counts);
   void broadcast(void* data, size_t bytes, int root);
   void barrier();
   size_t bytes_sent() const { return bytes_sent_; }
@@ -90,6 +96,10 @@ class Communicator {
   // or allgather (its inverse) over [at, at + n).
   static void ring_steps(const Group& g, size_t at, size_t n, bool reduce, std::vector<Step>* out);
   static void owned_chunk(const Group& g, size_t n, size_t* begin, size_t* count);  // after reduce-scatter
+  // The ring's steps when chunk k of the ring is [begin[k], begin[k] + count[k]).
+  static void ring_steps_at(const Group& g, const std::vector<size_t>& begin, const std::vector<size_t>& count,
+                            bool reduce, std::vector<Step>* out);
+  std::vector<Step> uneven_steps(const std::vector<size_t>& counts, bool reduce) const;
   // A reduce-scatter's (reduce) or an allgather's steps over [0, n): one ring, or hierarchical.
   void scatter_steps(size_t n, bool reduce, std::vector<Step>* out) const;
   std::vector<Step> allreduce_steps(size_t at, size_t n) const;
