@@ -123,6 +123,9 @@ StepPlan plan_step(const Topology& t, const StepInfo& step) {
       set("LOOM_GPU", std::to_string(g->index));
       set("LOOM_GPU_CLASS", g->cls);
       set("LOOM_DEVICE_WEIGHT", weight_text(loom::topo::device_weight(g->cls)));
+      // The GPU's memory in bytes (NVML's total, or the topology file's): loom.torch's shares
+      // of a sharded model's state. Not set when the topology does not say.
+      if (g->memory_mb) set("LOOM_DEVICE_MEMORY", std::to_string(g->memory_mb << 20));
       std::vector<std::string> visible;
       for (int own : task.gpus) visible.push_back(cuda_id[own]);
       auto start = std::find(ring.begin(), ring.end(), task.gpus[0]);

@@ -13,7 +13,7 @@ trap 'cp "$LOOM_TMP/plugstack.orig" "$dir/plugstack.conf"; rm -rf "$LOOM_TMP"' E
 plugin=$(awk '/spank_loom.so/ {print $2}' "$LOOM_TMP/plugstack.orig")
 set_plugstack() { echo "optional $plugin $*" >"$dir/plugstack.conf"; }
 
-report='echo "rank=$SLURM_PROCID gpu=$LOOM_GPU class=$LOOM_GPU_CLASS cvd=$CUDA_VISIBLE_DEVICES nic=$LOOM_NIC ucx=$UCX_NET_DEVICES hca=$NCCL_IB_HCA cpus=$LOOM_CPUS allowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2) omp=$OMP_NUM_THREADS ring=$LOOM_RING weight=$LOOM_DEVICE_WEIGHT bind=$LOOM_BIND topo=$LOOM_TOPOLOGY nccl=$NCCL_TOPO_FILE"'
+report='echo "rank=$SLURM_PROCID gpu=$LOOM_GPU class=$LOOM_GPU_CLASS cvd=$CUDA_VISIBLE_DEVICES nic=$LOOM_NIC ucx=$UCX_NET_DEVICES hca=$NCCL_IB_HCA cpus=$LOOM_CPUS allowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2) omp=$OMP_NUM_THREADS ring=$LOOM_RING weight=$LOOM_DEVICE_WEIGHT memory=$LOOM_DEVICE_MEMORY bind=$LOOM_BIND topo=$LOOM_TOPOLOGY nccl=$NCCL_TOPO_FILE"'
 
 # Options are registered for srun, sbatch and salloc.
 for cmd in srun sbatch salloc; do
@@ -38,6 +38,7 @@ while read -r line; do
   expect_match "GPU $g near NIC" " nic=$nic ucx=$nic:1 hca==$nic " "$line"
   expect_match "GPU $g CPUs of its NUMA node" " cpus=$cpu allowed=$cpu " "$line"
   expect_match "GPU $g weight" " weight=$([ $cls = a100 ] && echo 312 || echo 125) " "$line"
+  expect_match "GPU $g memory (bytes)" " memory=$([ $cls = a100 ] && echo 42949672960 || echo 34359738368) " "$line"
   expect_match "GPU $g ring and bind" " ring=0,1,2,3 .*bind=ring " "$line"
   expect_match "GPU $g exported topology" " topo=/tmp/loom-$(id -u)-[0-9]+\.[0-9]+/topology.json nccl=/tmp/loom-.*/nccl-topo.xml" "$line"
 done <"$LOOM_TMP/ring.out"

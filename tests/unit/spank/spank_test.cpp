@@ -105,6 +105,7 @@ TEST(Plan, FourTasksOnTheMixedTwoCpuNode) {
     int g = std::stoi(env["LOOM_GPU"]);
     EXPECT_EQ(env["LOOM_GPU_CLASS"], g < 2 ? "a100" : "v100");
     EXPECT_EQ(env["LOOM_DEVICE_WEIGHT"], g < 2 ? "312" : "125");
+    EXPECT_EQ(env["LOOM_DEVICE_MEMORY"], g < 2 ? "42949672960" : "34359738368");  // 40 and 32 GiB
     EXPECT_EQ(env["LOOM_NIC"], g < 2 ? "mlx5_0" : "mlx5_1");
     EXPECT_EQ(env["NCCL_IB_HCA"], "=" + env["LOOM_NIC"]);
     EXPECT_EQ(env["UCX_NET_DEVICES"], env["LOOM_NIC"] + ":1");
