@@ -42,7 +42,7 @@ expect_no_match "import torch from the checkout's root is PyTorch, not a folder 
 for py in $P ${LOOM_TORCH_PYTHON:-}; do
   run_cmd mpi -np 2 "$py" "$T/import_order.py"
   expect_eq "import loom.torch before torch with $py ($(tail -3 <<<"$err"))" 0 "$rc"
-  expect_eq "import order with $py: both ranks" 2 "$(grep -c 'loaded before libloomtorch; allreduce ok' <<<"$out")"
+  expect_match "import order with $py: both ranks" "loaded before libloomtorch; allreduce ok on 2 ranks" "$out"
 done
 # 0. The collectives on tensors and objects, alone and on 2 and 3 ranks.
 for np in 1 2 3; do
@@ -50,6 +50,27 @@ for np in 1 2 3; do
   expect_eq "collectives on $np rank(s) ($out $(tail -3 <<<"$err"))" 0 "$rc"
   expect_eq "collectives on $np rank(s): every rank's checks" "$np" "$(grep -o 'all collectives checks passed' <<<"$out" | wc -l)"
 done
+
+# fully_shard: state shares by memory (2:1, 2:1:1), batch shares by speed (1:3, 1:3:2), 30 steps =
+# one process on the same global batches (SGD within 1e-5 relative; AdamW within 10x what another
+# summation order makes); memory_stats in proportion; bf16 parameters with fp32 reduction.
+F=$T/fsdp_test.py
+fsdp_ok() {  # WHAT NP: every rank printed its line without failures
+  expect_eq "fully_shard, $1 ($(grep -o '"fails": \[[^]]*\]' <<<"$out" | sort -u | head -3) $(tail -2 <<<"$err"))" 0 "$rc"
+  expect_eq "fully_shard, $1: every rank's checks" "$2" "$(grep -o '"fails": \[\]' <<<"$out" | wc -l)"
+}
+run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$F" --shard-weights 2,1 : -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$F" --shard-weights 2,1
+fsdp_ok "SGD, memory 2:1, shares 1:3" 2
+echo "torch_dp: fully_shard SGD 2 ranks: $(head -1 <<<"$out" | cut -c1-160)"
+run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 -x LOOM_DEVICE_MEMORY=42949672960 $P "$F" --optimizer adamw : \
+  -np 1 -x LOOM_DEVICE_WEIGHT=3 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw : \
+  -np 1 -x LOOM_DEVICE_WEIGHT=2 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw
+fsdp_ok "AdamW, LOOM_DEVICE_MEMORY 2:1:1, shares 1:3:2" 3
+run_cmd mpi -np 2 $P "$F" --bf16 --shard-weights 1,1 --tolerance 0.1 --steps 10
+fsdp_ok "bf16 parameters, fp32 reduction" 2
+run_cmd mpi -np 1 -x LOOM_DEVICE_MEMORY=100 $P "$F" --steps 1 : -np 1 $P "$F" --steps 1
+expect_ne "fully_shard: LOOM_DEVICE_MEMORY on one rank only is refused" 0 "$rc"
+expect_match "fully_shard: the rank without LOOM_DEVICE_MEMORY named" "not on rank\(s\) \[1\]" "$err"
 
 # 1. Uneven static shares = one process on the global batch (the update of each step is the
 # same sum of per-sample gradients; only the order of additions differs).

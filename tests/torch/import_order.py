@@ -1,6 +1,6 @@
 """`import loom.torch` before `import torch` (the order PyTorch's CUDA wheels broke): loom.torch
 loads PyTorch before its own library, so the CUDA libraries the process keeps (NCCL, the CUDA
-runtime) are PyTorch's; then a collective and a CUDA check work. Prints one line: the order seen."""
+runtime) are PyTorch's; then a collective and a CUDA check work. Rank 0 prints one line: the order seen on every rank."""
 import sys
 
 events = []
@@ -21,5 +21,7 @@ lt.init()
 total = lt.allreduce(torch.ones(3), op=lt.Sum)
 assert total.tolist() == [float(lt.size())] * 3, total
 cuda = torch.cuda.is_available()  # initialises the CUDA libraries the wheel brought, where there are
-print(f"import order: loom.torch first, PyTorch {torch.__version__} loaded before libloomtorch; "
-      f"allreduce ok; CUDA available: {cuda}", flush=True)
+ranks = sum(lt.allgather_object(1))
+if lt.rank() == 0:
+    print(f"import order: loom.torch first, PyTorch {torch.__version__} loaded before libloomtorch; "
+          f"allreduce ok on {ranks} ranks; CUDA available: {cuda}", flush=True)

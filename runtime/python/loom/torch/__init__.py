@@ -18,8 +18,10 @@ from .collectives import (Average, Sum, allgather, allgather_object, allreduce, 
 from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
 from .checkpoint import REQUEUE, Checkpoint, CheckpointError
+from .fsdp import MixedPrecisionPolicy, full_state_dict, fully_shard, memory_stats
 
 __all__ = ["Average", "Sum", "allgather", "allgather_object", "reduce_scatter", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
            "local_rank", "local_size", "rank", "shutdown", "size", "Compression", "DistributedOptimizer",
-           "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE"]
+           "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE", "MixedPrecisionPolicy",
+           "full_state_dict", "fully_shard", "memory_stats"]

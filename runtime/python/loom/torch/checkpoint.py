@@ -94,6 +94,9 @@ class Checkpoint:
             raise ValueError(f"every_minutes must be positive, not {every_minutes}")
         if int(keep) < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
+        if model is not None and any(getattr(m, "_loom_shard", None) is not None for m in model.modules()):
+            raise ValueError("Checkpoint does not save a model sharded with fully_shard yet: save "
+                             "loom.torch.full_state_dict(model) with torch.save")
         self.directory, self.model, self.optimizer, self.sampler = directory, model, optimizer, sampler
         self.every_steps = int(every_steps) if every_steps else None
         self.every_minutes = float(every_minutes) if every_minutes else None
