@@ -1,6 +1,10 @@
 // emit_json.cpp — JSON output: the node export and placements, written with nlohmann-json (header
 // only: the plugin carries no new library). Names that are not UTF-8 (a hostname, a GPU's name)
 // are written with U+FFFD in place of the bad bytes, so the output is always valid JSON.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "loom/json_text.hpp"
 #include "loom/topo/emit.hpp"
 
@@ -19,6 +23,16 @@ ojson matrix(size_t rows, size_t cols, F cell) {
     m.push_back(std::move(row));
   }
   return m;
+}
+
+// A measured figure as the text output shows it: 6 significant digits, a whole number without a
+// point ("50", not "50.0").
+ojson figure(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  const double r = std::strtod(buf, nullptr);
+  if (std::isfinite(r) && r == std::floor(r) && std::fabs(r) < 9e15) return static_cast<int64_t>(r);
+  return r;
 }
 
 ojson numa_json(const NumaNode& n) {
@@ -55,7 +69,7 @@ std::string emit_placement_json(const Placement& p) {
                      {"nic", task.nic.empty() ? ojson() : ojson(task.nic)},
                      {"nic_path", task.nic_path.empty() ? ojson() : ojson(task.nic_path)}});
   ojson j = {{"mode", bind_mode_word(p.mode)}, {"ring", p.ring.gpus}, {"ring_bottleneck_links", p.ring.bottleneck_links},
-             {"ring_bottleneck_gbps", p.ring.bottleneck_gbps}};
+             {"ring_bottleneck_gbps", figure(p.ring.bottleneck_gbps)}};
   j["tasks"] = tasks;
   return json_text(j) + "\n";
 }
