@@ -118,6 +118,11 @@ class _Gather(torch.autograd.Function):
         return (None,) + ctx.group.reduce(grads)
 
 
+def _pieces(flat, slices):
+    """The (start, length) slices of `flat`, one after another."""
+    return torch.cat([flat[s: s + n] for s, n in slices]) if slices else flat[:0]
+
+
 class _Group:
     """One fully_shard call: the parameters it took, where each lies in the whole buffer, and how
     the ranks' parts are laid out."""
@@ -129,15 +134,21 @@ class _Group:
         self.counts = [shard_counts(math.prod(shape), weights) for _, _, shape, _ in entries]  # per entry, per rank
         self.totals = [sum(c[r] for c in self.counts) for r in range(C.size())]
         self.numel = sum(self.totals)
-        # perm[i]: where element i of the whole (parameter after parameter) lies among the ranks'
-        # chunks (rank after rank, each rank's parts parameter after parameter).
-        rank_at = [sum(self.totals[:r]) for r in range(C.size())]
-        perm = []
-        for i, (_, _, shape, at) in enumerate(entries):
-            for r in range(C.size()):
-                inside = sum(self.counts[k][r] for k in range(i))
-                perm.extend(range(rank_at[r] + inside, rank_at[r] + inside + self.counts[i][r]))
-        self.perm = torch.tensor(perm, dtype=torch.long)
+        # The same pieces in two orders, as (start, length) slices: the whole (parameter after
+        # parameter, each one's pieces rank after rank) from the ranks' chunks, and back.
+        p, ranks = len(entries), C.size()
+        in_chunk = [[0] * ranks for _ in range(p)]  # where entry i's piece starts in rank r's chunk
+        in_whole = [[0] * ranks for _ in range(p)]  # ... and in the whole
+        chunk_at = [sum(self.totals[:r]) for r in range(ranks)]
+        for r in range(ranks):
+            at = chunk_at[r]
+            for i in range(p):
+                in_chunk[i][r], at = at, at + self.counts[i][r]
+        for i, (_, _, _, at) in enumerate(entries):
+            for r in range(ranks):
+                in_whole[i][r], at = at, at + self.counts[i][r]
+        self.to_whole = [(in_chunk[i][r], self.counts[i][r]) for i in range(p) for r in range(ranks)]
+        self.to_chunks = [(in_whole[i][r], self.counts[i][r]) for r in range(ranks) for i in range(p)]
         self.mine = [c[me] for c in self.counts]
         self.full_bytes = 0
         self.backward_full = None
@@ -154,7 +165,7 @@ class _Group:
         device = parts[0].device
         mine = torch.cat([p.detach().reshape(-1).float() for p in parts]) if parts else torch.zeros(0)
         ranked = C.allgather(mine, self.totals)
-        full = ranked.index_select(0, self.perm.to(ranked.device)).to(device)
+        full = _pieces(ranked, self.to_whole).to(device)
         if self.mp is not None and self.mp.param_dtype is not None:
             full = full.to(self.mp.param_dtype)
         return full
@@ -173,7 +184,7 @@ class _Group:
         for g, (_, _, shape, at) in zip(grads, self.entries):
             if g is not None:
                 whole[at: at + math.prod(shape)] = g.detach().reshape(-1).float().cpu()
-        ranked = torch.zeros_like(whole).index_copy_(0, self.perm, whole) * weight
+        ranked = _pieces(whole, self.to_chunks) * weight
         mine = C.reduce_scatter(ranked, self.totals)
         if self.is_root:
             _count_backward(self.module)
