@@ -53,15 +53,26 @@ done
 
 # fully_shard: state shares by memory (2:1, 2:1:1), batch shares by speed (1:3, 1:3:2), 30 steps =
 # one process on the same global batches (SGD within 1e-5 relative; AdamW within 10x what another
-# summation order makes); memory_stats in proportion; bf16 parameters with fp32 reduction.
+# summation order makes); memory_stats in proportion; bf16 parameters with fp32 reduction;
+# checkpoints across worlds.
 F=$T/fsdp_test.py
 fsdp_ok() {  # WHAT NP: every rank printed its line without failures
   expect_eq "fully_shard, $1 ($(grep -o '"fails": \[[^]]*\]' <<<"$out" | sort -u | head -3) $(tail -2 <<<"$err"))" 0 "$rc"
   expect_eq "fully_shard, $1: every rank's checks" "$2" "$(grep -o '"fails": \[\]' <<<"$out" | wc -l)"
 }
-run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$F" --shard-weights 2,1 : -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$F" --shard-weights 2,1
+# Its checkpoint (after 15 steps) resumes on 3 ranks of other memory weights and shares, the
+# momentum resharded; a checkpoint of another model is refused by name.
+run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 $P "$F" --shard-weights 2,1 --checkpoint ck-fsdp --save-at 15 : \
+  -np 1 -x LOOM_DEVICE_WEIGHT=3 $P "$F" --shard-weights 2,1 --checkpoint ck-fsdp --save-at 15
 fsdp_ok "SGD, memory 2:1, shares 1:3" 2
 echo "torch_dp: fully_shard SGD 2 ranks: $(head -1 <<<"$out" | cut -c1-160)"
+run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=2 $P "$F" --shard-weights 1,1,3 --checkpoint ck-fsdp : \
+  -np 2 -x LOOM_DEVICE_WEIGHT=1 $P "$F" --shard-weights 1,1,3 --checkpoint ck-fsdp
+fsdp_ok "SGD resumed at step 15 on 3 ranks, memory 1:1:3, shares 2:1:1" 3
+expect_match "fully_shard: resumed from the 2-rank checkpoint" "resumed from .*ckpt-0000000015.h5 \(step 15\)" "$err"
+run_cmd mpi -np 2 $P "$F" --layers 3 --checkpoint ck-fsdp
+expect_ne "fully_shard: a checkpoint of another model is refused" 0 "$rc"
+expect_match "fully_shard: the other model's missing tensor named" "from a different model: it has no tensor blocks.2" "$err"
 run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 -x LOOM_DEVICE_MEMORY=42949672960 $P "$F" --optimizer adamw : \
   -np 1 -x LOOM_DEVICE_WEIGHT=3 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw : \
   -np 1 -x LOOM_DEVICE_WEIGHT=2 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw

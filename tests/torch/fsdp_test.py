@@ -3,7 +3,8 @@ nn.TransformerEncoderLayer, a parameter that gets no gradient): each block shard
 with memory weights given per rank and uneven batch shares (BalancedSampler, static, from
 LOOM_DEVICE_WEIGHT). After --steps steps of --optimizer (sgd or adamw) every rank's whole weights
 (full_state_dict) equal one process's on the same global batches; memory_stats() holds this rank's
-share of the state; bad calls are refused on every rank. Rank 0 prints one JSON line per rank.
+share of the state; bad calls are refused on every rank. With --checkpoint, a run saves after
+--save-at steps and another world (other ranks, other weights) resumes from there. Rank 0 prints one JSON line per rank.
 
     mpirun -np 2 -x LOOM_DEVICE_WEIGHT ... python3 fsdp_test.py --shard-weights 2,1 --optimizer sgd
 """
@@ -25,6 +26,9 @@ ap.add_argument("--shard-weights", default="", help="one weight per rank (defaul
 ap.add_argument("--global-batch", type=int, default=12)
 ap.add_argument("--bf16", action="store_true", help="mp_policy: bf16 parameters, fp32 reduction")
 ap.add_argument("--tolerance", type=float, default=1e-5)
+ap.add_argument("--checkpoint", default="", help="a Checkpoint directory: resume from it; save there after --save-at steps")
+ap.add_argument("--save-at", type=int, default=0)
+ap.add_argument("--layers", type=int, default=2)
 a = ap.parse_args()
 
 
@@ -60,7 +64,7 @@ torch.manual_seed(0)
 data = torch.randint(0, 61, (a.global_batch * a.steps, 17))
 dataset = torch.utils.data.TensorDataset(data[:, :-1], data[:, 1:])
 sampler = lt.BalancedSampler(dataset, a.global_batch, shuffle=False, balance="static")
-model = LM()
+model = LM(layers=a.layers)
 solo = copy.deepcopy(model)  # one process on the global batches, for comparison
 # One process again, each global batch's gradient summed over the ranks' pieces: another order of
 # the same additions, the scale of the rounding AdamW amplifies where a gradient is nearly zero
@@ -87,21 +91,16 @@ refused("fully_shard twice", lambda: lt.fully_shard(model), "already applied")
 refused("a child after its parent", lambda: lt.fully_shard(model.norm), "already part of a sharded parent")
 refused("a zero memory weight", lambda: lt.fully_shard(nn.Linear(2, 2), shard_weights=[0] * n), "positive")
 refused("a negative memory weight", lambda: lt.fully_shard(nn.Linear(2, 2), shard_weights=[-1] * n), "positive")
-refused("a Checkpoint of a sharded model", lambda: lt.Checkpoint("ckpt-fsdp", model=model), "full_state_dict")
 if n > 1:
     refused("ranks that disagree on a shape", lambda: lt.fully_shard(nn.Linear(2 + (r > 0), 2)), "has parameter")
 
 opt = optimizer(model.parameters())
 solo_opt = optimizer(solo.parameters())
 pieces_opt = optimizer(pieces.parameters())
-loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
-for step, (x, y) in enumerate(loader):
-    if step == a.steps:
-        break
-    opt.zero_grad()
-    loss = nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
-    loss.backward()
-    opt.step()
+
+
+def reference_step(step):
+    """The single process's step of global batch `step`, and the same summed over the pieces."""
     xs, ys = data[step * a.global_batch:(step + 1) * a.global_batch, :-1], data[step * a.global_batch:(step + 1) * a.global_batch, 1:]
     solo_opt.zero_grad()
     if a.bf16:
@@ -118,6 +117,24 @@ for step, (x, y) in enumerate(loader):
         (piece * k / a.global_batch).backward()
         at += k
     pieces_opt.step()
+
+
+# A checkpoint written by another world (other ranks, other memory weights) resumes here.
+ckpt = lt.Checkpoint(a.checkpoint, model=model, optimizer=opt, sampler=sampler) if a.checkpoint else None
+start = ckpt.restore() if ckpt else 0
+for step in range(start):
+    reference_step(step)
+loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+for step, (x, y) in enumerate(loader, start):
+    if step == a.steps:
+        break
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+    loss.backward()
+    opt.step()
+    reference_step(step)
+    if ckpt is not None and step + 1 == a.save_at:
+        ckpt.save(step + 1, wait=True)
 
 def rel_diff(got, want):
     worst, where = 0.0, ""
@@ -148,8 +165,8 @@ total = sum(p.numel() for p in solo.parameters())
 block = model.blocks[0]
 if any(k in block.linear1.__dict__ for k in ("weight", "bias")) or fsdp._Live.by_storage:
     fails.append("gathered parameters outlive the forward")
-if n > 1 and block._loom_shard.regathers < a.steps:
-    fails.append(f"backward gathered the block's parameters again {block._loom_shard.regathers} times in {a.steps} steps")
+if n > 1 and block._loom_shard.regathers < a.steps - start:
+    fails.append(f"backward gathered the block's parameters again {block._loom_shard.regathers} times in {a.steps - start} steps")
 held = lt.allgather_object(stats["param_bytes"])
 if sum(held) != 4 * total:
     fails.append(f"param_bytes sum to {sum(held)}, not the model's {4 * total}")

@@ -2,6 +2,8 @@
 a temporary name, flushed and renamed) of a PyTorch model, its optimizer and the sampler's
 place; restore() from the newest that verifies; on SIGUSR1/SIGTERM every rank finishes its step,
 the checkpoint is written and the process exits REQUEUE (75) for the batch script to requeue.
+A model sharded with fully_shard is saved whole (its parameters and the optimizer's moments
+gathered, rank 0 writing), so it restores on any world size and any memory weights.
 
 A checkpoint is a file people copy between users and clusters, so it is read as data only:
 tensors, JSON, and the random-number states as hexadecimal bytes. Nothing in it is unpickled;
@@ -21,6 +23,7 @@ import torch
 
 from . import _core
 from . import collectives as C
+from . import fsdp
 from . import stop
 
 REQUEUE = 75
@@ -94,9 +97,6 @@ class Checkpoint:
             raise ValueError(f"every_minutes must be positive, not {every_minutes}")
         if int(keep) < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
-        if model is not None and any(getattr(m, "_loom_shard", None) is not None for m in model.modules()):
-            raise ValueError("Checkpoint does not save a model sharded with fully_shard yet: save "
-                             "loom.torch.full_state_dict(model) with torch.save")
         self.directory, self.model, self.optimizer, self.sampler = directory, model, optimizer, sampler
         self.every_steps = int(every_steps) if every_steps else None
         self.every_minutes = float(every_minutes) if every_minutes else None
@@ -126,13 +126,30 @@ class Checkpoint:
         if due:
             self.save(self.steps)
 
+    def _sharded(self):
+        return self.model is not None and bool(fsdp.sharded_names(self.model))
+
+    def _whole_state(self):
+        """The model's and the optimizer's state_dicts, whole: a model sharded with fully_shard is
+        gathered (every rank takes part), so a checkpoint restores on any world and memory weights."""
+        model = optimizer = None
+        sharded = self._sharded()
+        if self.model is not None:
+            model = fsdp.full_state_dict(self.model) if sharded else self.model.state_dict()
+        if self.optimizer is not None:
+            optimizer = (fsdp.full_optimizer_state(self.model, self.optimizer) if sharded
+                         else self.optimizer.state_dict())
+        return model, optimizer
+
     def save(self, step, wait=False):
-        """Rank 0 writes the checkpoint of `step` (the ranks hold the same weights and moments)."""
+        """Rank 0 writes the checkpoint of `step` (the ranks hold the same weights and moments, or
+        each gives its shards' part of them)."""
         self._last_write = time.monotonic()
+        model, optimizer = self._whole_state()
         if C.rank() != 0:
             return
         self.wait()
-        h = self._build(step)
+        h = self._build(step, model, optimizer)
         path = self.path(step)
 
         def write():
@@ -157,13 +174,13 @@ class Checkpoint:
         for old in sorted(glob.glob(os.path.join(self.directory, "ckpt-*.h5")))[: -self.keep]:
             os.unlink(old)
 
-    def _build(self, step):
+    def _build(self, step, model, optimizer):
         h = ctypes.c_void_p()
         _core.check(_core.lib.lt_ckpt_new(ctypes.byref(h)))
         state = {"step": step, "format": "loom.torch 1", "world": C.size()}
-        if self.model is not None:
+        if model is not None:
             extra = {}
-            for name, t in self.model.state_dict().items():
+            for name, t in model.items():
                 if t.is_floating_point():
                     _add(h, _PARAMS, name, t)
                     if t.dtype != torch.float32:  # stored as float32, cast back on restore
@@ -171,8 +188,8 @@ class Checkpoint:
                 else:
                     extra[name] = t.tolist()
             state["buffers"] = extra
-        if self.optimizer is not None:
-            state["optimizer"] = self._optimizer_state(h)
+        if optimizer is not None:
+            state["optimizer"] = self._optimizer_state(h, optimizer)
         if self.sampler is not None:
             loom = getattr(self.optimizer, "_loom", None)
             state["sampler"] = self.sampler.state(step * (loom.passes if loom is not None else 1))
@@ -184,8 +201,7 @@ class Checkpoint:
             _core.check(_core.lib.lt_ckpt_set_text(h, which, text, len(text)))
         return h
 
-    def _optimizer_state(self, h):
-        sd = self.optimizer.state_dict()
+    def _optimizer_state(self, h, sd):
         tensors, plain = {}, {}
         for idx, st in sd["state"].items():
             for key, v in st.items():
@@ -277,23 +293,23 @@ class Checkpoint:
 
     def _load_model(self, path, saved, state):
         own = self.model.state_dict()
+        sharded = fsdp.sharded_names(self.model)
         for name, t in own.items():  # the first tensor that does not fit is named
             if not t.is_floating_point():
                 continue
+            shape = list(sharded[name][0].entries[sharded[name][1]][2]) if name in sharded else list(t.shape)
             if name not in saved:
                 raise ValueError(f"{path} is from a different model: it has no tensor {name}")
-            if list(saved[name].shape) != list(t.shape if t.dim() else [1]):
+            if list(saved[name].shape) != (shape or [1]):
                 raise ValueError(f"{path} is from a different model: {name} is {list(saved[name].shape)} there, "
-                                 f"{list(t.shape)} here")
+                                 f"{shape} here")
         extra = [n for n in saved if n not in own]
         if extra:
             raise ValueError(f"{path} is from a different model: it has {extra[0]}, which this model lacks")
-        with torch.no_grad():
-            for name, t in own.items():
-                if t.is_floating_point():
-                    t.copy_(saved[name].reshape(t.shape))  # cast back to the tensor's own dtype
-                elif name in state.get("buffers", {}):
-                    t.copy_(torch.tensor(state["buffers"][name], dtype=t.dtype))
+        buffers = state.get("buffers", {})
+        whole = {name: saved[name] if name in saved else torch.tensor(buffers[name], dtype=t.dtype)
+                 for name, t in own.items() if name in saved or name in buffers}
+        fsdp.load_full_state_dict(self.model, whole)  # cast back to each tensor's own dtype
 
     def _load_optimizer(self, saved, meta):
         groups = meta["param_groups"]
@@ -315,6 +331,8 @@ class Checkpoint:
         for key, v in meta["plain"].items():
             idx, name = key.split(".", 1)
             st.setdefault(int(idx), {})[name] = v
+        if self._sharded():
+            st = fsdp.shard_optimizer_state(self.model, self.optimizer, st)
         self.optimizer.load_state_dict({"state": st, "param_groups": groups})
         self._check_moments()
         loom = getattr(self.optimizer, "_loom", None)

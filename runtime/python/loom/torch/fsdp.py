@@ -170,6 +170,17 @@ class _Group:
             full = full.to(self.mp.param_dtype)
         return full
 
+    def whole_of(self, i, piece):
+        """Entry i's whole tensor (its parameter's shape) from every rank's piece of it: its part,
+        or an optimizer's moment of its part. Every rank calls it."""
+        return C.allgather(piece.detach().reshape(-1).float().cpu(), self.counts[i]).view(self.entries[i][2])
+
+    def my_piece(self, i, whole):
+        """This rank's piece of entry i's whole tensor."""
+        counts, me = self.counts[i], C.rank()
+        begin = sum(counts[:me])
+        return whole.reshape(-1)[begin: begin + counts[me]]
+
     def regathered(self, dtype):
         if self.backward_full is None or self.backward_full.dtype != dtype:
             self.backward_full = self.gather(self.shards()).to(dtype)
@@ -336,6 +347,78 @@ def full_state_dict(module):
                 for key in _names_of(module, mod, name):
                     out[key] = value
     return out
+
+
+def sharded_names(module):
+    """Each state_dict name of a sharded parameter (a tied one under each of its names): its group
+    and its entry's index there. Empty for a module not sharded."""
+    out = {}
+    for _, _, g in _groups(module):
+        for i, (mods, _, _, _) in enumerate(g.entries):
+            for mod, name in mods:
+                for key in _names_of(module, mod, name):
+                    out[key] = (g, i)
+    return out
+
+
+def load_full_state_dict(module, tensors):
+    """Whole tensors (full_state_dict's names and shapes) into this rank's shards, and the rest
+    into the module's own tensors; the caller has checked the names and shapes."""
+    sharded = sharded_names(module)
+    with torch.no_grad():
+        for key, t in module.state_dict().items():
+            if key in sharded:
+                g, i = sharded[key]
+                g.shards()[i].copy_(g.my_piece(i, tensors[key]))
+            elif key in tensors:
+                t.copy_(tensors[key].reshape(t.shape))
+
+
+def _shard_owners(module, optimizer):
+    """The optimizer's parameter index (its state_dict's) of each shard: (its group, entry)."""
+    owners = {id(p): (g, i) for _, _, g in _groups(module) for i, p in enumerate(g.shards())}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {idx: owners[id(p)] for idx, p in enumerate(params) if id(p) in owners}
+
+
+def full_optimizer_state(module, optimizer):
+    """The optimizer's state_dict with each moment of a shard gathered whole, in its parameter's
+    shape (scalars such as a step count as they are). Every rank calls it."""
+    sd = optimizer.state_dict()
+    owners = _shard_owners(module, optimizer)
+    keys = sorted((idx, k) for idx in owners for k, v in sd["state"].get(idx, {}).items() if _is_moment(v))
+    everyone = C.allgather_object(keys)
+    if any(theirs != keys for theirs in everyone):
+        raise ValueError("the ranks' optimizers hold state for different parameters: a parameter got a gradient on "
+                         "some ranks only")
+    state = {idx: dict(st) for idx, st in sd["state"].items()}
+    for idx, k in keys:
+        g, i = owners[idx]
+        state[idx][k] = g.whole_of(i, state[idx][k])
+    return {"state": state, "param_groups": sd["param_groups"]}
+
+
+def shard_optimizer_state(module, optimizer, state):
+    """full_optimizer_state's `state` part made this rank's: each whole moment of a shard cut to
+    this rank's piece. A moment that is not its parameter's size is refused."""
+    owners = _shard_owners(module, optimizer)
+    out = {}
+    for idx, st in state.items():
+        out[idx] = dict(st)
+        if idx not in owners:
+            continue
+        g, i = owners[idx]
+        for k, v in st.items():
+            if _is_moment(v):
+                if v.numel() != math.prod(g.entries[i][2]):
+                    raise ValueError(f"the optimizer's {k} of {g.entries[i][1]} has {v.numel()} elements, "
+                                     f"its parameter {math.prod(g.entries[i][2])}")
+                out[idx][k] = g.my_piece(i, v).clone()
+    return out
+
+
+def _is_moment(v):
+    return torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0
 
 
 def _names_of(root, mod, name):
