@@ -1,6 +1,8 @@
 """Sharded training speed: loom.torch.fully_shard against PyTorch's FSDP2 (torch.distributed.fsdp.
 fully_shard over gloo) on the same ranks, threads, model (a transformer LM: each block sharded,
-then the root), data and global batch; AdamW. Run under mpirun (Open MPI's variables give
+then the root), data and global batch; AdamW. loom.torch splits each batch by LOOM_DEVICE_WEIGHT
+(BalancedSampler's static shares), FSDP2 evenly; LOOM_EMULATE_SPEED slows a rank alike in both.
+Run under mpirun (Open MPI's variables give
 torch.distributed its rank and world); rank 0 prints one JSON line: samples/s after the warm-up
 steps.
 
@@ -45,6 +47,55 @@ class LM(nn.Module):
 
 torch.manual_seed(0)
 model = LM()
+# A slow device, emulated alike in both modes (LOOM_EMULATE_SPEED, in (0, 1]): each block's and the
+# head's compute, forward and backward, takes 1/speed as long, layer by layer as on a slow GPU (so
+# each layer's collectives wait on it). The extra time is slept: per row, as the module's forward
+# and backward took per row unsharded here (the best of 3 probes).
+speed = float(os.environ.get("LOOM_EMULATE_SPEED", "1"))
+
+
+class _Clock(torch.autograd.Function):
+    """The identity; its backward calls `call` (at a module's output: its backward begins; at its
+    input: its backward ends)."""
+
+    @staticmethod
+    def forward(ctx, x, call):
+        ctx.call = call
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.call()
+        return g, None
+
+
+def slowed(mod, factor):
+    forward, fwd, bwd, probing = mod.forward, [], [], [True]
+
+    def run(x, *args, **kw):
+        rows = x.shape[0]
+        if probing[0]:
+            begin = [0.0]
+            x = _Clock.apply(x, lambda: bwd.append((time.perf_counter() - begin[0]) / rows))
+            t = time.perf_counter()
+            out = forward(x, *args, **kw)
+            fwd.append((time.perf_counter() - t) / rows)
+            return _Clock.apply(out, lambda: begin.__setitem__(0, time.perf_counter()))
+        time.sleep(rows * min(fwd) * factor)
+        return forward(_Clock.apply(x, lambda: time.sleep(rows * min(bwd) * factor)), *args, **kw)
+
+    mod.forward = run
+    return probing
+
+
+if speed < 1.0:
+    probes = [slowed(m, 1.0 / speed - 1.0) for m in list(model.blocks) + [model.head]]
+    probe = torch.randint(0, 512, (8, a.context))
+    for _ in range(3):
+        model(probe).sum().backward()
+    model.zero_grad(set_to_none=True)
+    for p in probes:
+        p[0] = False
 data = torch.randint(0, 512, (a.global_batch * (a.steps + a.warmup), a.context + 1))
 if a.mode == "loom":
     import loom.torch as lt
