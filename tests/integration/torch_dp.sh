@@ -54,7 +54,7 @@ done
 # fully_shard: state shares by memory (2:1, 2:1:1), batch shares by speed (1:3, 1:3:2), 30 steps =
 # one process on the same global batches (SGD within 1e-5 relative; AdamW within 10x what another
 # summation order makes); memory_stats in proportion; bf16 parameters with fp32 reduction;
-# checkpoints across worlds.
+# checkpoints across worlds; a rank that stops answering in a gather.
 F=$T/fsdp_test.py
 fsdp_ok() {  # WHAT NP: every rank printed its line without failures
   expect_eq "fully_shard, $1 ($(grep -o '"fails": \[[^]]*\]' <<<"$out" | sort -u | head -3) $(tail -2 <<<"$err"))" 0 "$rc"
@@ -79,6 +79,21 @@ run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 -x LOOM_DEVICE_MEMORY=42949672960 $P "
 fsdp_ok "AdamW, LOOM_DEVICE_MEMORY 2:1:1, shares 1:3:2" 3
 run_cmd mpi -np 2 $P "$F" --bf16 --shard-weights 1,1 --tolerance 0.1 --steps 10
 fsdp_ok "bf16 parameters, fp32 reduction" 2
+# Dynamic shares: rank 1 slowed to 0.4 (LOOM_EMULATE_SPEED, layer by layer) gets less of each batch,
+# and the weights stay one process's through the changes of shares, with gradients accumulated
+# over 2 batches a step.
+dyn="--balance dynamic --global-batch 24 --accumulate 2"
+run_cmd mpi -np 1 $P "$F" $dyn : -np 1 -x LOOM_EMULATE_SPEED=0.4 $P "$F" $dyn
+fsdp_ok "SGD, dynamic shares, rank 1 at speed 0.4, 2 batches a step" 2
+shares=$($P -c 'import json, sys; l = json.loads(sys.stdin.readline()); print(*l["shares"], *l["last_shares"])' <<<"$out")
+echo "torch_dp: fully_shard dynamic shares (first, last): $shares"
+expect_eq "fully_shard, dynamic shares: from even to more on the fast rank ($shares)" 1 \
+  "$(awk '{ print ($1 == $2 && $3 >= 2 * $4) ? 1 : 0 }' <<<"$shares")"
+t0=$SECONDS
+run_cmd mpi -np 2 -x LOOM_COMM_TIMEOUT=5 $P "$F" --stall-in-gather 3
+expect_ne "fully_shard: a rank that stops in a gather: exit" 0 "$rc"
+expect_match "fully_shard: the stopped rank named by the one that waited" "rank 0: timed out waiting for rank 1" "$err"
+expect_eq "fully_shard: a stopped rank ends the job within the timeout (+15 s)" 1 "$([ $((SECONDS - t0)) -le 20 ] && echo 1 || echo 0)"
 run_cmd mpi -np 1 -x LOOM_DEVICE_MEMORY=100 $P "$F" --steps 1 : -np 1 $P "$F" --steps 1
 expect_ne "fully_shard: LOOM_DEVICE_MEMORY on one rank only is refused" 0 "$rc"
 expect_match "fully_shard: the rank without LOOM_DEVICE_MEMORY named" "not on rank\(s\) \[1\]" "$err"

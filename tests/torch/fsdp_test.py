@@ -11,6 +11,8 @@ share of the state; bad calls are refused on every rank. With --checkpoint, a ru
 import argparse
 import copy
 import json
+import os
+import signal
 import sys
 
 import torch
@@ -29,6 +31,9 @@ ap.add_argument("--tolerance", type=float, default=1e-5)
 ap.add_argument("--checkpoint", default="", help="a Checkpoint directory: resume from it; save there after --save-at steps")
 ap.add_argument("--save-at", type=int, default=0)
 ap.add_argument("--layers", type=int, default=2)
+ap.add_argument("--accumulate", type=int, default=1, help="batches (backward passes) per optimizer step")
+ap.add_argument("--balance", default="static", help="BalancedSampler's: static (LOOM_DEVICE_WEIGHT) or dynamic")
+ap.add_argument("--stall-in-gather", type=int, default=-1, help="the last rank stops (SIGSTOP) in a gather at this step")
 a = ap.parse_args()
 
 
@@ -63,7 +68,7 @@ r, n = lt.rank(), lt.size()
 torch.manual_seed(0)
 data = torch.randint(0, 61, (a.global_batch * a.steps, 17))
 dataset = torch.utils.data.TensorDataset(data[:, :-1], data[:, 1:])
-sampler = lt.BalancedSampler(dataset, a.global_batch, shuffle=False, balance="static")
+sampler = lt.BalancedSampler(dataset, a.global_batch, shuffle=False, balance=a.balance, replan_every=5)
 model = LM(layers=a.layers)
 solo = copy.deepcopy(model)  # one process on the global batches, for comparison
 # One process again, each global batch's gradient summed over the ranks' pieces: another order of
@@ -102,21 +107,24 @@ pieces_opt = optimizer(pieces.parameters())
 def reference_step(step):
     """The single process's step of global batch `step`, and the same summed over the pieces."""
     xs, ys = data[step * a.global_batch:(step + 1) * a.global_batch, :-1], data[step * a.global_batch:(step + 1) * a.global_batch, 1:]
-    solo_opt.zero_grad()
+    first, last = step % a.accumulate == 0, (step + 1) % a.accumulate == 0
+    if first:
+        solo_opt.zero_grad()
+        pieces_opt.zero_grad()
     if a.bf16:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             solo_loss = nn.functional.cross_entropy(solo(xs).flatten(0, 1).float(), ys.flatten())
     else:
         solo_loss = nn.functional.cross_entropy(solo(xs).flatten(0, 1), ys.flatten())
-    solo_loss.backward()
-    solo_opt.step()
-    pieces_opt.zero_grad()
+    (solo_loss / a.accumulate).backward()
     at = 0
-    for k in sampler.shares():
+    for k in sampler.shares_at(step):
         piece = nn.functional.cross_entropy(pieces(xs[at:at + k]).flatten(0, 1), ys[at:at + k].flatten())
-        (piece * k / a.global_batch).backward()
+        (piece * k / a.global_batch / a.accumulate).backward()
         at += k
-    pieces_opt.step()
+    if last:
+        solo_opt.step()
+        pieces_opt.step()
 
 
 # A checkpoint written by another world (other ranks, other memory weights) resumes here.
@@ -124,14 +132,20 @@ ckpt = lt.Checkpoint(a.checkpoint, model=model, optimizer=opt, sampler=sampler) 
 start = ckpt.restore() if ckpt else 0
 for step in range(start):
     reference_step(step)
+first_shares = list(sampler.shares())
 loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
 for step, (x, y) in enumerate(loader, start):
     if step == a.steps:
         break
-    opt.zero_grad()
+    if step == a.stall_in_gather and r == n - 1:  # a rank that stops answering in the middle of a gather
+        gather = fsdp.C.allgather
+        fsdp.C.allgather = lambda *args: (os.kill(os.getpid(), signal.SIGSTOP), gather(*args))[1]
+    if step % a.accumulate == 0:
+        opt.zero_grad()
     loss = nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
-    loss.backward()
-    opt.step()
+    (loss / a.accumulate).backward()  # gradient accumulation: the mean of the batches' steps
+    if (step + 1) % a.accumulate == 0:
+        opt.step()
     reference_step(step)
     if ckpt is not None and step + 1 == a.save_at:
         ckpt.save(step + 1, wait=True)
@@ -174,7 +188,7 @@ weights = fsdp._memory_weight(sw)
 for k, (b, w) in enumerate(zip(held, weights)):  # each parameter split by the weights: rounding only
     if abs(b / (4 * total) - w / sum(weights)) > 0.01:
         fails.append(f"rank {k} holds {b} of {4 * total} bytes, not in proportion to the memory weights {weights}")
-mine = {"rank": r, "world": n, "shares": sampler.shares(), "max_rel_diff": worst, "at": where,
+mine = {"rank": r, "world": n, "shares": first_shares, "last_shares": sampler.shares_at(a.steps - 1), "max_rel_diff": worst, "at": where,
         "another_order": order_gap, "memory": stats, "model_bytes": 4 * total, "fails": fails}
 everyone = lt.allgather_object(mine)  # one writer: lines of several ranks never interleave
 if r == 0:

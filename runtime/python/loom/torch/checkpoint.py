@@ -268,6 +268,8 @@ class Checkpoint:
         self.steps = step
         if self.sampler is not None and "sampler" in state:
             self.sampler.restore(state["sampler"], same_world=state.get("world") == C.size())
+        if self._sharded():  # the next backward is the next batch's
+            fsdp.set_batches(self.model, state["sampler"]["batches"] if "sampler" in state else step)
 
     @staticmethod
     def _load_rng(path, raw):

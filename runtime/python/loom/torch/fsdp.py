@@ -17,10 +17,12 @@ rank's parts, so a plain optimizer's step on `model.parameters()` is the single 
 the global batch; a parameter without a gradient keeps none."""
 import math
 import os
+import time
 
 import torch
 
 from . import collectives as C
+from .optimizer import _emulated_speed
 from .sampler import active_sampler
 
 
@@ -72,6 +74,47 @@ def shard_counts(n, weights):
     for r in order[: n - sum(counts)]:
         counts[r] += 1
     return counts
+
+
+class _Clock:
+    """This rank's compute: the time between the sharding's collectives. Summed over a batch, it is
+    what the dynamic balancer sees; with LOOM_EMULATE_SPEED, each stretch is slept out to 1/speed
+    as long before the next collective, layer by layer as on a slower device."""
+    mark = None
+    compute = 0.0
+    speed = None
+
+    @classmethod
+    def before_collective(cls):
+        if cls.speed is None:
+            cls.speed = _emulated_speed()
+        now = time.perf_counter()
+        if cls.mark is not None:
+            stretch = now - cls.mark
+            if cls.speed < 1.0:
+                time.sleep(stretch * (1.0 / cls.speed - 1.0))
+                stretch /= cls.speed
+            cls.compute += stretch
+
+    @classmethod
+    def after_collective(cls):
+        cls.mark = time.perf_counter()
+
+    @classmethod
+    def take(cls):
+        seconds, cls.compute = cls.compute, 0.0
+        return seconds
+
+
+def _observe(next_batch):
+    """A batch's backward is done: with dynamic shares, every rank's compute seconds and loader
+    position go to the sampler, which plans the shares of the batches no rank has fetched."""
+    seconds = _Clock.take()
+    s = active_sampler()
+    if s is None or s.balance != "dynamic" or C.size() == 1:
+        return
+    seen = C.allgather(torch.tensor([seconds, float(s.handed_out())]), [2] * C.size())
+    s.observe(next_batch, seen[0::2].tolist(), int(seen[1::2].max().item()), 1)
 
 
 class _Live:
@@ -164,7 +207,9 @@ class _Group:
     def gather(self, parts):
         device = parts[0].device
         mine = torch.cat([p.detach().reshape(-1).float() for p in parts]) if parts else torch.zeros(0)
+        _Clock.before_collective()
         ranked = C.allgather(mine, self.totals)
+        _Clock.after_collective()
         full = _pieces(ranked, self.to_whole).to(device)
         if self.mp is not None and self.mp.param_dtype is not None:
             full = full.to(self.mp.param_dtype)
@@ -196,9 +241,11 @@ class _Group:
             if g is not None:
                 whole[at: at + math.prod(shape)] = g.detach().reshape(-1).float().cpu()
         ranked = _pieces(whole, self.to_chunks) * weight
+        _Clock.before_collective()
         mine = C.reduce_scatter(ranked, self.totals)
         if self.is_root:
-            _count_backward(self.module)
+            _observe(_count_backward(self.module))
+        _Clock.after_collective()
         out, at = [], 0
         for g, p, k in zip(grads, self.shards(), self.mine):
             out.append(None if g is None else mine[at: at + k].to(p.device, p.dtype))
@@ -218,11 +265,16 @@ class _Group:
 
 
 def _count_backward(root):
-    """A root's backward pass is done: the next one is the next batch's (every group of the model)."""
-    for m in root.modules():
-        g = getattr(m, "_loom_shard", None)
-        if g is not None:
-            g.backward_no += 1
+    """A root's backward pass is done: the next one is the next batch's (every group of the model);
+    returns that batch's number."""
+    return set_batches(root, root._loom_shard.backward_no + 1)
+
+
+def set_batches(module, n):
+    """The batches trained so far (a restored checkpoint's): the next backward is batch n's."""
+    for _, _, g in _groups(module):
+        g.backward_no = n
+    return n
 
 
 def _pre_forward(module, args):
