@@ -1,6 +1,9 @@
 // gradient_sync.cpp — the gradient allreduce of each step and the votes that ride with it.
 #include "loom/rt/train/gradient_sync.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "loom/rt/train/train_config.hpp"
 
 namespace loom::rt {
@@ -30,10 +33,24 @@ GradientSync::GradientSync(const TrainConfig& c, const Ranks& ranks, const Repor
              LogFields(LogLevel::kInfo, {{"event", "offload"}, {"moved", false}}));
   if (c.zero == 3) {
     zero3_ = std::make_unique<Zero3>(*c.comm, device, c.grad_compress == "fp16");
+    std::string parts;
+    if (c.shard_by == "memory") {
+      const std::vector<double> memory = ranks_.gather(c.device_memory);
+      for (size_t r = 0; r < memory.size(); ++r)
+        if (!(memory[r] > 0 && std::isfinite(memory[r])))
+          throw Error("--shard-by memory: rank " + std::to_string(r) + " has no positive LOOM_DEVICE_MEMORY (" + num(memory[r]) +
+                      "): srun --loom-bind sets it from the task's GPU; elsewhere export each rank's device memory in bytes");
+      zero3_->set_shard_weights(memory);
+      double least = memory[0];
+      for (double m : memory) least = std::min(least, m);
+      parts = " in parts by device memory (";
+      for (size_t r = 0; r < memory.size(); ++r) parts += (r ? ":" : "") + num(std::round(100 * memory[r] / least) / 100);
+      parts += ", LOOM_DEVICE_MEMORY)";
+    }
     // In this build ZeRO-3's shards live in host memory on every device: on CUDA the optimizer is
     // offloaded with or without --offload optimizer, and the layers are staged through the host.
     rep_.say("ZeRO-3: parameters, gradients and optimizer state sharded over " + std::to_string(ranks_.size) +
-                 " ranks" + (device == Device::kCuda ? " in host memory (the optimizer offloaded, each layer staged to the GPU)" : "") +
+                 " ranks" + parts + (device == Device::kCuda ? " in host memory (the optimizer offloaded, each layer staged to the GPU)" : "") +
                  "; each layer's parameters allgathered before its forward and backward (the next layer's while it computes), "
                  "its gradients reduce-scattered" + (c.grad_compress == "fp16" ? std::string(" in fp16") : std::string()) +
                  " as backward finishes it; " + c.comm->describe() + " (" + c.comm->backend() + ")",

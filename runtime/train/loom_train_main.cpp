@@ -62,6 +62,7 @@ void finish_config(loom::rt::TrainConfig& c) {
   c.device_weight = env_number("LOOM_DEVICE_WEIGHT", 1.0);
   if (const char* cls = std::getenv("LOOM_GPU_CLASS")) c.gpu_class = cls;
   c.emulate_speed = env_number("LOOM_EMULATE_SPEED", 1.0);
+  c.device_memory = env_number("LOOM_DEVICE_MEMORY", 0.0);
   c.inject_overflow_step = static_cast<int64_t>(env_number("LOOM_INJECT_OVERFLOW_STEP", -1));  // tests only
   as_usage([&] { loom::rt::validate(c); return 0; });  // a bad option value is a usage error (exit 2)
 }

@@ -82,6 +82,8 @@ po::options_description train_options(TrainConfig& c, TrainOptionText& in) {
       ("replan-every", po::value(&c.replan_every)->default_value(c.replan_every), "dynamic balance: steps between re-plans")
       ("grad-compress", po::value(&c.grad_compress)->default_value(c.grad_compress), "none | fp16 | powersgd[:rank=R,start=S]")
       ("zero", po::value(&c.zero)->default_value(c.zero), "0 | 1 | 3: ZeRO-1 shards the optimizer state over the ranks; ZeRO-3 the parameters and gradients too, each layer gathered as it is used")
+      ("shard-by", po::value(&c.shard_by)->default_value(c.shard_by),
+       "even | memory: --zero 3's part of the state on each rank, even or in proportion to its LOOM_DEVICE_MEMORY")
       ("offload", po::value(&c.offload)->default_value(c.offload, word_of(c.offload)),
        "none | optimizer: with --zero 1 or 3 on GPUs, the optimizer state and its step in host memory (ZeRO-Offload)")
       ("gpu-backend", po::value(&c.gpu_backend)->default_value(c.gpu_backend, word_of(c.gpu_backend)),

@@ -68,6 +68,11 @@ void validate(const TrainConfig& c) {
   if (c.zero == 3 && c.grad_compress != "none" && c.grad_compress != "fp16")
     throw Error("--zero 3 reduce-scatters each layer's gradients (fp32, or fp16 with --grad-compress fp16): it does not "
                 "combine with --grad-compress " + c.grad_compress);
+  if (c.shard_by != "even" && c.shard_by != "memory") throw Error("--shard-by must be even or memory, not '" + c.shard_by + "'");
+  if (c.shard_by == "memory" && c.zero != 3) throw Error("--shard-by memory cuts ZeRO-3's parts: it needs --zero 3");
+  if (c.shard_by == "memory" && c.grad_compress != "none")
+    throw Error("--shard-by memory reduce-scatters fp32 gradients in parts of uneven size: it does not combine with "
+                "--grad-compress " + c.grad_compress);
   if (c.zero == 3 && c.qat) throw Error("--zero 3 does not combine with --qat (its observers see whole weights)");
   if (c.offload == Offload::kOptimizer && c.zero == 0)
     throw Error("--offload optimizer moves the sharded optimizer state to host memory: it needs --zero 1 or 3");

@@ -62,6 +62,38 @@ class Zero3::Queue {
 
 Zero3::Zero3(Communicator& comm, Device device, bool half_grads) : comm_(comm), device_(device), half_(half_grads) {}
 
+std::vector<size_t> Zero3::shard_counts(size_t n, const std::vector<double>& weights) {
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<size_t> counts(weights.size());
+  std::vector<double> rest(weights.size());
+  size_t given = 0;
+  for (size_t r = 0; r < weights.size(); ++r) {
+    const double exact = static_cast<double>(n) * weights[r] / total;
+    counts[r] = static_cast<size_t>(std::floor(exact));
+    rest[r] = exact - static_cast<double>(counts[r]);
+    given += counts[r];
+  }
+  std::vector<size_t> order(weights.size());
+  for (size_t r = 0; r < order.size(); ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rest[a] > rest[b]; });
+  for (size_t k = 0; given < n && k < order.size(); ++k, ++given) ++counts[order[k]];
+  return counts;
+}
+
+void Zero3::gather_flat(float* data, const Group& g) {
+  if (g.counts.empty()) comm_.allgather_chunks(data, g.n);
+  else comm_.allgather_v(data, g.counts);
+}
+
+void Zero3::reduce_flat(float* data, const Group& g) {
+  size_t begin = g.begin, count = g.count;
+  if (!g.counts.empty()) comm_.reduce_scatter_sum_v(data, g.counts);
+  else if (half_) comm_.reduce_scatter_sum_half(data, g.n, &begin, &count);
+  else comm_.reduce_scatter_sum(data, g.n, &begin, &count);
+  if (begin != g.begin || count != g.count) throw Error("--zero 3: the reduce-scatter's chunk is not this rank's shard");
+}
+
 Zero3::~Zero3() {
   queue_.reset();  // the thread finishes what was posted before the buffers go
 }
@@ -73,7 +105,14 @@ Zero3::Group Zero3::take_chunk(const ParamGroup& pg, const std::vector<Param>& p
   g.first = pg.first;
   g.end = pg.end;
   for (size_t i = g.first; i < g.end; ++i) g.n += static_cast<size_t>(ps[i].value.numel());
-  comm_.own_chunk(g.n, &g.begin, &g.count);
+  if (weights_.empty()) {
+    comm_.own_chunk(g.n, &g.begin, &g.count);
+  } else {
+    g.counts = shard_counts(g.n, weights_);
+    const size_t me = static_cast<size_t>(comm_.rank());
+    for (size_t r = 0; r < me; ++r) g.begin += g.counts[r];
+    g.count = g.counts[me];
+  }
   const std::vector<int64_t> chunk{static_cast<int64_t>(g.count)};  // tensors: the caching allocator
   g.w = Tensor::empty(chunk);                                     // reuses what the values free
   g.g = Tensor::zeros(chunk);
@@ -138,9 +177,9 @@ void Zero3::post_gather(Group& g) {
   g.whole = buffer(g.n);
   std::copy_n(g.w.f32(), g.count, g.whole.f32() + g.begin);
   float* data = g.whole.f32();
-  const size_t n = g.n;
-  g.gathered = queue_->post([this, data, n] { comm_.allgather_chunks(data, n); });
-  sent_ += n * sizeof(float);
+  const Group* gp = &g;
+  g.gathered = queue_->post([this, data, gp] { gather_flat(data, *gp); });
+  sent_ += g.n * sizeof(float);
 }
 
 // The parameters take the gathered values: views of the buffer on the CPU, copies on a GPU.
@@ -199,14 +238,11 @@ void Zero3::reduce_grads(Group& g) {
   // The job lets the whole gradients go once its chunk is out: its future (kept until
   // finish_backward) holds the job itself.
   reducing_.push_back(queue_->post([this, flat, gp]() mutable {
-    size_t begin = 0, count = 0;
-    if (half_) comm_.reduce_scatter_sum_half(flat.f32(), gp->n, &begin, &count);
-    else comm_.reduce_scatter_sum(flat.f32(), gp->n, &begin, &count);
-    if (begin != gp->begin || count != gp->count) throw Error("--zero 3: the reduce-scatter's chunk is not this rank's shard");
-    std::copy_n(flat.f32() + begin, count, gp->g.f32());
+    reduce_flat(flat.f32(), *gp);
+    std::copy_n(flat.f32() + gp->begin, gp->count, gp->g.f32());
     recycle(std::move(flat));
   }));
-  sent_ += g.n * (half_ ? 2 : sizeof(float));
+  sent_ += g.n * (half_ && g.counts.empty() ? 2 : sizeof(float));
 }
 
 Tensor Zero3::buffer(size_t n) {
@@ -305,7 +341,7 @@ void Zero3::gather_moments(const Optimizer& opt, std::vector<Tensor>* m, std::ve
     for (Group& g : groups_) {
       Tensor flat = Tensor::zeros({static_cast<int64_t>(g.n)});
       std::copy_n((which == 0 ? g.m : g.v).f32(), g.count, flat.f32() + g.begin);
-      queue_->post([this, &flat, &g] { comm_.allgather_chunks(flat.f32(), g.n); }).get();
+      queue_->post([this, &flat, &g] { gather_flat(flat.f32(), g); }).get();
       int64_t at = 0;
       for (size_t i = g.first; i < g.end; ++i) {
         const int64_t numel = checked_numel(shapes_[i]);

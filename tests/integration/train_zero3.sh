@@ -5,7 +5,7 @@
 # unsharded run (relative norm difference <= 1e-5 per tensor); the mlp's too. A 4-rank --zero 3
 # checkpoint resumes on 2 ranks with --zero 1 and on 1 rank with --zero 0 to the uninterrupted
 # run's weights. Model-state bytes per rank are a quarter on 4 ranks, and the peak memory of a
-# 227 MB gpt's ranks falls below ZeRO-1's. Bad input: PowerSGD or fp16 gradients, --qat, ranks
+# 227 MB gpt's ranks falls below ZeRO-1's; --shard-by memory cuts the parts by LOOM_DEVICE_MEMORY. Bad input: PowerSGD or fp16 gradients, --qat, ranks
 # that disagree on --zero, a checkpoint of another model.
 . "$(dirname "$0")/lib.sh"
 mpi_training_setup
@@ -35,6 +35,22 @@ run_cmd timeout 300 mpirun -np 2 --oversubscribe "$T" $g --zero 3 --export z2.h5
 expect_eq "gpt --zero 3, 2 ranks" 0 "$rc"
 expect_match "--zero 3 is announced" "ZeRO-3: parameters, gradients and optimizer state sharded over 2 ranks; each layer's parameters allgathered" "$err"
 close "2 ranks" z2.h5 one.h5
+# --shard-by memory: parts in proportion to LOOM_DEVICE_MEMORY (2:1): the same weights, and rank 0
+# holds 2/3 of the state where the even run's holds 1/2.
+mem() { echo "-np 1 -x LOOM_DEVICE_MEMORY=$1 $T $g --zero 3 --shard-by memory --export zm.h5 --metrics-file zm.jsonl"; }
+run_cmd timeout 300 mpirun --oversubscribe $(mem 42949672960) : $(mem 21474836480)
+expect_eq "gpt --zero 3 --shard-by memory, 2 ranks of memory 2:1" 0 "$rc"
+expect_match "--shard-by memory is announced" "sharded over 2 ranks in parts by device memory \(2:1, LOOM_DEVICE_MEMORY\)" "$err"
+close "--shard-by memory 2:1" zm.h5 one.h5
+held() { /usr/bin/python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["param_bytes_per_rank"])' "$1"; }
+expect_eq "--shard-by memory: rank 0 holds 4/3 of the even part ($(held zm.jsonl) against $(held z2.jsonl))" 1 \
+  "$(awk -v a="$(held zm.jsonl)" -v b="$(held z2.jsonl)" 'BEGIN { print (a / b > 1.32 && a / b < 1.34) ? 1 : 0 }')"
+run_cmd timeout 300 mpirun --oversubscribe -np 1 -x LOOM_DEVICE_MEMORY=42949672960 $T $g --zero 3 --shard-by memory : \
+  -np 1 $T $g --zero 3 --shard-by memory
+expect_ne "--shard-by memory without LOOM_DEVICE_MEMORY on a rank" 0 "$rc"
+expect_match "--shard-by memory: the rank without it named" "rank 1 has no positive LOOM_DEVICE_MEMORY" "$err"
+run_cmd "$T" $g --zero 1 --shard-by memory
+expect_eq "--shard-by memory needs --zero 3: a usage error" 2 "$rc"
 run_cmd "$T" $g --zero 3 --export z1.h5
 expect_match "--zero 3 on one rank: nothing to shard" "--zero 3 on one rank: there is nothing to shard" "$err"
 h5diff z1.h5 one.h5 /params /params >/dev/null && pass || fail "--zero 3 on one rank: weights differ"

@@ -89,6 +89,9 @@ struct TrainConfig {
   double emulate_speed = 1.0;
   std::string grad_compress = "none";  // none | fp16 | powersgd[:rank=R,start=S]
   int zero = 0;  // 1: ZeRO-1, the optimizer state sharded (train/zero.hpp); 3: ZeRO-3 (train/zero3.hpp)
+  // --zero 3's parts: even, or memory (in proportion to each rank's device_memory).
+  std::string shard_by = "even";
+  double device_memory = 0;  // LOOM_DEVICE_MEMORY: this rank's device memory in bytes (0: not given)
   // optimizer: the sharded optimizer state and its step in host memory (ZeRO-Offload) on CUDA
   // ranks; none: beside the gradients.
   Offload offload = Offload::kNone;

@@ -37,6 +37,13 @@ class Zero3 : public ParamGate {
   // initialization or a checkpoint's, alike on every rank) and from the optimizer's restored
   // moments, lets the whole values and gradients go, and makes itself the task's gate.
   void shard(Task& task, Optimizer& opt);
+  // Before shard(): each rank's part of every group in proportion to weights[r] (one per rank,
+  // positive: --shard-by memory gives the ranks' LOOM_DEVICE_MEMORY), not the even chunks; the
+  // gathers and reduce-scatters then go around the world's ring in fp32.
+  void set_shard_weights(std::vector<double> weights) { weights_ = std::move(weights); }
+  // n elements in proportion to `weights`: whole counts that sum to n, the remainder to the
+  // largest fractions (ties to the lower rank), as loom.torch's fully_shard cuts them.
+  static std::vector<size_t> shard_counts(size_t n, const std::vector<double>& weights);
   bool sharded() const { return params_ != nullptr; }
   // Mixed precision: `round` rounds a gathered group's values to the compute precision (in place,
   // on the host, before they go to the model's device; not between gather_all and release_all); `pass(i)` passes parameter i's gradient through it before the
@@ -65,6 +72,7 @@ class Zero3 : public ParamGate {
   struct Group {
     size_t first = 0, end = 0;      // its parameters
     size_t n = 0, begin = 0, count = 0;  // floats in all; this rank's chunk
+    std::vector<size_t> counts;          // every rank's chunk (--shard-by memory; empty: even)
     Tensor w, g, m, v;              // the chunk: master weights, reduced gradient, moments (v: AdamW)
     Tensor whole;                   // the gathered values (host), while gathered
     std::shared_future<void> gathered;  // valid from the gather's posting to the release
@@ -74,6 +82,10 @@ class Zero3 : public ParamGate {
   class Queue;  // the communication thread
   Group take_chunk(const ParamGroup& pg, const std::vector<Param>& ps, const Optimizer& opt, bool restored) const;
   void post_gather(Group& g);
+  // On the communication thread: the group's whole values from every rank's chunk of `data`, and
+  // the sum over the ranks into this rank's chunk (fp16 payloads with half_ and even chunks).
+  void gather_flat(float* data, const Group& g);
+  void reduce_flat(float* data, const Group& g);
   void bind(Group& g, bool round);  // round: to the compute precision (set_precision)
   void alloc_grads(Group& g);
   void reduce_grads(Group& g);
@@ -100,6 +112,7 @@ class Zero3 : public ParamGate {
   std::function<void(size_t)> pass_;
   bool all_ = false;  // gather_all() in force
   size_t sent_ = 0;
+  std::vector<double> weights_;  // empty: even chunks
 };
 
 }  // namespace loom::rt
