@@ -171,7 +171,24 @@ for x in o:
 assert p["best"] == "ZeRO-3 with recompute", p["best"]
 PY
   run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 64
-  expect_match "plan's text: the best option against equal shares" "^best: ZeRO-3 with recompute, [0-9.]+ s a step \\(equal shares [0-9.]+ s: 1\\.[0-9]+x\\)" "$(tail -1 <<<"$out")"
+  expect_match "plan's text: the best option against equal shares" "^best: ZeRO-3 with recompute, [0-9.]+ s a step \\(equal shares [0-9.]+ s: 1\\.[0-9]+x\\)" "$(grep "^best:" <<<"$out")"
+  # Uneven parts: at 120 sequences a step ZeRO-3 with recompute fits only when each GPU's part of the
+  # state follows the memory its batch share leaves (the A100s, with 2.5x the V100s' share, hold less).
+  run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 120 --format json
+  /usr/bin/python3 - "$out" <<'PY' && pass || fail "plan's uneven parts: $out"
+import json, sys
+u = json.loads(sys.argv[1])["uneven"]
+c = {(x["recompute"], x["offload"]): (x["fits_even"], x["fits_uneven"]) for x in u["choices"]}
+assert c[(True, False)] == (False, True) and c[(True, True)] == (True, True), c
+assert (u["recompute"], u["offload"], u["fits"]) == (True, False, True), u
+a, v = u["classes"]["a100"], u["classes"]["v100"]
+assert abs(8 * a["part_bytes"] + 8 * v["part_bytes"] - 16 * 13e9) < 1e3 and a["part_bytes"] < v["part_bytes"], u
+assert a["memory_bytes"] <= 40 << 30 and v["memory_bytes"] <= 32 << 30, u
+assert u["largest_global_batch"]["uneven"] > u["largest_global_batch"]["even"] >= 64, u
+assert u["largest_layers"]["uneven"] > u["largest_layers"]["even"] >= 1, u
+PY
+  run_cmd "$T" plan --cluster "$mixed" --params 13e9 --n-layer 40 --n-embd 5120 --n-head 40 --context 2048 --global-batch 120
+  expect_match "plan's text: what uneven parts allow" "ZeRO-3 with recompute fits only with uneven parts" "$out"
   run_cmd "$T" plan --cluster "$mixed" --params 1e9 --global-batch 8 --precision fp32 --reserve-gb 0 --format json
   /usr/bin/python3 - "$out" <<'PY' && pass || fail "plan --precision fp32 --reserve-gb 0: $out"
 import json, sys

@@ -112,6 +112,30 @@ PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, i
   return o;
 }
 
+UnevenParts uneven_parts(const Cluster& c, const PlanModel& m, const Model& net, bool recompute, bool offload) {
+  const PlanOption even = plan_option(c, m, net, 3, recompute, offload);
+  double ranks = 0;
+  for (const auto& k : even.classes) ranks += k.gpus;
+  const double word = m.fp32 ? 4 : 2, state = m.fp32 ? 8 : 12;
+  const double sharded = (2 * word + (offload ? 0 : state)) * m.params;  // over every GPU
+  std::vector<double> room;  // per GPU of each class: its capacity less all but its part
+  double total_room = 0;
+  bool positive = true;
+  for (const auto& k : even.classes) {
+    room.push_back(k.capacity_bytes - (k.memory_bytes - sharded / ranks));
+    positive = positive && room.back() > 0;
+    total_room += k.gpus * std::max(0.0, room.back());
+  }
+  UnevenParts u;
+  u.fits = positive && total_room >= sharded;
+  for (size_t i = 0; i < even.classes.size(); ++i) {
+    const double part = positive ? sharded * room[i] / total_room : sharded / ranks;
+    u.part_bytes.push_back(part);
+    u.memory_bytes.push_back(even.classes[i].memory_bytes - sharded / ranks + part);
+  }
+  return u;
+}
+
 std::vector<PlanOption> plan(const Cluster& c, const PlanModel& m, const Model& net) {
   std::vector<PlanOption> out;
   for (int zero = 0; zero <= 3; ++zero)
@@ -211,6 +235,97 @@ std::string needed(const Cluster& c, const PlanModel& m, const Model& net, const
   return s + "; not even on 1024x these GPUs: the activations of one sequence do not fit (shorten --context)";
 }
 
+// What ZeRO-3's uneven parts allow that even ones do not: for each recompute/offload choice,
+// whether each fits; for the fastest choice that fits with uneven parts (else with recompute and
+// no offload), the largest global batch and the largest model (more layers of the same width;
+// --params alone: more parameters) that fit either way.
+struct Uneven {
+  bool recompute = true, offload = false;
+  UnevenParts parts;
+  std::vector<json> choices;
+  double batch_even = 0, batch_uneven = 0, params_even = 0, params_uneven = 0;
+  int layers_even = 0, layers_uneven = 0;
+};
+
+// The largest x in [1, hi] for which fits(x) holds (fits holds up to some x, then never), 0 when
+// not even at 1: a whole number, or within 0.01% when not `whole`.
+template <class F>
+double largest(double hi, F fits, bool whole) {
+  if (!fits(1.0)) return 0;
+  if (fits(hi)) return hi;
+  double lo = 1;  // fits(lo), not fits(hi)
+  while (whole ? hi - lo > 1 : hi > lo * 1.0001) {
+    const double mid = whole ? std::floor((lo + hi) / 2) : std::sqrt(lo * hi);
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+PlanModel with_layers(PlanModel m, int layers) {  // the same width, the other parameters kept
+  m.params += 12.0 * m.embd * m.embd * (layers - m.layers);
+  m.layers = layers;
+  return m;
+}
+
+Uneven uneven_summary(const Cluster& c, const PlanModel& m, const Model& net) {
+  Uneven u;
+  double best = 0;
+  for (bool recompute : {false, true})
+    for (bool offload : {false, true}) {
+      const PlanOption even = plan_option(c, m, net, 3, recompute, offload);
+      const UnevenParts parts = uneven_parts(c, m, net, recompute, offload);
+      u.choices.push_back({{"recompute", recompute}, {"offload", offload}, {"fits_even", even.fits}, {"fits_uneven", parts.fits}});
+      if (parts.fits && (best == 0 || even.step_s < best)) best = even.step_s, u.recompute = recompute, u.offload = offload;
+    }
+  u.parts = uneven_parts(c, m, net, u.recompute, u.offload);
+  auto fits = [&](const PlanModel& x, bool uneven) {
+    return uneven ? uneven_parts(c, x, net, u.recompute, u.offload).fits : plan_option(c, x, net, 3, u.recompute, u.offload).fits;
+  };
+  for (bool uneven : {false, true}) {
+    if (m.layers) {  // --params alone counts no activations: any batch fits as well as one
+      PlanModel x = m;
+      (uneven ? u.batch_uneven : u.batch_even) =
+          largest(1e7, [&](double b) { x.global_batch = static_cast<int>(b); return fits(x, uneven); }, true);
+      const int layers = static_cast<int>(largest(1e5, [&](double l) { return fits(with_layers(m, static_cast<int>(l)), uneven); }, true));
+      (uneven ? u.layers_uneven : u.layers_even) = layers;
+      (uneven ? u.params_uneven : u.params_even) = layers ? with_layers(m, layers).params : 0;
+    } else {
+      PlanModel y = m;
+      (uneven ? u.params_uneven : u.params_even) = largest(1e15, [&](double p) { y.params = p; return fits(y, uneven); }, false);
+    }
+  }
+  return u;
+}
+
+json uneven_json(const Uneven& u, const std::vector<PlanClass>& classes) {
+  json parts = json::object();
+  for (size_t i = 0; i < classes.size(); ++i)
+    parts[classes[i].cls] = {{"part_bytes", std::llround(u.parts.part_bytes[i])}, {"memory_bytes", std::llround(u.parts.memory_bytes[i])}};
+  return {{"choices", u.choices}, {"recompute", u.recompute}, {"offload", u.offload}, {"fits", u.parts.fits}, {"classes", parts},
+          {"largest_global_batch", u.layers_even || u.layers_uneven || u.batch_even
+                                       ? json{{"even", u.batch_even}, {"uneven", u.batch_uneven}} : json(nullptr)},
+          {"largest_params", {{"even", u.params_even}, {"uneven", u.params_uneven}}},
+          {"largest_layers", {{"even", u.layers_even}, {"uneven", u.layers_uneven}}}};
+}
+
+void print_uneven(const Uneven& u, const std::vector<PlanClass>& classes) {
+  std::string name = std::string("ZeRO-3") + (u.recompute ? " with recompute" : "") + (u.offload ? " and optimizer offload" : "");
+  std::printf("uneven parts (%s, each GPU's part of the state by the memory its batch share leaves):", name.c_str());
+  for (size_t i = 0; i < classes.size(); ++i)
+    std::printf(" %s %.1f GB (%.1f GB in all)", classes[i].cls.c_str(), gb(u.parts.part_bytes[i]), gb(u.parts.memory_bytes[i]));
+  std::printf("%s\n", u.parts.fits ? "" : ": does not fit");
+  for (const auto& x : u.choices)
+    if (x["fits_uneven"] != x["fits_even"])
+      std::printf("  ZeRO-3%s%s fits only with %s parts\n", x["recompute"].get<bool>() ? " with recompute" : "",
+                  x["offload"].get<bool>() ? " and optimizer offload" : "", x["fits_uneven"].get<bool>() ? "uneven" : "even");
+  if (u.batch_even || u.batch_uneven) std::printf("  largest global batch: even parts %.0f, uneven %.0f;", u.batch_even, u.batch_uneven);
+  std::printf("%slargest model: even parts %.3g parameters", u.batch_even || u.batch_uneven ? " " : "  ", u.params_even);
+  if (u.layers_even || u.layers_uneven) std::printf(" (%d layers)", u.layers_even);
+  std::printf(", uneven %.3g", u.params_uneven);
+  if (u.layers_even || u.layers_uneven) std::printf(" (%d layers)", u.layers_uneven);
+  std::printf("\n");
+}
+
 }  // namespace
 
 int plan_main(const std::vector<std::string>& args) {
@@ -227,6 +342,7 @@ int plan_main(const std::vector<std::string>& args) {
       for (const auto& o : options) out["options"].push_back(option_json(o));
       out["best"] = best ? json(option_name(*best)) : json(nullptr);
       if (!best) out["needed"] = needed(c, a.m, net, options.back());
+      out["uneven"] = uneven_json(uneven_summary(c, a.m, net), options.front().classes);
       std::printf("%s\n", out.dump().c_str());
       return 0;
     }
@@ -247,6 +363,7 @@ int plan_main(const std::vector<std::string>& args) {
                   best->step_s_equal / best->step_s);
     else
       std::printf("%s\n", needed(c, a.m, net, options.back()).c_str());
+    print_uneven(uneven_summary(c, a.m, net), options.front().classes);
     return 0;
   });
 }

@@ -131,6 +131,16 @@ struct PlanOption {
   std::vector<PlanClass> classes;
 };
 std::vector<PlanOption> plan(const Cluster& c, const PlanModel& m, const Model& net);
+// ZeRO-3's sharded state (parameters, gradients, and the moments unless offloaded) in parts of
+// uneven size: each GPU's in proportion to the memory its class has left beside the activations
+// of its batch share, the gathered layers and the reserve (loom-train --shard-by memory and
+// fully_shard(shard_weights=) take such weights). part_bytes and memory_bytes per class, in the
+// order of PlanOption::classes.
+struct UnevenParts {
+  bool fits = false;
+  std::vector<double> part_bytes, memory_bytes;
+};
+UnevenParts uneven_parts(const Cluster& c, const PlanModel& m, const Model& net, bool recompute, bool offload);
 // One option on `scale` copies of the cluster's GPUs (what would be needed when nothing fits).
 PlanOption plan_option(const Cluster& c, const PlanModel& m, const Model& net, int zero, bool recompute, bool offload,
                        int scale = 1);
