@@ -96,6 +96,10 @@ refused("fully_shard twice", lambda: lt.fully_shard(model), "already applied")
 refused("a child after its parent", lambda: lt.fully_shard(model.norm), "already part of a sharded parent")
 refused("a zero memory weight", lambda: lt.fully_shard(nn.Linear(2, 2), shard_weights=[0] * n), "positive")
 refused("a negative memory weight", lambda: lt.fully_shard(nn.Linear(2, 2), shard_weights=[-1] * n), "positive")
+tied = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+tied[1].weight = tied[0].weight
+lt.fully_shard(tied[0])
+refused("a parameter tied across two fully_shard calls", lambda: lt.fully_shard(tied[1]), "the same tensor as")
 if n > 1:
     refused("ranks that disagree on a shape", lambda: lt.fully_shard(nn.Linear(2 + (r > 0), 2)), "has parameter")
 

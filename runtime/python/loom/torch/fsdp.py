@@ -350,6 +350,11 @@ def fully_shard(module, *, reshard_after_forward=True, mp_policy=None, shard_wei
             raise ValueError(f"fully_shard({type(module).__name__}): its {path or 'module'} is already part of a sharded "
                              "parent: apply fully_shard to the blocks first, then to the root")
     entries = _owned_parameters(module)
+    for _, qual, p in entries:  # a parameter tied to one that another call sharded: two copies would train apart
+        taken = getattr(p, "_loom_sharded_as", None)
+        if taken is not None:
+            raise ValueError(f"fully_shard({type(module).__name__}): its {qual} is the same tensor as {taken}, which an "
+                             "earlier fully_shard call sharded: apply fully_shard to a module that holds both")
     _check_same_everywhere(entries, module)
     if not entries:
         raise ValueError(f"fully_shard({type(module).__name__}): it owns no parameters (its children are sharded)")
@@ -364,9 +369,10 @@ def fully_shard(module, *, reshard_after_forward=True, mp_policy=None, shard_wei
     g = _Group(module, layout, [mods[0] for mods, _, _ in entries], weights, reshard_after_forward, mp_policy)
     me = C.rank()
     with torch.no_grad():
-        for (mods, _, p), counts in zip(entries, g.counts):
+        for (mods, qual, p), counts in zip(entries, g.counts):
             begin = sum(counts[:me])
             part = torch.nn.Parameter(p.detach().reshape(-1).float()[begin: begin + counts[me]].clone())
+            p._loom_sharded_as = f"{type(module).__name__}'s {qual}"
             for mod, name in mods:
                 mod._parameters[name] = part
                 if mod is not module:
