@@ -206,13 +206,18 @@ expect_match "resnet_fashion_mnist.py: a short run shows its first and last step
 
 # 7. Under Slurm: srun --mpi=pmix --loom-bind=ring on an A100 and a V100 (the local cluster's
 # devices): the plugin's LOOM_DEVICE_WEIGHT (312, 125) sets the static shares, and the run is
-# still the single process's; on two nodes where the cluster has them.
+# still the single process's; fully_shard with the plugin's memory; on two nodes where the cluster has them.
 if [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" != 1 ] && [ -n "${SLURM_CONF:-}" ] && sinfo -h >/dev/null 2>&1; then
   run_cmd timeout 300 srun -n2 --mpi=pmix --gres=gpu:a100:1,gpu:v100:1 --loom-bind=ring $P "$T/train.py" --out srun.pt
   expect_eq "srun --loom-bind=ring exit ($(tail -3 <<<"$err"))" 0 "$rc"
   expect_eq "srun: shares from the plugin's device weights 312 and 125" "[17, 7]" "$(field shares)"
   run_cmd $P "$T/compare.py" srun.pt one-transformer.pt init-transformer.pt 1e-5
   expect_eq "srun: an A100 and a V100 = 1 process within 1e-5 ($out)" 0 "$rc"
+  # fully_shard under the plugin: the state split by its LOOM_DEVICE_MEMORY (40 and 32 GiB), the
+  # batch by its LOOM_DEVICE_WEIGHT.
+  run_cmd timeout 300 srun -n2 --mpi=pmix --gres=gpu:a100:1,gpu:v100:1 --loom-bind=ring $P "$F" --steps 10
+  fsdp_ok "srun --loom-bind: an A100 and a V100" 2
+  expect_match "srun: fully_shard's memory weights from the plugin" '"memory_weights": \[42949672960.0, 34359738368.0\], "shares": \[8, 4\]' "$out"
   if [ "$(sinfo -h -N -o %N | sort -u | wc -l)" -ge 2 ]; then
     run_cmd timeout 300 srun -N2 -n2 --mpi=pmix $P "$T/train.py" --steps 10
     expect_eq "srun -N2 exit ($(tail -3 <<<"$err"))" 0 "$rc"

@@ -192,7 +192,7 @@ weights = fsdp._memory_weight(sw)
 for k, (b, w) in enumerate(zip(held, weights)):  # each parameter split by the weights: rounding only
     if abs(b / (4 * total) - w / sum(weights)) > 0.01:
         fails.append(f"rank {k} holds {b} of {4 * total} bytes, not in proportion to the memory weights {weights}")
-mine = {"rank": r, "world": n, "shares": first_shares, "last_shares": sampler.shares_at(a.steps - 1), "max_rel_diff": worst, "at": where,
+mine = {"rank": r, "world": n, "memory_weights": weights, "shares": first_shares, "last_shares": sampler.shares_at(a.steps - 1), "max_rel_diff": worst, "at": where,
         "another_order": order_gap, "memory": stats, "model_bytes": 4 * total, "fails": fails}
 everyone = lt.allgather_object(mine)  # one writer: lines of several ranks never interleave
 if r == 0:
