@@ -115,6 +115,14 @@ std::vector<Communicator::Step> Communicator::uneven_steps(const std::vector<siz
   return out;
 }
 
+void DeviceCollectives::allgather_v(float*, const std::vector<size_t>&) {
+  throw Error("an allgather of uneven chunks on device memory is not available over " + describe());
+}
+
+void DeviceCollectives::reduce_scatter_sum_v(float*, const std::vector<size_t>&) {
+  throw Error("a reduce-scatter of uneven chunks on device memory is not available over " + describe());
+}
+
 void Communicator::reduce_scatter_sum_v(float* data, const std::vector<size_t>& counts) {
   std::vector<std::vector<Step>> one{uneven_steps(counts, true)};
   run_steps(data, one);

@@ -25,6 +25,11 @@ struct NcclCommunicator::Impl {
   cudaStream_t stream = nullptr;
   cudaEvent_t queued = nullptr;  // recorded on the default stream before each collective
   bool ring_from_plugin = false;
+  std::vector<int> nccl_rank;  // of each MPI rank (the ring's order)
+  // One collective per chunk of `counts` (a chunk of 0 elements skipped), grouped: op(at, n, the
+  // NCCL rank that owns it).
+  template <class Op>
+  void per_chunk(const std::vector<size_t>& counts, Op op);
   // The NCCL stream is non-blocking: without this it would not wait for the kernels (on the
   // default stream) that wrote the buffer it is about to reduce. `after`: a mark recorded on the
   // default stream right after those kernels (work queued later need not finish first).
@@ -67,6 +72,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
   if (!init) {  // no MPI: one rank (a single GPU; the bare GPU machine has no MPI to launch with)
     ncclUniqueId id;
     LOOM_CHECK_NCCL(ncclGetUniqueId(&id));
+    c->impl_->nccl_rank = {0};
     c->init_comm(1, &id, 0);
     return c;
   }
@@ -83,7 +89,8 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(double timeout_s) {
     place.emplace_back(nodes[static_cast<size_t>(r)], positions[static_cast<size_t>(r)]);
     c->impl_->ring_from_plugin = c->impl_->ring_from_plugin || positions[static_cast<size_t>(r)] >= 0;
   }
-  c->rank_ = ring_rank_order(place)[static_cast<size_t>(mpi_rank)];
+  c->impl_->nccl_rank = ring_rank_order(place);
+  c->rank_ = c->impl_->nccl_rank[static_cast<size_t>(mpi_rank)];
   c->size_ = mpi_size;
 
   ncclUniqueId id;
@@ -218,6 +225,41 @@ void NcclCommunicator::reduce_scatter_chunks(float* d, size_t chunk, void* after
 }
 
 void NcclCommunicator::allgather_chunks(float* d, size_t chunk) { allgather(d + static_cast<size_t>(rank_) * chunk, d, chunk); }
+
+template <class Op>
+void NcclCommunicator::Impl::per_chunk(const std::vector<size_t>& counts, Op op) {
+  if (!comm) throw Error("the NCCL communicator was aborted");
+  if (counts.size() != nccl_rank.size())
+    throw Error(std::to_string(counts.size()) + " chunk counts for " + std::to_string(nccl_rank.size()) + " ranks");
+  after_default_stream();
+  LOOM_CHECK_NCCL(ncclGroupStart());
+  size_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r]) {
+      const ncclResult_t e = op(at, counts[r], nccl_rank[r]);
+      if (!nccl_ok(e)) {
+        ncclGroupEnd();
+        throw Error(std::string("NCCL: ") + ncclGetErrorString(e));
+      }
+    }
+    at += counts[r];
+  }
+  LOOM_CHECK_NCCL(ncclGroupEnd());
+}
+
+void NcclCommunicator::allgather_v(float* d, const std::vector<size_t>& counts) {
+  impl_->per_chunk(counts, [&](size_t at, size_t n, int owner) {
+    return ncclBroadcast(d + at, d + at, n, ncclFloat32, owner, impl_->comm, impl_->stream);
+  });
+  wait("allgather (uneven chunks)");
+}
+
+void NcclCommunicator::reduce_scatter_sum_v(float* d, const std::vector<size_t>& counts) {
+  impl_->per_chunk(counts, [&](size_t at, size_t n, int owner) {
+    return ncclReduce(d + at, d + at, n, ncclFloat32, ncclSum, owner, impl_->comm, impl_->stream);
+  });
+  wait("reduce-scatter (uneven chunks)");
+}
 
 void NcclCommunicator::broadcast(void* d, size_t bytes, int root) {
   if (!impl_->comm) throw Error("the NCCL communicator was aborted");

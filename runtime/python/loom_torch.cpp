@@ -24,6 +24,9 @@ using loom::rt::Error;
 
 struct lt_world {
   std::unique_ptr<loom::rt::Communicator> comm;
+  std::unique_ptr<loom::rt::DeviceCollectives> device;  // NCCL for uneven chunks on GPUs, once asked
+  std::string device_why;                               // why there is none
+  bool device_asked = false;
   bool started_mpi = false;
   int local_rank = 0, local_size = 1;
 };
@@ -213,6 +216,38 @@ int lt_allreduce_sum(lt_world* w, float* data, size_t n, int half_payload) {
 
 int lt_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts) {
   return uneven(w, data, counts, "reduce-scatter", [&](const std::vector<size_t>& c) { w->comm->reduce_scatter_sum_v(data, c); });
+}
+
+int lt_device_route(lt_world* w, int gpu, int* nccl, char* why, size_t why_size) {
+  return guarded([&] {
+    need(w, "the world");
+    if (!nccl) throw Error("lt_device_route without a result");
+    if (!w->device_asked) {
+      w->device_asked = true;
+      w->device_why = "one rank";
+      if (w->comm->size() > 1) {
+        loom::rt::ops::use_gpu(gpu);
+        w->device = loom::rt::gpu_collectives(*w->comm, w->comm->timeout(), false, &w->device_why);
+      }
+    }
+    *nccl = w->device ? 1 : 0;
+    const std::string text = w->device ? "nccl: " + w->device->describe() : w->device_why;
+    if (why && why_size) std::snprintf(why, why_size, "%s", text.c_str());
+  });
+}
+
+int lt_device_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts) {
+  return uneven(w, data, counts, "reduce-scatter", [&](const std::vector<size_t>& c) {
+    if (!w->device) throw Error("no NCCL communicator: call lt_device_route first");
+    w->device->reduce_scatter_sum_v(data, c);
+  });
+}
+
+int lt_device_allgather_v(lt_world* w, float* data, const size_t* counts) {
+  return uneven(w, data, counts, "allgather", [&](const std::vector<size_t>& c) {
+    if (!w->device) throw Error("no NCCL communicator: call lt_device_route first");
+    w->device->allgather_v(data, c);
+  });
 }
 
 int lt_allgather_v(lt_world* w, float* data, const size_t* counts) {

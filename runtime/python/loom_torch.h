@@ -45,6 +45,13 @@ int lt_broadcast(lt_world* w, void* data, size_t bytes, int root);
  * lt_allgather_v gives every rank every rank's chunk. Every rank passes the same counts. */
 int lt_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts);
 int lt_allgather_v(lt_world* w, float* data, const size_t* counts);
+/* The same on CUDA memory through NCCL. lt_device_route (collective, once: it makes the NCCL
+ * communicator on GPU `gpu`) sets *nccl to 1 where this build and the ranks allow it, else 0,
+ * and writes what it uses or why not into `why`; with 0 the caller stages the chunks through
+ * host memory and the lt_device_ calls fail. */
+int lt_device_route(lt_world* w, int gpu, int* nccl, char* why, size_t why_size);
+int lt_device_reduce_scatter_sum_v(lt_world* w, float* data, const size_t* counts);
+int lt_device_allgather_v(lt_world* w, float* data, const size_t* counts);
 
 /* The gradient exchange of loom-train (runtime/comm/grad_exchange): buckets summed by a
  * communication thread while backward runs (`compress` "none" or "fp16"), or PowerSGD

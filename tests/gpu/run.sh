@@ -322,6 +322,24 @@ torch_cuda() {  # loom.torch on CUDA tensors: a world of one = PyTorch alone; 2 
 }
 export -f torch_cuda
 t "loom.torch on CUDA tensors: a world of one = PyTorch; 2 ranks on the GPU = 1 process" 240 torch_cuda
+torch_fsdp_cuda() {  # fully_shard on CUDA: 1 rank, then 2 ranks of memory 2:1 on this GPU = 1 process
+  local lib=$B/python/loom/torch/libloomtorch.so mpi=${LOOM_MPI_HOME:-} f=$B/torch-tests/fsdp_test.py
+  [ -f "$lib" ] || { echo "SKIP: loom.torch is not in this bundle"; return 77; }
+  local envs="LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHONPATH=$B/python:$B/torch-tests"
+  env $envs "$py" "$f" --device cuda --tolerance 1e-4 >"$work/fsdp1.json" || { cut -c1-400 "$work/fsdp1.json"; return 1; }
+  cut -c1-400 "$work/fsdp1.json"
+  [ -n "$mpi" ] && [ -x "$mpi/bin/mpirun" ] || { echo "SKIP (2 ranks): no Open MPI (LOOM_MPI_HOME)"; return 0; }
+  # One GPU: NCCL takes one rank per GPU, so the uneven chunks are staged through host memory and
+  # the route says why; on two GPUs the same run goes through NCCL's grouped broadcasts and reduces.
+  env $envs OPAL_PREFIX="$mpi" LD_LIBRARY_PATH="$mpi/lib:$LD_LIBRARY_PATH" "$mpi/bin/mpirun" -x PYTHONPATH -x LD_LIBRARY_PATH \
+    -x OPAL_PREFIX -np 2 "$py" "$f" --device cuda --tolerance 1e-4 --shard-weights 2,1 --optimizer adamw >"$work/fsdp2.json" ||
+    { cut -c1-400 "$work/fsdp2.json"; return 1; }
+  cut -c1-400 "$work/fsdp2.json"
+  grep -q '"route": "\(nccl: \|.*NCCL refuses two ranks on one GPU\)' "$work/fsdp2.json" ||
+    { echo "FAIL: fully_shard did not say how the uneven chunks travelled"; return 1; }
+}
+export -f torch_fsdp_cuda
+t "loom.torch.fully_shard on CUDA: 1 rank, 2 ranks of memory 2:1 = 1 process" 240 torch_fsdp_cuda
 t "loom-topo show (live: hwloc + NVML)" 60 loom-topo show
 t "loom-topo export --format json" 60 loom-topo export --format json
 t "loom-topo gres" 60 loom-topo gres

@@ -31,6 +31,7 @@ ap.add_argument("--tolerance", type=float, default=1e-5)
 ap.add_argument("--checkpoint", default="", help="a Checkpoint directory: resume from it; save there after --save-at steps")
 ap.add_argument("--save-at", type=int, default=0)
 ap.add_argument("--layers", type=int, default=2)
+ap.add_argument("--device", default="cpu", help="where the model computes (cuda: its collectives through NCCL where it can)")
 ap.add_argument("--accumulate", type=int, default=1, help="batches (backward passes) per optimizer step")
 ap.add_argument("--balance", default="static", help="BalancedSampler's: static (LOOM_DEVICE_WEIGHT) or dynamic")
 ap.add_argument("--stall-in-gather", type=int, default=-1, help="the last rank stops (SIGSTOP) in a gather at this step")
@@ -51,7 +52,7 @@ class LM(nn.Module):
 
     def forward(self, x):
         h = self.tok(x) + self.pos[: x.shape[1]]
-        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]).to(x.device)
         for b in self.blocks:
             h = b(h, src_mask=mask)
         return self.head(self.norm(h))
@@ -69,7 +70,7 @@ torch.manual_seed(0)
 data = torch.randint(0, 61, (a.global_batch * a.steps, 17))
 dataset = torch.utils.data.TensorDataset(data[:, :-1], data[:, 1:])
 sampler = lt.BalancedSampler(dataset, a.global_batch, shuffle=False, balance=a.balance, replan_every=5)
-model = LM(layers=a.layers)
+model = LM(layers=a.layers).to(a.device)
 solo = copy.deepcopy(model)  # one process on the global batches, for comparison
 # One process again, each global batch's gradient summed over the ranks' pieces: another order of
 # the same additions, the scale of the rounding AdamW amplifies where a gradient is nearly zero
@@ -110,13 +111,14 @@ pieces_opt = optimizer(pieces.parameters())
 
 def reference_step(step):
     """The single process's step of global batch `step`, and the same summed over the pieces."""
-    xs, ys = data[step * a.global_batch:(step + 1) * a.global_batch, :-1], data[step * a.global_batch:(step + 1) * a.global_batch, 1:]
+    rows = data[step * a.global_batch:(step + 1) * a.global_batch].to(a.device)
+    xs, ys = rows[:, :-1], rows[:, 1:]
     first, last = step % a.accumulate == 0, (step + 1) % a.accumulate == 0
     if first:
         solo_opt.zero_grad()
         pieces_opt.zero_grad()
     if a.bf16:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(torch.device(a.device).type, dtype=torch.bfloat16):
             solo_loss = nn.functional.cross_entropy(solo(xs).flatten(0, 1).float(), ys.flatten())
     else:
         solo_loss = nn.functional.cross_entropy(solo(xs).flatten(0, 1), ys.flatten())
@@ -146,6 +148,7 @@ for step, (x, y) in enumerate(loader, start):
         fsdp.C.allgather = lambda *args: (os.kill(os.getpid(), signal.SIGSTOP), gather(*args))[1]
     if step % a.accumulate == 0:
         opt.zero_grad()
+    x, y = x.to(a.device), y.to(a.device)
     loss = nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
     (loss / a.accumulate).backward()  # gradient accumulation: the mean of the batches' steps
     if (step + 1) % a.accumulate == 0:
@@ -165,12 +168,12 @@ def rel_diff(got, want):
 
 
 whole = lt.full_state_dict(model)
-want = solo.state_dict()
+want = {k: v.cpu() for k, v in solo.state_dict().items()}
 missing = sorted(set(want) ^ set(whole))
 if missing:
     fails.append(f"full_state_dict names differ: {missing[:5]}")
 worst, where = rel_diff(whole, want)
-order_gap, _ = rel_diff(pieces.state_dict(), want)
+order_gap, _ = rel_diff({k: v.cpu() for k, v in pieces.state_dict().items()}, want)
 # SGD: within the tolerance; AdamW: also within 10x what another summation order makes.
 tolerance = max(a.tolerance, 10 * order_gap) if a.optimizer == "adamw" else a.tolerance
 if worst > tolerance:
@@ -192,7 +195,7 @@ weights = fsdp._memory_weight(sw)
 for k, (b, w) in enumerate(zip(held, weights)):  # each parameter split by the weights: rounding only
     if abs(b / (4 * total) - w / sum(weights)) > 0.01:
         fails.append(f"rank {k} holds {b} of {4 * total} bytes, not in proportion to the memory weights {weights}")
-mine = {"rank": r, "world": n, "memory_weights": weights, "shares": first_shares, "last_shares": sampler.shares_at(a.steps - 1), "max_rel_diff": worst, "at": where,
+mine = {"rank": r, "world": n, "route": lt.uneven_route(), "memory_weights": weights, "shares": first_shares, "last_shares": sampler.shares_at(a.steps - 1), "max_rel_diff": worst, "at": where,
         "another_order": order_gap, "memory": stats, "model_bytes": 4 * total, "fails": fails}
 everyone = lt.allgather_object(mine)  # one writer: lines of several ranks never interleave
 if r == 0:

@@ -14,7 +14,7 @@ or alone (a world of one). See doc/torch.md."""
 from ._core import LoomError
 from .collectives import (Average, Sum, allgather, allgather_object, allreduce, allreduce_, broadcast_,
                           broadcast_object, broadcast_optimizer_state, broadcast_parameters, describe, device, init,
-                          is_initialized, local_rank, local_size, rank, reduce_scatter, shutdown, size)
+                          is_initialized, local_rank, local_size, rank, reduce_scatter, shutdown, size, uneven_route)
 from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
 from .checkpoint import REQUEUE, Checkpoint, CheckpointError
@@ -22,6 +22,6 @@ from .fsdp import MixedPrecisionPolicy, full_state_dict, fully_shard, memory_sta
 
 __all__ = ["Average", "Sum", "allgather", "allgather_object", "reduce_scatter", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
-           "local_rank", "local_size", "rank", "shutdown", "size", "Compression", "DistributedOptimizer",
+           "local_rank", "local_size", "rank", "shutdown", "size", "uneven_route", "Compression", "DistributedOptimizer",
            "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE", "MixedPrecisionPolicy",
            "full_state_dict", "fully_shard", "memory_stats"]

@@ -91,6 +91,7 @@ def shutdown():
     global _world
     while _at_shutdown:
         _at_shutdown.pop()()
+    _route.clear()
     if _world is not None:
         h, _world = _world, None
         _core.check(_core.lib.lt_shutdown(h))
@@ -147,13 +148,14 @@ def reduce_scatter(tensor, counts, op=Sum):
     """This rank's chunk of the sum (op=Sum) or mean (op=Average) of `tensor` over the ranks: the
     tensor, flattened, is cut into chunks of counts[0], counts[1], ... elements, one per rank in
     rank order (uneven sizes, zeros too); every rank passes the same counts. Returns a new float32
-    tensor of counts[rank()] elements on `tensor`'s device (CUDA tensors are staged through host
-    memory)."""
+    tensor of counts[rank()] elements on `tensor`'s device (CUDA tensors through NCCL where it can
+    be used, else staged through host memory: uneven_route() says which)."""
     if op not in (Average, Sum):
         raise ValueError(f"op must be loom.torch.Average or loom.torch.Sum, not {op!r}")
     c = _counts(counts, tensor.numel(), "reduce_scatter")
-    t = tensor.detach().reshape(-1).to("cpu", torch.float32).contiguous().clone()
-    _core.check(_core.lib.lt_reduce_scatter_sum_v(_w(), t.data_ptr(), c))
+    on_gpu = _nccl_for(tensor)
+    t = tensor.detach().reshape(-1).to(tensor.device if on_gpu else "cpu", torch.float32).contiguous().clone()
+    _core.check((_core.lib.lt_device_reduce_scatter_sum_v if on_gpu else _core.lib.lt_reduce_scatter_sum_v)(_w(), t.data_ptr(), c))
     begin = sum(c[:rank()])
     mine = t[begin:begin + c[rank()]].clone()
     if op == Average:
@@ -168,11 +170,36 @@ def allgather(chunk, counts):
     c = _counts(counts, total, "allgather")
     if chunk.numel() != c[rank()]:
         raise ValueError(f"allgather: rank {rank()} passes {chunk.numel()} elements, its count is {c[rank()]}")
-    t = torch.empty(total, dtype=torch.float32)
+    on_gpu = _nccl_for(chunk)
+    t = torch.empty(total, dtype=torch.float32, device=chunk.device if on_gpu else "cpu")
     begin = sum(c[:rank()])
-    t[begin:begin + c[rank()]] = chunk.detach().reshape(-1).to("cpu", torch.float32)
-    _core.check(_core.lib.lt_allgather_v(_w(), t.data_ptr(), c))
+    t[begin:begin + c[rank()]] = chunk.detach().reshape(-1).to(t.device, torch.float32)
+    _core.check((_core.lib.lt_device_allgather_v if on_gpu else _core.lib.lt_allgather_v)(_w(), t.data_ptr(), c))
     return t.to(chunk.device)
+
+
+_route = {}  # the world's route for CUDA tensors' uneven chunks: (nccl?, what or why)
+
+
+def _nccl_for(tensor):
+    """Whether `tensor`'s uneven chunks go through NCCL on its GPU (asked once, collectively, at
+    the first CUDA tensor), else through host memory; route() says which and why."""
+    if not tensor.is_cuda:
+        return False
+    if "nccl" not in _route:
+        gpu = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+        nccl, why = ctypes.c_int(), ctypes.create_string_buffer(512)
+        _core.check(_core.lib.lt_device_route(_w(), gpu, ctypes.byref(nccl), why, len(why)))
+        _route.update(nccl=bool(nccl.value), why=why.value.decode(errors="replace"))
+    if _route["nccl"] and torch.cuda.current_stream(tensor.device) != torch.cuda.default_stream(tensor.device):
+        torch.cuda.current_stream(tensor.device).synchronize()  # NCCL orders itself after the default stream
+    return _route["nccl"]
+
+
+def uneven_route():
+    """How CUDA tensors' uneven collectives travel: "nccl: ..." or why through host memory ("" before
+    the first)."""
+    return _route.get("why", "")
 
 
 def allreduce_(tensor, op=Average, name=None):

@@ -236,10 +236,11 @@ class _Group:
         self.backward_full = None
         s = active_sampler()
         weight = s.share_of(self.backward_no) if s is not None else 1.0 / C.size()
-        whole = torch.zeros(self.numel, dtype=torch.float32)
+        device = self.shards()[0].device  # CUDA: the collective goes through NCCL where it can
+        whole = torch.zeros(self.numel, dtype=torch.float32, device=device)
         for g, (_, _, shape, at) in zip(grads, self.entries):
             if g is not None:
-                whole[at: at + math.prod(shape)] = g.detach().reshape(-1).float().cpu()
+                whole[at: at + math.prod(shape)] = g.detach().reshape(-1).to(device, torch.float32)
         ranked = _pieces(whole, self.to_chunks) * weight
         _Clock.before_collective()
         mine = C.reduce_scatter(ranked, self.totals)

@@ -134,6 +134,12 @@ class DeviceCollectives {
   virtual int size() const = 0;
   virtual void reduce_scatter_chunks(float* data, size_t chunk, void* after = nullptr) = 0;
   virtual void allgather_chunks(float* data, size_t chunk) = 0;
+  // Chunks of uneven sizes in the host Communicator's rank order (counts[r] floats for rank r,
+  // one after another in `data`, as Communicator::allgather_v lays them out): every rank's chunk
+  // to every rank, or the sum over the ranks into each rank's own chunk. Where a backend has
+  // none, an Error says so.
+  virtual void allgather_v(float* data, const std::vector<size_t>& counts);
+  virtual void reduce_scatter_sum_v(float* data, const std::vector<size_t>& counts);
   virtual std::string describe() const = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loom/rt/comm/comm.hpp"
 #include "loom/rt/error.hpp"
@@ -43,6 +44,10 @@ class NcclCommunicator : public DeviceCollectives {
   void allgather(const float* device_send, float* device_recv, size_t send_count);
   void reduce_scatter_chunks(float* device_data, size_t chunk, void* after = nullptr) override;  // in place
   void allgather_chunks(float* device_data, size_t chunk) override;                            // in place
+  // Uneven chunks in MPI rank order (DeviceCollectives): one broadcast from each chunk's owner,
+  // or one reduce to it, grouped into one NCCL launch.
+  void allgather_v(float* device_data, const std::vector<size_t>& counts) override;
+  void reduce_scatter_sum_v(float* device_data, const std::vector<size_t>& counts) override;
   void broadcast(void* device_data, size_t bytes, int root);
   void barrier();
   std::string describe() const override;
