@@ -75,6 +75,7 @@ po::options_description train_options(TrainConfig& c, TrainOptionText& in) {
       ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("eval-every", po::value(&c.eval_every), "steps between test-set evaluations, at the end of a pass (default: mlp every pass, gpt every --log-every steps)")
       ("metrics-file", po::value(&c.metrics_file), "JSON lines: steps, evaluations, summary")
+      ("tensorboard", po::value(&c.tensorboard_dir), "DIR: TensorBoard event files (loss, rates, shares, times, evaluations)")
       ("metrics-port", po::value(&c.metrics_port), "rank 0 serves Prometheus /metrics on this port (0: any, logged)")
       ("metrics-bind", po::value(&c.metrics_bind)->default_value(c.metrics_bind), "address of --metrics-port (0.0.0.0: every interface)")
       ("mllog", po::value(&c.mllog_path), "append MLPerf-style :::MLLOG lines to FILE (rank 0)")

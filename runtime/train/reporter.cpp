@@ -5,6 +5,7 @@
 
 #include "loom/json_text.hpp"
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/tensorboard.hpp"
 #include "loom/rt/train/metrics_http.hpp"
 #include "loom/rt/train/trainer.hpp"
 
@@ -30,6 +31,12 @@ Reporter::Reporter(const TrainConfig& c, int rank, int ranks, Log log)
   if (!c.metrics_file.empty() && rank == 0) {
     metrics_.open(c.metrics_file, std::ios::trunc);
     if (!metrics_) throw Error(c.metrics_file + ": cannot open for writing");
+  }
+  if (!c.tensorboard_dir.empty() && rank == 0) {
+    tb_ = std::make_unique<EventWriter>(c.tensorboard_dir);
+    if (c.model == ModelKind::kGpt) tokens_per_sample_ = c.context;
+    say("tensorboard: " + tb_->path() + " (tensorboard --logdir " + c.tensorboard_dir + ")",
+        LogFields(LogLevel::kInfo, {{"event", "tensorboard"}, {"path", tb_->path()}}));
   }
   if (c.metrics_port >= 0 && rank == 0) {
     server_ = std::make_unique<MetricsServer>(c.metrics_bind, c.metrics_port);
@@ -66,9 +73,19 @@ void Reporter::metrics_line(const LogMembers& j) {
 }
 
 void Reporter::step(const StepLine& s) {
-  if (!metrics_.is_open()) return;
-  metrics_line({{"step", s.step}, {"epoch", s.epoch}, {"loss", s.loss}, {"samples_per_s", s.samples_per_s},
-                {"rank_batch", shares_of(s.shares)}, {"comm_bytes", s.comm_bytes}, {"loss_scale", s.loss_scale}});
+  const std::vector<int> shares = shares_of(s.shares);
+  if (metrics_.is_open())
+    metrics_line({{"step", s.step}, {"epoch", s.epoch}, {"loss", s.loss}, {"samples_per_s", s.samples_per_s},
+                  {"rank_batch", shares}, {"comm_bytes", s.comm_bytes}, {"loss_scale", s.loss_scale}});
+  if (!tb_) return;
+  std::vector<std::pair<std::string, double>> v = {
+      {"train/loss", s.loss}, {"train/samples_per_s", s.samples_per_s}, {"train/learning_rate", s.lr},
+      {"train/loss_scale", s.loss_scale}, {"train/comm_bytes", static_cast<double>(s.comm_bytes)},
+      {"time/compute_ms", s.compute_ms}, {"time/exchange_wait_ms", s.exchange_ms}, {"time/update_ms", s.update_ms}};
+  if (tokens_per_sample_ > 0) v.emplace_back("train/tokens_per_s", s.samples_per_s * tokens_per_sample_);
+  for (size_t r = 0; r < shares.size(); ++r) v.emplace_back("shares/rank" + std::to_string(r), shares[r]);
+  tb_->scalars(s.step, v);
+  tb_->flush();
 }
 
 void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
@@ -76,12 +93,17 @@ void Reporter::eval(int64_t epoch, int64_t step, double accuracy, double loss) {
       LogFields(LogLevel::kInfo, {{"event", "eval"}, {"epoch", epoch}, {"test_accuracy", accuracy}}));
   if (server_) server_->update([&](TrainGauges& g) { g.test_accuracy = accuracy; });
   metrics_line({{"event", "eval"}, {"epoch", epoch}, {"step", step}, {"test_accuracy", accuracy}, {"test_loss", loss}});
+  if (tb_) {
+    tb_->scalars(step, {{"eval/test_accuracy", accuracy}, {"eval/test_loss", loss}});
+    tb_->flush();
+  }
 }
 
 void Reporter::overflow(int64_t step, double loss_scale) {
   say("gradient overflow at step " + std::to_string(step) + ": step skipped on every rank, loss scale " + num(loss_scale),
       LogFields(LogLevel::kWarning, {{"event", "overflow"}, {"step", step}, {"loss_scale", loss_scale}}));
   metrics_line({{"event", "overflow"}, {"step", step}, {"loss_scale", loss_scale}});
+  if (tb_) tb_->scalars(step, {{"train/overflow_loss_scale", loss_scale}});
 }
 
 void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
@@ -94,6 +116,11 @@ void Reporter::summary(const TrainResult& r, int64_t total, size_t comm_bytes) {
     if (r.preempted) j["preempted"] = true;
     metrics_line(j);
     if (!metrics_.flush()) throw Error(metrics_path_ + ": write failed");
+  }
+  if (tb_) {
+    tb_->scalars(r.steps, {{"summary/samples_per_s", r.samples_per_s}, {"summary/gflops", r.gflops},
+                           {"summary/peak_memory_bytes", static_cast<double>(r.peak_memory_bytes)}});
+    tb_->flush();
   }
   const std::string rates = fixed(r.samples_per_s, 0) + " samples/s, " + fixed(r.gflops, 1) + " GFLOP/s, param_bytes_per_rank " +
                             std::to_string(r.param_bytes) + ", grad_bytes_per_rank " + std::to_string(r.grad_bytes) +

@@ -327,7 +327,10 @@ void Trainer::progress(int64_t epoch, double loss, double seconds) {
   window_samples_ += c_.global_batch;
   last_loss_ = loss;
   const double rate = window_samples_ / std::max(window_seconds_, 1e-9);
-  const Reporter::StepLine line{done, epoch, loss, rate, plan_.shares_text(), sync_.comm_bytes(), precision_.amp().scale()};
+  Reporter::StepLine line{done, epoch, loss, rate, plan_.shares_text(), sync_.comm_bytes(), precision_.amp().scale()};
+  const double ms = 1e3 / static_cast<double>(std::max<int64_t>(1, done - pos_first_));
+  line.lr = lr_at(pos_.step, total_, c_.lr, c_.warmup, c_.schedule);
+  line.compute_ms = time_.compute * ms, line.exchange_ms = time_.exchange * ms, line.update_ms = time_.update * ms;
   rep_.live(line, total_);
   if (done % c_.log_every != 0 && done != total_) return;
   const double eta = (total_ - done) * c_.global_batch / std::max(rate, 1e-9);

@@ -1,6 +1,7 @@
 // reporter.hpp — what a training run says: progress lines as human text or JSON objects
-// (`--log-format`), rank 0 speaking for the job, and the `--metrics-file` JSON lines of
-// Contract 3 (steps, evaluations, overflows, the summary), written by rank 0 only.
+// (`--log-format`), rank 0 speaking for the job, the `--metrics-file` JSON lines (steps,
+// evaluations, overflows, the summary) and the `--tensorboard` event files' scalars, written by
+// rank 0 only.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@ namespace loom::rt {
 struct TrainConfig;
 struct TrainResult;
 class MetricsServer;
+class EventWriter;
 
 class Reporter {
  public:
@@ -37,6 +39,8 @@ class Reporter {
     std::string shares;  // "64,32"
     size_t comm_bytes;
     double loss_scale;
+    double lr = 0;                                          // the learning rate of the step
+    double compute_ms = 0, exchange_ms = 0, update_ms = 0;  // this rank's mean per step so far
   };
   void step(const StepLine& s);
   // Every step: the --metrics-port gauges (rank 0; nothing without the endpoint).
@@ -54,6 +58,8 @@ class Reporter {
   int rank_;
   Logger log_;
   std::unique_ptr<MetricsServer> server_;
+  std::unique_ptr<EventWriter> tb_;  // --tensorboard, rank 0
+  double tokens_per_sample_ = 0;     // the gpt's context: tokens/s beside samples/s
 };
 
 }  // namespace loom::rt

@@ -64,6 +64,7 @@ struct TrainConfig {
   int eval_every = 0;
   LogFormat log_format = LogFormat::kText;
   std::string metrics_file;
+  std::string tensorboard_dir;            // --tensorboard: event files of the run's scalars (rank 0)
   int metrics_port = -1;                  // --metrics-port: Prometheus endpoint on rank 0 (-1: none, 0: any port)
   std::string metrics_bind = "127.0.0.1";
   std::string mllog_path;  // --mllog: MLPerf-style :::MLLOG lines (rank 0)
