@@ -32,6 +32,7 @@ ap.add_argument("--ckpt-every", type=int, default=None)
 ap.add_argument("--signal-at", type=int, default=-1, help="rank 0 sends itself SIGUSR1 after this step")
 ap.add_argument("--deterministic", action="store_true", help="PyTorch's deterministic kernels (a GPU's too)")
 ap.add_argument("--fault", default="", help="test faults: mismatch | hang-at-3 | no-backward | unused")
+ap.add_argument("--tensorboard", default="", help="a SummaryWriter's folder: loom.torch.log_to adds its figures")
 a = ap.parse_args()
 
 torch.set_num_threads(1)
@@ -60,6 +61,10 @@ lt.broadcast_parameters(model.state_dict(), root_rank=0)  # LOOM
 if a.init_out and lt.rank() == 0:
     torch.save({k: v.cpu() for k, v in model.state_dict().items()}, a.init_out)
 
+if a.tensorboard:
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(a.tensorboard)
+    lt.log_to(writer)  # LOOM: each rank's share, compute and exchange seconds beside the script's own
 ckpt = None
 if a.ckpt_dir:  # LOOM: checkpoints that a requeued job resumes from
     ckpt = lt.Checkpoint(a.ckpt_dir, model=model, optimizer=opt, sampler=sampler, every_steps=a.ckpt_every)
@@ -83,6 +88,8 @@ while step < a.steps:
         losses.append(lt.allreduce(loss.detach() * len(x) / a.global_batch, op=lt.Sum).item())
         shares.append(sampler.shares())
         step += 1
+        if a.tensorboard and lt.rank() == 0:
+            writer.add_scalar("train/loss", losses[-1], step)
         if step == a.steps:
             break
 if lt.rank() == 0:

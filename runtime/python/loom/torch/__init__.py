@@ -19,9 +19,10 @@ from .optimizer import Compression, DistributedOptimizer
 from .sampler import BalancedSampler
 from .checkpoint import REQUEUE, Checkpoint, CheckpointError
 from .fsdp import MixedPrecisionPolicy, full_state_dict, fully_shard, memory_stats
+from .board import log_to
 
 __all__ = ["Average", "Sum", "allgather", "allgather_object", "reduce_scatter", "allreduce", "allreduce_", "broadcast_", "broadcast_object",
            "broadcast_optimizer_state", "broadcast_parameters", "describe", "device", "init", "is_initialized",
            "local_rank", "local_size", "rank", "shutdown", "size", "uneven_route", "Compression", "DistributedOptimizer",
            "BalancedSampler", "Checkpoint", "CheckpointError", "LoomError", "REQUEUE", "MixedPrecisionPolicy",
-           "full_state_dict", "fully_shard", "memory_stats"]
+           "full_state_dict", "fully_shard", "memory_stats", "log_to"]

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from . import board
 from . import collectives as C
 from .optimizer import _emulated_speed
 from .sampler import active_sampler
@@ -82,6 +83,8 @@ class _Clock:
     as long before the next collective, layer by layer as on a slower device."""
     mark = None
     compute = 0.0
+    comm = 0.0  # seconds inside the collectives
+    entered = 0.0
     speed = None
 
     @classmethod
@@ -95,22 +98,25 @@ class _Clock:
                 time.sleep(stretch * (1.0 / cls.speed - 1.0))
                 stretch /= cls.speed
             cls.compute += stretch
+        cls.entered = time.perf_counter()
 
     @classmethod
     def after_collective(cls):
         cls.mark = time.perf_counter()
+        cls.comm += cls.mark - cls.entered
 
     @classmethod
     def take(cls):
-        seconds, cls.compute = cls.compute, 0.0
-        return seconds
+        seconds, comm, cls.compute, cls.comm = cls.compute, cls.comm, 0.0, 0.0
+        return seconds, comm
 
 
 def _observe(next_batch):
     """A batch's backward is done: with dynamic shares, every rank's compute seconds and loader
     position go to the sampler, which plans the shares of the batches no rank has fetched."""
-    seconds = _Clock.take()
+    seconds, comm = _Clock.take()
     s = active_sampler()
+    board.scalars(next_batch, {**board.shares(s, next_batch - 1), "compute_s": seconds, "exchange_s": comm})
     if s is None or s.balance != "dynamic" or C.size() == 1:
         return
     seen = C.allgather(torch.tensor([seconds, float(s.handed_out())]), [2] * C.size())

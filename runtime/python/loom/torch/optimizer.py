@@ -8,6 +8,7 @@ import time
 import torch
 
 from . import _core
+from . import board
 from . import collectives as C
 from . import stop
 from .sampler import active_sampler
@@ -213,6 +214,9 @@ class _State:
             if not p.is_cuda:
                 _core.check(_core.lib.lt_exchange_result(self.handle, i, p.grad.data_ptr()))
         self.last = {"compute_s": compute, "exchange_s": time.perf_counter() - t0}
+        if board.active():
+            board.scalars(self.step_no + 1, {**board.shares(s, self.step_no * self.passes), "compute_s": compute,
+                                             "exchange_s": self.last["exchange_s"], "bytes_sent": self.stats()["last_bytes"]})
         if s is not None:
             s.observe((self.step_no + 1) * self.passes, list(extras[:n]), max(int(v) for v in extras[n:2 * n]), self.passes)
         self.fired = [0] * len(self.params)
