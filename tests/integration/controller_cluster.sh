@@ -124,6 +124,7 @@ if [ -x "$G" ]; then
   run_cmd "$G" "$grpc" stream ctl-tiny 2 x.bin
   expect_match "a stream without the token is refused" '"code":16' "$out$err"
   m=$(curl -s -H 'Authorization: Bearer ctl-token' "$http/metrics")
+  promtool_lint "the controller's metrics" "$m"
   expect_match "the router counts gRPC requests under their model: 1 + 49 answered" \
     'loom_serve_requests_total\{model="ctl-tiny",protocol="grpc",code="0"\} 50' "$m"
   expect_match "the refused one" 'loom_serve_requests_total\{model="ctl-tiny",protocol="grpc",code="16"\} 1' "$m"

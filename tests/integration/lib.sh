@@ -81,6 +81,15 @@ require_onnx_graph() {
   /usr/bin/python3 -c 'import onnx' 2>/dev/null || skip "python3-onnx is needed"
 }
 
+# promtool_lint WHAT TEXT: Prometheus' own linter finds nothing in a /metrics page but Triton's
+# nv_inference_* names, which keep Triton's spelling so that Triton's dashboards work unchanged.
+promtool_lint() {
+  command -v promtool >/dev/null || { echo "SKIP (part): no promtool (Debian's prometheus)"; return 0; }
+  local found
+  found=$(promtool check metrics <<<"$2" 2>&1 | grep -v '^nv_inference_')
+  expect_eq "$1: promtool check metrics (Loom's names)" "" "$found"
+}
+
 # peer_venv NAME PACKAGE...: test peers from PyPI in a virtual environment (contrib/peer-venv.sh);
 # skips the test, saying why, when it cannot be made. Sets $peer (the environment's folder).
 # refused WHAT RC REGEX CMD...: CMD exits RC, says REGEX on stderr, prints nothing on stdout and

@@ -224,6 +224,7 @@ expect_eq "keep-alive: 3 requests over 1 connection" 1 "$n"
 
 # Metrics in Prometheus text.
 m=$(curl -s "${auth[@]}" "$http/metrics")
+promtool_lint "loom-serve's metrics" "$m"
 expect_match "metrics: requests by code" 'loom_serve_requests_total\{model="fashion",protocol="http",code="200"\} [0-9]+' "$m"
 expect_match "metrics: failures by reason" 'loom_serve_request_failures_total\{model="fashion",reason="bad_request"\} [0-9]+' "$m"
 expect_match "metrics: gRPC requests" 'loom_serve_requests_total\{model="fashion",protocol="grpc",code="0"\} [0-9]+' "$m"

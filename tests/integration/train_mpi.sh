@@ -109,6 +109,7 @@ expect_match "Prometheus: both ranks' shares" 'loom_train_rank_batch\{rank="0"\}
 expect_match "Prometheus: rank 1's share" 'loom_train_rank_batch\{rank="1"\} 70' "$scrape"
 expect_match "Prometheus: gradient bytes" "loom_train_comm_bytes_total [1-9][0-9]*" "$scrape"
 expect_match "Prometheus: the job" 'loom_train_info\{model="mlp",ranks="2"\} 1' "$scrape"
+promtool_lint "loom-train --metrics-port" "$scrape"
 wait $prom
 expect_eq "the run with --metrics-port finishes" 0 "$?"
 # Mixed precision overlaps too: each gradient's fp16 pass runs as backward finishes it, so the
