@@ -19,6 +19,7 @@
 #include "grpc_router.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
+#include "loom/rt/proc/process.hpp"
 #include "spec/services.hpp"
 #include "spec/spec.hpp"
 
@@ -92,7 +93,7 @@ void announce(const ControllerOptions& o, const std::string& name, const std::st
 
 Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
     : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)),
-      metric_(spec.metric) {
+      metric_(spec.metric), service_(spec.name) {
   write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args,
                        spec.requests_gpu > 0 ? spec.requests_gpu : spec.limits_gpu);
 }
@@ -145,6 +146,23 @@ void Controller::tick(double now) {
   const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
   scale(d, now);
   last_ = d;
+  write_targets();
+}
+
+void Controller::write_targets() {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& r : pool_.all())
+    if (r->state == ReplicaState::kReady && !r->host.empty())
+      groups.push_back({{"targets", {r->host + ":" + std::to_string(r->http_port)}},
+                        {"labels", {{"loom_service", service_}, {"slurm_job_id", r->job}, {"node", r->node}}}});
+  const std::string text = groups.dump(2) + "\n";
+  if (text == targets_) return;
+  targets_ = text;  // a failure is said once for each change
+  try {
+    rt::write_file_atomic(o_.state_dir + "/prometheus-targets.json", text, 0644);
+  } catch (const std::exception& e) {
+    log_("warning", std::string("cannot write Prometheus' targets: ") + e.what(), {{"event", "targets_failed"}});
+  }
 }
 
 void Controller::observe(const std::vector<JobInfo>& jobs, double now) {

@@ -44,6 +44,9 @@ class Controller {
   void check(Replica& r, double now);
   void scale(const ScaleDecision& d, double now);
   void end_replica(Replica& r, double now, const std::string& why);
+  // STATE_DIR/prometheus-targets.json, Prometheus' file_sd format: each ready replica's address
+  // with its service, Slurm job and node as labels; rewritten (atomically) when they change.
+  void write_targets();
   int count(ReplicaState s) const;
   ControllerOptions o_;
   ReplicaPool& pool_;
@@ -59,6 +62,8 @@ class Controller {
   bool squeue_ok_ = true;
   std::pair<int, int> last_logged_{-1, -1};  // the last scale decision logged (from, to)
   std::string last_submit_error_;
+  std::string service_;      // the InferenceService's name
+  std::string targets_;      // what prometheus-targets.json holds
 };
 
 // Validates and runs the controller until wait_for_stop returns; then drains; returns the exit

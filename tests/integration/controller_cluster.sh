@@ -108,6 +108,32 @@ if srun --help 2>&1 | grep -q -- --loom-bind; then  # the Loom plugin is loaded:
   expect_match "the replica runs where the Loom plugin placed it (on its GPU, with its cores and NIC)" \
     "LOOM_BIND=gpu LOOM_GPU=[0-9]" "$(tr '\0' '\n' <"/proc/$rpid/environ" 2>&1 | grep -E '^LOOM_(BIND|GPU)=' | sort | tr '\n' ' ')"
 fi
+# Prometheus (Debian's) with contrib/prometheus/loom.yml's jobs: the controller, and the replicas
+# from the file_sd targets the controller writes; every target up, Loom's metrics scraped.
+targets=state/prometheus-targets.json
+expect_match "the controller lists the ready replica for Prometheus" "\"slurm_job_id\": \"$jid\"" "$(cat "$targets" 2>&1)"
+if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+  echo ctl-token >prom-token
+  pport=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  sed -e "s|/etc/loom/token|$PWD/prom-token|; s|127.0.0.1:8000|${http#http://}|; s|/var/lib/loom/ctl/prometheus-targets.json|$PWD/$targets|" \
+    -e "s|scrape_interval: 15s|scrape_interval: 1s|; s|refresh_interval: 5s|refresh_interval: 1s|" \
+    "$LOOM_SRCDIR/contrib/prometheus/loom.yml" >prom.yml
+  prometheus --config.file=prom.yml --storage.tsdb.path=prom-data --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 &
+  ppid=$!
+  up=
+  for _ in $(seq 60); do
+    up=$(promtool query instant "http://127.0.0.1:$pport" 'sum by (job) (up)' 2>/dev/null | sort | tr '\n' ' ')
+    [[ $up == *loom-controller*" => 1 "*loom-replicas*" => 1 "* ]] && break
+    sleep 0.5
+  done
+  expect_match "Prometheus: the controller and the replica are up ($up)" '\{job="loom-controller"\} => 1 .*\{job="loom-replicas"\} => 1 ' "$up"
+  got=$(promtool query instant "http://127.0.0.1:$pport" "count({__name__=~\"loom_serve_.+\", job=\"loom-replicas\", slurm_job_id=\"$jid\"})" 2>&1)
+  expect_match "Prometheus: the replica's own metrics, labelled with its Slurm job ($got)" '=> [1-9]' "$got"
+  kill "$ppid"
+  wait "$ppid" 2>/dev/null
+else
+  echo "SKIP (part): no prometheus (Debian's)"
+fi
 expect_eq "the router needs the token" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "$http/v2/models/ctl-tiny/infer")"
 expect_eq "health needs none" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$http/v2/health/ready")"
 out=$($L "$http" ctl-tiny 784 2 1 --token ctl-token)
