@@ -17,6 +17,7 @@
 #include "loom/topo/emit.hpp"
 #include "loom/topo/placement.hpp"
 #include "loom/topo/readers.hpp"
+#include "emit_svg.hpp"
 #ifdef LOOM_TOPO_SIMULATE
 #include "simulate/simulate.hpp"
 #endif
@@ -38,6 +39,7 @@ constexpr const char* kUsage =
     "        [--nic auto|none|NAME] [--oversubscribe]\n"
     "                            the per-task placement the SPANK plugin would apply\n"
     "  nccl-xml                  an NCCL_TOPO_FILE for this node\n"
+    "  draw [place's options]    the node as an SVG picture, with the placement over it given --ntasks\n"
     "  simulate --cluster CLUSTER.yaml (--job-gpus N --bytes B | --workload WORKLOAD.yaml)\n"
     "        [--placement slurm|loom|both] [--algo auto|ring|tree|flat|hier]\n"
     "                            what placement is worth on a cluster (doc/simulate.md)\n"
@@ -84,7 +86,8 @@ Options parse_args(int argc, char** argv) {
   Options o;
   static const std::map<std::string, std::vector<std::string>> kCommandFlags = {
       {"show", {}}, {"export", {"--as"}}, {"gres", {"--dev-dir"}}, {"node-conf", {}},
-      {"place", {"--ntasks", "--gpus", "--cpus", "--mode", "--nic", "--oversubscribe"}}, {"nccl-xml", {}}};
+      {"place", {"--ntasks", "--gpus", "--cpus", "--mode", "--nic", "--oversubscribe"}}, {"nccl-xml", {}},
+      {"draw", {"--ntasks", "--gpus", "--cpus", "--mode", "--nic", "--oversubscribe"}}};
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], val;
@@ -141,7 +144,7 @@ Options parse_args(int argc, char** argv) {
     throw UsageError{"--xml, --nvidia-smi and --topology exclude each other"};
   if (o.format != "text" && o.format != "json") throw UsageError{"--format must be text or json, not '" + o.format + "'"};
   if (o.as != "json" && o.as != "xml") throw UsageError{"--as must be json or xml, not '" + o.as + "'"};
-  if (o.command == "place") {
+  if (o.command == "place" || (o.command == "draw" && !o.ntasks.empty())) {
     if (o.ntasks.empty()) throw UsageError{"place needs --ntasks N"};
     if (o.mode != "ring" && o.mode != "gpu" && o.mode != "numa")
       throw UsageError{"--mode must be ring, gpu or numa, not '" + o.mode + "'"};
@@ -170,6 +173,7 @@ std::string run(const Options& o, std::string* notes) {
   if (o.command == "gres") return json ? emit_gres_json(t, o.dev_dir) : emit_gres(t, o.dev_dir);
   if (o.command == "node-conf") return json ? emit_node_conf_json(t, host) : emit_node_conf(t, host);
   if (o.command == "nccl-xml") return emit_nccl_xml(t);
+  if (o.command == "draw" && o.ntasks.empty()) return emit_svg(t, nullptr);
   PlaceRequest req;
   req.ntasks = parse_int("--ntasks", o.ntasks);
   req.gpus = parse_int_list("--gpus", o.gpus);
@@ -180,6 +184,7 @@ std::string run(const Options& o, std::string* notes) {
   req.nic = o.nic;
   req.oversubscribe = o.oversubscribe;
   Placement p = place(t, req);
+  if (o.command == "draw") return emit_svg(t, &p);
   return json ? emit_placement_json(p) : emit_placement_text(t, p);
 }
 
