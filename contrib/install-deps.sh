@@ -24,8 +24,9 @@ packages=(
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-torchvision python3-grpcio
   python3-optuna python3-yaml
   hyperfine fio wrk iproute2 curl procps util-linux
-  # Prometheus' promtool lints the metrics' names; Chromium renders loom-topo draw's pictures
-  prometheus chromium
+  # Prometheus' promtool lints the metrics' names; Chromium renders loom-topo draw's pictures and
+  # drives the status page (Selenium)
+  prometheus chromium chromium-driver python3-selenium
   # test peers from PyPI go into a virtual environment (tests/integration/lib.sh peer_venv);
   # Triton's perf_analyzer (in tritonclient's wheel) needs libb64
   python3-venv libb64-0d

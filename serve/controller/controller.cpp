@@ -93,7 +93,7 @@ void announce(const ControllerOptions& o, const std::string& name, const std::st
 
 Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
     : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)),
-      metric_(spec.metric), service_(spec.name) {
+      metric_(spec.metric), service_(spec.name), min_replicas_(spec.min_replicas), max_replicas_(spec.max_replicas) {
   write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args,
                        spec.requests_gpu > 0 ? spec.requests_gpu : spec.limits_gpu);
 }
@@ -147,6 +147,42 @@ void Controller::tick(double now) {
   scale(d, now);
   last_ = d;
   write_targets();
+  remember(demand);
+}
+
+namespace {
+double unix_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+void Controller::remember(double demand) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  const double t = unix_s();
+  history_.push_back({t, count(ReplicaState::kReady), static_cast<int>(pool_.all().size()), demand});
+  while (!history_.empty() && history_.front().t < t - 3600) history_.pop_front();
+}
+
+void Controller::remember_event(int from, int to, const ScaleDecision& d) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  events_.push_back({{"time", unix_s()}, {"from", from}, {"to", to}, {"panic", d.panic}, {"reason", d.reason}});
+  while (events_.size() > 20) events_.pop_front();
+}
+
+nlohmann::json Controller::status_json() const {
+  nlohmann::json replicas = nlohmann::json::array();
+  const double now = monotonic_s(), wall = unix_s();
+  for (const auto& r : pool_.all())
+    replicas.push_back({{"job", r->job}, {"node", r->node}, {"state", state_name(r->state.load())},
+                        {"outstanding", r->outstanding.load()}, {"routed", r->routed.load()},
+                        {"since", wall - (now - r->since.load())}, {"reason", r->state.load() == ReplicaState::kPending ? r->reason : ""}});
+  std::lock_guard<std::mutex> lock(status_mu_);
+  nlohmann::json history = nlohmann::json::array();
+  const size_t step = std::max<size_t>(1, history_.size() / 360);  // at most 360 points
+  for (size_t i = 0; i < history_.size(); i += step)
+    history.push_back({history_[i].t, history_[i].ready, history_[i].replicas, history_[i].demand});
+  return {{"service", {{"name", service_}, {"min_replicas", min_replicas_}, {"max_replicas", max_replicas_},
+                       {"desired", last_.desired}, {"panic", last_.panic}}},
+          {"replicas", replicas}, {"history", history}, {"events", nlohmann::json(events_)},
+          {"rejected", pool_.rejected()}};
 }
 
 void Controller::write_targets() {
@@ -267,10 +303,12 @@ void Controller::scale(const ScaleDecision& d, double now) {
   const int have = static_cast<int>(live.size());
   if (d.desired == have) return;
   // One line a decision: a decision that cannot be carried out (sbatch refuses) is not repeated.
-  if (std::make_pair(have, d.desired) != last_logged_)
+  if (std::make_pair(have, d.desired) != last_logged_) {
     log_("info", "scale " + std::to_string(have) + " -> " + std::to_string(d.desired) + ": " + d.reason,
          {{"event", "scale"}, {"from", have}, {"to", d.desired}, {"ready", count(ReplicaState::kReady)}, {"panic", d.panic},
           {"stable_concurrency", d.stable_concurrency}, {"panic_concurrency", d.panic_concurrency}, {"reason", d.reason}});
+    remember_event(have, d.desired, d);
+  }
   last_logged_ = {have, d.desired};
   if (d.desired > have) {
     for (int i = have; i < d.desired; ++i) {
@@ -382,6 +420,7 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   pool.set_model(spec.name);
   Controller c(o, spec, pool, log);
   pool.set_metrics_text([&c] { return c.metrics_text(); });
+  ctx.status = [&c] { return c.status_json(); };
   ctx.forward = &pool;
   HttpServer http(ctx, bind, http_port);
   std::unique_ptr<GrpcRouter> grpc;

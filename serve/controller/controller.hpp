@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <mutex>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -37,6 +39,9 @@ class Controller {
   void run(const std::atomic<bool>& stop);
   void shutdown_replicas(double wait_s);
   std::string metrics_text() const;
+  // What the status page shows: the service, each replica (Slurm job, node, state, requests in
+  // flight, since when), the replicas and the demand over the last hour, the last scale events.
+  nlohmann::json status_json() const;
 
  private:
   void tick(double now);
@@ -64,6 +69,18 @@ class Controller {
   std::string last_submit_error_;
   std::string service_;      // the InferenceService's name
   std::string targets_;      // what prometheus-targets.json holds
+  int min_replicas_ = 0, max_replicas_ = 0;
+  // The status page's memory: a sample each tick over the last hour, the last scale events.
+  struct Sample {
+    double t;  // Unix seconds
+    int ready, replicas;
+    double demand;
+  };
+  mutable std::mutex status_mu_;
+  std::deque<Sample> history_;
+  std::deque<nlohmann::json> events_;
+  void remember(double demand);
+  void remember_event(int from, int to, const ScaleDecision& d);
 };
 
 // Validates and runs the controller until wait_for_stop returns; then drains; returns the exit

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "grpc_service.pb.h"
 #include "pipeline/pipeline.hpp"
 #include "repository/repository.hpp"
@@ -51,6 +53,7 @@ struct Context {
   Repository* repo = nullptr;         // null in the controller, which has a forwarder instead
   std::vector<std::unique_ptr<PipelineRunner>> pipelines;  // InferencePipeline specs, served by name
   Forwarder* forward = nullptr;
+  std::function<nlohmann::json()> status;  // the controller's status page data; empty in loom-serve
   Metrics* metrics = nullptr;
   Options options;
   std::string token;                  // empty: no authentication

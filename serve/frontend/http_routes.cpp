@@ -11,6 +11,7 @@
 #include "frontend/http_decode.hpp"
 #include "frontend/infer.hpp"
 #include "frontend/llm_routes.hpp"
+#include "frontend/status_page.hpp"
 #include "repository/model_config.hpp"
 
 namespace loom::serve {
@@ -204,9 +205,22 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     if (!ready) r.status = http::status::service_unavailable;
     return r;
   }
+  // The status page: its data with the token (or with none set), else a form that asks for it.
+  const bool authorized = ctx.authorized(std::string(req[http::field::authorization]));
+  if (p.empty()) {
+    if (!get) return method_not_allowed("GET");
+    Reply r;
+    r.body = status_page(authorized ? status_json(ctx) : nlohmann::json());
+    r.content_type = "text/html; charset=utf-8";
+    r.headers.push_back({"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"});
+    return r;
+  }
   // Every other endpoint needs the token, when there is one.
-  if (!ctx.authorized(std::string(req[http::field::authorization])))
-    return error_reply(Status::kUnauthorized, "missing or wrong bearer token");
+  if (!authorized) return error_reply(Status::kUnauthorized, "missing or wrong bearer token");
+  if (p.size() == 2 && p[0] == "v2" && p[1] == "status") {
+    if (!get) return method_not_allowed("GET");
+    return ok(status_json(ctx));
+  }
   if (p.size() == 1 && p[0] == "metrics") {
     if (!get) return method_not_allowed("GET");
     Reply r;

@@ -193,6 +193,21 @@ pipe_infer() { [ -x "$G" ] && run_cmd env LOOM_TOKEN=ctl-token "$G" "${pipe[2]}"
 if pipe_infer; then expect_match "a request through the pipeline and the router" '"model_name":"by-name".*"shape":\[1,10\]' "$out"; fi
 
 # --- a burst scales to max; every request 200 or 503 -------------------------------------------
+# The status page in headless Chromium watches it: 1 ready replica, then 3 and the scale event.
+page=
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && /usr/bin/python3 -c 'import selenium' 2>/dev/null; then
+  rm -f page-ready
+  /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/status_page.py" "$http" ctl-token 1 3 90 page-ready >page.out 2>&1 &
+  page=$!
+  for _ in $(seq 120); do [ -e page-ready ] || ! kill -0 $page 2>/dev/null && break; sleep 0.25; done
+else
+  echo "SKIP (part): no chromium, chromium-driver and python3-selenium: the status page is checked with curl only"
+fi
+expect_match "the status page asks for the token without one" '<form id="login">' "$(curl -s "$http/")"
+expect_match "with it: the replica's row" '<tr class="replica ready"><td>[0-9]+</td>' \
+  "$(curl -s -H 'Authorization: Bearer ctl-token' "$http/")"
+expect_match "/v2/status: the replicas as JSON" '"replicas":\[\{' "$(curl -s -H 'Authorization: Bearer ctl-token' "$http/v2/status")"
+expect_eq "/v2/status needs the token" 401 "$(curl -s -o /dev/null -w '%{http_code}' "$http/v2/status")"
 $L "$http" ctl-tiny 784 8 60 --token ctl-token --stop stop >burst.json &
 load=$!
 t0=$(date +%s.%N)
@@ -202,6 +217,10 @@ wait $load
 rm -f stop
 expect_match "during the burst: only 200s and 503s" '^\{"counts": \{("(200|503)": [0-9]+(, )?)+\}' "$(cat burst.json)"
 expect_match "the scale-up was a panic decision" '"event":"scale".*"panic":true' "$(cat ctl.log)"
+if [ -n "$page" ]; then
+  wait "$page"
+  expect_eq "the status page in Chromium: the token, 1 then 3 replicas, the event, no console error ($(cat page.out))" 0 "$?"
+fi
 echo "controller_cluster: burst through the router: $(cat burst.json)"
 expect_match "the router counts the burst under the service's model" \
   'loom_serve_requests_total\{model="ctl-tiny",protocol="http",code="200"\} [1-9]' \

@@ -225,6 +225,10 @@ expect_eq "keep-alive: 3 requests over 1 connection" 1 "$n"
 # Metrics in Prometheus text.
 m=$(curl -s "${auth[@]}" "$http/metrics")
 promtool_lint "loom-serve's metrics" "$m"
+expect_match "the status page without the token: a form, no data" '<form id="login">' "$(curl -s "$http/")"
+expect_match "the status page with it: the model's row" '<tr class="model"><td>fashion</td><td>[0-9]+</td><td>READY</td>' \
+  "$(curl -s "${auth[@]}" "$http/")"
+expect_match "/v2/status: the models as JSON" '"models":\[' "$(curl -s "${auth[@]}" "$http/v2/status")"
 expect_match "metrics: requests by code" 'loom_serve_requests_total\{model="fashion",protocol="http",code="200"\} [0-9]+' "$m"
 expect_match "metrics: failures by reason" 'loom_serve_request_failures_total\{model="fashion",reason="bad_request"\} [0-9]+' "$m"
 expect_match "metrics: gRPC requests" 'loom_serve_requests_total\{model="fashion",protocol="grpc",code="0"\} [0-9]+' "$m"
