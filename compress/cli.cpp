@@ -25,7 +25,7 @@ std::string pct(double before, double after) {
 void add_train_options(po::options_description& d, TrainOpts& t) {
   d.add(rt::train_options(t.c, t.in,
                           {"data", "global-batch", "lr", "optimizer", "momentum", "lr-schedule", "seed", "threads", "ckpt-dir",
-                           "ckpt-every", "resume"},
+                           "ckpt-every", "resume", "tensorboard"},
                           "training options (loom-train's)"));
 }
 

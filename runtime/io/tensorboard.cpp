@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/crc.hpp>
 #include <chrono>
 #include <cstring>
@@ -67,8 +68,10 @@ EventWriter::EventWriter(const std::string& dir) {
   if (ec) throw Error(dir + ": cannot create the TensorBoard folder: " + ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
+  static std::atomic<int> made{0};  // several runs of one process (loom-compress) in one second
+  const int n = made.fetch_add(1);
   path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_s())) + "." + host +
-                                          "." + std::to_string(getpid()) + ".loom"))
+                                          "." + std::to_string(getpid()) + (n ? "." + std::to_string(n) : "") + ".loom"))
               .string();
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_) throw Error(path_ + ": cannot open for writing");

@@ -28,7 +28,7 @@ for line in sys.stdin:
 for k in sys.argv[1:]:
     print(k, " ".join(opts.get(k, "MISSING").split()))' "$@"
 }
-train_opts="data global-batch lr optimizer momentum lr-schedule seed threads ckpt-dir ckpt-every resume"
+train_opts="data global-batch lr optimizer momentum lr-schedule seed threads ckpt-dir ckpt-every resume tensorboard"
 expect_eq "loom-compress distill's training options are loom-train's" \
   "$("$B/loom-train" --help | help_of $train_opts)" "$("$B/loom-compress" distill --help | help_of $train_opts)"
 
@@ -79,8 +79,9 @@ run_cmd "$B/loom-train" --layers 784,512,512,10 --epochs 5 --lr 0.1 --lr-schedul
   --log-every 100000
 expect_eq "train the teacher" 0 "$rc"
 run_cmd "$B/loom-compress" distill --teacher teacher.h5 --student-layers 784,32,10 -o student.h5 --epochs 3 --lr 0.1 \
-  --lr-schedule cosine --threads 2 --compare
+  --lr-schedule cosine --threads 2 --compare --tensorboard tb
 expect_eq "distill --compare" 0 "$rc"
+expect_eq "distill --compare --tensorboard: an event file for each training (distilled, alone)" 2 "$(ls tb | grep -c '^events\.out\.tfevents\.')"
 expect_eq "student widths" "784,32,10" "$("$B/loom-compress" eval student.h5 --format json | json '["layers"]')"
 distilled=$(echo "$out" | grep "(distilled" | grep -oE "accuracy [0-9.]+" | cut -d' ' -f2)
 alone=$(echo "$out" | grep "(trained alone" | grep -oE "accuracy [0-9.]+" | cut -d' ' -f2)

@@ -15,7 +15,8 @@ namespace loom::rt {
 
 class EventWriter {
  public:
-  // Creates `dir` (and its parents) and in it events.out.tfevents.<seconds>.<host>.<pid>.loom,
+  // Creates `dir` (and its parents) and in it events.out.tfevents.<seconds>.<host>.<pid>[.<n>].loom
+  // (n: the process's n-th writer after its first),
   // starting with the file-version record TensorBoard expects first.
   explicit EventWriter(const std::string& dir);
   // One Event at `step` holding each (tag, value) as a simple_value Summary.Value.
