@@ -129,6 +129,19 @@ if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
   expect_match "Prometheus: the controller and the replica are up ($up)" '\{job="loom-controller"\} => 1 .*\{job="loom-replicas"\} => 1 ' "$up"
   got=$(promtool query instant "http://127.0.0.1:$pport" "count({__name__=~\"loom_serve_.+\", job=\"loom-replicas\", slurm_job_id=\"$jid\"})" 2>&1)
   expect_match "Prometheus: the replica's own metrics, labelled with its Slurm job ($got)" '=> [1-9]' "$got"
+  # The Grafana dashboard: its serving panels query what the controller and a replica serve, and
+  # Prometheus takes every panel's query.
+  replica=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["targets"][0])' "$targets")
+  { curl -s -H 'Authorization: Bearer ctl-token' "$http/metrics"; curl -s -H 'Authorization: Bearer ctl-token' "http://$replica/metrics"; } >serve-metrics.txt
+  run_cmd /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/dashboard_check.py" "$LOOM_SRCDIR/contrib/grafana/loom.json" serve-metrics.txt \
+    loom_serve_ loom_controller_ nv_inference_
+  expect_eq "the Grafana dashboard's serving panels query what is served ($out)" 0 "$rc"
+  bad=
+  while read -r q; do
+    promtool query instant "http://127.0.0.1:$pport" "$q" >/dev/null 2>prom-q.err || bad="$bad [$q: $(head -c 200 prom-q.err)]"
+  done < <(/usr/bin/python3 -c 'import json, sys; [print(t["expr"]) for p in json.load(open(sys.argv[1]))["panels"] for t in p.get("targets", [])]' \
+             "$LOOM_SRCDIR/contrib/grafana/loom.json")
+  expect_eq "Prometheus takes every query of the Grafana dashboard" "" "$bad"
   kill "$ppid"
   wait "$ppid" 2>/dev/null
 else

@@ -110,6 +110,9 @@ expect_match "Prometheus: rank 1's share" 'loom_train_rank_batch\{rank="1"\} 70'
 expect_match "Prometheus: gradient bytes" "loom_train_comm_bytes_total [1-9][0-9]*" "$scrape"
 expect_match "Prometheus: the job" 'loom_train_info\{model="mlp",ranks="2"\} 1' "$scrape"
 promtool_lint "loom-train --metrics-port" "$scrape"
+printf '%s\n' "$scrape" >train-metrics.txt
+run_cmd /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/dashboard_check.py" "$LOOM_SRCDIR/contrib/grafana/loom.json" train-metrics.txt loom_train_
+expect_eq "the Grafana dashboard's training panels query what loom-train serves ($out)" 0 "$rc"
 wait $prom
 expect_eq "the run with --metrics-port finishes" 0 "$?"
 # Mixed precision overlaps too: each gradient's fp16 pass runs as backward finishes it, so the
