@@ -53,6 +53,24 @@ std::string event(int64_t step, int field, const std::string& payload) {
   return e;
 }
 
+// A Summary of one value with the HParams plugin's metadata (SummaryMetadata.plugin_data:
+// plugin_name "hparams", content an HParamsPluginData) and the empty float tensor TensorBoard's
+// own hparams summaries carry.
+std::string hparams_summary(const std::string& tag, const std::string& plugin_data) {
+  std::string plugin, metadata, tensor, value, summary;
+  bytes_field(&plugin, 1, "hparams");
+  bytes_field(&plugin, 2, plugin_data);
+  bytes_field(&metadata, 1, plugin);
+  varint(&tensor, 1 << 3 | 0);  // TensorProto.dtype = DT_FLOAT
+  varint(&tensor, 1);
+  bytes_field(&tensor, 2, "");  // tensor_shape: a scalar
+  bytes_field(&value, 1, tag);
+  bytes_field(&value, 9, metadata);
+  bytes_field(&value, 8, tensor);
+  bytes_field(&summary, 1, value);
+  return summary;
+}
+
 }  // namespace
 
 uint32_t masked_crc32c(const void* data, size_t n) {
@@ -89,6 +107,42 @@ void EventWriter::scalars(int64_t step, const std::vector<std::pair<std::string,
     bytes_field(&summary, 1, v);
   }
   record(event(step, 5, summary));
+}
+
+void EventWriter::session_start(const std::vector<HParam>& hparams, double start_s) {
+  std::string info;  // SessionStartInfo { map<string, google.protobuf.Value> hparams = 1; double start_time_secs = 5; }
+  for (const auto& h : hparams) {
+    std::string v, entry;  // Value { double number_value = 2; string string_value = 3; }
+    if (h.is_number) {
+      varint(&v, 2 << 3 | 1);
+      fixed(&v, h.number);
+    } else {
+      bytes_field(&v, 3, h.text);
+    }
+    bytes_field(&entry, 1, h.name);
+    bytes_field(&entry, 2, v);
+    bytes_field(&info, 1, entry);
+  }
+  varint(&info, 5 << 3 | 1);
+  fixed(&info, start_s);
+  std::string data;  // HParamsPluginData { int32 version = 1; SessionStartInfo session_start_info = 3; }
+  varint(&data, 1 << 3 | 0);
+  varint(&data, 0);
+  bytes_field(&data, 3, info);
+  record(event(0, 5, hparams_summary("_hparams_/session_start_info", data)));
+}
+
+void EventWriter::session_end(bool success, double end_s) {
+  std::string info;  // SessionEndInfo { Status status = 1 (1 success, 2 failure); double end_time_secs = 2; }
+  varint(&info, 1 << 3 | 0);
+  varint(&info, success ? 1 : 2);
+  varint(&info, 2 << 3 | 1);
+  fixed(&info, end_s);
+  std::string data;
+  varint(&data, 1 << 3 | 0);
+  varint(&data, 0);
+  bytes_field(&data, 4, info);
+  record(event(0, 5, hparams_summary("_hparams_/session_end_info", data)));
 }
 
 void EventWriter::flush() {

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   loom::sweep::SweepOptions opts;
   po::options_description desc(
       "usage: loom-sweep --spec SWEEP.yaml --dir DIR [--format text|json] [--executor slurm|local]\n"
+      "                  [--tensorboard DIR]\n"
       "Runs the spec's trials as one Slurm array job (sbatch --array, 'parallel' at a time), proposes each\n"
       "next trial by Bayesian optimisation, and prints every trial and the best. See loom-sweep(1).\n"
       "Exit status: 0 finished, 1 stopped early (resume with the same --dir), 2 bad usage or spec.\n"
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
       "spec", po::value(&spec_path), "the sweep spec (YAML)")(
       "dir", po::value(&opts.dir), "the sweep's folder: trials, logs and state; an existing one is resumed")(
       "format", po::value(&format)->default_value("text"), "text | json (every trial and the best, on stdout)")(
-      "executor", po::value(&executor)->default_value("slurm"), "slurm (one sbatch --array job) | local (processes here)");
+      "executor", po::value(&executor)->default_value("slurm"), "slurm (one sbatch --array job) | local (processes here)")(
+      "tensorboard", po::value(&opts.tensorboard), "DIR: one TensorBoard run per trial (its hyperparameters in the HParams plugin, its metric)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher.hpp"
+#include "loom/rt/io/tensorboard.hpp"
 #include "propose.hpp"
 
 namespace loom::sweep {
@@ -57,6 +58,7 @@ class Controller {
   std::vector<int> resume();  // returns the ids still to run
   void propose(std::vector<int>& todo, int after);
   void finish_trial(Trial& t);
+  void board(const Trial& t);
   void check_lost();
   History history() const;
   int count(TrialState s) const {
@@ -77,6 +79,7 @@ class Controller {
   std::unique_ptr<Launcher> launcher_;
   bool attached_ = false;  // resumed onto an array job that is still queued
   int last_finished_ = -1;
+  bool board_warned_ = false;
   std::string fatal_;
 };
 
@@ -174,6 +177,7 @@ void Controller::finish_trial(Trial& t) {
     }
   }
   write_result(o_.dir, t);
+  board(t);
   last_finished_ = t.id;
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f s", t.end - t.start);
@@ -184,6 +188,28 @@ void Controller::finish_trial(Trial& t) {
         " (" + secs + ")");
   } else {
     say("trial " + std::to_string(t.id) + " failed: " + params_text(space_, t.values) + ": " + t.error);
+  }
+}
+
+// --tensorboard DIR: DIR/trial-N, one HParams session with the trial's values and its metric.
+void Controller::board(const Trial& t) {
+  if (o_.tensorboard.empty()) return;
+  try {
+    rt::EventWriter w(o_.tensorboard + "/trial-" + std::to_string(t.id));
+    std::vector<rt::EventWriter::HParam> hp;
+    for (size_t i = 0; i < space_.dims(); ++i) {
+      const Param& p = space_.params()[i];
+      const std::string ran = space_.format(i, t.values[i]);  // what the command was given
+      if (p.type == ParamType::Choice) hp.push_back({p.name, false, 0, ran});
+      else hp.push_back({p.name, true, std::stod(ran), ""});
+    }
+    w.session_start(hp, t.start > 0 ? t.start : t.proposed_at);
+    if (t.state == TrialState::Ok) w.scalars(0, {{spec_.metric, t.value}});
+    w.session_end(t.state == TrialState::Ok, t.end);
+    w.flush();
+  } catch (const std::exception& e) {
+    if (!board_warned_) say(std::string("cannot write the TensorBoard runs: ") + e.what());
+    board_warned_ = true;
   }
 }
 

@@ -16,6 +16,7 @@ namespace loom::sweep {
 struct SweepOptions {
   std::string dir;
   bool local = false;  // --executor local
+  std::string tensorboard;  // --tensorboard DIR: a TensorBoard run per trial, HParams sessions ("" none)
   std::atomic<bool>* interrupted = nullptr;
   const Logger* log = nullptr;  // progress lines; none when null
 };

@@ -47,11 +47,19 @@ run_cmd "$S" --spec bad-cmd.yaml
 expect_eq "a missing --dir is a usage error" 2 "$rc"
 
 # --- the local executor: the same wrapper as processes here
-spec local "$branin"
-run_cmd "$S" --spec local.yaml --dir local --executor local --format json
+spec local "$branin {opt}" "  opt: {type: choice, values: [sgd, adam]}\n"
+run_cmd "$S" --spec local.yaml --dir local --executor local --format json --tensorboard tb
 expect_eq "a local sweep finishes" 0 "$rc"
 expect_eq "with every trial ok" 10 "$(jq_py local/results.json "sum(t['state'] == 'ok' for t in d['trials'])")"
 expect_match "and prints the best last" '"best":\{"id":[0-9]+,"value":[0-9.]+,"params":\{"x1":' "$out"
+expect_eq "--tensorboard: a run per trial" 10 "$(ls -d tb/trial-* | wc -l)"
+# TensorBoard's reader and its HParams plugin's protobufs (PyPI's tensorboard) read each trial back.
+if tb=$("$LOOM_SRCDIR/contrib/peer-venv.sh" tensorboard tensorboard 2>peer.err); then
+  run_cmd "$tb/bin/python" "$LOOM_SRCDIR/tests/train/sweep_tensorboard_check.py" tb local/results.json value
+  expect_eq "--tensorboard: each trial an HParams session with its parameters and value ($out $(tail -2 <<<"$err"))" 0 "$rc"
+else
+  echo "SKIP (part): no tensorboard from PyPI: $(cat peer.err)"
+fi
 
 [ "${LOOM_SKIP_CLUSTER_TESTS:-0}" = 1 ] && { echo "sweep_cluster: cluster part skipped (LOOM_SKIP_CLUSTER_TESTS=1)"; finish; }
 [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] || { echo "sweep_cluster: no local cluster, Slurm part skipped"; finish; }

@@ -21,6 +21,16 @@ class EventWriter {
   explicit EventWriter(const std::string& dir);
   // One Event at `step` holding each (tag, value) as a simple_value Summary.Value.
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
+  // TensorBoard's HParams plugin: this run is one session with these hyperparameters (a number, or
+  // text for a choice), begun at `start_s` (Unix seconds); then how it ended.
+  struct HParam {
+    std::string name;
+    bool is_number = true;
+    double number = 0;
+    std::string text;
+  };
+  void session_start(const std::vector<HParam>& hparams, double start_s);
+  void session_end(bool success, double end_s);
   // To the file now, so that a running job shows in TensorBoard.
   void flush();
   const std::string& path() const { return path_; }
