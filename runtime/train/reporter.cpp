@@ -62,10 +62,20 @@ void Reporter::live(const StepLine& s, int64_t planned) {
   });
 }
 
-void Reporter::say_mine(const std::string& human, const LogFields& fields) const { log_.write(human, fields); }
-
 void Reporter::say(const std::string& human, const LogFields& fields) const {
   if (rank_ == 0) say_mine(human, fields);
+}
+
+// Each line is logged; a checkpoint's is also a TensorBoard scalar (rank 0, which has the writer).
+void Reporter::say_mine(const std::string& human, const LogFields& fields) const {
+  log_.write(human, fields);
+  const LogMembers& m = fields.members;
+  if (tb_ && m.contains("event") && m["event"] == "checkpoint" && m.contains("step") && m.contains("write_s")) {
+    const int64_t step = m["step"].is_string() ? std::stoll(m["step"].get<std::string>()) : m["step"].get<int64_t>();
+    tb_->scalars(step, {{"checkpoint/write_s", m["write_s"].get<double>()},
+                        {"checkpoint/paused_s", m.value("paused_s", m["write_s"].get<double>())}});
+    tb_->flush();
+  }
 }
 
 void Reporter::metrics_line(const LogMembers& j) {

@@ -7,7 +7,7 @@
 mpi_training_setup
 peer_venv tensorboard tensorboard
 run_cmd timeout 300 mpirun -np 2 --oversubscribe ./rankenv.sh "$T" --layers 784,32,10 --steps 20 --global-batch 32 \
-  --log-every 5 --balance static --tensorboard tb --metrics-file m.jsonl
+  --log-every 5 --balance static --tensorboard tb --metrics-file m.jsonl --ckpt-dir ck --ckpt-every 10
 expect_eq "loom-train --tensorboard, 2 ranks" 0 "$rc"
 expect_match "the event file is announced" "tensorboard: tb/events.out.tfevents\\.[0-9]+\\..*\\.loom" "$err"
 expect_eq "rank 0 alone writes one event file" 1 "$(ls tb | wc -l)"

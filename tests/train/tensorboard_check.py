@@ -43,7 +43,7 @@ for line in open(metrics):
     elif m.get("event") == "eval":
         same("eval/test_accuracy", m["step"], m["test_accuracy"])
         same("eval/test_loss", m["step"], m["test_loss"])
-for tag in ("train/learning_rate", "time/compute_ms", "time/exchange_wait_ms", "time/update_ms"):
+for tag in ("train/learning_rate", "time/compute_ms", "time/exchange_wait_ms", "time/update_ms", "checkpoint/write_s"):
     if not scalars.get(tag):
         fails.append(f"no {tag}")
 print(f"tensorboard: {checked} values of the metrics file read back by TensorBoard's reader "
