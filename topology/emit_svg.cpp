@@ -94,129 +94,160 @@ Owners owners_of(const Placement* p) {
   return o;
 }
 
-std::string colour(int task) { return task < 0 ? "#ffffff" : kTaskColours[task % 8]; }
+std::string colour(int task) {
+  return task < 0 ? "#ffffff" : kTaskColours[task % 8];
+}
+
+// The picture, part by part; each part records where it put what the next parts connect.
+class Picture {
+ public:
+  Picture(const Topology& t, const Placement* p) : t_(t), p_(p), own_(owners_of(p)) { plan_columns(); }
+  std::string draw() {
+    for (size_t k = 0; k < columns_.size(); ++k) column(k);
+    bottom_ = top_ + column_h_ + 10;
+    nvlinks();
+    pcie();
+    if (p_) placement();
+    s_.text(kMargin, 24, title() + " · " + std::to_string(t_.total_cpus()) + " CPUs, " + std::to_string(t_.gpus.size()) + " GPUs, " +
+                             std::to_string(t_.nics.size()) + " NICs", 14, " font-weight=\"bold\"");
+    return s_.str(std::max(760.0, kMargin + columns_.size() * (kColumnW + kMargin) + 0.0), bottom_ + 10, title());
+  }
+
+ private:
+  std::string title() const { return "loom-topo: " + (t_.host.empty() ? std::string("node") : t_.host); }
+
+  // NUMA positions, by socket then id; -1: the devices without one. And the columns' height.
+  void plan_columns() {
+    for (size_t i = 0; i < t_.numa_nodes.size(); ++i) columns_.push_back(static_cast<int>(i));
+    std::stable_sort(columns_.begin(), columns_.end(), [&](int a, int b) { return t_.numa_nodes[a].socket < t_.numa_nodes[b].socket; });
+    const bool loose = std::any_of(t_.gpus.begin(), t_.gpus.end(), [](const Gpu& g) { return g.numa < 0; }) ||
+                       std::any_of(t_.nics.begin(), t_.nics.end(), [](const Nic& n) { return n.numa < 0; });
+    if (loose || columns_.empty()) columns_.push_back(-1);
+    size_t max_rows = 1, max_devices = 1;
+    for (int c : columns_) {
+      if (c >= 0) max_rows = std::max(max_rows, (t_.numa_nodes[c].cores.size() + kCols - 1) / kCols);
+      const int numa = c >= 0 ? t_.numa_nodes[c].id : -1;
+      size_t n = 0;
+      for (const auto& g : t_.gpus) n += g.numa == numa;
+      for (const auto& nic : t_.nics) n += nic.numa == numa;
+      max_devices = std::max(max_devices, n);
+    }
+    devices_y_ = top_ + 40 + max_rows * kCell + 12;
+    column_h_ = devices_y_ - top_ + max_devices * (kBoxH + 6) + 8;
+  }
+
+  void column(size_t k) {
+    const double x = kMargin + k * (kColumnW + kMargin);
+    const int c = columns_[k];
+    s_.rect(x, top_, kColumnW, column_h_, c >= 0 ? "#f4f6f8" : "#fbfbfb", "#8a96a3");
+    if (c >= 0) cores(x, t_.numa_nodes[c]);
+    else s_.text(x + 8, top_ + 16, "no NUMA node", 12, " font-weight=\"bold\"");
+    const int numa = c >= 0 ? t_.numa_nodes[c].id : -1;
+    double y = devices_y_;
+    for (const auto& g : t_.gpus)
+      if (g.numa == numa) gpu(x, y, k, g), y += kBoxH + 6;
+    for (const auto& nic : t_.nics)
+      if (nic.numa == numa) this->nic(x, y, nic), y += kBoxH + 6;
+  }
+
+  void cores(double x, const NumaNode& n) {
+    s_.text(x + 8, top_ + 16, "Socket " + std::to_string(n.socket) + " · NUMA " + std::to_string(n.id), 12, " font-weight=\"bold\"");
+    s_.text(x + 8, top_ + 31, std::to_string(n.cores.size()) + " cores" + (n.memory_mb ? " · " + num(n.memory_mb / 1024.0) + " GB" : ""), 10);
+    for (size_t i = 0; i < n.cores.size(); ++i) {
+      int task = -1;
+      for (int pu : n.cores[i].pus)
+        if (own_.cpu.count(pu)) task = own_.cpu.at(pu);
+      const double cx = x + 12 + (i % kCols) * kCell, cy = top_ + 40 + (i / kCols) * kCell;
+      s_.rect(cx, cy, kCell - 2, kCell - 2, colour(task), "#5b6770", 0.5);
+      s_.text(cx + 2, cy + 10, std::to_string(n.cores[i].logical), 7, task >= 0 ? " fill=\"white\"" : " fill=\"#5b6770\"");
+    }
+  }
+
+  void gpu(double x, double y, size_t column, const Gpu& g) {
+    const int task = own_.gpu.count(g.index) ? own_.gpu.at(g.index) : -1;
+    s_.rect(x + 8, y, kColumnW - 16, kBoxH, task >= 0 ? colour(task) : "#e3f1e0", "#3a7d2c", task >= 0 ? 2.5 : 1);
+    const std::string fg = task >= 0 ? " fill=\"white\"" : "";
+    s_.text(x + 14, y + 15, "GPU " + std::to_string(g.index) + " " + g.cls + (g.memory_mb ? " " + num(g.memory_mb / 1024.0) + " GB" : ""), 11,
+            " font-weight=\"bold\"" + fg);
+    s_.text(x + 14, y + 30, task >= 0 ? "task " + std::to_string(task) : g.pci, 9, fg);
+    gpu_left_[g.index] = {x + 8, y + kBoxH / 2.0};
+    gpu_right_[g.index] = {x + kColumnW - 8, y + kBoxH / 2.0};
+    gpu_column_[g.index] = column;
+  }
+
+  void nic(double x, double y, const Nic& n) {
+    const int task = own_.nic.count(n.name) ? own_.nic.at(n.name) : -1;
+    s_.rect(x + 8, y, kColumnW - 16, kBoxH - 10, "#e8eefb", task >= 0 ? colour(task) : "#34589c", task >= 0 ? 2.5 : 1);
+    s_.text(x + 14, y + 18, "NIC " + n.name + (task >= 0 ? "  · task " + std::to_string(task) : ""), 11);
+    nic_at_[n.name] = {x + 8, y + (kBoxH - 10) / 2.0};
+  }
+
+  // As thick as their links: arcs on the right within a column, lines across the gap between
+  // columns; an NVSwitch as one bar below.
+  void nvlinks() {
+    const size_t g = t_.gpus.size();
+    if (t_.is_nvswitch() && g > 1) {
+      s_.rect(kMargin, bottom_ + 8, columns_.size() * (kColumnW + kMargin) - kMargin, 14, "#3a7d2c", "#3a7d2c");
+      s_.text(kMargin + 6, bottom_ + 19, "NVSwitch: every GPU pair " + path_word(t_.gpu_paths[0][1]), 10, " fill=\"white\"");
+      bottom_ += 30;
+      return;
+    }
+    for (size_t i = 0; i < g; ++i)
+      for (size_t j = i + 1; j < g; ++j) {
+        const Path& p = t_.gpu_paths[i][j];
+        if (p.kind != PathKind::kNVLink) continue;
+        int a = t_.gpus[i].index, b = t_.gpus[j].index;
+        if (gpu_column_[a] > gpu_column_[b]) std::swap(a, b);
+        const std::string title = "GPU " + std::to_string(a) + " - GPU " + std::to_string(b) + ": " + path_word(p);
+        if (gpu_column_[a] == gpu_column_[b])
+          s_.arc(gpu_right_[a], gpu_right_[b], 8 + std::abs(gpu_right_[b].y - gpu_right_[a].y) / 6, "#3a7d2c", 1 + p.nvlinks, title);
+        else
+          s_.line(gpu_right_[a], gpu_left_[b], "#3a7d2c", 1 + p.nvlinks, title);
+      }
+    bottom_ += 16;
+  }
+
+  // A NIC's path to the GPUs it is nearest (PIX, PXB): dashed.
+  void pcie() {
+    for (size_t i = 0; i < t_.gpus.size(); ++i)
+      for (size_t k = 0; k < t_.nics.size(); ++k) {
+        const Path& p = t_.gpu_nic_paths[i][k];
+        if (p.kind != PathKind::kPIX && p.kind != PathKind::kPXB) continue;
+        s_.curve(gpu_left_[t_.gpus[i].index], nic_at_[t_.nics[k].name], "#34589c",
+                 "GPU " + std::to_string(t_.gpus[i].index) + " - NIC " + t_.nics[k].name + ": " + path_word(p));
+      }
+  }
+
+  void placement() {
+    std::string ring;
+    for (int gi : p_->ring.gpus) ring += (ring.empty() ? "" : " → ") + std::to_string(gi);
+    s_.text(kMargin, bottom_ + 4, std::to_string(p_->tasks.size()) + " tasks (mode " + bind_mode_word(p_->mode) + ")" +
+                                      (ring.empty() ? std::string() : "; ring order: GPU " + ring), 12, " font-weight=\"bold\"");
+    for (size_t k = 0; k < p_->tasks.size(); ++k) {
+      const TaskPlacement& tp = p_->tasks[k];
+      std::string gpus;
+      for (int gi : tp.gpus) gpus += (gpus.empty() ? "GPU " : ",") + std::to_string(gi);
+      const double y = bottom_ + 22 + 16 * static_cast<double>(k);
+      s_.rect(kMargin, y - 10, 12, 12, colour(static_cast<int>(k)), "#333");
+      s_.text(kMargin + 18, y, "task " + std::to_string(k) + ": " + (gpus.empty() ? "no GPU" : gpus) + ", CPUs " +
+                                   format_cpu_list(tp.cpus) + (tp.nic.empty() ? "" : ", NIC " + tp.nic + " (" + tp.nic_path + ")"), 11);
+    }
+    bottom_ += 30 + 16 * static_cast<double>(p_->tasks.size());
+  }
+
+  const Topology& t_;
+  const Placement* p_;
+  const Owners own_;
+  Svg s_;
+  std::vector<int> columns_;
+  double top_ = 40, devices_y_ = 0, column_h_ = 0, bottom_ = 0;
+  std::map<int, Pos> gpu_left_, gpu_right_;  // the middle of each GPU box's left and right edges
+  std::map<int, size_t> gpu_column_;
+  std::map<std::string, Pos> nic_at_;         // the middle of each NIC box's left edge
+};
 
 }  // namespace
 
-std::string emit_svg(const Topology& t, const Placement* placement) {
-  const Owners own = owners_of(placement);
-  Svg s;
-  std::vector<int> columns;  // NUMA positions, by socket then id; -1: the devices without one
-  for (size_t i = 0; i < t.numa_nodes.size(); ++i) columns.push_back(static_cast<int>(i));
-  std::stable_sort(columns.begin(), columns.end(), [&](int a, int b) { return t.numa_nodes[a].socket < t.numa_nodes[b].socket; });
-  const bool loose = std::any_of(t.gpus.begin(), t.gpus.end(), [](const Gpu& g) { return g.numa < 0; }) ||
-                     std::any_of(t.nics.begin(), t.nics.end(), [](const Nic& n) { return n.numa < 0; });
-  if (loose || columns.empty()) columns.push_back(-1);
-  size_t max_rows = 1, max_devices = 1;
-  for (int c : columns) {
-    if (c >= 0) max_rows = std::max(max_rows, (t.numa_nodes[c].cores.size() + kCols - 1) / kCols);
-    const int numa = c >= 0 ? t.numa_nodes[c].id : -1;
-    size_t n = 0;
-    for (const auto& g : t.gpus) n += g.numa == numa;
-    for (const auto& nic : t.nics) n += nic.numa == numa;
-    max_devices = std::max(max_devices, n);
-  }
-  const double top = 40, cores_h = max_rows * kCell, devices_y = top + 40 + cores_h + 12;
-  const double column_h = devices_y - top + max_devices * (kBoxH + 6) + 8;
-  std::map<int, Pos> gpu_at;  // GPU index -> the middle of its box's bottom edge
-  std::map<std::string, Pos> nic_at;
-  std::map<int, Pos> gpu_side, gpu_right;  // the middle of its box's left and right edges
-  std::map<int, size_t> gpu_column;
-  for (size_t k = 0; k < columns.size(); ++k) {
-    const double x = kMargin + k * (kColumnW + kMargin);
-    const int c = columns[k];
-    const int numa = c >= 0 ? t.numa_nodes[c].id : -1;
-    s.rect(x, top, kColumnW, column_h, c >= 0 ? "#f4f6f8" : "#fbfbfb", "#8a96a3");
-    if (c >= 0) {
-      const NumaNode& n = t.numa_nodes[c];
-      s.text(x + 8, top + 16, "Socket " + std::to_string(n.socket) + " · NUMA " + std::to_string(n.id), 12, " font-weight=\"bold\"");
-      s.text(x + 8, top + 31, std::to_string(n.cores.size()) + " cores" + (n.memory_mb ? " · " + num(n.memory_mb / 1024.0) + " GB" : ""), 10);
-      for (size_t i = 0; i < n.cores.size(); ++i) {
-        const Core& core = n.cores[i];
-        int task = -1;
-        for (int pu : core.pus)
-          if (own.cpu.count(pu)) task = own.cpu.at(pu);
-        const double cx = x + 12 + (i % kCols) * kCell, cy = top + 40 + (i / kCols) * kCell;
-        s.rect(cx, cy, kCell - 2, kCell - 2, colour(task), "#5b6770", 0.5);
-        s.text(cx + 2, cy + 10, std::to_string(core.logical), 7, task >= 0 ? " fill=\"white\"" : " fill=\"#5b6770\"");
-      }
-    } else {
-      s.text(x + 8, top + 16, "no NUMA node", 12, " font-weight=\"bold\"");
-    }
-    double y = devices_y;
-    for (const auto& g : t.gpus) {
-      if (g.numa != numa) continue;
-      const int task = own.gpu.count(g.index) ? own.gpu.at(g.index) : -1;
-      s.rect(x + 8, y, kColumnW - 16, kBoxH, task >= 0 ? colour(task) : "#e3f1e0", "#3a7d2c", task >= 0 ? 2.5 : 1);
-      const std::string fg = task >= 0 ? " fill=\"white\"" : "";
-      s.text(x + 14, y + 15, "GPU " + std::to_string(g.index) + " " + g.cls + (g.memory_mb ? " " + num(g.memory_mb / 1024.0) + " GB" : ""),
-             11, " font-weight=\"bold\"" + fg);
-      s.text(x + 14, y + 30, task >= 0 ? "task " + std::to_string(task) : g.pci, 9, fg);
-      gpu_at[g.index] = {x + kColumnW / 2.0, y + kBoxH};
-      gpu_side[g.index] = {x + 8, y + kBoxH / 2.0};
-      gpu_right[g.index] = {x + kColumnW - 8, y + kBoxH / 2.0};
-      gpu_column[g.index] = k;
-      y += kBoxH + 6;
-    }
-    for (const auto& nic : t.nics) {
-      if (nic.numa != numa) continue;
-      const int task = own.nic.count(nic.name) ? own.nic.at(nic.name) : -1;
-      s.rect(x + 8, y, kColumnW - 16, kBoxH - 10, "#e8eefb", task >= 0 ? colour(task) : "#34589c", task >= 0 ? 2.5 : 1);
-      s.text(x + 14, y + 18, "NIC " + nic.name + (task >= 0 ? "  · task " + std::to_string(task) : ""), 11);
-      nic_at[nic.name] = {x + 8, y + (kBoxH - 10) / 2.0};
-      y += kBoxH + 6;
-    }
-  }
-  // NVLinks: arcs below the columns (one bar for an NVSwitch), as thick as their links.
-  double bottom = top + column_h + 10;
-  const size_t g = t.gpus.size();
-  if (t.is_nvswitch() && g > 1) {
-    s.rect(kMargin, bottom + 8, columns.size() * (kColumnW + kMargin) - kMargin, 14, "#3a7d2c", "#3a7d2c");
-    s.text(kMargin + 6, bottom + 19, "NVSwitch: every GPU pair " + path_word(t.gpu_paths[0][1]), 10, " fill=\"white\"");
-    bottom += 30;
-  } else {  // beside the boxes: arcs on the right within a column, lines across the gap between columns
-    for (size_t i = 0; i < g; ++i)
-      for (size_t j = i + 1; j < g; ++j) {
-        const Path& p = t.gpu_paths[i][j];
-        if (p.kind != PathKind::kNVLink) continue;
-        int a = t.gpus[i].index, b = t.gpus[j].index;
-        if (gpu_column[a] > gpu_column[b]) std::swap(a, b);
-        const std::string title = "GPU " + std::to_string(a) + " - GPU " + std::to_string(b) + ": " + path_word(p);
-        if (gpu_column[a] == gpu_column[b])
-          s.arc(gpu_right[a], gpu_right[b], 8 + std::abs(gpu_right[b].y - gpu_right[a].y) / 6, "#3a7d2c", 1 + p.nvlinks, title);
-        else
-          s.line(gpu_right[a], gpu_side[b], "#3a7d2c", 1 + p.nvlinks, title);
-      }
-    bottom += 16;
-  }
-  // A NIC's path to the GPUs it is nearest (PIX, PXB): dashed.
-  for (size_t i = 0; i < g; ++i)
-    for (size_t k = 0; k < t.nics.size(); ++k) {
-      const Path& p = t.gpu_nic_paths[i][k];
-      if (p.kind != PathKind::kPIX && p.kind != PathKind::kPXB) continue;
-      s.curve(gpu_side[t.gpus[i].index], nic_at[t.nics[k].name], "#34589c",
-              "GPU " + std::to_string(t.gpus[i].index) + " - NIC " + t.nics[k].name + ": " + path_word(p));
-    }
-  std::string title = "loom-topo: " + (t.host.empty() ? std::string("node") : t.host);
-  if (placement) {
-    std::string ring;
-    for (int gi : placement->ring.gpus) ring += (ring.empty() ? "" : " → ") + std::to_string(gi);
-    s.text(kMargin, bottom + 4, std::to_string(placement->tasks.size()) + " tasks (mode " + bind_mode_word(placement->mode) + ")" +
-                                    (ring.empty() ? std::string() : "; ring order: GPU " + ring), 12, " font-weight=\"bold\"");
-    for (size_t k = 0; k < placement->tasks.size(); ++k) {
-      const TaskPlacement& tp = placement->tasks[k];
-      std::string gpus;
-      for (int gi : tp.gpus) gpus += (gpus.empty() ? "GPU " : ",") + std::to_string(gi);
-      const double y = bottom + 22 + 16 * static_cast<double>(k);
-      s.rect(kMargin, y - 10, 12, 12, colour(static_cast<int>(k)), "#333");
-      s.text(kMargin + 18, y, "task " + std::to_string(k) + ": " + (gpus.empty() ? "no GPU" : gpus) + ", CPUs " +
-                                  format_cpu_list(tp.cpus) + (tp.nic.empty() ? "" : ", NIC " + tp.nic + " (" + tp.nic_path + ")"), 11);
-    }
-    bottom += 30 + 16 * static_cast<double>(placement->tasks.size());
-  }
-  s.text(kMargin, 24, title + " · " + std::to_string(t.total_cpus()) + " CPUs, " + std::to_string(g) + " GPUs, " +
-                          std::to_string(t.nics.size()) + " NICs", 14, " font-weight=\"bold\"");
-  return s.str(std::max(760.0, kMargin + columns.size() * (kColumnW + kMargin) + 0.0), bottom + 10, title);
-}
+std::string emit_svg(const Topology& t, const Placement* placement) { return Picture(t, placement).draw(); }
 
 }  // namespace loom::topo

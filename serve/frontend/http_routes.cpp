@@ -187,6 +187,16 @@ Reply forwarded(Context& ctx, const http::request<http::string_body>& req) {
   return r;
 }
 
+// GET /: the status page, its data with the token (or with none set), else a form asking for it.
+Reply status_reply(const Context& ctx, bool authorized) {
+  Reply r;
+  r.body = status_page(authorized ? status_json(ctx) : nlohmann::json());
+  r.content_type = "text/html; charset=utf-8";
+  r.headers.push_back({"Content-Security-Policy",
+                       "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"});
+  return r;
+}
+
 }  // namespace
 
 Reply route(Context& ctx, const http::request<http::string_body>& req, std::string* model_for_metrics) {
@@ -205,16 +215,8 @@ Reply route(Context& ctx, const http::request<http::string_body>& req, std::stri
     if (!ready) r.status = http::status::service_unavailable;
     return r;
   }
-  // The status page: its data with the token (or with none set), else a form that asks for it.
   const bool authorized = ctx.authorized(std::string(req[http::field::authorization]));
-  if (p.empty()) {
-    if (!get) return method_not_allowed("GET");
-    Reply r;
-    r.body = status_page(authorized ? status_json(ctx) : nlohmann::json());
-    r.content_type = "text/html; charset=utf-8";
-    r.headers.push_back({"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'"});
-    return r;
-  }
+  if (p.empty()) return get ? status_reply(ctx, authorized) : method_not_allowed("GET");
   // Every other endpoint needs the token, when there is one.
   if (!authorized) return error_reply(Status::kUnauthorized, "missing or wrong bearer token");
   if (p.size() == 2 && p[0] == "v2" && p[1] == "status") {

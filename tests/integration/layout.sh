@@ -12,7 +12,7 @@ allowed = {  # folder -> folders of the runtime it may include
     "train": {"tensor", "nn", "comm", "io", "graph", "train", "proc"},
     "graph": {"tensor", "proc"},  # the ONNX graph, its reader and executor
     "proc": set(),  # running programs and the one atomic file write: depends on nothing
-    "sweep": {"proc"},  # loom-sweep runs programs and links none of the rest of the runtime
+    "sweep": {"proc", "io"},  # loom-sweep runs programs; of the rest it links io/tensorboard.cpp alone
     "python": {"tensor", "comm", "io"},  # loom.torch's C ABI: collectives, exchange, checkpoints
 }
 serve_allowed = {  # serve/ folder -> serve/ folders it may include (serve/'s main: any)
