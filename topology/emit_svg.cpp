@@ -9,25 +9,15 @@
 #include <map>
 #include <sstream>
 
+#include "loom/markup.hpp"
+
 namespace loom::topo {
 namespace {
 
 const char* const kTaskColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 constexpr int kCell = 16, kCols = 8, kColumnW = kCols * kCell + 24, kBoxH = 38, kMargin = 36;
 
-std::string esc(const std::string& s) {  // names come from files: never markup
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
-    }
-  }
-  return o;
-}
+std::string esc(const std::string& s) { return markup_text(s); }  // names come from files and clients
 
 std::string num(double v) {
   char b[32];

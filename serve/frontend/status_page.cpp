@@ -7,26 +7,14 @@
 #include <sstream>
 
 #include "frontend/context.hpp"
+#include "loom/markup.hpp"
 
 namespace loom::serve {
 namespace {
 
 using json = nlohmann::json;
 
-std::string esc(const std::string& s) {  // names come from specs, jobs and clients: never markup
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&#39;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
+std::string esc(const std::string& s) { return markup_text(s); }  // names come from files and clients
 
 std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
