@@ -73,7 +73,8 @@ expect_match "fully_shard: resumed from the 2-rank checkpoint" "resumed from .*c
 run_cmd mpi -np 2 $P "$F" --layers 3 --checkpoint ck-fsdp
 expect_ne "fully_shard: a checkpoint of another model is refused" 0 "$rc"
 expect_match "fully_shard: the other model's missing tensor named" "from a different model: it has no tensor blocks.2" "$err"
-run_cmd mpi -np 1 -x LOOM_DEVICE_WEIGHT=1 -x LOOM_DEVICE_MEMORY=42949672960 $P "$F" --optimizer adamw : \
+# (with the next block's gather prefetched on a thread: LOOM_FSDP_PREFETCH=1)
+run_cmd mpi -x LOOM_FSDP_PREFETCH=1 -np 1 -x LOOM_DEVICE_WEIGHT=1 -x LOOM_DEVICE_MEMORY=42949672960 $P "$F" --optimizer adamw : \
   -np 1 -x LOOM_DEVICE_WEIGHT=3 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw : \
   -np 1 -x LOOM_DEVICE_WEIGHT=2 -x LOOM_DEVICE_MEMORY=21474836480 $P "$F" --optimizer adamw
 fsdp_ok "AdamW, LOOM_DEVICE_MEMORY 2:1:1, shares 1:3:2" 3

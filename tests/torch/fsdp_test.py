@@ -188,6 +188,8 @@ if any(k in block.linear1.__dict__ for k in ("weight", "bias")) or fsdp._Live.by
     fails.append("gathered parameters outlive the forward")
 if n > 1 and block._loom_shard.regathers < a.steps - start:
     fails.append(f"backward gathered the block's parameters again {block._loom_shard.regathers} times in {a.steps - start} steps")
+if n > 1 and os.environ.get("LOOM_FSDP_PREFETCH") == "1" and fsdp._Prefetch.used < len(model.blocks) * (a.steps - start - 1):
+    fails.append(f"the next block's gather was prefetched {fsdp._Prefetch.used} times in {a.steps - start} forwards")
 held = lt.allgather_object(stats["param_bytes"])
 if sum(held) != 4 * total:
     fails.append(f"param_bytes sum to {sum(held)}, not the model's {4 * total}")

@@ -159,7 +159,9 @@ class _Gather(torch.autograd.Function):
     def forward(ctx, group, *parts):
         ctx.set_materialize_grads(False)
         ctx.group = group
-        full = group.gather(parts)
+        full = _Prefetch.take(group)
+        if full is None:
+            full = group.gather(parts)
         return tuple(full[at: at + math.prod(shape)].view(shape) for _, _, shape, at in group.entries)
 
     @staticmethod
@@ -210,12 +212,14 @@ class _Group:
         return [getattr(mod, "_parameters")[name] for mod, name in self.parts]
 
     # Collectives: the parts to the whole parameters and back.
-    def gather(self, parts):
+    def gather(self, parts, clock=True):
         device = parts[0].device
         mine = torch.cat([p.detach().reshape(-1).float() for p in parts]) if parts else torch.zeros(0)
-        _Clock.before_collective()
+        if clock:
+            _Clock.before_collective()
         ranked = C.allgather(mine, self.totals)
-        _Clock.after_collective()
+        if clock:
+            _Clock.after_collective()
         full = _pieces(ranked, self.to_whole).to(device)
         if self.mp is not None and self.mp.param_dtype is not None:
             full = full.to(self.mp.param_dtype)
@@ -284,9 +288,64 @@ def set_batches(module, n):
     return n
 
 
+class _Prefetch:
+    """In forward, the next module's gather runs on a thread of its own while this module
+    computes: the order is the first forward's, alike on every rank, so the ranks' collectives
+    match; one collective is in flight at a time (MPI_THREAD_SERIALIZED), and what a forward did
+    not use is dropped at its end. On for parameters on a GPU; on CPU ranks the thread's
+    collective competes with the compute for the cores (on 2 ranks of a 2-core machine it made a
+    step slower), so there LOOM_FSDP_PREFETCH=1 asks for it (=0 turns it off on GPUs)."""
+    order, recording, pending, worker = [], False, {}, None
+    used = 0  # gathers a forward took from the prefetch
+
+    @classmethod
+    def take(cls, g):
+        f = cls.pending.pop(g, None)
+        if f is None:
+            return None
+        cls.used += 1
+        return f.result()
+
+    @classmethod
+    def begin(cls, g):
+        if g.is_root and not cls.order:
+            cls.recording = True
+        if cls.recording:
+            cls.order.append(g)
+
+    @classmethod
+    def wanted(cls, g):
+        text = os.environ.get("LOOM_FSDP_PREFETCH", "")
+        if text not in ("", "0", "1"):
+            raise ValueError(f"LOOM_FSDP_PREFETCH must be 0 or 1, not {text!r}")
+        return text == "1" if text else g.shards()[0].is_cuda
+
+    @classmethod
+    def next_after(cls, g):
+        if cls.recording or C.size() == 1 or g not in cls.order or not cls.wanted(g):
+            return
+        k = cls.order.index(g) + 1
+        if k < len(cls.order) and cls.order[k] not in cls.pending:
+            if cls.worker is None:
+                import concurrent.futures
+                cls.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loom-gather")
+            n = cls.order[k]
+            cls.pending[n] = cls.worker.submit(lambda: n.gather(n.shards(), clock=False))
+
+    @classmethod
+    def end(cls, g):
+        if g.is_root:
+            cls.recording = False
+            for f in cls.pending.values():
+                f.result()  # in flight on every rank alike: finished, then dropped
+            cls.pending.clear()
+
+
 def _pre_forward(module, args):
     g = module._loom_shard
+    _Prefetch.begin(g)
     views = _Gather.apply(g, *g.shards())
+    _Prefetch.next_after(g)
     g.install(views)
     if g.reshard and torch.is_grad_enabled() and views:
         ptr, g.full_bytes = _storage(views[0])
@@ -298,6 +357,7 @@ def _pre_forward(module, args):
 
 def _post_forward(module, args, output):
     g = module._loom_shard
+    _Prefetch.end(g)
     if g.hooks_ctx is not None:
         g.hooks_ctx.__exit__(None, None, None)
         g.hooks_ctx = None
