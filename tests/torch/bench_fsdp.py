@@ -51,7 +51,7 @@ model = LM()
 # head's compute, forward and backward, takes 1/speed as long, layer by layer as on a slow GPU (so
 # each layer's collectives wait on it). The extra time is slept: per row, as the module's forward
 # and backward took per row unsharded here (the best of 3 probes).
-speed = float(os.environ.get("LOOM_EMULATE_SPEED", "1"))
+speed = float(os.environ.pop("LOOM_EMULATE_SPEED", "1"))  # emulated here alike for both, not by loom.torch too
 
 
 class _Clock(torch.autograd.Function):
