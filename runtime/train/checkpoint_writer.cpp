@@ -328,13 +328,13 @@ void CheckpointWriter::flush_messages() {
   const std::string step = std::to_string(r.step);
   if (!r.error.empty()) {
     log_("checkpoint step " + step + " failed: " + r.error + "; the previous checkpoint is kept",
-         LogFields(LogLevel::kError, {{"event", "checkpoint_failed"}, {"step", step}}));
+         LogFields(LogLevel::kError, {{"event", "checkpoint_failed"}, {"step", r.step}}));
     return;
   }
   const std::string path = path_for(r.step);
   log_("checkpoint step " + step + ": " + path + " (" + fmt("%.1f", file_mib(path)) + " MiB in " + fmt("%.3f", r.write_s) +
            " s" + (pending_async_ ? async_text() : "") + ")",
-       LogFields(LogLevel::kInfo, {{"event", "checkpoint"}, {"step", step}, {"write_s", r.write_s}, {"copy_s", copy_s_}, {"paused_s", pending_async_ ? waited_s_ : r.write_s}}));
+       LogFields(LogLevel::kInfo, {{"event", "checkpoint"}, {"step", r.step}, {"write_s", r.write_s}, {"copy_s", copy_s_}, {"paused_s", pending_async_ ? waited_s_ : r.write_s}}));
 }
 
 double CheckpointWriter::save(CheckpointState s, int64_t step, bool sync) {

@@ -71,8 +71,7 @@ void Reporter::say_mine(const std::string& human, const LogFields& fields) const
   log_.write(human, fields);
   const LogMembers& m = fields.members;
   if (tb_ && m.contains("event") && m["event"] == "checkpoint" && m.contains("step") && m.contains("write_s")) {
-    const int64_t step = m["step"].is_string() ? std::stoll(m["step"].get<std::string>()) : m["step"].get<int64_t>();
-    tb_->scalars(step, {{"checkpoint/write_s", m["write_s"].get<double>()},
+    tb_->scalars(m["step"].get<int64_t>(), {{"checkpoint/write_s", m["write_s"].get<double>()},
                         {"checkpoint/paused_s", m.value("paused_s", m["write_s"].get<double>())}});
     tb_->flush();
   }

@@ -183,7 +183,7 @@ _route = {}  # the world's route for CUDA tensors' uneven chunks: (nccl?, what o
 
 def _nccl_for(tensor):
     """Whether `tensor`'s uneven chunks go through NCCL on its GPU (asked once, collectively, at
-    the first CUDA tensor), else through host memory; route() says which and why."""
+    the first CUDA tensor), else through host memory; uneven_route() says which and why."""
     if not tensor.is_cuda:
         return False
     if "nccl" not in _route:

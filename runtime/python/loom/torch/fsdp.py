@@ -434,11 +434,9 @@ def fully_shard(module, *, reshard_after_forward=True, mp_policy=None, shard_wei
         layout.append((mods, qual, tuple(p.shape), at))
         at += p.numel()
     g = _Group(module, layout, [mods[0] for mods, _, _ in entries], weights, reshard_after_forward, mp_policy)
-    me = C.rank()
     with torch.no_grad():
-        for (mods, qual, p), counts in zip(entries, g.counts):
-            begin = sum(counts[:me])
-            part = torch.nn.Parameter(p.detach().reshape(-1).float()[begin: begin + counts[me]].clone())
+        for i, (mods, qual, p) in enumerate(entries):
+            part = torch.nn.Parameter(g.my_piece(i, p.detach().float()).clone())
             p._loom_sharded_as = f"{type(module).__name__}'s {qual}"
             for mod, name in mods:
                 mod._parameters[name] = part
