@@ -111,6 +111,7 @@ struct Cli {
   std::vector<std::string> specs;
   int http_port = 8000, grpc_port = 8001;
   double poll_s = 0;
+  size_t held_mb = 256;  // --max-held-mb
   bool controller = false, no_prefix_caching = false;
   ControllerOptions ctl;
 };
@@ -171,7 +172,14 @@ po::options_description describe(Cli& c, Context& ctx) {
       "controller: the replicas' --bind (0.0.0.0 when they run on other nodes; give a token)")(
       "replica-cpus", po::value(&c.ctl.replica_cpus)->default_value(1), "controller: --cpus-per-task of each replica")(
       "replica-max-outstanding", po::value(&c.ctl.replica_cap)->default_value(256),
-      "controller: requests routed to one replica at once at most (beyond: 503)");
+      "controller: requests routed to one replica at once at most (beyond: 503)")(
+      "start-timeout-s", po::value(&c.ctl.start_timeout_s)->default_value(300),
+      "controller: a replica not ready this long after its job started is ended, and the next waits")(
+      "activation-timeout-s", po::value(&c.ctl.activation_timeout_s)->default_value(60),
+      "controller: with no replica ready, requests wait this long for one (then 503)")(
+      "max-held-requests", po::value(&c.ctl.max_held_requests)->default_value(1000),
+      "controller: requests waiting for a replica at most (beyond: 429)")(
+      "max-held-mb", po::value(&c.held_mb)->default_value(256), "controller: their bytes at most, in MiB (beyond: 429)");
   return desc;
 }
 
@@ -205,6 +213,9 @@ std::string check_options(const Cli& c, const Context& ctx, const po::variables_
     return "the windows must satisfy --tick-s <= --panic-window-s <= --stable-window-s";
   if (!(c.ctl.scale_down_delay_s >= 0) || !(c.ctl.pending_warn_s > 0)) return "bad --scale-down-delay-s or --pending-warn-s";
   if (c.ctl.replica_cpus < 1 || c.ctl.replica_cap < 1) return "--replica-cpus and --replica-max-outstanding must be at least 1";
+  if (!(c.ctl.activation_timeout_s > 0 && c.ctl.activation_timeout_s <= 3600)) return "--activation-timeout-s must be 0-3600 seconds";
+  if (!(c.ctl.start_timeout_s > 0)) return "--start-timeout-s must be positive";
+  if (c.ctl.max_held_requests < 1 || c.held_mb < 1 || c.held_mb > 65536) return "--max-held-requests and --max-held-mb must be at least 1";
   return "";
 }
 
@@ -317,6 +328,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
                       std::to_string(ctx.options.llm.max_num_seqs), "--kv-cache-bytes", std::to_string(ctx.options.llm.kv_cache_bytes),
                       "--kv-block-tokens", std::to_string(ctx.options.llm.kv_block_tokens)};
   if (c.no_prefix_caching) c.ctl.serve_args.push_back("--no-prefix-caching");
+  c.ctl.max_held_bytes = c.held_mb << 20;
   return run_controller(c.ctl, ctx, c.bind, c.http_port, c.grpc_port, log_event, [&set] {
     while (next_signal(set, 0) == SIGHUP) {
     }

@@ -64,4 +64,17 @@ bool cancel(const std::string& id, const std::vector<std::string>& options) {
   return run_program(argv, out, kTimeoutMs) == 0;
 }
 
+namespace {
+std::string scontrol(const std::string& verb, const std::string& id) {
+  std::string out;
+  const int rc = run_program({"scontrol", verb, id}, out, kTimeoutMs);
+  if (rc == 0) return "";
+  out = trim(out);
+  return "scontrol " + verb + " " + id + " failed (exit " + std::to_string(rc) + ")" + (out.empty() ? "" : ": " + out);
+}
+}  // namespace
+
+std::string suspend(const std::string& id) { return scontrol("suspend", id); }
+std::string resume(const std::string& id) { return scontrol("resume", id); }
+
 }  // namespace loom::rt::slurm

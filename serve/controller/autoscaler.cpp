@@ -50,6 +50,15 @@ ScaleDecision Autoscaler::decide(double t, int ready) {
   for (const auto& w : wishes_) held = std::max(held, w.second);
   if (held > want) why << "; holding " << held << " for the scale-down delay (" << c_.scale_down_delay_s << " s)";
   d.desired = clamp(held);
+  if (d.desired > 0) {
+    zero_since_ = -1;
+  } else if (last_ > 0) {  // scale to zero: after the grace period
+    if (zero_since_ < 0) zero_since_ = t;
+    if (t - zero_since_ < c_.scale_to_zero_grace_s) {
+      d.desired = 1;
+      why << "; keeping the last replica for the scale-to-zero grace period (" << c_.scale_to_zero_grace_s << " s)";
+    }
+  }
   d.reason = why.str();
   last_ = d.desired;
   return d;

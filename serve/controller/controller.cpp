@@ -16,10 +16,12 @@
 #include <thread>
 
 #include "frontend/servers.hpp"
+#include "activator.hpp"
 #include "grpc_router.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
 #include "loom/rt/proc/process.hpp"
+#include "loom/rt/proc/slurm.hpp"
 #include "spec/services.hpp"
 #include "spec/spec.hpp"
 
@@ -48,6 +50,7 @@ ScalerConfig scaler_config(const InferenceServiceSpec& s, const ControllerOption
   c.stable_window_s = o.stable_window_s;
   c.panic_window_s = o.panic_window_s;
   c.scale_down_delay_s = o.scale_down_delay_s;
+  c.scale_to_zero_grace_s = s.scale_to_zero_grace_s;
   return c;
 }
 
@@ -55,7 +58,9 @@ ReplicaJobSpec job_spec(const InferenceServiceSpec& s, const ControllerOptions& 
   ReplicaJobSpec j;
   j.service = s.name;
   j.state_dir = o.state_dir;
-  j.partition = o.partition;
+  j.partition = o.partition.empty() ? s.partition : o.partition;  // --partition overrides the spec's
+  j.qos = s.qos;
+  j.preemptible = s.preemptible;
   j.gpus = s.requests_gpu ? s.requests_gpu : s.limits_gpu;
   // Slurm has one memory figure, the allocation; the request is what the replica is given
   // (a limit alone stands in for it).
@@ -93,7 +98,9 @@ void announce(const ControllerOptions& o, const std::string& name, const std::st
 
 Controller::Controller(ControllerOptions o, const InferenceServiceSpec& spec, ReplicaPool& pool, EventLog log)
     : o_(std::move(o)), pool_(pool), log_(std::move(log)), jobs_(job_spec(spec, o_)), scaler_(scaler_config(spec, o_)),
-      metric_(spec.metric), service_(spec.name), min_replicas_(spec.min_replicas), max_replicas_(spec.max_replicas) {
+      metric_(spec.metric), warm_pool_(spec.warm_pool), service_(spec.name), min_replicas_(spec.min_replicas),
+      max_replicas_(spec.max_replicas) {
+  cold_job_.bounds = cold_parked_.bounds = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   write_replica_script(o_.state_dir, o_.loom_serve, o_.spec_file, o_.replica_bind, o_.token_file, o_.serve_args,
                        spec.requests_gpu > 0 ? spec.requests_gpu : spec.limits_gpu);
 }
@@ -105,12 +112,21 @@ int Controller::count(ReplicaState s) const {
 }
 
 void Controller::run(const std::atomic<bool>& stop) {
-  const double start = monotonic_s();
-  for (long k = 0; !stop.load(); ++k) {
+  while (!stop.load()) {
     tick(monotonic_s());
-    const double next = start + (k + 1) * o_.tick_s;
-    while (!stop.load() && monotonic_s() < next) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double next = monotonic_s() + o_.tick_s;
+    std::unique_lock<std::mutex> lock(poke_mu_);
+    while (!stop.load() && !poked_ && monotonic_s() < next) poke_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    poked_ = false;
   }
+}
+
+void Controller::poke() {
+  {
+    std::lock_guard<std::mutex> lock(poke_mu_);
+    poked_ = true;
+  }
+  poke_cv_.notify_all();
 }
 
 void Controller::tick(double now) {
@@ -142,63 +158,14 @@ void Controller::tick(double now) {
     if (seqs >= 0) demand = std::max(demand, seqs);
   }
   if (pool_.take_refused() > 0 && pool_.all().empty()) demand = std::max(demand, 1.0);
+  // Requests held for a replica want one each (a service at zero starts one for the first).
+  if (const Activator* a = pool_.activator()) demand = std::max(demand, static_cast<double>(a->held()));
   scaler_.sample(now, demand);
   const ScaleDecision d = scaler_.decide(now, count(ReplicaState::kReady));
   scale(d, now);
   last_ = d;
   write_targets();
   remember(demand);
-}
-
-namespace {
-double unix_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-}  // namespace
-
-void Controller::remember(double demand) {
-  std::lock_guard<std::mutex> lock(status_mu_);
-  const double t = unix_s();
-  history_.push_back({t, count(ReplicaState::kReady), static_cast<int>(pool_.all().size()), demand});
-  while (!history_.empty() && history_.front().t < t - 3600) history_.pop_front();
-}
-
-void Controller::remember_event(int from, int to, const ScaleDecision& d) {
-  std::lock_guard<std::mutex> lock(status_mu_);
-  events_.push_back({{"time", unix_s()}, {"from", from}, {"to", to}, {"panic", d.panic}, {"reason", d.reason}});
-  while (events_.size() > 20) events_.pop_front();
-}
-
-nlohmann::json Controller::status_json() const {
-  nlohmann::json replicas = nlohmann::json::array();
-  const double now = monotonic_s(), wall = unix_s();
-  for (const auto& r : pool_.all())
-    replicas.push_back({{"job", r->job}, {"node", r->node}, {"state", state_name(r->state.load())},
-                        {"outstanding", r->outstanding.load()}, {"routed", r->routed.load()},
-                        {"since", wall - (now - r->since.load())}, {"reason", r->state.load() == ReplicaState::kPending ? r->reason : ""}});
-  std::lock_guard<std::mutex> lock(status_mu_);
-  nlohmann::json history = nlohmann::json::array();
-  const size_t step = std::max<size_t>(1, history_.size() / 360);  // at most 360 points
-  for (size_t i = 0; i < history_.size(); i += step)
-    history.push_back({history_[i].t, history_[i].ready, history_[i].replicas, history_[i].demand});
-  return {{"service", {{"name", service_}, {"min_replicas", min_replicas_}, {"max_replicas", max_replicas_},
-                       {"desired", last_.desired}, {"panic", last_.panic}}},
-          {"replicas", replicas}, {"history", history}, {"events", nlohmann::json(events_)},
-          {"rejected", pool_.rejected()}};
-}
-
-void Controller::write_targets() {
-  nlohmann::json groups = nlohmann::json::array();
-  for (const auto& r : pool_.all())
-    if (r->state == ReplicaState::kReady && !r->host.empty())
-      groups.push_back({{"targets", {r->host + ":" + std::to_string(r->http_port)}},
-                        {"labels", {{"loom_service", service_}, {"slurm_job_id", r->job}, {"node", r->node}}}});
-  const std::string text = groups.dump(2) + "\n";
-  if (text == targets_) return;
-  targets_ = text;  // a failure is said once for each change
-  try {
-    rt::write_file_atomic(o_.state_dir + "/prometheus-targets.json", text, 0644);
-  } catch (const std::exception& e) {
-    log_("warning", std::string("cannot write Prometheus' targets: ") + e.what(), {{"event", "targets_failed"}});
-  }
 }
 
 void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
@@ -214,10 +181,16 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
       if (ours != ended_by_us_.end()) {
         log_("info", "replica job " + j.id + " ended (" + j.state + "): " + ours->second, {{"event", "replica_end"}, {"job", j.id}});
         ended_by_us_.erase(ours);
+      } else if (preempted(j.id, j.state)) {  // a spot replica: replaced at once
+        replaced_.fetch_add(1);
+        preemptions_.fetch_add(1);
+        log_(jobs_.spec().preemptible ? "info" : "warning", "replica job " + j.id + " was preempted by Slurm; a new one replaces it",
+             {{"event", "preempted"}, {"job", j.id}});
       } else {
         replaced_.fetch_add(1);
         log_("warning", "replica job " + j.id + " ended on its own (" + j.state + "); a new one replaces it",
              {{"event", "replica_lost"}, {"job", j.id}, {"state", j.state}});
+        if (r->activated >= 0) failed_start(j.id, now, "ended (" + j.state + ") before it was ready");
       }
       continue;
     }
@@ -225,9 +198,17 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
       r = std::make_shared<Replica>();
       r->job = j.id;
       r->since = now;
-      r->state = pending_state(j.state) ? ReplicaState::kPending : ReplicaState::kStarting;
+      r->state = pending_state(j.state) ? ReplicaState::kPending
+                 : j.state == "SUSPENDED"  ? ReplicaState::kParked
+                                           : ReplicaState::kStarting;
       pool_.put(r);
       log_("info", "adopted replica job " + j.id + " (" + j.state + ")", {{"event", "adopt"}, {"job", j.id}});
+    }
+    // Suspended by someone else (an admin, gang scheduling): out of routing, parked, so that a
+    // request resumes it rather than waiting on a stopped process.
+    if (j.state == "SUSPENDED" && r->state != ReplicaState::kParked && r->state != ReplicaState::kDraining) {
+      pool_.set_state(*r, ReplicaState::kParked, now);
+      log_("warning", "replica job " + j.id + " was suspended by Slurm: parked", {{"event", "suspended"}, {"job", j.id}});
     }
     r->reason = j.reason;
     r->node = j.node;
@@ -237,10 +218,16 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
     if (seen.count(r->job)) continue;
     pool_.remove(r->job);  // gone from squeue altogether
     pruned_ = false;
-    if (!ended_by_us_.erase(r->job)) {
-      replaced_.fetch_add(1);
-      log_("warning", "replica job " + r->job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r->job}});
+    if (ended_by_us_.erase(r->job)) continue;
+    replaced_.fetch_add(1);
+    if (preempted(r->job, "")) {  // squeue forgot it; slurmstepd's line says why
+      preemptions_.fetch_add(1);
+      log_(jobs_.spec().preemptible ? "info" : "warning", "replica job " + r->job + " was preempted by Slurm; a new one replaces it",
+           {{"event", "preempted"}, {"job", r->job}});
+      continue;
     }
+    log_("warning", "replica job " + r->job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r->job}});
+    if (r->activated >= 0) failed_start(r->job, now, "ended before it was ready");
   }
   if (pruned_) return;  // after a start (an old state dir) and whenever a replica left the pool
   std::set<std::string> live;
@@ -270,13 +257,11 @@ void Controller::check(Replica& r, double now) {
       // The address is read once: a job's replica keeps it, and requests still in flight on a
       // demoted replica read it meanwhile.
       if ((!r.host.empty() || read_replica(ready_file(o_.state_dir, r.job), r)) && pool_.health_check(r, 1000)) {
-        pool_.set_state(r, ReplicaState::kReady, now);
-        r.failed_checks = 0;
-        log_("info", "replica job " + r.job + " ready at " + r.host + ":" + std::to_string(r.http_port) + " (node " + r.node + ")",
-             {{"event", "ready"}, {"job", r.job}, {"host", r.host}, {"http_port", r.http_port}, {"grpc_port", r.grpc_port}});
+        became_ready(r, now);
       } else if (age > o_.start_timeout_s) {
-        end_replica(r, now, "not ready " + std::to_string(static_cast<int>(age)) + " s after it started (see " +
-                                o_.state_dir + "/replicas/" + r.job + ".log)");
+        const std::string what = "not ready " + std::to_string(static_cast<int>(age)) + " s after it started";
+        failed_start(r.job, now, what);
+        end_replica(r, now, what + " (see " + o_.state_dir + "/replicas/" + r.job + ".log)");
       }
       return;
     case ReplicaState::kReady:
@@ -288,18 +273,58 @@ void Controller::check(Replica& r, double now) {
       }
       return;
     case ReplicaState::kDraining:
-      if (age > 120) {  // SIGTERM did not end it: Slurm does
+      if (r.park) {
+        if (r.outstanding.load() == 0) park(r, now);  // nothing in flight is lost
+      } else if (age > 120) {  // SIGTERM did not end it: Slurm does
         jobs_.cancel(r.job);
         r.since = now;
       }
       return;
+    case ReplicaState::kParked:
+      return;
   }
+}
+
+bool Controller::preempted(const std::string& job, const std::string& state) const {
+  if (state == "PREEMPTED" || jobs_.log_says(job, "DUE TO PREEMPTION")) return true;
+  // Preempted within its GraceTime, a replica drains and exits 0: its job COMPLETED, and only
+  // slurmstepd's line says its step was cancelled. In a preemptible partition, that was Slurm.
+  return jobs_.spec().preemptible && jobs_.log_says(job, " CANCELLED AT ");
+}
+
+void Controller::became_ready(Replica& r, double now) {
+  pool_.set_state(r, ReplicaState::kReady, now);
+  r.failed_checks = 0;
+  failed_starts_ = 0;
+  nlohmann::json f = {{"event", "ready"}, {"job", r.job}, {"host", r.host}, {"http_port", r.http_port}, {"grpc_port", r.grpc_port}};
+  std::string cold;
+  if (r.activated >= 0) {  // submitted or resumed by this controller: how long it took
+    const double s = now - r.activated;
+    f["cold_start_s"] = s;
+    f["from"] = r.resumed ? "parked" : "job";
+    cold = " " + rt::PrometheusText::number(std::round(s * 1000) / 1000) + " s after it was " + (r.resumed ? "resumed" : "submitted");
+    std::lock_guard<std::mutex> lock(status_mu_);
+    (r.resumed ? cold_parked_ : cold_job_).add(s);
+  }
+  r.activated = -1;
+  log_("info", "replica job " + r.job + " ready at " + r.host + ":" + std::to_string(r.http_port) + " (node " + r.node + ")" + cold, f);
+  if (Activator* a = pool_.activator()) a->wake();  // held requests go now
+}
+
+void Controller::failed_start(const std::string& job, double now, const std::string& what) {
+  ++failed_starts_;
+  const double backoff = std::min(60.0, std::pow(2.0, failed_starts_ - 1));
+  next_submit_ = now + backoff;
+  const std::string tail = jobs_.log_tail(job);
+  log_("error", "replica job " + job + " failed to start: " + what + (tail.empty() ? "" : "; its log ends: " + tail) +
+                    "; the next is submitted in " + rt::PrometheusText::number(backoff) + " s",
+       {{"event", "start_failed"}, {"job", job}, {"backoff_s", backoff}, {"log", tail}});
 }
 
 void Controller::scale(const ScaleDecision& d, double now) {
   std::vector<std::shared_ptr<Replica>> live;
   for (const auto& r : pool_.all())
-    if (r->state != ReplicaState::kDraining) live.push_back(r);
+    if (r->state != ReplicaState::kDraining && r->state != ReplicaState::kParked) live.push_back(r);
   const int have = static_cast<int>(live.size());
   if (d.desired == have) return;
   // One line a decision: a decision that cannot be carried out (sbatch refuses) is not repeated.
@@ -312,10 +337,16 @@ void Controller::scale(const ScaleDecision& d, double now) {
   last_logged_ = {have, d.desired};
   if (d.desired > have) {
     for (int i = have; i < d.desired; ++i) {
+      if (resume_parked(now)) {
+        up_.fetch_add(1);
+        continue;
+      }
+      if (now < next_submit_) break;  // backing off after failed starts
       try {
         auto r = std::make_shared<Replica>();
         r->job = jobs_.submit();
         r->since = now;
+        r->activated = now;
         pool_.put(r);
         up_.fetch_add(1);
         last_submit_error_.clear();
@@ -335,13 +366,15 @@ void Controller::scale(const ScaleDecision& d, double now) {
     return a->outstanding.load() < b->outstanding.load();
   });
   for (int i = 0; i < have - d.desired; ++i) {
-    end_replica(*live[i], now, "scaled down");
+    retire(*live[i], now);
     down_.fetch_add(1);
   }
 }
 
 void Controller::end_replica(Replica& r, double now, const std::string& why) {
   const bool was_ready = r.state == ReplicaState::kReady;
+  if (r.state == ReplicaState::kParked) jobs_.resume(r.job);  // a stopped process cannot drain: SIGTERM after SIGCONT
+  r.park = false;
   pool_.set_state(r, ReplicaState::kDraining, now);  // no new requests from here on
   ended_by_us_[r.job] = why;
   if (was_ready)
@@ -352,7 +385,7 @@ void Controller::end_replica(Replica& r, double now, const std::string& why) {
 
 void Controller::shutdown_replicas(double wait_s) {
   for (const auto& r : pool_.all())
-    if (r->state != ReplicaState::kDraining) end_replica(*r, monotonic_s(), "the controller stopped");
+    if (r->state != ReplicaState::kDraining || r->park) end_replica(*r, monotonic_s(), "the controller stopped");
   const double until = monotonic_s() + wait_s;
   for (;;) {
     std::vector<JobInfo> jobs;
@@ -373,38 +406,6 @@ void Controller::shutdown_replicas(double wait_s) {
   }
 }
 
-std::string Controller::metrics_text() const {
-  rt::PrometheusText m;
-  const auto all = pool_.all();
-  m.family("loom_controller_replicas", "gauge", "Replica jobs by state.");
-  for (auto s : {ReplicaState::kPending, ReplicaState::kStarting, ReplicaState::kReady, ReplicaState::kDraining}) {
-    int n = 0;
-    for (const auto& r : all) n += r->state == s;
-    m.sample("loom_controller_replicas", {{"state", state_name(s)}}, n);
-  }
-  m.single("loom_controller_desired_replicas", "gauge", "What the autoscaler asks for.", last_.desired);
-  m.single("loom_controller_panic", "gauge", "1 while the autoscaler is in its panic window.", last_.panic ? 1 : 0);
-  m.family("loom_controller_concurrency", "gauge", "Average requests in flight over the stable and the panic window.");
-  m.sample("loom_controller_concurrency", {{"window", "stable"}}, last_.stable_concurrency);
-  m.sample("loom_controller_concurrency", {{"window", "panic"}}, last_.panic_concurrency);
-  m.family("loom_controller_replica_outstanding", "gauge", "Requests in flight at each replica.");
-  for (const auto& r : all) m.sample("loom_controller_replica_outstanding", {{"job", r->job}}, r->outstanding.load());
-  m.family("loom_controller_routed_total", "counter", "Requests routed to each replica.");
-  for (const auto& r : all) m.sample("loom_controller_routed_total", {{"job", r->job}}, static_cast<double>(r->routed.load()));
-  m.single("loom_controller_rejected_total", "counter", "Requests refused with no replica ready or every one full.",
-           static_cast<double>(pool_.rejected()));
-  m.single("loom_controller_broken_streams_total", "counter",
-           "generate_stream answers whose replica stopped before the end.", static_cast<double>(pool_.broken_streams()));
-  m.family("loom_controller_scale_events_total", "counter", "Replicas the autoscaler added or drained.");
-  m.sample("loom_controller_scale_events_total", {{"direction", "up"}}, static_cast<double>(up_.load()));
-  m.sample("loom_controller_scale_events_total", {{"direction", "down"}}, static_cast<double>(down_.load()));
-  m.single("loom_controller_replaced_total", "counter", "Replica jobs that ended and were submitted again.",
-           static_cast<double>(replaced_.load()));
-  m.single("loom_controller_submit_failures_total", "counter", "sbatch calls that failed.",
-           static_cast<double>(submit_failures_.load()));
-  return m.str();
-}
-
 int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, int http_port, int grpc_port,
                    EventLog log, const std::function<void()>& wait_for_stop) {
   char real[PATH_MAX];
@@ -418,7 +419,10 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   if (!ctx.token.empty()) o.authorization = "Bearer " + ctx.token;
   ReplicaPool pool(o.replica_cap, static_cast<int>(ctx.options.request_timeout_ms) + 1000);
   pool.set_model(spec.name);
+  Activator activator(pool, {o.max_held_requests, o.max_held_bytes, o.activation_timeout_s});
+  pool.set_activator(&activator);
   Controller c(o, spec, pool, log);
+  activator.on_hold = [&c] { c.poke(); };
   pool.set_metrics_text([&c] { return c.metrics_text(); });
   ctx.status = [&c] { return c.status_json(); };
   ctx.forward = &pool;
@@ -439,6 +443,7 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   loop.join();
   log("info", "stopping: no new requests; draining the replicas", {{"event", "stopping"}});
   ctx.stopping = true;
+  activator.stop();  // held requests are answered 503 now, not after the drain
   http.stop_accepting();
   if (grpc) grpc->shutdown();
   http.wait_idle();

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "activator.hpp"
 #include "frontend/grpc_stream.hpp"
 
 namespace loom::serve {
@@ -71,6 +72,20 @@ std::string model_name_of(const grpc::ByteBuffer& b) {
   return "";
 }
 
+// A call's deadline on the router's clock (monotonic seconds); far away when it has none.
+double deadline_s(std::chrono::system_clock::time_point d) {
+  const auto left = d - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return monotonic_s() + 1e9;
+  return monotonic_s() + std::chrono::duration<double>(left).count();
+}
+
+grpc::Status no_replica(int status, const std::string& why) {
+  return grpc::Status(status == 429 ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::UNAVAILABLE, why);
+}
+
+constexpr const char* kHoldFull = "too many requests are waiting for a replica to start";
+constexpr const char* kNoReplicaNow = "no replica can take the request now (none ready, or every one is full)";
+
 // One routed inference request in the router's /metrics, under its model's label.
 void count(Context& ctx, const grpc::ByteBuffer& req, grpc::StatusCode code) {
   ctx.metrics->request(ctx.metrics_label(model_name_of(req)), "grpc", from_grpc_code(code));
@@ -95,11 +110,26 @@ class Call : public grpc::ServerGenericBidiReactor {
     const std::string token = auth == sc_->client_metadata().end() ? "" : std::string(auth->second.data(), auth->second.size());
     infer_ = name == "ModelInfer";
     if (!ctx_.authorized(token)) return end(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
-    lease_ = pool_.acquire();
-    if (!lease_)
-      return end(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no replica can take the request now (none ready, or every one is full)"));
     if (!token.empty()) cc_.AddMetadata("authorization", token);
     cc_.set_deadline(sc_->deadline());
+    Activator* act = pool_.activator();
+    if (act && act->should_hold()) {  // no replica ready: wait for one
+      const uint64_t t = act->hold(req_.Length(), deadline_s(sc_->deadline()),
+                                   [this](std::shared_ptr<Replica> r, int status, const std::string& why) {
+                                     answered_ = true;
+                                     if (!r) return end(no_replica(status, why));
+                                     lease_ = std::move(r);
+                                     call_replica(sc_->method());
+                                   });
+      ticket_ = t;
+      if (t == 0 && !answered_.exchange(true)) end(no_replica(429, kHoldFull));
+      return;
+    }
+    lease_ = pool_.acquire();
+    if (!lease_) return end(no_replica(503, kNoReplicaNow));
+    call_replica(m);
+  }
+  void call_replica(const std::string& m) {
     stub_ = ch_.stub(lease_->host + ":" + std::to_string(lease_->grpc_port), pool_);  // held until the call ends
     stub_->UnaryCall(&cc_, m, grpc::StubOptions(), &req_, &resp_, [this](grpc::Status s) {
       pool_.release(*lease_);
@@ -116,7 +146,12 @@ class Call : public grpc::ServerGenericBidiReactor {
   void OnWriteDone(bool ok) override {
     Finish(ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
   }
-  void OnCancel() override { cc_.TryCancel(); }
+  void OnCancel() override {
+    Activator* act = pool_.activator();
+    const uint64_t t = ticket_.load();
+    if (act && t && act->cancel(t)) return end(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away while held"));
+    cc_.TryCancel();
+  }
   void OnDone() override { delete this; }
 
  private:
@@ -129,6 +164,8 @@ class Call : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer req_, resp_;
   std::shared_ptr<Replica> lease_;
   bool infer_ = false;  // ModelInfer: counted in /metrics
+  std::atomic<uint64_t> ticket_{0};   // while held by the activator
+  std::atomic<bool> answered_{false};  // the activator handed it on (or refused it)
 };
 
 // The bytes of a ModelStreamInferResponse around `infer_response` (field 2, the replica's
@@ -175,21 +212,46 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
   };
 
   void dispatch(std::unique_ptr<grpc::ByteBuffer> req, uint64_t seq) override {
-    auto hop = std::make_unique<Hop>();
-    hop->lease = pool_.acquire();
-    if (!hop->lease) {
-      count(ctx_, *req, grpc::StatusCode::UNAVAILABLE);
-      return answer(seq, std::make_unique<grpc::ByteBuffer>(
-                             stream_answer(nullptr, "no replica can take the request now (none ready, or every one is full)")));
-    }
+    auto hop = std::make_shared<Hop>();
     hop->req = std::move(*req);
+    Activator* act = pool_.activator();
+    if (act && act->should_hold()) {  // no replica ready: this request waits for one, in turn
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        held_[seq] = 0;  // its ticket once hold() returns (the grant may come first)
+      }
+      const uint64_t t = act->hold(hop->req.Length(), deadline_s(sc_->deadline()),
+                                   [this, hop, seq](std::shared_ptr<Replica> r, int status, const std::string& why) {
+                                     {
+                                       std::lock_guard<std::mutex> lock(mu_);
+                                       if (!held_.erase(seq)) return;  // the stream was cancelled meanwhile
+                                     }
+                                     hop->lease = std::move(r);
+                                     send(hop, seq, why);
+                                   });
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = held_.find(seq);
+      if (it == held_.end()) return;  // granted or answered already
+      if (t) return void(it->second = t);
+      held_.erase(it);  // the hold is full
+    }
+    if (!hop->lease && act && act->should_hold()) return refuse_one(hop, seq, kHoldFull);
+    hop->lease = pool_.acquire();
+    send(hop, seq, kNoReplicaNow);
+  }
+  void refuse_one(const std::shared_ptr<Hop>& hop, uint64_t seq, const std::string& why) {
+    count(ctx_, hop->req, grpc::StatusCode::UNAVAILABLE);
+    answer(seq, std::make_unique<grpc::ByteBuffer>(stream_answer(nullptr, why)));
+  }
+  void send(std::shared_ptr<Hop> hop, uint64_t seq, const std::string& why) {
+    if (!hop->lease) return refuse_one(hop, seq, why);
     if (!token_.empty()) hop->cc.AddMetadata("authorization", token_);
     hop->cc.set_deadline(sc_->deadline());
     hop->stub = ch_.stub(hop->lease->host + ":" + std::to_string(hop->lease->grpc_port), pool_);
     Hop* h = hop.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      hops_.insert(hop.release());
+      hops_[h] = std::move(hop);
     }
     h->stub->UnaryCall(&h->cc, std::string(kPrefix) + "ModelInfer", grpc::StubOptions(), &h->req, &h->resp,
                        [this, h, seq](grpc::Status s) {
@@ -201,13 +263,20 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
                            std::lock_guard<std::mutex> lock(mu_);
                            hops_.erase(h);
                          }
-                         delete h;
                          answer(seq, std::move(a));
                        });
   }
   void cancelled() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Hop* h : hops_) h->cc.TryCancel();
+    std::vector<uint64_t> gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [h, hop] : hops_) h->cc.TryCancel();
+      Activator* act = pool_.activator();
+      for (auto it = held_.begin(); it != held_.end();)
+        if (act && it->second && act->cancel(it->second)) gone.push_back(it->first), it = held_.erase(it);
+        else ++it;
+    }
+    for (uint64_t seq : gone) answer(seq, std::make_unique<grpc::ByteBuffer>(stream_answer(nullptr, "the client went away")));
   }
 
   Context& ctx_;
@@ -216,7 +285,8 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
   grpc::GenericCallbackServerContext* sc_;
   std::string token_;
   std::mutex mu_;
-  std::set<Hop*> hops_;  // in flight, to cancel with the stream
+  std::map<Hop*, std::shared_ptr<Hop>> hops_;  // in flight, to cancel with the stream
+  std::map<uint64_t, uint64_t> held_;          // request -> its activator ticket, while held
 };
 
 class Service : public grpc::CallbackGenericService {

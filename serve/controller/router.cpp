@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "activator.hpp"
 #include "core/kserve_json.hpp"
 
 namespace loom::serve {
@@ -23,6 +24,7 @@ const char* state_name(ReplicaState s) {
     case ReplicaState::kStarting: return "starting";
     case ReplicaState::kReady: return "ready";
     case ReplicaState::kDraining: return "draining";
+    case ReplicaState::kParked: return "parked";
   }
   return "unknown";
 }
@@ -84,11 +86,12 @@ void ReplicaPool::relay(StreamedAnswer& a, const std::string& job, const std::fu
 
 Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const std::string& target,
                                                 const std::vector<std::pair<std::string, std::string>>& headers,
-                                                const std::string& body) {
+                                                const std::string& body, const std::function<bool()>& client_here) {
+  Response refusal;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto a = std::make_shared<StreamedAnswer>();
-    a->lease = std::make_unique<Lease>(*this, acquire());
-    if (!*a->lease) break;
+    a->lease = std::make_unique<Lease>(*this, route_one(body.size(), client_here, &refusal));
+    if (!*a->lease) return refusal;
     Replica& r = *a->lease->get();
     std::string why;
     a->conn = ReplicaConnection::open(r.host, r.http_port, timeout_ms_, &why);
@@ -116,11 +119,24 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
     res.headers = e.headers;
     return res;
   }
-  Response res;
-  res.status = 503;
-  res.headers.emplace_back("Retry-After", "1");
-  res.body = error_body(kNoReplica);
-  return res;
+  refusal.status = 503;
+  refusal.headers = {{"Retry-After", "1"}};
+  refusal.body = error_body(kNoReplica);
+  return refusal;
+}
+
+std::shared_ptr<Replica> ReplicaPool::route_one(size_t bytes, const std::function<bool()>& client_here, Response* refusal) {
+  std::shared_ptr<Replica> r;
+  int status = 503;
+  std::string why = kNoReplica;
+  if (activator_ && activator_->should_hold()) r = activator_->wait(bytes, client_here, &status, &why);
+  else r = acquire();
+  if (r) return r;
+  refusal->status = status;
+  refusal->client_left = status == 499;
+  refusal->headers = {{"Retry-After", "1"}};
+  refusal->body = error_body(why);
+  return nullptr;
 }
 
 void ReplicaPool::put(std::shared_ptr<Replica> r) {
@@ -159,6 +175,15 @@ void ReplicaPool::demote(Replica& r, double now) {
 }
 
 std::shared_ptr<Replica> ReplicaPool::acquire() {
+  auto r = try_acquire();
+  if (!r) {
+    refused_in_window_.fetch_add(1);
+    rejected_.fetch_add(1);
+  }
+  return r;
+}
+
+std::shared_ptr<Replica> ReplicaPool::try_acquire() {
   std::shared_ptr<Replica> best;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,28 +194,26 @@ std::shared_ptr<Replica> ReplicaPool::acquire() {
     }
     if (best) best->outstanding.fetch_add(1);
   }
-  if (!best) {
-    refused_in_window_.fetch_add(1);
-    rejected_.fetch_add(1);
-    return nullptr;
-  }
+  if (!best) return nullptr;
   best->routed.fetch_add(1);
-  change_outstanding(+1);
+  change_outstanding(+1, true);
   return best;
 }
 
 void ReplicaPool::release(Replica& r) {
   r.outstanding.fetch_sub(1);
-  change_outstanding(-1);
+  change_outstanding(-1, false);
 }
 
-void ReplicaPool::change_outstanding(int delta) {
+void ReplicaPool::waiting(int delta) { change_outstanding(delta, false); }
+
+void ReplicaPool::change_outstanding(int delta, bool begun) {
   const double now = monotonic_s();
   std::lock_guard<std::mutex> lock(conc_mu_);
   if (last_change_ >= 0) integral_ += total_outstanding_ * (now - last_change_);
   last_change_ = now;
   total_outstanding_ += delta;
-  if (delta > 0) begun_ += static_cast<uint64_t>(delta);
+  if (begun) begun_ += static_cast<uint64_t>(delta);
 }
 
 uint64_t ReplicaPool::take_refused() { return refused_in_window_.exchange(0); }
@@ -242,15 +265,15 @@ HttpExchange ReplicaPool::exchange(Replica& r, const std::string& method, const 
 
 Forwarder::Response ReplicaPool::forward_http(const std::string& method, const std::string& target,
                                               const std::vector<std::pair<std::string, std::string>>& headers,
-                                              const std::string& body) {
-  if (streamed(target, body)) return forward_stream(method, target, headers, body);
+                                              const std::string& body, const std::function<bool()>& client_here) {
+  if (streamed(target, body)) return forward_stream(method, target, headers, body, client_here);
   Response res;
   // A replica that cannot be reached (cancelled, crashed, its node gone) is taken out of
   // routing until the controller's health check brings it back, and the request goes to the
   // next one: a client sees an answer or a 503, never the router's trouble.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    Lease lease(*this, acquire());
-    if (!lease) break;
+    Lease lease(*this, route_one(body.size(), client_here, &res));
+    if (!lease) return res;
     HttpExchange e = exchange(*lease.get(), method, target, headers, body);
     if (e.status == 0) {
       demote(*lease.get(), monotonic_s());
@@ -264,7 +287,7 @@ Forwarder::Response ReplicaPool::forward_http(const std::string& method, const s
     return res;
   }
   res.status = 503;
-  res.headers.emplace_back("Retry-After", "1");
+  res.headers = {{"Retry-After", "1"}};
   res.body = error_body(kNoReplica);
   return res;
 }

@@ -16,7 +16,8 @@
 
 namespace loom::serve {
 
-enum class ReplicaState { kPending, kStarting, kReady, kDraining };
+// kParked: its job suspended by the controller (scontrol suspend), kept for a quick start.
+enum class ReplicaState { kPending, kStarting, kReady, kDraining, kParked };
 const char* state_name(ReplicaState s);
 
 struct Replica {
@@ -27,6 +28,9 @@ struct Replica {
   int http_port = 0, grpc_port = -1;
   int failed_checks = 0;
   bool warned = false;            // pending too long, reported
+  bool park = false;              // draining to be parked, not ended
+  double activated = -1;          // when it was submitted or resumed (for the cold-start figure)
+  bool resumed = false;           // activated from parked
   std::atomic<int> outstanding{0};
   std::atomic<uint64_t> routed{0};
   // Idle kept-alive HTTP connections to the replica.
@@ -36,6 +40,7 @@ struct Replica {
 };
 
 struct StreamedAnswer;
+class Activator;
 
 class ReplicaPool : public Forwarder {
  public:
@@ -52,7 +57,13 @@ class ReplicaPool : public Forwarder {
   // Routing: the least loaded ready replica below its cap, its count raised (release lowers it);
   // null when none is ready or all are full (counted as refused).
   std::shared_ptr<Replica> acquire();
+  std::shared_ptr<Replica> try_acquire();  // the same, not counted as refused when there is none
   void release(Replica& r);
+  // Requests held by the activator, counted in the concurrency (they are demand) but not begun.
+  void waiting(int delta);
+  // With an activator, a request that finds no replica ready waits for one (activator.hpp).
+  void set_activator(Activator* a) { activator_ = a; }
+  Activator* activator() const { return activator_; }
   // Since the last call: the mean of outstanding requests (concurrency) and requests begun per
   // second (rps); requests refused.
   struct Load {
@@ -71,7 +82,8 @@ class ReplicaPool : public Forwarder {
 
   // Forwarder
   Response forward_http(const std::string& method, const std::string& target,
-                        const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body) override;
+                        const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                        const std::function<bool()>& client_here = {}) override;
   bool any_ready() const override;
   bool serves(const std::string& model) const override { return model == model_; }
   void set_model(std::string name) { model_ = std::move(name); }
@@ -82,9 +94,13 @@ class ReplicaPool : public Forwarder {
   bool health_check(Replica& r, int timeout_ms);
 
  private:
-  void change_outstanding(int delta);
+  void change_outstanding(int delta, bool begun);
+  // A replica for one request: now, or after waiting in the activator's hold; null with the
+  // refusal filled in (503, 429, or client_left).
+  std::shared_ptr<Replica> route_one(size_t bytes, const std::function<bool()>& client_here, Response* refusal);
   Response forward_stream(const std::string& method, const std::string& target,
-                          const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body);
+                          const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
+                          const std::function<bool()>& client_here);
   HttpExchange exchange(Replica& r, const std::string& method, const std::string& target, const Headers& headers,
                         const std::string& body);
   HttpExchange get(Replica& r, const std::string& target, const Headers& headers, int timeout_ms);
@@ -100,6 +116,7 @@ class ReplicaPool : public Forwarder {
   std::atomic<uint64_t> refused_in_window_{0}, rejected_{0}, broken_streams_{0};
   std::function<std::string()> metrics_;
   std::string model_;  // what the replicas serve (the spec's name): its own metrics label
+  Activator* activator_ = nullptr;
 };
 
 // A lease on a replica: released when it goes out of scope.

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "loom/rt/error.hpp"
@@ -92,6 +94,7 @@ std::string SlurmJobs::submit() const {
   if (s_.gpus > 0) options.push_back("--gpus=" + std::to_string(s_.gpus));
   if (!s_.mem.empty()) options.push_back("--mem=" + s_.mem);
   if (!s_.partition.empty()) options.push_back("--partition=" + s_.partition);
+  if (!s_.qos.empty()) options.push_back("--qos=" + s_.qos);
   return rt::slurm::submit(options, s_.state_dir + "/replica.sh");
 }
 
@@ -105,5 +108,33 @@ std::vector<JobInfo> SlurmJobs::list() const {
 void SlurmJobs::terminate(const std::string& id) const { rt::slurm::cancel(id, {"--batch", "--signal=TERM"}); }
 
 void SlurmJobs::cancel(const std::string& id) const { rt::slurm::cancel(id); }
+
+std::string SlurmJobs::suspend(const std::string& id) const { return rt::slurm::suspend(id); }
+
+std::string SlurmJobs::resume(const std::string& id) const { return rt::slurm::resume(id); }
+
+namespace {
+std::string log_end(const std::string& path) {  // its last 4 KiB
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(std::max<std::streamoff>(0, size - 4096));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+std::string SlurmJobs::log_tail(const std::string& id) const {
+  std::string text = log_end(s_.state_dir + "/replicas/" + id + ".log");
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  const size_t nl = text.rfind('\n');
+  std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+  if (last.size() > 300) last = last.substr(0, 300) + "...";
+  return last;
+}
+
+bool SlurmJobs::log_says(const std::string& id, const std::string& needle) const {
+  return log_end(s_.state_dir + "/replicas/" + id + ".log").find(needle) != std::string::npos;
+}
 
 }  // namespace loom::serve

@@ -14,6 +14,8 @@ struct ReplicaJobSpec {
   std::string service;    // metadata.name; the job name is loom-<service>
   std::string state_dir;  // absolute
   std::string partition;  // empty: the default
+  std::string qos;        // empty: the user's default
+  bool preemptible = false;  // a spot partition or QOS: Slurm may preempt its jobs
   int gpus = 0, cpus = 1;
   std::string mem;        // sbatch --mem (MiB, "8192M"); empty: the partition's default
 };
@@ -50,6 +52,13 @@ class SlurmJobs {
   // SIGTERM to the replica (loom-serve drains, then the job ends).
   void terminate(const std::string& id) const;
   void cancel(const std::string& id) const;  // scancel: pending ones
+  // scontrol suspend / resume: "" when done, else Slurm's words (it needs an operator's rights).
+  std::string suspend(const std::string& id) const;
+  std::string resume(const std::string& id) const;
+  // The last line of the replica's log (what it said before it failed), at most 300 bytes; and
+  // whether its last 4 KiB hold `needle` (slurmstepd's "CANCELLED ... DUE TO PREEMPTION").
+  std::string log_tail(const std::string& id) const;
+  bool log_says(const std::string& id, const std::string& needle) const;
   std::string job_name() const { return "loom-" + s_.service; }
   std::string comment() const { return "loom-controller:" + s_.state_dir; }
   const ReplicaJobSpec& spec() const { return s_; }

@@ -11,15 +11,6 @@ const std::vector<double> kBatchBounds{1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 }  // namespace
 
-void Metrics::Histogram::add(double v) {
-  if (counts.empty()) counts.assign(bounds.size() + 1, 0);
-  size_t i = 0;
-  while (i < bounds.size() && v > bounds[i]) ++i;
-  ++counts[i];
-  sum += v;
-  ++n;
-}
-
 Metrics::PerModel& Metrics::at(const std::string& model) {
   auto it = models_.find(model);
   if (it != models_.end()) return it->second;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/histogram.hpp"
 #include "core/status.hpp"
 
 namespace loom::serve {
@@ -23,13 +24,6 @@ class Metrics {
   std::string text() const;
 
  private:
-  struct Histogram {
-    std::vector<double> bounds;
-    std::vector<uint64_t> counts;  // one per bound, plus +Inf
-    double sum = 0;
-    uint64_t n = 0;
-    void add(double v);
-  };
   struct PerModel {
     std::map<std::string, uint64_t> requests;  // "protocol|code" -> count
     std::map<std::string, uint64_t> failures;  // reason -> count

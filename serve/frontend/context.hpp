@@ -31,10 +31,12 @@ class Forwarder {
     // Set for a streamed answer (generate_stream): sends each piece the replica sends, as it
     // comes, through `send` (false once the client is gone); the body is not used.
     std::function<void(const std::function<bool(const std::string&)>&)> stream;
+    bool client_left = false;  // the client went away while its request waited: nothing to write
   };
+  // `client_here` says whether the client is still connected (asked while a request waits).
   virtual Response forward_http(const std::string& method, const std::string& target,
                                 const std::vector<std::pair<std::string, std::string>>& headers,
-                                const std::string& body) = 0;
+                                const std::string& body, const std::function<bool()>& client_here) = 0;
   virtual bool any_ready() const = 0;           // a replica would take a request now
   virtual bool serves(const std::string& model) const = 0;  // the model its replicas serve
   virtual std::string metrics_text() const = 0;  // appended to /metrics

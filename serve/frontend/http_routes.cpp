@@ -163,27 +163,34 @@ Status status_of(int http) {
     case 401: return Status::kUnauthorized;
     case 404: return Status::kNotFound;
     case 413: case 431: return Status::kTooLarge;
-    case 503: return Status::kUnavailable;
+    case 429: case 503: return Status::kUnavailable;
     case 408: case 504: return Status::kTimeout;
     default: return http < 400 ? Status::kOk : Status::kInternal;
   }
 }
 
-// The controller: a replica answers; its status, type and the protocol's headers come back.
+// The controller: a replica answers; its status, type and the protocol's headers come back. The
+// request may wait for a replica to start (the client's presence is watched meanwhile): the
+// answer is made in `finish`, while the transport still holds the request.
 Reply forwarded(Context& ctx, const http::request<http::string_body>& req) {
-  std::vector<std::pair<std::string, std::string>> pass;
-  for (const char* h : {"Inference-Header-Content-Length", "Content-Type", "Authorization"}) {
-    const auto it = req.find(h);
-    if (it != req.end()) pass.emplace_back(h, std::string(it->value()));
-  }
-  Forwarder::Response a = ctx.forward->forward_http(std::string(req.method_string()), std::string(req.target()), pass, req.body());
   Reply r;
-  r.status = static_cast<http::status>(a.status);
-  r.kind = status_of(a.status);
-  r.body = std::move(a.body);
-  r.content_type = std::move(a.content_type);
-  r.headers = std::move(a.headers);
-  r.stream = std::move(a.stream);
+  r.finish = [&ctx, &req](Reply& r, const std::function<bool()>& client_here) {
+    std::vector<std::pair<std::string, std::string>> pass;
+    for (const char* h : {"Inference-Header-Content-Length", "Content-Type", "Authorization"}) {
+      const auto it = req.find(h);
+      if (it != req.end()) pass.emplace_back(h, std::string(it->value()));
+    }
+    Forwarder::Response a =
+        ctx.forward->forward_http(std::string(req.method_string()), std::string(req.target()), pass, req.body(), client_here);
+    if (a.client_left) return false;
+    r.status = static_cast<http::status>(a.status);
+    r.kind = status_of(a.status);
+    r.body = std::move(a.body);
+    r.content_type = std::move(a.content_type);
+    r.headers = std::move(a.headers);
+    r.stream = std::move(a.stream);
+    return true;
+  };
   return r;
 }
 

@@ -138,6 +138,26 @@ void spec_model(const std::string& file, const std::string& location, const std:
   s->path = path;
 }
 
+double spec_duration(const std::string& file, const YAML::Node& n, const std::string& at, double hi_s) {
+  const std::string text = spec_str(file, n, at);
+  double total = 0;
+  size_t i = 0;
+  const bool bare = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  while (i < text.size()) {
+    size_t digits = i;
+    while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+    const char unit = digits < text.size() ? text[digits] : 's';
+    const double scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : -1;
+    if (digits == i || digits - i > 9 || scale < 0 || (digits == text.size() && !bare))
+      spec_error(file, at + " '" + text + "' is not a duration (30s, 2m, 1h, 1m30s, or whole seconds)");
+    total += std::stod(text.substr(i, digits - i)) * scale;
+    i = digits + 1;
+  }
+  if (text.empty() || total > hi_s)
+    spec_error(file, at + " '" + text + "' must be a duration up to " + std::to_string(static_cast<long>(hi_s)) + " s");
+  return total;
+}
+
 void spec_resources(const std::string& file, const YAML::Node& n, const std::string& at, const std::string& gpu_key, int* gpu,
                     std::string* memory, std::vector<std::string>* ignored) {
   if (!n) return;
@@ -147,13 +167,33 @@ void spec_resources(const std::string& file, const YAML::Node& n, const std::str
 }
 
 namespace {
+// spec.slurm: partition, qos, preemptible.
+void read_slurm(const std::string& file, const YAML::Node& n, InferenceServiceSpec* s, std::vector<std::string>* note) {
+  if (!n) return;
+  spec_only(file, n, "spec.slurm", {"partition", "qos", "preemptible"}, note);
+  auto name = [&](const char* key) {
+    if (!n[key]) return std::string();
+    const std::string v = spec_str(file, n[key], std::string("spec.slurm.") + key);
+    if (v.empty() || v.size() > 64 || v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != std::string::npos)
+      spec_error(file, std::string("spec.slurm.") + key + " '" + v + "' must be a Slurm name (letters, digits, '-', '_', '.')");
+    return v;
+  };
+  s->partition = name("partition");
+  s->qos = name("qos");
+  if (n["preemptible"]) {
+    const std::string v = spec_str(file, n["preemptible"], "spec.slurm.preemptible");
+    if (v != "true" && v != "false") spec_error(file, "spec.slurm.preemptible must be true or false, not '" + v + "'");
+    s->preemptible = v == "true";
+  }
+}
+
 // Loom's own dialect, and the seed's ai.baidu.com/v1 written the same way (its unknown fields
 // noted in `ignored` instead of refused).
 void read_loom_spec(const std::string& file, const YAML::Node& root, InferenceServiceSpec* s) {
   std::vector<std::string>* note = root["apiVersion"].as<std::string>() == kLoomApi ? nullptr : &s->ignored;
   const YAML::Node spec = root["spec"];
   if (!spec) spec_error(file, "spec is missing");
-  spec_only(file, spec, "spec", {"model", "resources", "autoscaling"}, note);
+  spec_only(file, spec, "spec", {"model", "resources", "autoscaling", "slurm"}, note);
   if (!spec["model"]) spec_error(file, "spec.model is missing");
   spec_only(file, spec["model"], "spec.model", {"path", "format"}, note);
   spec_model(file, spec_str(file, spec["model"]["path"], "spec.model.path"),
@@ -165,7 +205,10 @@ void read_loom_spec(const std::string& file, const YAML::Node& root, InferenceSe
     spec_resources(file, spec["resources"]["limits"], "spec.resources.limits", "gpu", &s->limits_gpu, &s->limits_memory, note);
   }
   if (const YAML::Node a = spec["autoscaling"]) {
-    spec_only(file, a, "spec.autoscaling", {"minReplicas", "maxReplicas", "metrics"}, note);
+    spec_only(file, a, "spec.autoscaling", {"minReplicas", "maxReplicas", "metrics", "scaleToZeroGracePeriod", "warmPool"}, note);
+    if (a["scaleToZeroGracePeriod"])
+      s->scale_to_zero_grace_s = spec_duration(file, a["scaleToZeroGracePeriod"], "spec.autoscaling.scaleToZeroGracePeriod", 86400);
+    if (a["warmPool"]) s->warm_pool = spec_int(file, a["warmPool"], "spec.autoscaling.warmPool", 0, 1000);
     if (a["minReplicas"]) s->min_replicas = spec_int(file, a["minReplicas"], "spec.autoscaling.minReplicas", 0, 1000);
     if (a["maxReplicas"]) s->max_replicas = spec_int(file, a["maxReplicas"], "spec.autoscaling.maxReplicas", 1, 1000);
     if (const YAML::Node m = a["metrics"]) {
@@ -179,6 +222,7 @@ void read_loom_spec(const std::string& file, const YAML::Node& root, InferenceSe
       }
     }
   }
+  read_slurm(file, spec["slurm"], s, note);
 }
 
 InferenceServiceSpec read_service_spec(const std::string& file) {
@@ -189,6 +233,7 @@ InferenceServiceSpec read_service_spec(const std::string& file) {
   else read_loom_spec(file, root, &s);
   if (s.limits_gpu && s.requests_gpu > s.limits_gpu) spec_error(file, "resources: the GPUs requested exceed the limit");
   if (s.min_replicas > s.max_replicas) spec_error(file, "minReplicas exceeds maxReplicas");
+  if (s.warm_pool > s.max_replicas) spec_error(file, "warmPool exceeds maxReplicas (parked replicas are replicas)");
   return s;
 }
 }  // namespace

@@ -23,6 +23,15 @@ struct InferenceServiceSpec {
   int min_replicas = 1, max_replicas = 1, queue_length = 0;
   std::string metric = "concurrency";  // what queue_length counts per replica: requests in flight, or per second (rps)
   std::vector<std::string> ignored;    // fields the file holds that Loom does not act on
+  // Serverless: how long the last replica stays once no request wants it (Knative's
+  // scaleToZeroGracePeriod), and how many replicas are kept parked (their jobs suspended) instead
+  // of ended.
+  double scale_to_zero_grace_s = 30;
+  int warm_pool = 0;
+  // spec.slurm: where the replicas run; preemptible: a spot partition or QOS whose jobs Slurm may
+  // preempt (each replaced at once, its requests drained or handed to another replica).
+  std::string partition, qos;
+  bool preemptible = false;
 };
 InferenceServiceSpec load_spec(const std::string& file);
 
@@ -50,6 +59,8 @@ YAML::Node spec_root(const std::string& file, const std::string& kind, std::vect
 // as users write it (onnx, ONNX, hdf5, loom-hdf5), into s->path and s->format.
 int spec_int(const std::string& file, const YAML::Node& n, const std::string& at, int lo, int hi);
 std::string spec_quantity(const std::string& file, const YAML::Node& n, const std::string& at);
+// A duration as Knative writes it ("30s", "2m", "1h", "1m30s") or whole seconds; within [0, hi_s].
+double spec_duration(const std::string& file, const YAML::Node& n, const std::string& at, double hi_s);
 // requests or limits: GPUs under `gpu_key` (gpu; KServe's nvidia.com/gpu) and memory.
 void spec_resources(const std::string& file, const YAML::Node& n, const std::string& at, const std::string& gpu_key, int* gpu,
                     std::string* memory, std::vector<std::string>* ignored);

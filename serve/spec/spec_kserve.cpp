@@ -70,6 +70,12 @@ void read_kserve_spec(const std::string& file, const YAML::Node& root, Inference
   spec_only(file, p, "spec.predictor", {"model", "onnx", "minReplicas", "maxReplicas", "scaleMetric", "scaleTarget"}, &s->ignored);
   kserve_model(file, p, s);
   kserve_scaling(file, p, s);
+  // Knative's per-revision scale-to-zero grace, as KServe passes its annotations on.
+  const YAML::Node notes = root["metadata"]["annotations"];
+  const char* key = "autoscaling.knative.dev/scale-to-zero-pod-retention-period";
+  if (notes && notes.IsMap() && notes[key])
+    s->scale_to_zero_grace_s =
+        spec_duration(file, notes[key], "metadata.annotations.autoscaling.knative.dev/scale-to-zero-pod-retention-period", 86400);
 }
 
 }  // namespace loom::serve

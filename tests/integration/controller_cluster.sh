@@ -72,7 +72,7 @@ expect_eq "nothing was submitted for the bad starts" "$before" "$(jobs_now)"
 
 # --- a spec the cluster cannot satisfy: sbatch's own words, said once; the router answers 503 ----
 sed 's/memory: 1Gi/memory: 100000Gi/' svc.yaml >huge.yaml
-serve_start huge --controller --spec huge.yaml --state-dir state-huge --grpc-port -1 --tick-s 0.2
+serve_start huge --controller --spec huge.yaml --state-dir state-huge --grpc-port -1 --tick-s 0.2 --activation-timeout-s 1
 sleep 2
 expect_match "sbatch's refusal is in the log" "cannot submit a replica.*(Memory specification can not be satisfied|Requested node configuration is not available)" "$(cat huge.log)"
 expect_eq "once, not every tick" 1 "$(grep -c 'cannot submit a replica' huge.log)"

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "controller/activator.hpp"
 #include "controller/autoscaler.hpp"
 #include "controller/router.hpp"
 #include "controller/slurm.hpp"
@@ -48,6 +49,28 @@ TEST(Autoscaler, ClampsToMinAndMax) {
   Autoscaler flood(config(1, 4, 1));
   for (int t = 0; t < 60; ++t) flood.sample(t, 100);
   EXPECT_EQ(flood.decide(60, 4).desired, 4);
+}
+
+TEST(Autoscaler, ScalesToZeroOnlyAfterTheGracePeriod) {
+  ScalerConfig c = config(0, 3, 1);
+  c.stable_window_s = 10, c.panic_window_s = 2, c.scale_down_delay_s = 5, c.scale_to_zero_grace_s = 20;
+  Autoscaler a(c);
+  EXPECT_EQ(a.decide(0, 0).desired, 0);  // no request yet: no replica
+  a.sample(1, 1);  // one held request asks for one
+  EXPECT_EQ(a.decide(1, 0).desired, 1);
+  int t = 2, zero_at = -1;
+  for (; t < 100; ++t) {
+    a.sample(t, 0);
+    if (a.decide(t, 1).desired == 0) {
+      zero_at = t;
+      break;
+    }
+  }
+  // The stable window empties at 11, the delay holds to 16, then the grace keeps it to 36.
+  EXPECT_GE(zero_at, 1 + 10 + 5 + 20 - 1);
+  EXPECT_LE(zero_at, 1 + 10 + 5 + 20 + 2);
+  a.sample(t + 1, 2);  // demand again: straight back, no grace on the way up
+  EXPECT_GE(a.decide(t + 1, 0).desired, 1);
 }
 
 TEST(Autoscaler, BurstPanicsOnTheShortWindow) {
@@ -225,6 +248,70 @@ TEST(ReplicaPool, AnUnreachableReplicaIsTakenOutAndTheRequestGoesOn) {
   EXPECT_EQ(dead->state.load(), ReplicaState::kStarting) << "no longer routed to";
   EXPECT_EQ(dead->outstanding.load(), 0);
   EXPECT_FALSE(pool.any_ready());
+}
+
+// The activator: with no replica ready, requests wait (in order, within the bound), count as
+// demand, and go the moment one is ready; past the timeout they are refused 503.
+TEST(Activator, HoldsUntilAReplicaIsReadyThenHandsOnInOrder) {
+  ReplicaPool pool(1, 1000);  // one request at a time per replica: the order shows
+  Activator act(pool, {3, 1000, 30});
+  pool.set_activator(&act);
+  int pokes = 0;
+  act.on_hold = [&] { ++pokes; };
+  EXPECT_TRUE(act.should_hold()) << "no replica";
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::shared_ptr<Replica>> got;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(act.hold(10, monotonic_s() + 30, [&, i](std::shared_ptr<Replica> r, int status, const std::string&) {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(status, 200);
+      order.push_back(i);
+      got.push_back(r);
+    }), 0u);
+  EXPECT_EQ(act.hold(10, monotonic_s() + 30, [](auto, int, const auto&) {}), 0u) << "a fourth is over the bound";
+  EXPECT_EQ(pokes, 3);
+  EXPECT_EQ(act.held(), 3u);
+  pool.take_load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_NEAR(pool.take_load().concurrency, 3, 0.3) << "held requests are demand";
+  auto r = replica("1", ReplicaState::kReady, 0);
+  pool.put(r);
+  act.wake();
+  for (int k = 0; k < 100; ++k) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!got.empty()) {
+        pool.release(*got.back());  // answered: the replica takes the next
+        got.pop_back();
+        if (order.size() == 3) break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(act.held(), 0u);
+  EXPECT_NE(act.metrics_text().find("loom_controller_held_total{outcome=\"forwarded\"} 3"), std::string::npos) << act.metrics_text();
+}
+
+TEST(Activator, TimesOutWith503AndDropsAClientThatLeft) {
+  ReplicaPool pool(4, 1000);
+  Activator act(pool, {10, 1000, 0.2});
+  int status = 0;
+  std::string why;
+  const double t0 = monotonic_s();
+  EXPECT_FALSE(act.wait(5, [] { return true; }, &status, &why));
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(why.find("no replica became ready within 0.2 s"), std::string::npos) << why;
+  EXPECT_NEAR(monotonic_s() - t0, 0.2, 0.15);
+  Activator patient(pool, {10, 1000, 30});
+  EXPECT_FALSE(patient.wait(5, [] { return false; }, &status, &why)) << "the client is gone";
+  EXPECT_EQ(status, 499);
+  EXPECT_EQ(patient.held(), 0u);
+  patient.stop();
+  EXPECT_FALSE(patient.wait(5, [] { return true; }, &status, &why));
+  EXPECT_EQ(status, 503) << "stopping: refused at once";
 }
 
 // A peer that takes the connection and closes it without a byte (what a replica does to a

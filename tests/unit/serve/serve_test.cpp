@@ -348,6 +348,27 @@ TEST_F(ServeCore, ReadsAValidInferenceServiceAndNamesBadFields) {
   expect_bad("format: loom-hdf5", "format: tensorflow", "spec.model.format 'tensorflow' is not a format loom-serve runs");
   expect_bad("/model.h5", "/model.onnx", "names a .onnx file: say spec.model.format: onnx");
   expect_bad("  model:\n", "  [model]:\n", "spec.yaml: line 6, column 3: a value of the wrong kind");  // yaml-cpp's own
+  // Serverless: the grace period as Knative writes durations, the warm pool, the Slurm placement.
+  std::string serverless = good;
+  serverless.replace(serverless.find("    metrics:"), 0, "    scaleToZeroGracePeriod: 1m30s\n    warmPool: 2\n");
+  serverless += "  slurm:\n    partition: spot\n    qos: low\n    preemptible: true\n";
+  s = loom::serve::load_spec(write(serverless));
+  EXPECT_EQ(s.scale_to_zero_grace_s, 90);
+  EXPECT_EQ(s.warm_pool, 2);
+  EXPECT_EQ(s.partition, "spot");
+  EXPECT_EQ(s.qos, "low");
+  EXPECT_TRUE(s.preemptible);
+  EXPECT_EQ(loom::serve::load_spec(write(good)).scale_to_zero_grace_s, 30) << "Knative's default";
+  auto bad_serverless = [&](const std::string& from, const std::string& to, const char* what) {
+    expect_spec_refused(serverless, from, to, what);
+  };
+  bad_serverless("1m30s", "90x", "spec.autoscaling.scaleToZeroGracePeriod '90x' is not a duration");
+  bad_serverless("1m30s", "2d", "is not a duration");
+  bad_serverless("1m30s", "48h", "must be a duration up to 86400 s");
+  bad_serverless("warmPool: 2", "warmPool: 11", "warmPool exceeds maxReplicas");
+  bad_serverless("partition: spot", "partition: \"spot;rm -rf /\"", "spec.slurm.partition 'spot;rm -rf /' must be a Slurm name");
+  bad_serverless("preemptible: true", "preemptible: maybe", "spec.slurm.preemptible must be true or false");
+  bad_serverless("qos: low", "qos: low\n    account: x", "unknown field spec.slurm.account");
   std::string onnx = good;
   onnx.replace(onnx.find("/model.h5\n    format: loom-hdf5"), 31, "/model.onnx\n    format: onnx");
   EXPECT_EQ(loom::serve::load_spec(write(onnx)).format, "ONNX");
@@ -374,6 +395,9 @@ TEST_F(ServeCore, ReadsKServesAndTheSeedsInferenceServices) {
   EXPECT_EQ(s.requests_gpu, 1);
   EXPECT_EQ(s.limits_gpu, 2);
   EXPECT_EQ(s.requests_memory, "4Gi");
+  std::string grace = kserve;
+  grace.replace(grace.find("{a: b}"), 6, "{autoscaling.knative.dev/scale-to-zero-pod-retention-period: 5m}");
+  EXPECT_EQ(loom::serve::load_spec(write(grace)).scale_to_zero_grace_s, 300) << "Knative's annotation";
   EXPECT_EQ(s.ignored, std::vector<std::string>({"metadata.namespace", "metadata.annotations", "spec.transformer",
                                                  "spec.predictor.model.modelFormat.version", "spec.predictor.model.resources.requests.cpu"}));
   auto bad = [&](const std::string& from, const std::string& to, const char* what) { expect_spec_refused(kserve, from, to, what); };

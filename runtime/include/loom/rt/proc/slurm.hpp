@@ -1,6 +1,6 @@
 // slurm.hpp — the one Slurm job client that loom-sweep (its trial array) and loom-serve's
-// controller (its replicas) share: sbatch, squeue and scancel, run as programs (argv, never a
-// shell, with a timeout), with Slurm's own words in every error.
+// controller (its replicas) share: sbatch, squeue, scancel, scontrol suspend and resume, run as
+// programs (argv, never a shell, with a timeout), with Slurm's own words in every error.
 #pragma once
 
 #include <string>
@@ -21,5 +21,10 @@ std::vector<Job> query(const std::vector<std::string>& filter);
 
 // scancel OPTIONS ID (OPTIONS: --batch --signal=TERM for a drain). False when scancel failed.
 bool cancel(const std::string& id, const std::vector<std::string>& options = {});
+
+// scontrol suspend ID / scontrol resume ID: "" when Slurm did it, else its own words (only an
+// operator, an administrator, SlurmUser or root may; a job that is not running cannot be).
+std::string suspend(const std::string& id);
+std::string resume(const std::string& id);
 
 }  // namespace loom::rt::slurm
