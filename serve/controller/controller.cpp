@@ -201,6 +201,7 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
       r->state = pending_state(j.state) ? ReplicaState::kPending
                  : j.state == "SUSPENDED"  ? ReplicaState::kParked
                                            : ReplicaState::kStarting;
+      if (r->state == ReplicaState::kParked) read_replica(ready_file(o_.state_dir, j.id), *r);  // resumed without a start
       pool_.put(r);
       log_("info", "adopted replica job " + j.id + " (" + j.state + ")", {{"event", "adopt"}, {"job", j.id}});
     }

@@ -3,11 +3,11 @@
 # first request; 16 concurrent first requests (REST and gRPC) are held and all answered 200 once
 # the replica job is ready; back to zero jobs after the scale-to-zero grace period; with
 # warmPool: 1 the replica is parked (its job SUSPENDED, its process stopped) and a request
-# resumes it within a second; a full hold answers 429 with Retry-After and drops nothing held;
+# resumes it within a second, also after the controller was killed and started again; a full hold answers 429 with Retry-After and drops nothing held;
 # a replica that never becomes ready: held requests get 503 at the activation timeout, the log
 # has its last words and the backoff; a spot replica preempted by a higher-tier job is replaced
 # with every request answered; a controller killed while holding requests gives its clients an
-# error, not a hang.
+# error, not a hang; a controller that Slurm refuses scontrol suspend ends replicas instead.
 . "$(dirname "$0")/lib.sh"
 require_cluster
 S=$LOOM_BUILDDIR/loom-serve
@@ -134,9 +134,38 @@ m=$(curl -s "$http/metrics")
 expect_match "parks counted" 'loom_controller_parked_total [3-9]' "$m"
 expect_match "resumes counted" 'loom_controller_resumed_total 3' "$m"
 expect_match "the cold start from parked in its histogram" 'loom_controller_cold_start_seconds_count\{from="parked"\} 3' "$m"
+# A controller killed while its replica is parked: started again, it adopts the suspended job as
+# parked and resumes it for the next request (no new job).
+for _ in $(seq 80); do [[ $(jobs_of sw) == *SUSPENDED* ]] && break; sleep 0.25; done
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+controller sw warm.yaml
+expect_match "restarted, it adopts the parked replica" "adopted replica job $job \\(SUSPENDED\\)" "$(cat sw.log)"
+expect_eq "and resumes it for a request" 200 "$(infer_x "$http" sw | cut -d' ' -f1)"
+expect_eq "the same job, no new one" "$job RUNNING " "$(jobs_of sw)"
+for _ in $(seq 80); do [[ $(jobs_of sw) == *SUSPENDED* ]] && break; sleep 0.25; done
 kill -TERM "$pid"
 wait "$pid"
 expect_eq "SIGTERM ends the parked replica too" 0 "$(wait_jobs sw "" 30 && echo 0 || jobs_of sw)"
+
+# --- Slurm refuses scontrol suspend (a controller without operator rights): said once, the
+# replicas are ended instead of parked, and requests are still answered --------------------------
+if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null; then
+  sed 's/name: sw/name: sn/' warm.yaml >refused.yaml
+  mkdir -p state-sn && chown nobody state-sn
+  LOOM_SERVE_AS=nobody controller sn refused.yaml
+  for k in 1 2; do
+    expect_eq "as nobody, request $k from zero" 200 "$(infer_x "$http" sn | cut -d' ' -f1)"
+    wait_jobs sn "" 40 || fail "as nobody, the replica was not ended: $(jobs_of sn)"
+  done
+  expect_match "the refusal is logged with Slurm's words" '"event":"park_refused".*(Access/permission denied|Invalid user)' "$(cat sn.log)"
+  expect_eq "once" 1 "$(grep -c '"event":"park_refused"' sn.log)"
+  expect_match "no replica was parked" 'loom_controller_parked_total 0' "$(curl -s "$http/metrics")"
+  kill -TERM "$pid"
+  wait "$pid"
+else
+  echo "SKIP (part): no user nobody or no setpriv: the refused suspend is not checked"
+fi
 
 # --- a replica that never becomes ready; a full hold -----------------------------------------------
 head -c 4096 /dev/urandom >broken.h5

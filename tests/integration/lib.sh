@@ -54,10 +54,11 @@ run_cmd() {
 
 # serve_start NAME ARGS...: loom-serve in the background on a free HTTP port, its log in
 # NAME.log; waits until it listens. Sets $pid, and $http and $grpc (host:port, or empty).
-serve_start() {
-  local name=$1 n=0
+serve_start() {  # NAME ARGS...; with LOOM_SERVE_AS=USER, run as that user (setpriv execs: $pid is loom-serve's)
+  local name=$1 n=0 as=()
   shift
-  "$LOOM_BUILDDIR/loom-serve" --http-port 0 "$@" 2>"$name.log" &
+  [ -n "${LOOM_SERVE_AS:-}" ] && as=(setpriv --reuid="$LOOM_SERVE_AS" --regid="$(id -g "$LOOM_SERVE_AS")" --clear-groups)
+  "${as[@]}" "$LOOM_BUILDDIR/loom-serve" --http-port 0 "$@" 2>"$name.log" &
   pid=$!
   until grep -q "listening:" "$name.log" 2>/dev/null || [ $n -gt 300 ]; do sleep 0.05; n=$((n + 1)); done
   http=$(grep -oE "http [0-9.]+:[0-9]+" "$name.log" | cut -d' ' -f2)
