@@ -35,7 +35,7 @@ bool Activator::should_hold() const {
     if (stopping_) return false;
     if (!q_.empty()) return true;
   }
-  return !pool_.any_ready();
+  return !pool_.has_ready();
 }
 
 uint64_t Activator::hold(size_t bytes, double deadline, Grant g) {

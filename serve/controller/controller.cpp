@@ -420,6 +420,7 @@ int run_controller(ControllerOptions o, Context& ctx, const std::string& bind, i
   if (!ctx.token.empty()) o.authorization = "Bearer " + ctx.token;
   ReplicaPool pool(o.replica_cap, static_cast<int>(ctx.options.request_timeout_ms) + 1000);
   pool.set_model(spec.name);
+  pool.set_ready_at_zero(spec.min_replicas == 0);
   Activator activator(pool, {o.max_held_requests, o.max_held_bytes, o.activation_timeout_s});
   pool.set_activator(&activator);
   Controller c(o, spec, pool, log);

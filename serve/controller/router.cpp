@@ -233,7 +233,9 @@ ReplicaPool::Load ReplicaPool::take_load() {
   return l;
 }
 
-bool ReplicaPool::any_ready() const {
+bool ReplicaPool::any_ready() const { return ready_at_zero_ || has_ready(); }
+
+bool ReplicaPool::has_ready() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, r] : replicas_)
     if (r->state == ReplicaState::kReady) return true;

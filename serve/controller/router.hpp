@@ -84,7 +84,11 @@ class ReplicaPool : public Forwarder {
   Response forward_http(const std::string& method, const std::string& target,
                         const std::vector<std::pair<std::string, std::string>>& headers, const std::string& body,
                         const std::function<bool()>& client_here = {}) override;
+  // Ready for health checks: a replica is, or the service scales from zero (a request is held
+  // while its replica starts: a load balancer must keep sending the one that starts it).
   bool any_ready() const override;
+  bool has_ready() const;  // a replica is ready now
+  void set_ready_at_zero(bool v) { ready_at_zero_ = v; }
   bool serves(const std::string& model) const override { return model == model_; }
   void set_model(std::string name) { model_ = std::move(name); }
   std::string metrics_text() const override;
@@ -117,6 +121,7 @@ class ReplicaPool : public Forwarder {
   std::function<std::string()> metrics_;
   std::string model_;  // what the replicas serve (the spec's name): its own metrics label
   Activator* activator_ = nullptr;
+  bool ready_at_zero_ = false;
 };
 
 // A lease on a replica: released when it goes out of scope.

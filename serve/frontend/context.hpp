@@ -37,7 +37,7 @@ class Forwarder {
   virtual Response forward_http(const std::string& method, const std::string& target,
                                 const std::vector<std::pair<std::string, std::string>>& headers,
                                 const std::string& body, const std::function<bool()>& client_here) = 0;
-  virtual bool any_ready() const = 0;           // a replica would take a request now
+  virtual bool any_ready() const = 0;           // the service takes requests now (its health)
   virtual bool serves(const std::string& model) const = 0;  // the model its replicas serve
   virtual std::string metrics_text() const = 0;  // appended to /metrics
 };
