@@ -55,8 +55,8 @@ uint64_t Activator::hold(size_t bytes, double deadline, Grant g) {
     ticket = next_++;
     q_.push_back({ticket, bytes, now, std::min(deadline, now + limits_.timeout_s), std::move(g)});
     bytes_ += bytes;
+    pool_.waiting(+1);  // held requests are demand (counted before the loop can hand it on)
   }
-  pool_.waiting(+1);  // held requests are demand
   if (on_hold) on_hold();
   cv_.notify_all();
   return ticket;
