@@ -354,7 +354,7 @@ cmd_start() {
   fi
   wait_nodes_idle || die "the cluster did not come up"
   say "up in $dir; run: export SLURM_CONF=$dir/slurm.conf"
-  SLURM_CONF=$dir/slurm.conf sinfo -N -o '%N %T %c %G' >&2
+  SLURM_CONF=$dir/slurm.conf sinfo -N -p debug -o '%N %T %c %G' >&2
 }
 
 # slurmstepd processes of this cluster (they log into $dir), which outlive a killed slurmd.
@@ -401,7 +401,7 @@ cmd_stop() {
 cmd_status() {
   if pid_alive "$dir/slurmctld.pid"; then
     echo "slurmctld: running (pid $(cat "$dir/slurmctld.pid"))"
-    SLURM_CONF=$dir/slurm.conf sinfo -N -o '%N %T %c %G'
+    SLURM_CONF=$dir/slurm.conf sinfo -N -p debug -o '%N %T %c %G'
   else
     echo "slurmctld: not running ($dir)"
     return 3

@@ -119,7 +119,7 @@ expect_eq "usage exit" 2 "$rc"
 run_cmd "$LC" start --nodes "a100:2 v100:2" --topology "$LOOM_FIXTURES/local-a100.xml,$LOOM_TMP/v100.json"
 expect_eq "two-node start (n2 from a JSON topology)" 0 "$rc"
 [ "$rc" -eq 0 ] || { echo "$err" >&2; finish; }
-run_cmd sinfo -h -N -o '%N %T %G'
+run_cmd sinfo -h -N -p debug -o '%N %T %G'  # the default partition (spot lists the nodes again)
 expect_eq "two nodes" "n1 idle gpu:a100:2(S:0)
 n2 idle gpu:v100:2(S:0)" "$out"
 run_cmd timeout 60 srun -N2 hostname

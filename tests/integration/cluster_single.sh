@@ -6,7 +6,7 @@ require_cluster
 dir=$(dirname "$SLURM_CONF")
 host=$(hostname -s)
 
-run_cmd sinfo -h -N -o '%N %T %G'
+run_cmd sinfo -h -N -p debug -o '%N %T %G'  # the default partition (spot lists the nodes again)
 expect_eq "node idle with gres" "$host idle gpu:a100:2(S:0),gpu:v100:2(S:1)" "$out"
 # gres.conf came from loom-topo: types, character devices, Cores= and NVLink counts.
 expect_match "gres.conf a100 line" "Type=a100 File=$dir/dev/$host/nvidia0 Cores=0 Links=-1,12,0,0" "$(cat "$dir/gres.conf")"
