@@ -97,6 +97,11 @@ void Activator::stop() {
   }
 }
 
+std::string Activator::full_message() const {
+  return "too many requests are waiting for a replica to start (" + std::to_string(limits_.max_requests) + " or " +
+         std::to_string(limits_.max_bytes >> 20) + " MiB held)";
+}
+
 size_t Activator::held() const {
   std::lock_guard<std::mutex> lock(mu_);
   return q_.size();
@@ -160,8 +165,7 @@ std::shared_ptr<Replica> Activator::wait(size_t bytes, const std::function<bool(
   });
   if (ticket == 0 && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
     *status = 429;
-    *why = "too many requests are waiting for a replica to start (" + std::to_string(limits_.max_requests) + " or " +
-           std::to_string(limits_.max_bytes >> 20) + " MiB held)";
+    *why = full_message();
     return nullptr;
   }
   while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {

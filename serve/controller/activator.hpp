@@ -50,6 +50,7 @@ class Activator {
   std::shared_ptr<Replica> wait(size_t bytes, const std::function<bool()>& client_here, int* status, std::string* why);
 
   size_t held() const;
+  std::string full_message() const;  // the 429's words
   const HoldLimits& limits() const { return limits_; }
   std::function<void()> on_hold;  // called when a request is held (the controller acts at once)
   // Prometheus text: held now, held in all, handed on, timed out, refused (full), left.

@@ -21,7 +21,6 @@
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/prometheus.hpp"
 #include "loom/rt/proc/process.hpp"
-#include "loom/rt/proc/slurm.hpp"
 #include "spec/services.hpp"
 #include "spec/spec.hpp"
 
@@ -181,16 +180,8 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
       if (ours != ended_by_us_.end()) {
         log_("info", "replica job " + j.id + " ended (" + j.state + "): " + ours->second, {{"event", "replica_end"}, {"job", j.id}});
         ended_by_us_.erase(ours);
-      } else if (preempted(j.id, j.state)) {  // a spot replica: replaced at once
-        replaced_.fetch_add(1);
-        preemptions_.fetch_add(1);
-        log_(jobs_.spec().preemptible ? "info" : "warning", "replica job " + j.id + " was preempted by Slurm; a new one replaces it",
-             {{"event", "preempted"}, {"job", j.id}});
       } else {
-        replaced_.fetch_add(1);
-        log_("warning", "replica job " + j.id + " ended on its own (" + j.state + "); a new one replaces it",
-             {{"event", "replica_lost"}, {"job", j.id}, {"state", j.state}});
-        if (r->activated >= 0) failed_start(j.id, now, "ended (" + j.state + ") before it was ready");
+        lost(*r, j.state, now);
       }
       continue;
     }
@@ -219,22 +210,29 @@ void Controller::observe(const std::vector<JobInfo>& jobs, double now) {
     if (seen.count(r->job)) continue;
     pool_.remove(r->job);  // gone from squeue altogether
     pruned_ = false;
-    if (ended_by_us_.erase(r->job)) continue;
-    replaced_.fetch_add(1);
-    if (preempted(r->job, "")) {  // squeue forgot it; slurmstepd's line says why
-      preemptions_.fetch_add(1);
-      log_(jobs_.spec().preemptible ? "info" : "warning", "replica job " + r->job + " was preempted by Slurm; a new one replaces it",
-           {{"event", "preempted"}, {"job", r->job}});
-      continue;
-    }
-    log_("warning", "replica job " + r->job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r->job}});
-    if (r->activated >= 0) failed_start(r->job, now, "ended before it was ready");
+    if (!ended_by_us_.erase(r->job)) lost(*r, "", now);
   }
   if (pruned_) return;  // after a start (an old state dir) and whenever a replica left the pool
   std::set<std::string> live;
   for (const auto& r : pool_.all()) live.insert(r->job);
   prune_replica_files(o_.state_dir, live, kKeptReplicaLogs);
   pruned_ = true;
+}
+
+void Controller::lost(const Replica& r, const std::string& state, double now) {
+  replaced_.fetch_add(1);
+  if (preempted(r.job, state)) {  // a spot replica: replaced at once
+    preemptions_.fetch_add(1);
+    log_(jobs_.spec().preemptible ? "info" : "warning", "replica job " + r.job + " was preempted by Slurm; a new one replaces it",
+         {{"event", "preempted"}, {"job", r.job}});
+    return;
+  }
+  if (state.empty())  // squeue forgot it (MinJobAge)
+    log_("warning", "replica job " + r.job + " is gone from squeue; a new one replaces it", {{"event", "replica_lost"}, {"job", r.job}});
+  else
+    log_("warning", "replica job " + r.job + " ended on its own (" + state + "); a new one replaces it",
+         {{"event", "replica_lost"}, {"job", r.job}, {"state", state}});
+  if (r.activated >= 0) failed_start(r.job, now, (state.empty() ? "ended" : "ended (" + state + ")") + std::string(" before it was ready"));
 }
 
 void Controller::check(Replica& r, double now) {

@@ -66,6 +66,9 @@ class Controller {
   void failed_start(const std::string& job, double now, const std::string& what);
   void became_ready(Replica& r, double now);
   bool preempted(const std::string& job, const std::string& state) const;
+  // A replica job that ended without being asked to (state: squeue's, "" once squeue forgot it):
+  // counted, logged (preempted, or lost), a failed start if it never became ready.
+  void lost(const Replica& r, const std::string& state, double now);
   // STATE_DIR/prometheus-targets.json, Prometheus' file_sd format: each ready replica's address
   // with its service, Slurm job and node as labels; rewritten (atomically) when they change.
   void write_targets();

@@ -83,8 +83,6 @@ grpc::Status no_replica(int status, const std::string& why) {
   return grpc::Status(status == 429 ? grpc::StatusCode::RESOURCE_EXHAUSTED : grpc::StatusCode::UNAVAILABLE, why);
 }
 
-constexpr const char* kHoldFull = "too many requests are waiting for a replica to start";
-constexpr const char* kNoReplicaNow = "no replica can take the request now (none ready, or every one is full)";
 
 // One routed inference request in the router's /metrics, under its model's label.
 void count(Context& ctx, const grpc::ByteBuffer& req, grpc::StatusCode code) {
@@ -122,11 +120,11 @@ class Call : public grpc::ServerGenericBidiReactor {
                                      call_replica(sc_->method());
                                    });
       ticket_ = t;
-      if (t == 0 && !answered_.exchange(true)) end(no_replica(429, kHoldFull));
+      if (t == 0 && !answered_.exchange(true)) end(no_replica(429, act->full_message()));
       return;
     }
     lease_ = pool_.acquire();
-    if (!lease_) return end(no_replica(503, kNoReplicaNow));
+    if (!lease_) return end(no_replica(503, kNoReplica));
     call_replica(m);
   }
   void call_replica(const std::string& m) {
@@ -235,9 +233,9 @@ class StreamCall : public OrderedStream<grpc::ByteBuffer, grpc::ByteBuffer> {
       if (t) return void(it->second = t);
       held_.erase(it);  // the hold is full
     }
-    if (!hop->lease && act && act->should_hold()) return refuse_one(hop, seq, kHoldFull);
+    if (!hop->lease && act && act->should_hold()) return refuse_one(hop, seq, act->full_message());
     hop->lease = pool_.acquire();
-    send(hop, seq, kNoReplicaNow);
+    send(hop, seq, kNoReplica);
   }
   void refuse_one(const std::shared_ptr<Hop>& hop, uint64_t seq, const std::string& why) {
     count(ctx_, hop->req, grpc::StatusCode::UNAVAILABLE);

@@ -36,7 +36,15 @@ namespace {
 // An error body as the protocol writes it (the replica's words may be any bytes).
 std::string error_body(const std::string& msg) { return dump_json({{"error", msg}}); }
 
-constexpr const char* kNoReplica = "no replica can take the request now (none ready, or every one is full)";
+// A refusal as the router answers it: the status, Retry-After and the protocol's error body.
+Forwarder::Response refused(int status, const std::string& why) {
+  Forwarder::Response res;
+  res.status = status;
+  res.client_left = status == 499;
+  res.headers = {{"Retry-After", "1"}};
+  res.body = error_body(why);
+  return res;
+}
 
 }  // namespace
 
@@ -119,10 +127,7 @@ Forwarder::Response ReplicaPool::forward_stream(const std::string& method, const
     res.headers = e.headers;
     return res;
   }
-  refusal.status = 503;
-  refusal.headers = {{"Retry-After", "1"}};
-  refusal.body = error_body(kNoReplica);
-  return refusal;
+  return refused(503, kNoReplica);
 }
 
 std::shared_ptr<Replica> ReplicaPool::route_one(size_t bytes, const std::function<bool()>& client_here, Response* refusal) {
@@ -131,12 +136,8 @@ std::shared_ptr<Replica> ReplicaPool::route_one(size_t bytes, const std::functio
   std::string why = kNoReplica;
   if (activator_ && activator_->should_hold()) r = activator_->wait(bytes, client_here, &status, &why);
   else r = acquire();
-  if (r) return r;
-  refusal->status = status;
-  refusal->client_left = status == 499;
-  refusal->headers = {{"Retry-After", "1"}};
-  refusal->body = error_body(why);
-  return nullptr;
+  if (!r) *refusal = refused(status, why);
+  return r;
 }
 
 void ReplicaPool::put(std::shared_ptr<Replica> r) {
@@ -288,10 +289,7 @@ Forwarder::Response ReplicaPool::forward_http(const std::string& method, const s
     res.headers = std::move(e.headers);
     return res;
   }
-  res.status = 503;
-  res.headers = {{"Retry-After", "1"}};
-  res.body = error_body(kNoReplica);
-  return res;
+  return refused(503, kNoReplica);
 }
 
 // A GET on a connection of its own (the replica's keep-alive pool is the requests').

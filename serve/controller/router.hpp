@@ -42,6 +42,9 @@ struct Replica {
 struct StreamedAnswer;
 class Activator;
 
+// What every front end of the router says when no replica can take a request now.
+constexpr const char* kNoReplica = "no replica can take the request now (none ready, or every one is full)";
+
 class ReplicaPool : public Forwarder {
  public:
   ReplicaPool(int cap_per_replica, int timeout_ms) : cap_(cap_per_replica), timeout_ms_(timeout_ms) {}

@@ -141,6 +141,7 @@ for _ in $(seq 80); do [[ $(jobs_of sw) == *SUSPENDED* ]] && break; sleep 0.25; 
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 controller sw warm.yaml
+for _ in $(seq 40); do grep -q '"event":"adopt"' sw.log && break; sleep 0.25; done  # its first tick
 expect_match "restarted, it adopts the parked replica" "adopted replica job $job \\(SUSPENDED\\)" "$(cat sw.log)"
 expect_eq "and resumes it for a request" 200 "$(infer_x "$http" sw | cut -d' ' -f1)"
 expect_eq "the same job, no new one" "$job RUNNING " "$(jobs_of sw)"
