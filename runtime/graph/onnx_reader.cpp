@@ -27,7 +27,7 @@ struct Loader {
 
 namespace {
 
-constexpr int64_t kMinOpset = 13, kMaxOpset = 17;
+constexpr int64_t kMinOpset = 13, kMaxOpset = 18;
 constexpr int64_t kMaxElements = int64_t{1} << 33;  // 32 GiB of float: a header claiming more is refused
 
 std::string read_file(const std::string& path) {
@@ -150,7 +150,7 @@ int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
 }
 
 // Every node's operator is one this executor runs, before ONNX's checker sees the graph. The
-// kernels follow the operators' definitions at opsets 13-17; a model of an older opset runs when
+// kernels follow the operators' definitions at opsets 13-18; a model of an older opset runs when
 // each of its operators is still defined there as it was at opset 13 (ONNX's schema of the
 // operator at the model's opset is the one in force at opset 13: AveragePool at opset 11, Relu at
 // 6), and is refused naming the first one whose definition changed since (Squeeze's axes became
@@ -171,7 +171,7 @@ void check_operators(const onnx::GraphProto& g, int64_t opset, const std::string
     if (!then || !now || then->since_version() != now->since_version())
       throw Error(path + ": operator " + label(n) + " at opset " + std::to_string(opset) +
                   " is not supported: its definition changed by opset " + std::to_string(kMinOpset) +
-                  " (this executor runs ai.onnx opsets 13-17, and older ones whose operators are unchanged since)");
+                  " (this executor runs ai.onnx opsets 13-18, and older ones whose operators are unchanged since)");
   }
 }
 
@@ -194,6 +194,76 @@ void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
   onnx::checker::check_graph(m.graph(), ctx, lex);
   onnx::checker::check_model_local_functions(m, ctx, lex);
 }
+
+// Debian's libonnx knows the operators' schemas up to an older opset than exporters write
+// (1.12: opset 17; PyTorch's dynamo exporter writes 18). Opset 18 changed how some operators this
+// executor runs are written, not what they compute: the reductions' axes became an input,
+// Split gained num_outputs, Pad an axes input. For ONNX's checker and shape inference the model
+// is written as the newest opset libonnx knows says, then put back as it was for the executor;
+// its shapes are then checked by the run on zeros below, not by shape inference.
+class AsLibonnxKnows {
+ public:
+  AsLibonnxKnows(onnx::ModelProto& m, int64_t opset) : m_(m) {
+    const int known = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at(onnx::ONNX_DOMAIN).second;
+    if (opset <= known) return;
+    for (int i = 0; i < m.opset_import_size(); ++i)
+      if (m.opset_import(i).domain().empty() || m.opset_import(i).domain() == "ai.onnx")
+        saved_opsets_.emplace_back(i, m.opset_import(i).version()), m.mutable_opset_import(i)->set_version(known);
+    std::map<std::string, const onnx::TensorProto*> consts;
+    for (const auto& t : m.graph().initializer()) consts[t.name()] = &t;
+    for (const auto& n : m.graph().node())
+      if (n.op_type() == "Constant" && n.attribute_size() == 1 && n.attribute(0).has_t()) consts[n.output(0)] = &n.attribute(0).t();
+    for (int i = 0; i < m.graph().node_size(); ++i) rewrite(i, consts);
+  }
+  ~AsLibonnxKnows() {
+    for (auto& [i, node] : saved_nodes_) m_.mutable_graph()->mutable_node(i)->Swap(&node);
+    for (auto& [i, v] : saved_opsets_) m_.mutable_opset_import(i)->set_version(v);
+  }
+  // Whether the model was written anew: shape inference then goes by opset 17's rules, which
+  // fail on some opset 18 shapes (an uneven Split), so its errors are not the model's.
+  bool rewritten() const { return !saved_opsets_.empty(); }
+  AsLibonnxKnows(const AsLibonnxKnows&) = delete;
+  AsLibonnxKnows& operator=(const AsLibonnxKnows&) = delete;
+
+ private:
+  onnx::ModelProto& m_;
+  std::vector<std::pair<int, onnx::NodeProto>> saved_nodes_;
+  std::vector<std::pair<int, int64_t>> saved_opsets_;
+
+  void rewrite(int i, const std::map<std::string, const onnx::TensorProto*>& consts) {
+    const onnx::NodeProto& n = m_.graph().node(i);
+    const bool reduce = n.op_type().rfind("Reduce", 0) == 0 && n.op_type() != "ReduceSum" && n.input_size() > 1;
+    const bool split = n.op_type() == "Split" && std::any_of(n.attribute().begin(), n.attribute().end(),
+                                                             [](const auto& a) { return a.name() == "num_outputs"; });
+    const bool pad = n.op_type() == "Pad" && n.input_size() > 3;
+    if (!reduce && !split && !pad) return;
+    onnx::NodeProto old = n;
+    onnx::NodeProto* w = m_.mutable_graph()->mutable_node(i);
+    if (reduce) {  // constant axes become the attribute; axes given at run time are left out
+      auto c = consts.find(n.input(1));
+      if (c != consts.end()) {
+        auto* a = w->add_attribute();
+        a->set_name("axes"), a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t v : onnx_ints(*c->second)) a->add_ints(v);
+      }
+      w->mutable_input()->DeleteSubrange(1, w->input_size() - 1);
+    }
+    if (split)
+      for (int k = 0; k < w->attribute_size(); ++k)
+        if (w->attribute(k).name() == "num_outputs") w->mutable_attribute()->DeleteSubrange(k, 1);
+    if (pad) w->mutable_input()->DeleteSubrange(3, w->input_size() - 3);
+    saved_nodes_.emplace_back(i, std::move(old));
+  }
+
+  static std::vector<int64_t> onnx_ints(const onnx::TensorProto& t) {
+    std::vector<int64_t> v(t.int64_data().begin(), t.int64_data().end());
+    if (v.empty() && t.data_type() == onnx::TensorProto::INT64 && t.raw_data().size() % 8 == 0) {
+      v.resize(t.raw_data().size() / 8);
+      std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+    }
+    return v;
+  }
+};
 
 // Operand slots that are parameters rather than data (a shape, axes, bounds, a scale, a mode, a
 // divisor): zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so when the load's
@@ -236,8 +306,10 @@ Model Loader::load(const std::string& path) {
   }
   // Initializers first: their sizes are checked before ONNX's passes read them.
   try {
+    AsLibonnxKnows as_known(m, model.opset_);
     check_with_onnx(m, dir);
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, 1, false));
+    const int strict = as_known.rewritten() ? 0 : 1;  // opset 17's rules fail on some opset 18 shapes
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, strict, false));
   } catch (const std::exception& e) {
     throw Error(path + ": ONNX's checker refuses the model: " + e.what());
   }
@@ -264,10 +336,17 @@ Model Loader::load(const std::string& path) {
   model.prepare();
   // A graph whose initializers contradict their use (a weight of the wrong shape) passes ONNX's
   // shape inference for some operators: one run on zeros, every dynamic dimension 1, finds it.
+  // A dimension past the rows that the graph leaves open is guessed as 1: the graph may need
+  // another size there (an exporter that fixed a sequence length inside it), so a failure then
+  // is kept as a note, not a refusal.
   std::vector<Tensor> probe;
+  bool guessed = false;
   for (const auto& in : model.inputs_) {
     std::vector<int64_t> shape = in.shape;
-    for (auto& d : shape) d = d < 0 ? 1 : d;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      guessed = guessed || (i > 0 && shape[i] < 0);
+      shape[i] = shape[i] < 0 ? 1 : shape[i];
+    }
     probe.push_back(Tensor::zeros(shape, in.dtype));
   }
   try {
@@ -284,7 +363,8 @@ Model Loader::load(const std::string& path) {
                     " (a shape, axes, a scale or a divisor): one given at request time is not supported; the graph fails on "
                     "zeros at batch 1: " + e.what());
       }
-    throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+    if (!guessed) throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+    model.probe_note_ = std::string("it fails on zeros with its open dimensions at 1 (") + e.what() + ")";
   }
   return model;
 }

@@ -25,6 +25,8 @@ bool has_attr(const Node& n, const char* name);
 const Tensor& need(const Node& n, const std::vector<const Tensor*>& in, size_t i);
 // An int64 or int32 tensor's values (shapes, axes, pads, indices).
 std::vector<int64_t> ints_of(const Node& n, const Tensor& t);
+// Pad's pads for every dimension, from pads for `axes` (opset 18's input 3; empty: all of them).
+std::vector<int64_t> pads_of(const Node& n, const std::vector<int64_t>& pads, const std::vector<int64_t>& axes, int r);
 // `axis` in [-rank, rank) made non-negative; throws naming the node when outside.
 int norm_axis(const Node& n, int64_t axis, int rank);
 

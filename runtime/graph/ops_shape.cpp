@@ -299,7 +299,12 @@ void op_split(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
   std::vector<int64_t> parts;
   if (in.size() > 1 && in[1]) parts = ints_of(n, *in[1]);
   else if (has_attr(n, "split")) parts = attr_ints(n, "split");
-  if (parts.empty()) {
+  if (parts.empty() && has_attr(n, "num_outputs")) {  // opset 18: chunks of ceil(dim / k), the last smaller
+    const int64_t k = attr_i(n, "num_outputs", 0);
+    if (k != static_cast<int64_t>(out.size())) op_error(n, "num_outputs differs from its outputs");
+    const int64_t chunk = (dim + k - 1) / k;
+    for (int64_t i = 0; i < k; ++i) parts.push_back(std::clamp<int64_t>(dim - i * chunk, 0, chunk));
+  } else if (parts.empty()) {
     const int64_t k = static_cast<int64_t>(out.size());
     if (dim % k) op_error(n, "cannot split " + std::to_string(dim) + " into " + std::to_string(k) + " equal parts");
     parts.assign(out.size(), dim / k);
@@ -414,11 +419,22 @@ void op_trilu(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
   out[0] = y;
 }
 
+std::vector<int64_t> pads_of(const Node& n, const std::vector<int64_t>& pads, const std::vector<int64_t>& axes, int r) {
+  if (axes.empty()) return pads;
+  if (pads.size() != 2 * axes.size()) op_error(n, "pads needs 2 values for each of its axes");
+  std::vector<int64_t> all(static_cast<size_t>(2 * r), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const auto a = static_cast<size_t>(norm_axis(n, axes[i], r));
+    all[a] = pads[i], all[a + static_cast<size_t>(r)] = pads[i + axes.size()];
+  }
+  return all;
+}
+
 void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
   if (attr_s(n, "mode", "constant") != "constant") op_error(n, "Pad mode '" + attr_s(n, "mode", "") + "' is not supported");
-  const std::vector<int64_t> pads = ints_of(n, need(n, in, 1));
   const int r = x.ndim();
+  const std::vector<int64_t> pads = pads_of(n, ints_of(n, need(n, in, 1)), in.size() > 3 && in[3] ? ints_of(n, *in[3]) : std::vector<int64_t>{}, r);
   if (static_cast<int>(pads.size()) != 2 * r) op_error(n, "pads needs 2 x rank values");
   if (x.dtype() != DType::kF32) op_error(n, "Pad of a non-float tensor is not supported");
   const float value = in.size() > 2 && in[2] && in[2]->numel() ? in[2]->f32()[0] : 0.0f;

@@ -54,12 +54,10 @@ void Pass::rows_node(const Node& n) {
     if (in(n, i).kind != Fact::kUniform && !(op == "Reshape" && i == 1) && !(op == "Concat"))
       throw Refused{"input " + std::to_string(i) + " depends on the rows"};
   if (x.kind != Fact::kRows) throw Refused{"its first input is not the rows"};
-  const int r = need_ranked(x).rank();
-  if (op == "Shape") {  // opset 15's start and end clamp to the rank
-    auto clamp = [r](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + r : v, 0, r); };
-    const int64_t s = clamp(attr_i(n, "start", 0)), e = has_attr(n, "end") ? clamp(attr_i(n, "end", r)) : r;
-    const int64_t len = std::max<int64_t>(0, e - s);
-    return set(n, 0, x.at >= s && x.at < e ? sizes(len, static_cast<int>(x.at - s)) : uniform({len}));
+  need_ranked(x);
+  if (op == "Shape") {
+    if (!int_node(n)) throw Refused{"its start or end is not known"};
+    return;
   }
   static const char* layout_ops[] = {"Reshape", "Unsqueeze", "Transpose", "Squeeze", "Flatten", "Concat", "Split", "Slice"};
   if (std::find(std::begin(layout_ops), std::end(layout_ops), op) != std::end(layout_ops)) return layout_op(n, x);
@@ -87,7 +85,7 @@ void Pass::layout_op(const Node& n, const Fact& x) {
       d.push_back(x.dims[static_cast<size_t>(norm(perm[static_cast<size_t>(i)], r))]);
       if (norm(perm[static_cast<size_t>(i)], r) == x.at) at = i;
     }
-    return set(n, 0, rows(d, at));
+    return set(n, 0, rows_like(x, d, at));
   }
   if (op == "Squeeze") {
     if (!axes_of(n, "axes", 1, &axes)) throw Refused{"it squeezes every dimension of 1, the rows' too when N is 1"};
@@ -100,22 +98,23 @@ void Pass::layout_op(const Node& n, const Fact& x) {
       if (i == x.at) at = static_cast<int>(d.size());
       if (!gone) d.push_back(x.dims[static_cast<size_t>(i)]);
     }
-    return set(n, 0, rows(d, at));
+    return set(n, 0, rows_like(x, d, at));
   }
   if (op == "Flatten") {
     if (x.at != 0 || norm(attr_i(n, "axis", 1), r + 1) != 1) throw Refused{"it merges the rows with another dimension"};
-    return set(n, 0, rows_of_rank(2, 0));
+    return set(n, 0, rows_like(x, {kRowsDim, kAnyDim}, 0));
   }
-  if (op == "Concat") {
-    for (size_t i = 0; i < n.in.size(); ++i)
+  if (op == "Concat" || op == "Split") {
+    Fact f = x;
+    for (size_t i = 0; op == "Concat" && i < n.in.size(); ++i) {
       if (in(n, i).kind != Fact::kRows || in(n, i).at != x.at || in(n, i).rank() != r)
         throw Refused{"it joins the rows with a value that has none"};
-    not_over_rows({attr_i(n, "axis", 0)}, r, x.at, "it");
-    return set(n, 0, rows_of_rank(r, x.at));
-  }
-  if (op == "Split") {
-    not_over_rows({attr_i(n, "axis", 0)}, r, x.at, "it");
-    return set_all(n, rows_of_rank(r, x.at));
+      same_blocks(&f, in(n, i));
+    }
+    const int axis = norm(attr_i(n, "axis", 0), r);
+    not_over_rows({axis}, r, x.at, "it");
+    f.dims[static_cast<size_t>(axis)] = kAnyDim;
+    return set_all(n, f);
   }
   if (op == "Slice") {
     if (!const_ints(n, 3, &axes)) {
@@ -145,10 +144,14 @@ void Pass::axis_op(const Node& n, const Fact& x) {
       throw Refused{"it reduces over every dimension, the rows' included"};
     }
     not_over_rows(axes, r, x.at, "it");
-    if (attr_i(n, "keepdims", 1)) return set(n, 0, rows_of_rank(r, x.at));
-    int at = x.at;
-    for (int64_t a : axes) at -= norm(a, r) < x.at ? 1 : 0;
-    return set(n, 0, rows_of_rank(r - static_cast<int>(axes.size()), at));
+    std::vector<int64_t> d;
+    int at = -1;
+    for (int i = 0; i < r; ++i) {
+      const bool reduced = std::any_of(axes.begin(), axes.end(), [&](int64_t a) { return norm(a, r) == i; });
+      if (i == x.at) at = static_cast<int>(d.size());
+      if (!reduced || attr_i(n, "keepdims", 1)) d.push_back(reduced ? 1 : x.dims[static_cast<size_t>(i)]);
+    }
+    return set(n, 0, rows_like(x, d, at));
   }
   if (op == "LayerNormalization") {
     if (x.at >= norm(attr_i(n, "axis", -1), r)) throw Refused{"it normalizes over the rows"};
@@ -159,28 +162,35 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     return set(n, 0, x);
   }
   if (op == "Pad") {
-    std::vector<int64_t> pads;
+    std::vector<int64_t> pads, pad_axes;
     if (!const_ints(n, 1, &pads) && !(pads = attr_ints(n, "pads")).size()) throw Refused{"its pads are not constant"};
+    if (n.in.size() > 3 && n.in[3] >= 0 && !const_ints(n, 3, &pad_axes)) throw Refused{"its axes are not constant"};
+    pads = pads_of(n, pads, pad_axes, r);
     if (static_cast<int>(pads.size()) != 2 * r) throw Refused{"its pads do not match the rank"};
     if (pads[static_cast<size_t>(x.at)] || pads[static_cast<size_t>(x.at + r)]) throw Refused{"it pads the rows"};
-    return set(n, 0, rows_of_rank(r, x.at));
+    Fact f = x;
+    for (int i = 0; i < r; ++i)
+      if (pads[static_cast<size_t>(i)] || pads[static_cast<size_t>(i + r)]) f.dims[static_cast<size_t>(i)] = kAnyDim;
+    return set(n, 0, f);
   }
   if (op == "Gemm") {
     if (x.at != (attr_i(n, "transA", 0) ? 1 : 0) || r != 2) throw Refused{"the rows are its contracted dimension"};
     const Fact& c = in(n, 2);
     if (n.in.size() > 2 && n.in[2] >= 0 && (!c.ranked || (c.rank() == 2 && c.dims[0] != 1)))
       throw Refused{"its C has rows of its own"};
-    return set(n, 0, rows_of_rank(2, 0));
+    const Fact& b = in(n, 1);
+    const int64_t cols = b.ranked && b.rank() == 2 ? b.dims[attr_i(n, "transB", 0) ? 0 : 1] : kAnyDim;
+    return set(n, 0, rows_like(x, {kRowsDim, cols}, 0));
   }
   if (op == "Conv" || op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "BatchNormalization") {
     if (x.at != 0) throw Refused{"the rows are not its batch dimension"};
-    return set_all(n, rows_of_rank(r, 0));
+    return set_all(n, rows_like(x, std::vector<int64_t>(static_cast<size_t>(r), kAnyDim), 0));
   }
   if (op == "QuantizeLinear" || op == "DequantizeLinear") {
     const Fact& s = in(n, 1);
     const bool per_axis = !s.ranked || (s.rank() > 0 && s.dims[0] != 1);
     if (per_axis && norm(attr_i(n, "axis", 1), r) == x.at) throw Refused{"its scales run along the rows"};
-    return set(n, 0, rows_of_rank(r, x.at));
+    return set(n, 0, x);
   }
   throw Refused{"the pass does not follow rows through " + op};
 }
@@ -190,22 +200,28 @@ void Pass::elementwise(const Node& n) {
   for (size_t i = 0; i < n.in.size(); ++i)
     if (n.in[i] >= 0) r = std::max(r, need_ranked(in(n, i)).rank());
   int at = -1;
+  Fact blocks;
   for (size_t i = 0; i < n.in.size(); ++i) {
     const Fact& a = in(n, i);
     if (n.in[i] < 0 || a.kind != Fact::kRows) continue;
     const int here = a.at + r - a.rank();
     if (at >= 0 && here != at) throw Refused{"its inputs hold the rows on different dimensions"};
+    if (at < 0) blocks = a;
+    same_blocks(&blocks, a);
     at = here;
   }
+  std::vector<int64_t> d(static_cast<size_t>(r), 1);
   for (size_t i = 0; i < n.in.size(); ++i) {
     const Fact& a = in(n, i);
-    if (n.in[i] < 0 || a.kind == Fact::kRows) continue;
+    if (n.in[i] < 0) continue;
+    for (int k = 0; k < a.rank(); ++k) d[static_cast<size_t>(r - a.rank() + k)] = broadcast(d[static_cast<size_t>(r - a.rank() + k)], a.dims[static_cast<size_t>(k)]);
+    if (a.kind == Fact::kRows) continue;
     if (a.kind != Fact::kUniform) throw Refused{"it mixes the rows with the number of rows"};
     const int pos = at - (r - a.rank());
     if (pos >= 0 && a.dims[static_cast<size_t>(pos)] != 1)
       throw Refused{"input " + std::to_string(i) + " may have several elements along the rows"};
   }
-  set_all(n, rows_of_rank(r, at));
+  set_all(n, rows_like(blocks, d, at));
 }
 
 void Pass::matmul(const Node& n) {
@@ -213,6 +229,7 @@ void Pass::matmul(const Node& n) {
   if (a.rank() < 2 || b.rank() < 2) throw Refused{"a 1-D MatMul operand"};
   const int r = std::max(a.rank(), b.rank());
   int at = -1;
+  Fact blocks = a.kind == Fact::kRows ? a : b;
   if (a.kind == Fact::kRows) {
     if (a.at == a.rank() - 1) throw Refused{"the rows are its contracted dimension"};
     at = a.at == a.rank() - 2 ? r - 2 : a.at + r - a.rank();
@@ -221,67 +238,62 @@ void Pass::matmul(const Node& n) {
     if (b.at == b.rank() - 2) throw Refused{"the rows are its contracted dimension"};
     const int here = b.at == b.rank() - 1 ? r - 1 : b.at + r - b.rank();
     if (at >= 0 && here != at) throw Refused{"its operands hold the rows on different dimensions"};
+    same_blocks(&blocks, b);
     at = here;
   }
+  std::vector<int64_t> d(static_cast<size_t>(r - 2), 1);
   for (const Fact* u : {&a, &b}) {
+    for (int k = 0; k < u->rank() - 2; ++k) d[static_cast<size_t>(r - u->rank() + k)] = broadcast(d[static_cast<size_t>(r - u->rank() + k)], u->dims[static_cast<size_t>(k)]);
     if (u->kind == Fact::kRows) continue;
     if (u->kind != Fact::kUniform) throw Refused{"it mixes the rows with the number of rows"};
     const int pos = at - (r - u->rank());
     if (at < r - 2 && pos >= 0 && u->dims[static_cast<size_t>(pos)] != 1)
       throw Refused{"an operand may have several elements along the rows"};
   }
-  set(n, 0, rows_of_rank(r, at));
+  d.push_back(a.dims[static_cast<size_t>(a.rank() - 2)]);
+  d.push_back(b.dims[static_cast<size_t>(b.rank() - 1)]);
+  set(n, 0, rows_like(blocks, d, at));
 }
 
-// Reshape keeps the rows when they lead and the new shape's first element is N: the shape the
-// exporter computes, 0 (copy), or -1 with every other dimension known to match.
-void Pass::reshape(const Node& n, const Fact& x) {
-  if (x.at != 0) throw Refused{"the rows are not its leading dimension"};
-  const Fact& s = in(n, 1);
-  std::vector<int64_t> shape;
-  if (s.kind == Fact::kSizes) {
-    if (s.at != 0) throw Refused{"N moves away from the first dimension"};
-    return set(n, 0, rows_of_rank(static_cast<int>(s.dims[0]), 0));
-  }
-  if (s.kind != Fact::kUniform || !const_ints(n, 1, &shape) || shape.empty())
-    throw Refused{"its shape is computed from the rows, or not known"};
-  if (shape[0] == 0 && !attr_i(n, "allowzero", 0)) return set(n, 0, rows_of_rank(static_cast<int>(shape.size()), 0));
-  int64_t before = 1, after = 1;
-  for (size_t i = 1; i < x.dims.size(); ++i) before = x.dims[i] > 0 && before > 0 ? before * x.dims[i] : -1;
-  for (size_t i = 1; i < shape.size(); ++i) after = shape[i] > 0 && after > 0 ? after * shape[i] : -1;
-  if (shape[0] != -1 || before <= 0 || before != after) throw Refused{"it may merge the rows with another dimension"};
-  return set(n, 0, rows_of_rank(static_cast<int>(shape.size()), 0));
-}
-
-// Expand(x, shape): the rows of x, or N in the shape (a uniform x repeated for every row).
+// Expand(x, shape): the rows of x, or N in the shape (a uniform x repeated for every row: any
+// blocks fit it).
 void Pass::expand(const Node& n) {
   const Fact &x = need_ranked(in(n, 0)), &s = in(n, 1);
-  if (!s.ranked || s.rank() != 1 || s.dims[0] < 0) throw Refused{"its shape has no known length"};
-  const int r = std::max(x.rank(), static_cast<int>(s.dims[0]));
-  const int off = r - static_cast<int>(s.dims[0]);
   std::vector<int64_t> shape;
+  if (!vals_of(n, 1, &shape)) throw Refused{"its shape is not known"};
+  const int len = static_cast<int>(shape.size()), r = std::max(x.rank(), len), off = r - len;
   int at = x.kind == Fact::kRows ? x.at + r - x.rank() : -1;
   if (s.kind == Fact::kSizes) {
-    if (at >= 0 && at != s.at + off) throw Refused{"the rows and N sit on different dimensions"};
-    at = s.at + off;
-    const int pos = at - (r - x.rank());
+    if (at >= 0 && (at != s.at + off || shape[static_cast<size_t>(s.at)] != full(x)))
+      throw Refused{"the rows and N sit on different dimensions"};
+    const int pos = s.at + off - (r - x.rank());
     if (x.kind == Fact::kUniform && pos >= 0 && x.dims[static_cast<size_t>(pos)] != 1)
       throw Refused{"its input may have several elements along the rows"};
-  } else if (s.kind != Fact::kUniform || !const_ints(n, 1, &shape) ||
-             (at - off >= 0 && shape[static_cast<size_t>(at - off)] != 1)) {
+    at = s.at + off;
+  } else if (s.kind != Fact::kUniform || (at - off >= 0 && shape[static_cast<size_t>(at - off)] != 1)) {
     throw Refused{"its shape may repeat the rows"};
   }
-  set(n, 0, rows_of_rank(r, at));
+  std::vector<int64_t> d(static_cast<size_t>(r), 1);
+  for (int k = 0; k < x.rank(); ++k) d[static_cast<size_t>(r - x.rank() + k)] = x.dims[static_cast<size_t>(k)];
+  for (int k = 0; k < len; ++k) d[static_cast<size_t>(off + k)] = broadcast(d[static_cast<size_t>(off + k)], Sizes::to_dim(shape[static_cast<size_t>(k)]));
+  d[static_cast<size_t>(at)] = kRowsDim;
+  if (x.kind == Fact::kRows) return set(n, 0, rows_like(x, d, at));
+  Fact f = rows(d, at);
+  f.any_layout = true, f.inner = sz_.div(shape[static_cast<size_t>(s.at)], sz_.n());
+  set(n, 0, f);
 }
 
 void Pass::gather(const Node& n) {
   const Fact &d = need_ranked(in(n, 0)), &i = need_ranked(in(n, 1));
   const int g = norm(attr_i(n, "axis", 0), d.rank());
+  std::vector<int64_t> dims(d.dims.begin(), d.dims.begin() + g);
+  dims.insert(dims.end(), i.dims.begin(), i.dims.end());
+  dims.insert(dims.end(), d.dims.begin() + g + 1, d.dims.end());
   if (d.kind == Fact::kRows && i.kind == Fact::kUniform) {
     if (g == d.at) throw Refused{"it picks rows"};
-    return set(n, 0, rows_of_rank(d.rank() - 1 + i.rank(), d.at < g ? d.at : d.at - 1 + i.rank()));
+    return set(n, 0, rows_like(d, dims, d.at < g ? d.at : d.at - 1 + i.rank()));
   }
-  if (d.kind == Fact::kUniform && i.kind == Fact::kRows) return set(n, 0, rows_of_rank(d.rank() - 1 + i.rank(), g + i.at));
+  if (d.kind == Fact::kUniform && i.kind == Fact::kRows) return set(n, 0, rows_like(i, dims, g + i.at));
   throw Refused{"its data and indices both depend on the rows"};
 }
 
@@ -301,7 +313,7 @@ void Pass::unsqueeze(const Node& n, const Fact& x) {
     if (k == x.at) at = i;
     d.push_back(x.dims[static_cast<size_t>(k++)]);
   }
-  set(n, 0, rows(d, at));
+  set(n, 0, rows_like(x, d, at));
 }
 
 }  // namespace rows_pass
@@ -318,7 +330,7 @@ std::string rows_independent(const std::vector<Node>& nodes, const std::vector<T
   for (size_t k = 0; k < input_ids.size(); ++k) {
     std::vector<int64_t> dims = inputs[k].shape;
     if (dims.empty()) return "input '" + inputs[k].name + "' is a scalar";
-    for (auto& d : dims) d = d < 0 ? kAnyDim : d;
+    for (auto& d : dims) d = d < 0 ? pass.sizes().fresh() : d;  // open, and shared by joined requests
     pass.fact(input_ids[k]) = rows(dims, 0);
   }
   std::string why;
@@ -331,6 +343,8 @@ std::string rows_independent(const std::vector<Node>& nodes, const std::vector<T
     const Fact& f = pass.fact(v);
     if (f.kind != Fact::kRows || f.at != 0)
       return "output '" + names[static_cast<size_t>(v)] + "' does not keep the rows as its first dimension";
+    if (f.outer != 1 || f.inner != 1)
+      return "output '" + names[static_cast<size_t>(v)] + "' holds the rows merged with another dimension";
   }
   return "";
 }

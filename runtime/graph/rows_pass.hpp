@@ -1,7 +1,9 @@
-// rows_pass.hpp — what the row-independence pass (rows.cpp, rows_shapes.cpp) shares: what it
-// knows of each value, and the pass itself.
+// rows_pass.hpp — what the row-independence pass (rows.cpp, rows_shapes.cpp, rows_sizes.cpp)
+// shares: the sizes it can name, what it knows of each value, and the pass itself.
 #pragma once
 
+#include <climits>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,8 +11,42 @@
 
 namespace loom::rt::graph::rows_pass {
 
-constexpr int64_t kRowsDim = -2;  // the dimension that is the rows (N)
-constexpr int64_t kAnyDim = -1;   // a dimension the pass does not know
+constexpr int64_t kRowsDim = -2;  // in Fact::dims: the dimension that holds the rows
+constexpr int64_t kAnyDim = -1;   // in Fact::dims: a dimension the pass does not know
+// In Fact::vals: an element the pass does not know (beside the symbols, far from any number a
+// graph writes: INT64_MIN and INT64_MAX, Slice's open ends, stay numbers).
+constexpr int64_t kUnknown = -(int64_t{1} << 40) + 1;
+
+// The sizes the pass names: c · s1 · s2 ..., a product of symbols, N the first of them and the
+// others the sizes past the rows that the model's inputs leave open (joined requests share
+// them). Each is kept as one int64: a plain number, or an entry of this table.
+class Sizes {
+ public:
+  static bool symbolic(int64_t v) { return v <= kSym0 && v > kSym0 - (int64_t{1} << 24); }
+  int64_t n() { return put({1, {0}}); }
+  int64_t fresh() { return put({1, {next_++}}); }
+  int64_t mul(int64_t a, int64_t b);
+  int64_t div(int64_t a, int64_t b);  // kUnknown unless b divides a
+  int n_power(int64_t v) const;       // how many times N is a factor of v
+  // Whether a == b holds for one value of one open size (32·N·S = 192·N gives S = 6: a sequence
+  // length an exporter fixed inside the graph), and v with that value put in.
+  bool solve(int64_t a, int64_t b, int* sym, int64_t* value) const;
+  int64_t put_in(int64_t v, int sym, int64_t value);
+  // A dimension (kAnyDim where unknown) as a size, and back.
+  static int64_t of_dim(int64_t d) { return d == kAnyDim || d == kRowsDim ? kUnknown : d; }
+  static int64_t to_dim(int64_t v) { return v >= 0 || symbolic(v) ? v : kAnyDim; }
+
+ private:
+  static constexpr int64_t kSym0 = -(int64_t{1} << 40);
+  struct Mono {
+    int64_t c;
+    std::vector<int> syms;  // sorted, with repeats
+  };
+  std::vector<Mono> table_;
+  int next_ = 1;
+  Mono get(int64_t v) const { return symbolic(v) ? table_[static_cast<size_t>(kSym0 - v)] : Mono{v, {}}; }
+  int64_t put(Mono m);
+};
 
 // What the pass knows of one value.
 struct Fact {
@@ -19,12 +55,20 @@ struct Fact {
     kUniform,  // the same whether the request runs alone or beside others (constants, shapes
                // computed from dimensions past the rows, which joined requests share)
     kRows,     // row `at` of it depends on that row of the inputs alone
-    kSize,     // a scalar equal to N
-    kSizes,    // a 1-D int vector whose element `at` is N, the others uniform
+    kSize,     // an int scalar whose size holds N once (vals)
+    kSizes,    // a 1-D int vector whose element `at` holds N once, the others not
   } kind = kUnknown;
   bool ranked = false;         // dims is the value's shape (kAnyDim where unknown)
-  std::vector<int64_t> dims;   // kRowsDim at the rows' axis
+  std::vector<int64_t> dims;   // kRowsDim at the rows' axis, Sizes' symbols where named
   int at = -1;
+  // kRows: dimension `at` holds outer · N · inner elements, element i of row (i / inner) % N
+  // (the rows in blocks of `inner`, as attention's [N·heads, T, d] holds them); any_layout: every
+  // element along it is the same (ConstantOfShape, Expand of a value without rows), so it fits
+  // whatever blocks the other operands have.
+  int64_t outer = 1, inner = 1;
+  bool any_layout = false;
+  bool valued = false;         // vals holds the elements
+  std::vector<int64_t> vals;   // an int scalar's or vector's elements as sizes, when known
   int rank() const { return static_cast<int>(dims.size()); }
 };
 
@@ -49,9 +93,16 @@ inline Fact rows(std::vector<int64_t> dims, int at) {
 
 inline Fact rows_of_rank(int rank, int at) { return rows(std::vector<int64_t>(static_cast<size_t>(rank), kAnyDim), at); }
 
-inline Fact sizes(int64_t length, int at) {
-  Fact f;
-  f.kind = Fact::kSizes, f.ranked = true, f.dims = {length}, f.at = at;
+// The rows of `like` (their blocks) on dimension `at` of a value of these dims.
+inline Fact rows_like(const Fact& like, std::vector<int64_t> dims, int at) {
+  Fact f = rows(std::move(dims), at);
+  f.outer = like.outer, f.inner = like.inner, f.any_layout = like.any_layout;
+  return f;
+}
+
+inline Fact int_values(std::vector<int64_t> vals, bool scalar) {
+  Fact f = uniform(scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(vals.size())});
+  f.valued = true, f.vals = std::move(vals);
   return f;
 }
 
@@ -62,17 +113,16 @@ struct Refused {
 
 class Pass {
  public:
-  explicit Pass(const std::vector<Tensor>& constants) : constants_(constants), facts_(constants.size()) {
-    for (size_t v = 0; v < constants.size(); ++v)
-      if (constants_[v].defined()) facts_[v] = uniform(constants_[v].shape());
-  }
+  explicit Pass(const std::vector<Tensor>& constants);
   Fact& fact(int v) { return facts_[static_cast<size_t>(v)]; }
+  Sizes& sizes() { return sz_; }
   // Follows one node; the reason when it cannot.
   std::string follow(const Node& n);
 
  private:
   const std::vector<Tensor>& constants_;
   std::vector<Fact> facts_;
+  Sizes sz_;
 
   const Fact& in(const Node& n, size_t i) {
     static const Fact absent = uniform_unranked();
@@ -105,6 +155,20 @@ class Pass {
   void set_all(const Node& n, const Fact& f) {
     for (size_t i = 0; i < n.out.size(); ++i) set(n, i, f);
   }
+  // The elements of input i as sizes (false when the pass does not know them).
+  bool vals_of(const Node& n, size_t i, std::vector<int64_t>* out) const {
+    if (i >= n.in.size() || n.in[i] < 0 || !facts_[static_cast<size_t>(n.in[i])].valued) return false;
+    *out = facts_[static_cast<size_t>(n.in[i])].vals;
+    return true;
+  }
+  // A value of these elements: kSize(s) where one holds N.
+  Fact with_vals(std::vector<int64_t> vals, bool scalar);
+  // The size of a rows value's rows dimension: outer · N · inner.
+  int64_t full(const Fact& x) { return sz_.mul(sz_.mul(x.outer, sz_.n()), x.inner); }
+  // The rows of a and b (one of them may be a value without rows) in one layout.
+  void same_blocks(Fact* acc, const Fact& a) const;
+  bool int_node(const Node& n);  // Shape and the int arithmetic on its elements
+  bool slice_vals(const Node& n, const std::vector<int64_t>& a, std::vector<int64_t>* out) const;
   void uniform_node(const Node& n);
   void sizes_node(const Node& n);
   void rows_node(const Node& n);
@@ -121,6 +185,14 @@ class Pass {
 inline int norm(int64_t axis, int rank) {
   if (axis < -rank || axis >= rank) throw Refused{"axis " + std::to_string(axis) + " is outside rank " + std::to_string(rank)};
   return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+// One dimension of a broadcast: 1 gives way to the other, and so does an unknown one (a run
+// that passes has it 1 or equal); sizes the pass names differently make it unknown.
+inline int64_t broadcast(int64_t a, int64_t b) {
+  if (a == kRowsDim || b == kRowsDim) return kRowsDim;
+  if (a == 1 || a == kAnyDim) return b == 1 ? a : b;
+  return b == 1 || b == kAnyDim || a == b ? a : kAnyDim;
 }
 
 inline const Fact& need_ranked(const Fact& f) {

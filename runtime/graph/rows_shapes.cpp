@@ -1,6 +1,7 @@
 // rows_shapes.cpp — the row-independence pass (rows.cpp) over values that hold no rows: uniform
 // values (constants, shapes of the dimensions past the rows) and the exporter's shape arithmetic
-// on N (Shape -> Gather -> Unsqueeze -> Concat), followed as a vector holding N at a known place.
+// on N (Shape -> Gather -> Mul -> Unsqueeze -> Concat, rows_sizes.cpp), followed as int values
+// whose elements the pass names.
 #include <algorithm>
 
 #include "rows_pass.hpp"
@@ -8,8 +9,9 @@
 namespace loom::rt::graph::rows_pass {
 
 // Every input uniform: so are the outputs; their shape where cheap to know (what a later node
-// beside the rows needs: the rank, and whether dimension `at` is 1).
+// beside the rows needs: the rank, whether dimension `at` is 1, the sizes before the rows).
 void Pass::uniform_node(const Node& n) {
+  if (int_node(n)) return;
   const Fact& x = in(n, 0);
   const std::string& op = n.op;
   Fact f = uniform_unranked();
@@ -28,7 +30,7 @@ void Pass::uniform_node(const Node& n) {
       f = uniform(d);
     }
   } else if (op == "Slice" && x.ranked) {
-    std::vector<int64_t> axes, starts;
+    std::vector<int64_t> axes;
     if (!const_ints(n, 3, &axes)) {
       axes.clear();
       if (in(n, 1).ranked && in(n, 1).rank() == 1 && in(n, 1).dims[0] >= 0)
@@ -44,10 +46,25 @@ void Pass::uniform_node(const Node& n) {
     d.insert(d.end(), in(n, 1).dims.begin(), in(n, 1).dims.end());
     d.insert(d.end(), x.dims.begin() + g + 1, x.dims.end());
     f = uniform(d);
+  } else if (op == "Transpose" && x.ranked) {
+    std::vector<int64_t> perm = attr_ints(n, "perm"), d;
+    if (perm.empty())
+      for (int i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
+    for (int64_t p : perm) d.push_back(x.dims[static_cast<size_t>(norm(p, x.rank()))]);
+    if (perm.size() == x.dims.size()) f = uniform(d);
   } else if (op == "Range") {
     f = uniform({kAnyDim});
-  } else if (op == "Shape" && x.ranked) {
-    f = uniform({kAnyDim});
+  } else if (op == "ConstantOfShape" && x.valued) {
+    std::vector<int64_t> d;
+    for (int64_t v : x.vals) d.push_back(Sizes::to_dim(v));
+    f = uniform(d);
+  } else if (op == "Expand" && x.ranked && in(n, 1).valued) {
+    const std::vector<int64_t>& shape = in(n, 1).vals;
+    const size_t r = std::max(x.dims.size(), shape.size());
+    std::vector<int64_t> d(r, 1);
+    for (size_t k = 0; k < x.dims.size(); ++k) d[r - x.dims.size() + k] = x.dims[k];
+    for (size_t k = 0; k < shape.size(); ++k) d[r - shape.size() + k] = broadcast(d[r - shape.size() + k], Sizes::to_dim(shape[k]));
+    f = uniform(d);
   } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Where" ||
              op == "Equal" || op == "Less" || op == "Greater") {
     size_t r = 0;
@@ -57,62 +74,32 @@ void Pass::uniform_node(const Node& n) {
     for (size_t i = 0; i < n.in.size(); ++i) {
       const Fact& a = in(n, i);
       ranked = ranked && a.ranked;
-      for (size_t k = 0; ranked && k < a.dims.size(); ++k) {
-        int64_t& o = d[r - a.dims.size() + k];
-        o = o == 1 ? a.dims[k] : a.dims[k] == 1 || a.dims[k] == o ? o : kAnyDim;
-      }
+      for (size_t k = 0; ranked && k < a.dims.size(); ++k) d[r - a.dims.size() + k] = broadcast(d[r - a.dims.size() + k], a.dims[k]);
     }
     if (ranked) f = uniform(d);
   }
   f.kind = Fact::kUniform;
   f.at = -1;
+  f.valued = false, f.vals.clear();
   set_all(n, f);
 }
 
-// A value that holds N, and no rows: the exporter's shape arithmetic.
+// A value that holds N, and no rows: the exporter's shape arithmetic, and the values it shapes.
 void Pass::sizes_node(const Node& n) {
   const Fact& x = in(n, 0);
   const std::string& op = n.op;
-  std::vector<int64_t> idx;
-  if ((op == "Cast" || op == "Identity") && n.in.size() == 1) {
-    set_all(n, x);
-  } else if (op == "Gather" && x.kind == Fact::kSizes && const_ints(n, 1, &idx) && attr_i(n, "axis", 0) == 0) {
-    const int len = static_cast<int>(x.dims[0]);
-    int found = -1, count = 0;
-    for (size_t j = 0; j < idx.size(); ++j)
-      if (norm(idx[j], len) == x.at) found = static_cast<int>(j), ++count;
-    const bool scalar = constants_[static_cast<size_t>(n.in[1])].ndim() == 0;
-    if (count > 1) throw Refused{"N is taken twice"};
-    if (count == 0) set(n, 0, uniform(scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(idx.size())}));
-    else if (scalar) set(n, 0, [] { Fact f; f.kind = Fact::kSize, f.ranked = true; return f; }());
-    else set(n, 0, sizes(static_cast<int64_t>(idx.size()), found));
-  } else if (op == "Unsqueeze" && x.kind == Fact::kSize && x.rank() == 0) {
-    set(n, 0, sizes(1, 0));
-  } else if (op == "Squeeze" && x.kind == Fact::kSizes && x.dims[0] == 1) {
-    Fact f;
-    f.kind = Fact::kSize, f.ranked = true;
+  if (int_node(n)) return;
+  if (op == "ConstantOfShape" && x.kind == Fact::kSizes) {  // every element the same: any blocks
+    std::vector<int64_t> d;
+    for (int64_t v : x.vals) d.push_back(Sizes::to_dim(v));
+    Fact f = rows(d, x.at);
+    f.any_layout = true, f.inner = sz_.div(x.vals[static_cast<size_t>(x.at)], sz_.n());
     set(n, 0, f);
-  } else if (op == "Concat" && norm(attr_i(n, "axis", 0), 1) == 0) {
-    int64_t offset = 0;
-    int at = -1;
-    for (size_t i = 0; i < n.in.size(); ++i) {
-      const Fact& p = in(n, i);
-      if (!p.ranked || p.rank() != 1 || p.dims[0] < 0) throw Refused{"a piece of the shape has no known length"};
-      if (p.kind == Fact::kSizes) {
-        if (at >= 0) throw Refused{"N appears twice in a shape"};
-        at = static_cast<int>(offset + p.at);
-      }
-      offset += p.dims[0];
-    }
-    set(n, 0, sizes(offset, at));
-  } else if (op == "ConstantOfShape" && x.kind == Fact::kSizes) {
-    set(n, 0, rows_of_rank(static_cast<int>(x.dims[0]), x.at));
   } else if (op == "Expand" && in(n, 1).kind == Fact::kSizes) {
     expand(n);
   } else {
     throw Refused{"it computes with the number of rows"};
   }
 }
-
 
 }  // namespace loom::rt::graph::rows_pass

@@ -82,7 +82,7 @@ class GraphBackend : public Backend {
   int64_t opset() const override { return graph_->opset(); }
   std::string summary() const override {
     return std::to_string(graph_->node_count()) + " nodes, " + std::to_string(graph_->folded()) + " folded, " +
-           std::to_string(graph_->fused()) + " fused";
+           std::to_string(graph_->fused()) + " fused" + (graph_->probe_note().empty() ? "" : ", " + graph_->probe_note());
   }
 
  private:

@@ -6,7 +6,7 @@ and the binary extension) and gRPC (grpcio with messages protoc generates from l
 .proto): every answer equal to PyTorch's (relative error <= 1e-4) at batch 1, at batch 3 in one
 request, and batched across concurrent clients; the metadata names the graph's inputs and
 outputs. Beside them, models that must not load (truncated, an operator outside the set, another
-domain, opset 18, an initializer that contradicts its use, a header claiming 2^34 elements) are
+domain, opset 19, an initializer that contradicts its use, a header claiming 2^34 elements) are
 not ready with the reason in the log while the rest keep serving; bad requests (wrong datatype,
 rank, a 2 GiB+ shape claim) are 400 naming the input.
 
@@ -71,8 +71,8 @@ bad_model("unknown-op", helper.make_graph([helper.make_node("FancyGemm", ["x", "
                                          [x_info], [y_info], [w_ok]))
 bad_model("other-domain", helper.make_graph([helper.make_node("FusedGemm", ["x", "w"], ["y"], name="fg",
                                                               domain="com.microsoft")], "g", [x_info], [y_info], [w_ok]))
-bad_model("opset-18", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
-                                        [x_info], [y_info], [w_ok]), opset=18)
+bad_model("opset-19", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
+                                        [x_info], [y_info], [w_ok]), opset=19)
 w_bad = helper.make_tensor("w", TensorProto.FLOAT, [3, 5], np.ones(15, np.float32))  # Gemm needs [3, 4]
 bad_model("contradiction", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
                                              [x_info], [y_info], [w_bad]))
@@ -153,7 +153,7 @@ try:
         check(m is not None and int(m.group(2)) > 0 and int(m.group(3)) > 0, f"{name}: no folding or fusion in the log")
 
     # Models that must not load: not ready, with the reason (the operator's domain and name).
-    reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-18": "opset 18",
+    reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-19": "opset 19",
                "contradiction": "fails on zeros at batch 1: Gemm", "huge-claim": "2^33 elements", "truncated": "not an ONNX model",
                "external-escape": "outside the model's folder", "external-link": "resolves outside the model's folder"}
     for name, why in reasons.items():

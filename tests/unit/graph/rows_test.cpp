@@ -1,7 +1,8 @@
 // rows_test.cpp — the pass that decides whether requests may share a run (rows.cpp): graphs
 // whose rows stay independent (the exporter's shape arithmetic included) are proven so; every
 // way a row can reach another (a reduction, a Gram matrix, a Reshape that merges the rows, a
-// constant with rows of its own, arithmetic on N) is refused, with the node named.
+// constant with rows of its own, arithmetic on N, rows in blocks that do not line up) is refused,
+// with the node named; rows merged with other dimensions, in blocks, are followed.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -147,15 +148,75 @@ TEST(RowIndependence, AxisOperatorsOverTheRowsAreRefused) {
   EXPECT_NE(one("Size", {}), "");
 }
 
-TEST(RowIndependence, ArithmeticOnTheNumberOfRowsIsRefused) {
-  G g;  // [N * S, 4]: the rows merged by a shape computed from N
+// [N, S, 4] -> [N·S, 4] by a shape computed from N: followed (a row-wise op may run on it), and
+// proven once split back; returned merged, it is refused, naming the output.
+G merged_rows(bool split_back) {
+  G g;
   g.input("x", {-1, -1, 4}).constant("zero", {}, {0}).constant("one", {}, {1}).constant("ax0", {1}, {0});
-  g.constant("four", {1}, {4});
+  g.constant("four", {1}, {4}).constant("w", {4, 4});
   g.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
   g.node("Gather", {"shape", "one"}, {"s"}, {{"axis", ai(0)}}).node("Mul", {"n", "s"}, {"ns"});
   g.node("Unsqueeze", {"ns", "ax0"}, {"ns1"}).node("Concat", {"ns1", "four"}, {"t"}, {{"axis", ai(0)}});
-  g.node("Reshape", {"x", "t"}, {"y"});
-  EXPECT_NE(g.why().find("Mul 'ns'"), std::string::npos) << g.why();
+  g.node("Reshape", {"x", "t"}, {"m"}).node("MatMul", {"m", "w"}, {split_back ? "mw" : "y"});
+  if (split_back) g.node("Reshape", {"mw", "shape"}, {"y"});
+  return g;
+}
+
+TEST(RowIndependence, RowsMergedWithOtherDimensionsAreFollowed) {
+  EXPECT_EQ(merged_rows(true).why(), "");
+  EXPECT_NE(merged_rows(false).why().find("output 'y' holds the rows merged"), std::string::npos) << merged_rows(false).why();
+}
+
+// nn.MultiheadAttention as torch.onnx.export writes it (batch_first): x [N, T, d] -> [T, N, d]
+// -> [T, N·heads, d/heads] -> [N·heads, T, d/heads], attention per (row, head), then back
+// through [T·N, d] (out_proj's Gemm) and [T, N, d] to [N, T, d]; the key padding mask [N, T]
+// expanded to [N, heads, 1, T] and reshaped to [N·heads, 1, T] meets the scores in the same blocks.
+TEST(RowIndependence, MultiheadAttentionsHeadsAreFollowed) {
+  G g;
+  g.input("x", {-1, -1, 8}).input("mask", {-1, -1});
+  g.constant("zero", {}, {0}).constant("one", {}, {1}).constant("ax0", {1}, {0}).constant("heads", {}, {2});
+  g.constant("hd", {1}, {4}).constant("d", {1}, {8}).constant("ones", {2}, {1, 1}).constant("eh", {4}, {1, 2, 1, 1});
+  g.constant("minus1", {1}, {-1}).constant("w", {8, 8}).constant("b", {8});
+  g.node("Transpose", {"x"}, {"xt"}, {{"perm", ints({1, 0, 2})}}).node("Shape", {"xt"}, {"sh"});
+  g.node("Gather", {"sh", "zero"}, {"t"}, {{"axis", ai(0)}}).node("Gather", {"sh", "one"}, {"n"}, {{"axis", ai(0)}});
+  g.node("Mul", {"n", "heads"}, {"nh"}).node("Unsqueeze", {"t", "ax0"}, {"t1"}).node("Unsqueeze", {"nh", "ax0"}, {"nh1"});
+  g.node("Concat", {"t1", "nh1", "hd"}, {"qshape"}, {{"axis", ai(0)}}).node("Reshape", {"xt", "qshape"}, {"q3"});
+  g.node("Transpose", {"q3"}, {"q"}, {{"perm", ints({1, 0, 2})}}).node("Transpose", {"q3"}, {"kt"}, {{"perm", ints({1, 2, 0})}});
+  g.node("MatMul", {"q", "kt"}, {"scores"});
+  g.node("Unsqueeze", {"n", "ax0"}, {"n1"}).node("Concat", {"n1", "ones", "minus1"}, {"mshape"}, {{"axis", ai(0)}});
+  g.node("Reshape", {"mask", "mshape"}, {"m4"}).node("Expand", {"m4", "eh"}, {"me"});
+  g.node("Concat", {"nh1", "one1", "minus1"}, {"m3shape"}, {{"axis", ai(0)}}).constant("one1", {1}, {1});
+  g.node("Reshape", {"me", "m3shape"}, {"m3"}).node("Add", {"scores", "m3"}, {"masked"});
+  g.node("Softmax", {"masked"}, {"p"}, {{"axis", ai(-1)}}).node("MatMul", {"p", "q"}, {"ctx"});
+  g.node("Transpose", {"ctx"}, {"ct"}, {{"perm", ints({1, 0, 2})}}).node("Mul", {"t", "n"}, {"tn"});
+  g.node("Unsqueeze", {"tn", "ax0"}, {"tn1"}).node("Concat", {"tn1", "d"}, {"flat"}, {{"axis", ai(0)}});
+  g.node("Reshape", {"ct", "flat"}, {"c2"}).node("Gemm", {"c2", "w", "b"}, {"o2"});
+  g.node("Concat", {"t1", "n1", "d"}, {"back"}, {{"axis", ai(0)}}).node("Reshape", {"o2", "back"}, {"o3"});
+  g.node("Transpose", {"o3"}, {"y"}, {{"perm", ints({1, 0, 2})}});
+  EXPECT_EQ(g.why(), "");
+}
+
+TEST(RowIndependence, RowsInOtherBlocksAreRefused) {
+  // [N, 2, 3] -> [N·2, 3] holds row i at i / 2; [2, N, 3] -> [2·N, 3] at i % N: adding them
+  // mixes requests.
+  G g;
+  g.input("x", {-1, 2, 3}).constant("zero", {}, {0}).constant("ax0", {1}, {0}).constant("two", {}, {2}).constant("three", {1}, {3});
+  g.node("Shape", {"x"}, {"sh"}).node("Gather", {"sh", "zero"}, {"n"}, {{"axis", ai(0)}}).node("Mul", {"n", "two"}, {"n2"});
+  g.node("Unsqueeze", {"n2", "ax0"}, {"n21"}).node("Concat", {"n21", "three"}, {"t"}, {{"axis", ai(0)}});
+  g.node("Reshape", {"x", "t"}, {"a"}).node("Transpose", {"x"}, {"xt"}, {{"perm", ints({1, 0, 2})}});
+  g.node("Reshape", {"xt", "t"}, {"b"}).node("Add", {"a", "b"}, {"y"});
+  EXPECT_NE(g.why().find("Add 'y': its inputs hold the rows in different blocks"), std::string::npos) << g.why();
+}
+
+TEST(RowIndependence, ArithmeticOnTheNumberOfRowsIsRefused) {
+  G a;  // N + 1 rows: a shape no request alone would have
+  a.input("x", {-1, 4}).constant("zero", {}, {0}).constant("one", {}, {1});
+  a.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
+  a.node("Add", {"n", "one"}, {"n1"}).node("Range", {"zero", "n1", "one"}, {"y"});
+  EXPECT_NE(a.why().find("Add 'n1': it computes with the number of rows"), std::string::npos) << a.why();
+  G b;  // [N, 4] -> [2, -1, 4]: the rows split in two halves
+  b.input("x", {-1, 4}).constant("t", {3}, {2, -1, 4}).node("Reshape", {"x", "t"}, {"y"});
+  EXPECT_NE(b.why().find("Reshape 'y': it may merge the rows"), std::string::npos) << b.why();
 }
 
 TEST(RowIndependence, AnOutputWithoutTheRowsIsRefused) {

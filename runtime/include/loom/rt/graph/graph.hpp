@@ -80,7 +80,7 @@ OpFn find_op(const std::string& op);
 class Model {
  public:
   // Reads, checks and prepares `path` (external-data initializers beside it). Throws
-  // rt::Error naming the file and the reason: not ONNX, an opset outside 13-17, an operator
+  // rt::Error naming the file and the reason: not ONNX, an opset outside 13-18, an operator
   // outside the supported set (with its domain), a graph the checker or shape inference refuses.
   static Model load(const std::string& path);
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
@@ -95,6 +95,9 @@ class Model {
   // not, why_not_row_independent() names the node and the reason.
   bool row_independent() const { return not_row_independent_.empty(); }
   const std::string& why_not_row_independent() const { return not_row_independent_; }
+  // Empty when a run on zeros at batch 1 passed at load; else what failed there, when the
+  // graph leaves dimensions past the rows open and may need other sizes in them.
+  const std::string& probe_note() const { return probe_note_; }
   // Inputs in inputs() order, each of its declared dtype and rank (a fixed dimension must
   // match); answers in outputs() order. Throws rt::Error naming the input or the failing node;
   // AllocationRefused (naming the node) when the tensors alive at once would pass the run's
@@ -115,7 +118,7 @@ class Model {
   std::vector<std::vector<int>> release_;  // node -> values dead after it
   int64_t opset_ = 0;
   int folded_ = 0, fused_ = 0;
-  std::string not_row_independent_;
+  std::string not_row_independent_, probe_note_;
   size_t budget_ = kDefaultRunBudget;
   void prepare();  // fold, fuse, plan
   void run_node(const Node& n, std::vector<Tensor>& vals) const;
