@@ -140,6 +140,12 @@ size_t json_length(const std::string& body, const std::string& header_length) {
 }  // namespace
 
 InferRequest parse_infer_request(const std::string& body, const std::string& header_length) {
+  if (header_length.empty())
+    if (auto fast = scan_infer_request(body.data(), body.data() + body.size())) return std::move(*fast);
+  return parse_infer_request_strict(body, header_length);
+}
+
+InferRequest parse_infer_request_strict(const std::string& body, const std::string& header_length) {
   const size_t json_len = json_length(body, header_length);
   const json req = parse_json(body.data(), body.data() + json_len);
   if (!req.is_object()) bad("the request must be a JSON object");

@@ -4,6 +4,7 @@
 // throws: bytes that are not UTF-8 (a client's, quoted in an error) become U+FFFD.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ struct InferRequest {
 // An infer request's body: JSON, or `header_length` bytes of JSON followed by the binary
 // tensors (Inference-Header-Content-Length). Throws ServeError kInput naming the fault.
 InferRequest parse_infer_request(const std::string& body, const std::string& header_length);
+// The two ways parse_infer_request reads a body. The scan: the common JSON request (names,
+// datatypes, shapes, data arrays, outputs by name) in one pass, its data decoded straight into
+// the tensors' bytes (kserve_json_scan.cpp); nullopt for anything else, valid or not. The strict
+// decoder: any request, through a JSON document, each fault named. Where the scan answers, the
+// strict decoder answers the same (the HTTP fuzzer holds them to it).
+std::optional<InferRequest> scan_infer_request(const char* begin, const char* end);
+InferRequest parse_infer_request_strict(const std::string& body, const std::string& header_length);
 
 // Hands on whole UTF-8 characters of a byte stream (a byte-level model emits one byte at a
 // time): add() returns what is complete, flush() the rest.

@@ -3,7 +3,10 @@
 // and status codes; the controller's forwarding. Inference goes through infer.hpp.
 #include "frontend/http_routes.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -20,25 +23,44 @@ using json = nlohmann::json;
 
 namespace {
 
-// A tensor's elements as a flat JSON array (KServe v2's "data"), numbers or booleans by its
-// datatype.
+// A tensor's elements as a flat JSON array (KServe v2's "data") appended to `out`: numbers in
+// their shortest text that reads back the same (a float32 as a float32, not its double's 17
+// digits; a whole float with ".0", so JSON readers keep it a float), booleans by datatype; a
+// value JSON cannot hold (NaN, infinity) as null.
 template <typename T>
-json numbers(const char* data, size_t bytes) {
-  std::vector<T> v(bytes / sizeof(T));
-  std::memcpy(v.data(), data, v.size() * sizeof(T));
-  return v;
+void numbers(const char* data, size_t bytes, std::string& out) {
+  const size_t n = bytes / sizeof(T);
+  out.push_back('[');
+  char buf[32];
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, data + i * sizeof(T), sizeof(T));
+    if (i) out.push_back(',');
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(v)) {
+        out += "null";
+        continue;
+      }
+    }
+    char* e = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    out.append(buf, e);
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::find_if(buf, e, [](char c) { return c == '.' || c == 'e'; }) == e) out += ".0";  // 3.0, not the integer 3
+  }
+  out.push_back(']');
 }
 
-json tensor_json(const std::string& datatype, const char* data, size_t bytes) {
-  if (datatype == "FP32") return numbers<float>(data, bytes);
-  if (datatype == "INT64") return numbers<int64_t>(data, bytes);
-  if (datatype == "INT32") return numbers<int32_t>(data, bytes);
-  if (datatype == "INT8") return numbers<int8_t>(data, bytes);
-  if (datatype == "UINT8") return numbers<uint8_t>(data, bytes);
+void tensor_json(const std::string& datatype, const char* data, size_t bytes, std::string& out) {
+  if (datatype == "FP32") return numbers<float>(data, bytes, out);
+  if (datatype == "INT64") return numbers<int64_t>(data, bytes, out);
+  if (datatype == "INT32") return numbers<int32_t>(data, bytes, out);
+  if (datatype == "INT8") return numbers<int8_t>(data, bytes, out);
+  if (datatype == "UINT8") return numbers<uint8_t>(data, bytes, out);
   if (datatype == "BOOL") {
-    json a = json::array();
-    for (size_t i = 0; i < bytes; ++i) a.push_back(data[i] != 0);
-    return a;
+    out.push_back('[');
+    for (size_t i = 0; i < bytes; ++i) out += i ? (data[i] ? ",true" : ",false") : (data[i] ? "true" : "false");
+    out.push_back(']');
+    return;
   }
   throw ServeError(Status::kInternal, "an output of datatype " + datatype);
 }
@@ -70,18 +92,26 @@ Reply infer_reply(const std::string& model, const std::string& version, const In
   if (req.has_id) res["id"] = req.id;
   Reply r;
   std::string binary;
-  res["outputs"] = json::array();
+  // {"id":..,"model_name":..,"model_version":..,"outputs":[...]}: "outputs" sorts last, and each
+  // output's "data" first ({"data":[..],"datatype":..,"name":..,"shape":[..]}), written as text.
+  std::string outputs = "[";
   for (const TensorIn* t : outs) {
     json o = {{"name", t->name}, {"datatype", t->datatype}, {"shape", t->shape}};
+    if (outputs.size() > 1) outputs.push_back(',');
     if (req.binary_out) {
       o["parameters"] = {{"binary_data_size", t->data.size()}};
       binary += t->data;
+      outputs += dump_json(o);
     } else {
-      o["data"] = tensor_json(t->datatype, t->data.data(), t->data.size());
+      outputs += "{\"data\":";
+      tensor_json(t->datatype, t->data.data(), t->data.size(), outputs);
+      outputs += "," + dump_json(o).substr(1);
     }
-    res["outputs"].push_back(std::move(o));
   }
+  outputs += "]";
+  res["outputs"] = json::array();
   r.body = dump_json(res);
+  r.body.replace(r.body.size() - 3, 3, outputs + "}");  // the empty "outputs":[] and the closing brace
   if (req.binary_out) {
     r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(r.body.size()));
     r.body += binary;
