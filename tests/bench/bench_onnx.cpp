@@ -1,6 +1,6 @@
 // bench_onnx.cpp — `loom-bench infer --onnx FILE.onnx`: the runtime's ONNX executor timed on
-// generated inputs (FP32 uniform, UINT8 pixels, INT64 ids below --int-max, masks of ones), and
-// with --model FILE.h5 side by side with the native MLP path on the same rows and threads
+// generated inputs (FP32 uniform, UINT8 pixels, INT64 ids below --int-max, masks of ones, boolean
+// masks all false: PyTorch's key_padding_mask padding nothing), and with --model FILE.h5 side by side with the native MLP path on the same rows and threads
 // (the HDF5 side includes the UINT8 preprocessing the served model does in decoding).
 #include <algorithm>
 #include <chrono>
@@ -48,7 +48,7 @@ int bench_infer_onnx(const std::string& onnx, const std::string& h5, int batch, 
       if (ti.dtype == DType::kF32) t.f32()[i] = std::uniform_real_distribution<float>(0, 1)(rng);
       else if (ti.dtype == DType::kU8) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
       else if (ti.dtype == DType::kI64) t.data<int64_t>()[i] = mask ? 1 : static_cast<int64_t>(rng() % static_cast<unsigned>(int_max));
-      else if (ti.dtype == DType::kBool) t.data<uint8_t>()[i] = 1;
+      else if (ti.dtype == DType::kBool) t.data<uint8_t>()[i] = 0;  // PyTorch's key_padding_mask: true pads
       else throw loom::rt::Error("input '" + ti.name + "': no generator for " + loom::rt::dtype_name(ti.dtype));
     }
     in.push_back(t);

@@ -1,7 +1,7 @@
 """ort_time.py — ONNX Runtime's best time for one model, the peer of the executor's benchmarks
 (ort_figures.sh, serve_kserve_figures.sh): inputs shaped as loom-bench infer shapes them (the
 first free dimension the batch, the others the sequence), floats uniform in [0, 1), integer ids
-below the vocabulary, masks all ones.
+below the vocabulary, masks all ones (boolean ones all false: PyTorch's key padding masks).
 
 Usage: python ort_time.py MODEL.onnx BATCH SEQ THREADS VOCAB REPS   prints milliseconds
 """
@@ -21,6 +21,8 @@ for i in s.get_inputs():
     shape = [batch if k == 0 else (d if isinstance(d, int) else seq) for k, d in enumerate(i.shape)]
     if i.type == "tensor(float)":
         feeds[i.name] = rng.random(shape, dtype=np.float32)
+    elif i.type == "tensor(bool)":  # PyTorch's key_padding_mask: nothing padded
+        feeds[i.name] = np.zeros(shape, bool)
     else:
         feeds[i.name] = np.ones(shape, np.int64) if "mask" in i.name else rng.integers(0, vocab, shape)
 for _ in range(3):

@@ -3,8 +3,10 @@
 # against KServe's own Python model server (PyPI kserve, a kserve.Model running ONNX Runtime with
 # the same intra-op threads; tests/bench/kserve_peer.py), on the same model.onnx files, one
 # server at a time, driven by wrk with one Lua script for both (HTTP, KServe v2 JSON): a tiny MLP
-# (784-64-32-10, one row) at concurrency 1 and 16, and a 4-layer BERT (d 256, batch 1, sequence
-# 128, pooler_output asked for) at concurrency 1 and 8. Target: >= 1.0x in every row, and loom's
+# (784-64-32-10, one row) at concurrency 1 and 16, a 4-layer BERT (d 256, batch 1, sequence 128,
+# pooler_output asked for) and an encoder of PyTorch's own nn.TransformerEncoderLayer (d 256, 4
+# heads, 2 layers, sequence 32, a key padding mask; opset 14) at concurrency 1 and 8. MODELS
+# picks some of them (default "mlp bert encoder"). Target: >= 1.0x in every row, and loom's
 # p50 at concurrency 1 <= KServe's. loom-serve with --max-batch-size 1 (batching off) is measured
 # too: the default batcher's p50 at concurrency 1 within 10% of it, and on BERT at concurrency 8
 # >= 1.3x its throughput. Each cell is the median of REPS runs of SECONDS.
@@ -22,10 +24,12 @@ peer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" kserve kserve onnxruntime nump
 echo "peer: $("$peer/bin/python" -c 'import kserve, onnxruntime as o; from importlib.metadata import version as v; print("kserve", v("kserve"), "+ onnxruntime", o.__version__)' 2>/dev/null)"
 
 # The models (torch.onnx.export by Debian's PyTorch) and the request bodies.
-mkdir -p "$work/repo/mlp/1" "$work/repo/bert/1"
+MODELS=${MODELS:-mlp bert encoder}
+mkdir -p "$work/repo/mlp/1" "$work/repo/bert/1" "$work/repo/encoder/1"
 /usr/bin/python3 - "$S/tests/parity" "$work" <<'PY'
 import json, os, sys
 import torch
+import torch.nn as nn
 sys.path.insert(0, sys.argv[1])
 import onnx_models as om
 w = sys.argv[2]
@@ -44,6 +48,25 @@ json.dump({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 28, 
 json.dump({"inputs": [{"name": "input_ids", "datatype": "INT64", "shape": [1, 128], "data": ids.flatten().tolist()},
                       {"name": "attention_mask", "datatype": "INT64", "shape": [1, 128], "data": mask.flatten().tolist()}],
            "outputs": [{"name": "pooler_output"}]}, open(f"{w}/bert.json", "w"))
+
+
+class Encoder(nn.Module):
+    def __init__(s):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        s.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(s, x, mask):
+        return s.enc(x, src_key_padding_mask=mask)
+
+
+x, pad = torch.randn(1, 32, 256), torch.zeros(1, 32, dtype=torch.bool)
+pad[0, 28:] = True
+torch.onnx.export(Encoder().eval(), (x, pad), f"{w}/repo/encoder/1/model.onnx", opset_version=14, input_names=["x", "mask"],
+                  output_names=["y"], dynamic_axes={"x": {0: "b", 1: "t"}, "mask": {0: "b", 1: "t"}, "y": {0: "b", 1: "t"}})
+json.dump({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 32, 256], "data": x.flatten().tolist()},
+                      {"name": "mask", "datatype": "BOOL", "shape": [1, 32], "data": pad.flatten().tolist()}]},
+          open(f"{w}/encoder.json", "w"))
 PY
 cat >"$work/post.lua" <<'LUA'
 -- One request body for every server: KServe v2 JSON, POSTed as is.
@@ -79,7 +102,11 @@ measure() {
 ms() {  # wrk's 512.00us / 1.20ms / 1.01s in milliseconds
   echo "$1" | awk '/us$/ {sub("us",""); print $1/1000; next} /ms$/ {sub("ms",""); print $1; next} /s$/ {sub("s",""); print $1*1000}'
 }
-rows=("mlp 1" "mlp 16" "bert 1" "bert 8")
+declare -A concurrencies=([mlp]="1 16" [bert]="1 8" [encoder]="1 8")
+rows=()
+for model in $MODELS; do
+  for c in ${concurrencies[$model]}; do rows+=("$model $c"); done
+done
 declare -A got
 run_loom() {  # LABEL ARGS...: loom-serve with ARGS, every row
   local label=$1
@@ -88,7 +115,7 @@ run_loom() {  # LABEL ARGS...: loom-serve with ARGS, every row
   port=$(free_port)
   "$B/loom-serve" --model-repository "$work/repo" --http-port "$port" --grpc-port -1 --threads "$THREADS" "$@" 2>"$work/$label.log" &
   pids+=($!)
-  wait_ready "http://127.0.0.1:$port/v2/models/bert/ready"
+  wait_ready "http://127.0.0.1:$port/v2/models/${MODELS##* }/ready"
   for r in "${rows[@]}"; do
     set -- $r
     got[$label,$1,$2]=$(measure "http://127.0.0.1:$port/v2/models/$1/infer" "$work/$1.json" "$2")
@@ -96,7 +123,7 @@ run_loom() {  # LABEL ARGS...: loom-serve with ARGS, every row
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 }
 run_kserve() {  # every row, one KServe server per model
-  for model in mlp bert; do
+  for model in $MODELS; do
     local port
     port=$(free_port)
     "$peer/bin/python" "$S/tests/bench/kserve_peer.py" "$model" "$work/repo/$model/1/model.onnx" "$port" "$THREADS" >"$work/kserve-$model.log" 2>&1 &
@@ -132,15 +159,20 @@ for r in "${rows[@]}"; do
 done
 echo "targets: p50 at concurrency 1 within 1.10x of batching off; mlp at 16 >= 1.0x batching off; bert at 8 >= 1.3x batching off"
 
-# The executor alone against ONNX Runtime in-process (no server): BERT at batch 1 and 8, best of
-# 30 runs each, the same threads (target: loom >= 1.0x).
-echo "== BERT (d 256, 4 layers, sequence 128) in-process: loom's executor (loom-bench infer) against ONNX Runtime, $THREADS threads"
-for b in 1 8; do
-  loom_ms=$("$B/loom-bench" infer --onnx "$work/repo/bert/1/model.onnx" --batch $b --seq 128 --int-max 1000 --threads "$THREADS" --reps 30 --format json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
-  ort_ms=$("$peer/bin/python" "$S/tests/bench/ort_time.py" "$work/repo/bert/1/model.onnx" $b 128 "$THREADS" 1000 30)
-  echo "batch $b: loom $loom_ms ms, ONNX Runtime $ort_ms ms, ratio $(echo "$ort_ms $loom_ms" | awk '{printf "%.2fx", $1/$2}')"
+# The executor alone against ONNX Runtime in-process (no server): BERT (sequence 128) and the
+# encoder (sequence 32) at batch 1 and 8, best of 30 runs each, the same threads (target: loom >= 1.0x).
+declare -A seqs=([bert]=128 [encoder]=32) vocabs=([bert]=1000 [encoder]=1)
+for model in $MODELS; do
+  [ "$model" = mlp ] && continue
+  echo "== $model in-process (sequence ${seqs[$model]}): loom's executor (loom-bench infer) against ONNX Runtime, $THREADS threads"
+  for b in 1 8; do
+    loom_ms=$("$B/loom-bench" infer --onnx "$work/repo/$model/1/model.onnx" --batch $b --seq "${seqs[$model]}" --int-max "${vocabs[$model]}" \
+      --threads "$THREADS" --reps 30 --format json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
+    ort_ms=$("$peer/bin/python" "$S/tests/bench/ort_time.py" "$work/repo/$model/1/model.onnx" $b "${seqs[$model]}" "$THREADS" "${vocabs[$model]}" 30)
+    echo "batch $b: loom $loom_ms ms, ONNX Runtime $ort_ms ms, ratio $(echo "$ort_ms $loom_ms" | awk '{printf "%.2fx", $1/$2}')"
+  done
 done
+[[ " $MODELS " == *" bert "* ]] || exit 0
 
 # Triton-style figures of loom-serve alone: Triton's perf_analyzer (tritonclient 2.41's wheel),
 # HTTP and gRPC, concurrency 1 to 16, batch 1, shapes from the model configuration.
