@@ -2,7 +2,8 @@
 // kernel. Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
 // GELU subgraph and opset 13's spelled-out LayerNorm as one node each; MatMul + bias row, MatMul / scalar (attention's scale) and
-// MatMul + GELU into the GEMM and its epilogue; rank-4 transposes around a MatMul as strides. A value that several nodes read, or that the graph returns, is never fused away.
+// MatMul + GELU into the GEMM and its epilogue; a scalar scale of an operand into its alpha;
+// transposes of rank 3 and 4 around a MatMul as strides. A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
 #include "ops.hpp"
@@ -163,7 +164,7 @@ int fuse_matmul_scale(Graph& g) {
     float c;
     if (!d || (d->op != "Div" && d->op != "Mul") || !other_scalar(g, *d, m.out[0], &c) || c == 0.0f) continue;
     if (d->op == "Div" && d->in[0] != m.out[0]) continue;  // c / MatMul is no scale
-    m.attrs["loom.alpha"] = Attr::of(d->op == "Div" ? 1.0f / c : c);
+    m.attrs["loom.alpha"] = Attr::of(attr_f(m, "loom.alpha", 1.0f) * (d->op == "Div" ? 1.0f / c : c));
     m.out = d->out;
     d->op.clear();
     ++n;
@@ -263,34 +264,75 @@ Node* producer(Graph& g, int v, size_t before) {
   return nullptr;
 }
 
-bool rank4_perm(const Node& t, std::vector<int64_t>* perm) {
+// A transpose of rank 3 or 4 (the same rank as `rank` once one is set): its perm, and where the
+// last axis goes in the rank-4 view (a leading 1 before a rank-3 one).
+bool fusable_perm(const Node& t, size_t* rank, std::vector<int64_t>* perm, std::vector<int64_t>* perm4) {
   *perm = attr_ints(t, "perm");
-  return perm->size() == 4;
+  if ((perm->size() != 3 && perm->size() != 4) || (*rank && perm->size() != *rank)) return false;
+  *perm4 = *perm;
+  if (perm->size() == 3) {
+    for (auto& p : *perm4) ++p;
+    perm4->insert(perm4->begin(), 0);
+  }
+  *rank = perm->size();
+  return true;
 }
 
-// Rank-4 transposes around a MatMul become strides of its GEMMs: an operand whose last or
-// second-to-last axis stays the input's last (BLAS reads it as is or transposed), and an output
-// transpose that keeps the last axis. Only when the MatMul has no epilogue.
+// Transposes of rank 3 or 4 around a MatMul become strides of its GEMMs: an operand whose last
+// or second-to-last axis stays the input's last (BLAS reads it as is or transposed), and an
+// output transpose that keeps the last axis ([T, N·heads, d] read as [N·heads, T, d] without a
+// copy). Only when the MatMul has no epilogue; the kernel falls back to copies when an operand's
+// rank at run time is not the transposes' (one the fusion could not see).
 int fuse_matmul_transposes(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& m = g.nodes[i];
     if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
-    std::vector<int64_t> perm;
+    std::vector<int64_t> perm, perm4;
+    size_t rank = 0;
     for (int k = 0; k < 2; ++k) {
       Node* t = producer(g, m.in[static_cast<size_t>(k)], i);
-      if (!t || t->op != "Transpose" || !rank4_perm(*t, &perm) || g.uses[static_cast<size_t>(t->out[0])] != 1) continue;
-      if (perm[3] != 3 && perm[2] != 3) continue;
+      const size_t before = rank;
+      if (!t || t->op != "Transpose" || g.uses[static_cast<size_t>(t->out[0])] != 1 || !fusable_perm(*t, &rank, &perm, &perm4))
+        continue;
+      if (perm4[3] != 3 && perm4[2] != 3) {
+        rank = before;
+        continue;
+      }
       m.attrs[k == 0 ? "loom.perm_a" : "loom.perm_b"] = Attr::of(perm);
       m.in[static_cast<size_t>(k)] = t->in[0];
       t->op.clear();
       ++n;
     }
     Node* t = g.sole_reader(m.out[0], i);
-    if (t && t->op == "Transpose" && rank4_perm(*t, &perm) && perm[3] == 3) {
+    if (t && t->op == "Transpose" && fusable_perm(*t, &rank, &perm, &perm4) && perm4[3] == 3) {
       m.attrs["loom.perm_y"] = Attr::of(perm);
       m.out = t->out;
       t->op.clear();
+      ++n;
+    }
+  }
+  return n;
+}
+
+// A scalar constant that scales a MatMul's operand (Div(q, sqrt(d)) before attention's Q K^T)
+// -> the GEMM's alpha, so that the operand's producer (a transpose) can meet the MatMul.
+int fuse_matmul_prescale(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1) continue;
+    for (size_t k = 0; k < 2; ++k) {
+      Node* d = producer(g, m.in[k], i);
+      float c;
+      if (!d || (d->op != "Div" && d->op != "Mul") || g.uses[static_cast<size_t>(m.in[k])] != 1) continue;
+      const int x = d->in.size() == 2 ? d->in[0] : -1, s = d->in.size() == 2 ? d->in[1] : -1;
+      const int scalar = d->op == "Div" || g.scalar(s, &c) ? s : x;  // Div: x / c only; Mul: either side
+      const int data = scalar == s ? x : s;
+      if (!g.scalar(scalar, &c) || c == 0.0f || g.constants[static_cast<size_t>(scalar)].ndim() > 1) continue;
+      m.attrs["loom.alpha"] = Attr::of(attr_f(m, "loom.alpha", 1.0f) * (d->op == "Div" ? 1.0f / c : c));
+      m.in[k] = data;
+      d->op.clear();
       ++n;
     }
   }
@@ -312,6 +354,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   fused += fuse_matmul_bias(g);
   fused += fuse_matmul_scale(g);
   fused += fuse_matmul_gelu(g);
+  fused += fuse_matmul_prescale(g);
   fused += fuse_matmul_transposes(g);
   nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
   return fused;

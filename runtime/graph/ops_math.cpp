@@ -36,13 +36,24 @@ struct Operand4 {
   int64_t ld = 0;
 };
 
-Operand4 operand4(const Node& n, const Tensor& t, const std::vector<int64_t>& perm) {
-  if (t.ndim() != 4) op_error(n, "a fused transpose needs a rank-4 operand, got " + t.shape_str());
-  const auto st = strides_of(t.shape());
+// A rank-3 perm as the rank-4 one of the same tensor with a leading 1.
+std::vector<int64_t> as_rank4(std::vector<int64_t> perm) {
+  if (perm.size() != 3) return perm;
+  for (auto& p : perm) ++p;
+  perm.insert(perm.begin(), 0);
+  return perm;
+}
+
+Operand4 operand4(const Node& n, const Tensor& t, const std::vector<int64_t>& perm3or4) {
+  Shape shape = t.shape();
+  if (shape.size() == 3) shape.insert(shape.begin(), 1);
+  if (shape.size() != 4) op_error(n, "a fused transpose needs a rank-3 or rank-4 operand, got " + t.shape_str());
+  const std::vector<int64_t> perm = as_rank4(perm3or4);
+  const auto st = strides_of(shape);
   Operand4 o;
   for (int k = 0; k < 4; ++k) {
     const size_t p = static_cast<size_t>(perm.empty() ? k : perm[static_cast<size_t>(k)]);
-    o.shape.push_back(t.shape()[p]);
+    o.shape.push_back(shape[p]);
     o.stride.push_back(st[p]);
   }
   if (o.stride[3] == 1) o.ld = o.stride[2];
@@ -51,15 +62,15 @@ Operand4 operand4(const Node& n, const Tensor& t, const std::vector<int64_t>& pe
   return o;
 }
 
-// MatMul over rank-4 operands read through transposes, its output written through one
-// (attention's Q K^T and P V without the copies).
+// MatMul over rank-4 (or rank-3) operands read through transposes, its output written through
+// one (attention's Q K^T and P V without the copies).
 void matmul_strided4(const Node& n, const Tensor& a, const Tensor& b, float alpha, Tensor* out) {
   const Operand4 A = operand4(n, a, attr_ints(n, "loom.perm_a")), B = operand4(n, b, attr_ints(n, "loom.perm_b"));
   const int64_t M = A.shape[2], K = A.shape[3], N = B.shape[3];
   if (B.shape[2] != K || A.shape[0] != B.shape[0] || A.shape[1] != B.shape[1])
     op_error(n, "cannot multiply the fused operands " + a.shape_str() + " and " + b.shape_str());
   const Shape ys = {A.shape[0], A.shape[1], M, N};
-  const std::vector<int64_t> py = attr_ints(n, "loom.perm_y", {0, 1, 2, 3});
+  const std::vector<int64_t> py = as_rank4(attr_ints(n, "loom.perm_y", {0, 1, 2, 3}));
   Shape os(4);
   for (int k = 0; k < 4; ++k) os[static_cast<size_t>(k)] = ys[static_cast<size_t>(py[static_cast<size_t>(k)])];
   const auto ost = strides_of(os);
@@ -80,7 +91,29 @@ void matmul_strided4(const Node& n, const Tensor& a, const Tensor& b, float alph
                 y.f32() + i * yst[0] + j * yst[1], static_cast<int>(yst[2]));
     }
   });
-  *out = y;
+  *out = a.ndim() == 3 ? y.reshape({os[1], os[2], os[3]}) : y;
+}
+
+// Whether the fused transposes fit the operands as they came: both of rank 3 or both of rank 4,
+// as each perm. The fusion knows the transposes' ranks, not always the other operand's.
+bool strided_fits(const Node& n, const Tensor& a, const Tensor& b) {
+  const auto r = static_cast<size_t>(a.ndim());
+  if ((r != 3 && r != 4) || b.ndim() != a.ndim()) return false;
+  for (const char* k : {"loom.perm_a", "loom.perm_b", "loom.perm_y"})
+    if (has_attr(n, k) && attr_ints(n, k).size() != r) return false;
+  return true;
+}
+
+// x through the fused transpose `key` of n, as a copy (the rare MatMul that strided_fits refuses).
+Tensor transposed(const Node& n, const Tensor& x, const char* key) {
+  if (!has_attr(n, key)) return x;
+  Node t;
+  t.op = "Transpose", t.name = n.name;
+  t.attrs["perm"] = Attr::of(attr_ints(n, key));
+  std::vector<const Tensor*> in{&x};
+  std::vector<Tensor> out(1);
+  op_transpose(t, in, out);
+  return out[0];
 }
 
 }  // namespace
@@ -90,7 +123,13 @@ void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<
   const float alpha = attr_f(n, "loom.alpha", 1.0f);
   if (has_attr(n, "loom.perm_a") || has_attr(n, "loom.perm_b") || has_attr(n, "loom.perm_y")) {
     if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
-    matmul_strided4(n, a0, b0, alpha, &out[0]);
+    if (strided_fits(n, a0, b0)) return matmul_strided4(n, a0, b0, alpha, &out[0]);
+    Node plain = n;
+    for (const char* k : {"loom.perm_a", "loom.perm_b", "loom.perm_y"}) plain.attrs.erase(k);
+    const Tensor a = transposed(n, a0, "loom.perm_a"), b = transposed(n, b0, "loom.perm_b");
+    const std::vector<const Tensor*> operands{&a, &b};
+    op_matmul(plain, operands, out);
+    out[0] = transposed(n, out[0], "loom.perm_y");
     return;
   }
   if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");

@@ -185,6 +185,24 @@ TEST(GraphOps, MatMulBatchesBroadcastsAndVectors) {
   EXPECT_THROW(run1("MatMul", {w, w}), loom::rt::Error);
 }
 
+// The fusion pass's transposes around a MatMul (rank 3: [T, N·heads, d] read as [N·heads, T, d]),
+// answered as the Transposes and the MatMul would; an operand of another rank at run time (the
+// fusion cannot see it) through copies.
+TEST(GraphOps, MatMulThroughFusedTransposesOfRankThree) {
+  const Tensor q = iota({4, 3, 2}, 0.5f), k = iota({3, 2, 4}, 0.25f), w = iota({2, 5});
+  const Tensor qt = run1("Transpose", {q}, {{"perm", ints({1, 0, 2})}});  // [3, 4, 2]
+  const Tensor plain = run1("Transpose", {run1("MatMul", {qt, k})}, {{"perm", ints({1, 0, 2})}});  // [4, 3, 4]
+  const Tensor fused = run1("MatMul", {q, k}, {{"loom.perm_a", ints({1, 0, 2})}, {"loom.perm_y", ints({1, 0, 2})}});
+  std::vector<float> want(plain.f32(), plain.f32() + plain.numel());
+  expect_f(fused, {4, 3, 4}, want);
+  const Tensor scaled = run1("MatMul", {q, k}, {{"loom.perm_a", ints({1, 0, 2})}, {"loom.alpha", af(0.5f)}});
+  const Tensor half = run1("MatMul", {qt, k});
+  for (int64_t i = 0; i < half.numel(); ++i) EXPECT_FLOAT_EQ(scaled.f32()[i], 0.5f * half.f32()[i]);
+  const Tensor by_weight = run1("MatMul", {q, w}, {{"loom.perm_a", ints({1, 0, 2})}});  // w of rank 2: copies
+  const Tensor want_w = run1("MatMul", {qt, w});
+  expect_f(by_weight, {3, 4, 5}, std::vector<float>(want_w.f32(), want_w.f32() + want_w.numel()));
+}
+
 TEST(GraphOps, GemmTransposesScalesAndBroadcastsC) {
   const Tensor a = iota({2, 3}), b = iota({2, 3}), c = F({2}, {1, -1});
   // A B^T = [[5,14],[14,50]]; alpha 2, beta 3
