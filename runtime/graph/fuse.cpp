@@ -3,7 +3,8 @@
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
 // GELU subgraph and opset 13's spelled-out LayerNorm as one node each; MatMul + bias row, MatMul / scalar (attention's scale) and
 // MatMul + GELU into the GEMM and its epilogue; a scalar scale of an operand into its alpha;
-// transposes of rank 3 and 4 around a MatMul as strides. A value that several nodes read, or that the graph returns, is never fused away.
+// transposes of rank 3 and 4 around a MatMul as strides; attention's MatMul, mask, Softmax and
+// MatMul as one kernel. A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
 #include "ops.hpp"
@@ -339,6 +340,42 @@ int fuse_matmul_prescale(Graph& g) {
   return n;
 }
 
+// MatMul (scores, through its fused transposes and scale) [-> Add a mask] -> Softmax over the
+// last axis -> MatMul by V -> Loom.Attention, whatever exporter wrote the pieces (nn.MultiheadAttention,
+// SDPA, BERT's); each intermediate read by the next alone.
+int fuse_attention(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& qk = g.nodes[i];
+    if (qk.op != "MatMul" || qk.in.size() != 2 || qk.out.size() != 1 || has_attr(qk, "loom.gelu") || has_attr(qk, "loom.perm_y"))
+      continue;
+    Node* add = g.sole_reader(qk.out[0], i);
+    Node* sm = add && add->op == "Add" && add->in.size() == 2 ? g.sole_reader(add->out[0], i) : add;
+    if (!sm || sm->op != "Softmax" || attr_i(*sm, "axis", -1) != -1 || (sm != add && add->out.size() != 1)) continue;
+    Node* pv = g.sole_reader(sm->out[0], i);
+    if (!pv || pv->op != "MatMul" || pv->in.size() != 2 || pv->in[0] != sm->out[0] || has_attr(*pv, "loom.perm_a") ||
+        has_attr(*pv, "loom.gelu") || has_attr(*pv, "loom.alpha"))
+      continue;
+    const int mask = sm == add ? -1 : add->in[0] == qk.out[0] ? add->in[1] : add->in[0];
+    if (mask == qk.out[0] || (sm != add && add->in[0] != qk.out[0] && add->in[1] != qk.out[0])) continue;
+    Node f = *pv;
+    f.op = "Loom.Attention";
+    f.fn = op_attention;
+    f.in = {qk.in[0], qk.in[1], mask, pv->in[1]};
+    f.attrs.clear();
+    auto keep = [&](const Node& from, const char* key, const char* as) {
+      if (has_attr(from, key)) f.attrs[as] = from.attrs.at(key);
+    };
+    keep(qk, "loom.alpha", "loom.alpha"), keep(qk, "loom.perm_a", "loom.qk_perm_a"), keep(qk, "loom.perm_b", "loom.qk_perm_b");
+    keep(*pv, "loom.perm_b", "loom.perm_v"), keep(*pv, "loom.perm_y", "loom.perm_y");
+    *pv = std::move(f);
+    qk.op.clear(), sm->op.clear();
+    if (add != sm) add->op.clear();
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
 int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids) {
@@ -356,6 +393,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   fused += fuse_matmul_gelu(g);
   fused += fuse_matmul_prescale(g);
   fused += fuse_matmul_transposes(g);
+  fused += fuse_attention(g);
   nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
   return fused;
 }

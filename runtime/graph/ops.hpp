@@ -107,6 +107,10 @@ void op_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>
 void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
 void op_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Gelu (ops_fused.cpp)
+// ops_attention.cpp: MatMul through the fusion's transposes (loom.perm_a/_b/_y, rank 3 or 4,
+// both operands of that rank), and Loom.Attention.
+void matmul_strided(const Node& n, const Tensor& a, const Tensor& b, float alpha, Tensor* out);
+void op_attention(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_affine(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Affine (fused)
 // ops_quant.cpp
 void op_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);

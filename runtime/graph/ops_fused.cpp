@@ -117,6 +117,8 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log
   vec::for_items(rows, cols, [&](int64_t lo, int64_t hi) { softmax_span(x + lo * cols, y + lo * cols, hi - lo, cols, log); });
 }
 
+void softmax_rows_here(const float* x, float* y, int64_t rows, int64_t cols) { softmax_span(x, y, rows, cols, false); }
+
 void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,
                      float* means, float* invs) {
   vec::for_items(rows, cols, [&](int64_t lo, int64_t hi) {

@@ -10,6 +10,8 @@ namespace loom::rt::graph {
 void gelu_rows(const float* x, float* y, int64_t n);
 // Softmax (or log-softmax) of each row of `cols` contiguous values.
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols, bool log);
+// The same on the calling thread alone (inside a loop already spread over the threads).
+void softmax_rows_here(const float* x, float* y, int64_t rows, int64_t cols);
 // (x - mean) / sqrt(var + eps) * g (+ b) per row; each row's mean and inverse deviation when
 // means / invs are not null.
 void layer_norm_rows(const float* x, const float* g, const float* b, float* y, int64_t rows, int64_t cols, float eps,

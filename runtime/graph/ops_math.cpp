@@ -27,73 +27,6 @@ void matmul_epilogue(const Node& n, const std::vector<const Tensor*>& in, Tensor
 
 namespace {
 
-// A rank-4 operand as the GEMMs see it: the tensor read through a transpose `perm` (the
-// fusion pass's loom.perm_a / loom.perm_b), each batch matrix by its offset and leading dimension.
-struct Operand4 {
-  Shape shape;                  // logical [b0, b1, rows, cols]
-  std::vector<int64_t> stride;  // element strides of the logical axes
-  bool trans = false;           // rows are contiguous (a transposed matrix for BLAS)
-  int64_t ld = 0;
-};
-
-// A rank-3 perm as the rank-4 one of the same tensor with a leading 1.
-std::vector<int64_t> as_rank4(std::vector<int64_t> perm) {
-  if (perm.size() != 3) return perm;
-  for (auto& p : perm) ++p;
-  perm.insert(perm.begin(), 0);
-  return perm;
-}
-
-Operand4 operand4(const Node& n, const Tensor& t, const std::vector<int64_t>& perm3or4) {
-  Shape shape = t.shape();
-  if (shape.size() == 3) shape.insert(shape.begin(), 1);
-  if (shape.size() != 4) op_error(n, "a fused transpose needs a rank-3 or rank-4 operand, got " + t.shape_str());
-  const std::vector<int64_t> perm = as_rank4(perm3or4);
-  const auto st = strides_of(shape);
-  Operand4 o;
-  for (int k = 0; k < 4; ++k) {
-    const size_t p = static_cast<size_t>(perm.empty() ? k : perm[static_cast<size_t>(k)]);
-    o.shape.push_back(shape[p]);
-    o.stride.push_back(st[p]);
-  }
-  if (o.stride[3] == 1) o.ld = o.stride[2];
-  else if (o.stride[2] == 1) o.trans = true, o.ld = o.stride[3];
-  else op_error(n, "a fused transpose leaves no contiguous matrix axis");
-  return o;
-}
-
-// MatMul over rank-4 (or rank-3) operands read through transposes, its output written through
-// one (attention's Q K^T and P V without the copies).
-void matmul_strided4(const Node& n, const Tensor& a, const Tensor& b, float alpha, Tensor* out) {
-  const Operand4 A = operand4(n, a, attr_ints(n, "loom.perm_a")), B = operand4(n, b, attr_ints(n, "loom.perm_b"));
-  const int64_t M = A.shape[2], K = A.shape[3], N = B.shape[3];
-  if (B.shape[2] != K || A.shape[0] != B.shape[0] || A.shape[1] != B.shape[1])
-    op_error(n, "cannot multiply the fused operands " + a.shape_str() + " and " + b.shape_str());
-  const Shape ys = {A.shape[0], A.shape[1], M, N};
-  const std::vector<int64_t> py = as_rank4(attr_ints(n, "loom.perm_y", {0, 1, 2, 3}));
-  Shape os(4);
-  for (int k = 0; k < 4; ++k) os[static_cast<size_t>(k)] = ys[static_cast<size_t>(py[static_cast<size_t>(k)])];
-  const auto ost = strides_of(os);
-  std::vector<int64_t> yst(4);  // where each axis of the product lands in the output
-  for (int k = 0; k < 4; ++k) yst[static_cast<size_t>(py[static_cast<size_t>(k)])] = ost[static_cast<size_t>(k)];
-  if (yst[3] != 1) op_error(n, "a fused output transpose must keep the last axis");
-  Tensor y = Tensor::empty(os);
-  // The heads' small GEMMs spread over the threads, each on one (as ONNX Runtime runs attention),
-  // rather than each GEMM split over all of them in turn; not when all of them are a few
-  // microseconds (one sequence of 16 positions), where waking the threads costs more.
-  const int64_t count = ys[0] * ys[1], macs = count * M * N * K;
-  vec::for_range(count, macs >= (int64_t{1} << 18) ? 2 : count + 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t ij = lo; ij < hi; ++ij) {
-      const int64_t i = ij / ys[1], j = ij % ys[1];
-      cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
-                a.f32() + i * A.stride[0] + j * A.stride[1], static_cast<int>(A.ld),
-                b.f32() + i * B.stride[0] + j * B.stride[1], static_cast<int>(B.ld), 0.0f,
-                y.f32() + i * yst[0] + j * yst[1], static_cast<int>(yst[2]));
-    }
-  });
-  *out = a.ndim() == 3 ? y.reshape({os[1], os[2], os[3]}) : y;
-}
-
 // Whether the fused transposes fit the operands as they came: both of rank 3 or both of rank 4,
 // as each perm. The fusion knows the transposes' ranks, not always the other operand's.
 bool strided_fits(const Node& n, const Tensor& a, const Tensor& b) {
@@ -123,7 +56,7 @@ void op_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<
   const float alpha = attr_f(n, "loom.alpha", 1.0f);
   if (has_attr(n, "loom.perm_a") || has_attr(n, "loom.perm_b") || has_attr(n, "loom.perm_y")) {
     if (a0.dtype() != DType::kF32 || b0.dtype() != DType::kF32) op_error(n, "MatMul runs on float32");
-    if (strided_fits(n, a0, b0)) return matmul_strided4(n, a0, b0, alpha, &out[0]);
+    if (strided_fits(n, a0, b0)) return matmul_strided(n, a0, b0, alpha, &out[0]);
     Node plain = n;
     for (const char* k : {"loom.perm_a", "loom.perm_b", "loom.perm_y"}) plain.attrs.erase(k);
     const Tensor a = transposed(n, a0, "loom.perm_a"), b = transposed(n, b0, "loom.perm_b");

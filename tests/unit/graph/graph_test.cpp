@@ -17,6 +17,7 @@
 
 #include "loom/rt/graph/graph.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "ops.hpp"
 
 namespace {
 
@@ -201,6 +202,46 @@ TEST(GraphOps, MatMulThroughFusedTransposesOfRankThree) {
   const Tensor by_weight = run1("MatMul", {q, w}, {{"loom.perm_a", ints({1, 0, 2})}});  // w of rank 2: copies
   const Tensor want_w = run1("MatMul", {qt, w});
   expect_f(by_weight, {3, 4, 5}, std::vector<float>(want_w.f32(), want_w.f32() + want_w.numel()));
+}
+
+// Loom.Attention against the operators it stands for: scores through fused transposes and a
+// scale, a mask broadcast over rows (and over heads, rank 4), Softmax, the product by V written
+// through a transpose; and operands it cannot take in one pass (a mask that grows the scores).
+TEST(GraphOps, FusedAttentionAnswersAsItsOperators) {
+  auto steps = [](const Tensor& q, const Tensor& k, const Tensor* mask, const Tensor& v, std::map<std::string, Attr> qk,
+                  std::map<std::string, Attr> pv) {
+    Tensor s = run1("MatMul", {q, k}, qk);
+    if (mask) s = run1("Add", {s, *mask});
+    return run1("MatMul", {run1("Softmax", {s}, {{"axis", ai(-1)}}), v}, pv);
+  };
+  auto attention = [](const std::vector<Tensor>& args, std::map<std::string, Attr> attrs) {
+    std::vector<const Tensor*> in;
+    for (const Tensor& t : args) in.push_back(t.defined() ? &t : nullptr);
+    Node n;
+    n.op = "Loom.Attention", n.name = "t", n.attrs = std::move(attrs);
+    std::vector<Tensor> out(1);
+    loom::rt::graph::op_attention(n, in, out);
+    return out[0];
+  };
+  auto same = [](const Tensor& got, const Tensor& want) {
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.f32()[i], want.f32()[i], 1e-5f) << "at " << i;
+  };
+  // [T=3, N·heads=4, d=2] as nn.MultiheadAttention leaves q, k, v; a mask [4, 1, 3]
+  const Tensor q = iota({3, 4, 2}, 0.1f), k = iota({3, 4, 2}, -0.05f), v = iota({3, 4, 2}, 0.3f), mask = iota({4, 1, 3}, -0.2f);
+  const std::map<std::string, Attr> qk = {{"loom.perm_a", ints({1, 0, 2})}, {"loom.perm_b", ints({1, 2, 0})}, {"loom.alpha", af(0.7f)}};
+  const std::map<std::string, Attr> pv = {{"loom.perm_b", ints({1, 0, 2})}, {"loom.perm_y", ints({1, 0, 2})}};
+  const std::map<std::string, Attr> fused = {{"loom.qk_perm_a", ints({1, 0, 2})}, {"loom.qk_perm_b", ints({1, 2, 0})},
+                                             {"loom.alpha", af(0.7f)}, {"loom.perm_v", ints({1, 0, 2})},
+                                             {"loom.perm_y", ints({1, 0, 2})}};
+  same(attention({q, k, mask, v}, fused), steps(q, k, &mask, v, qk, pv));
+  same(attention({q, k, Tensor(), v}, fused), steps(q, k, nullptr, v, qk, pv));
+  // rank 4 [N=2, heads=2, T=3, d=2] with BERT's mask [N, 1, 1, T]
+  const Tensor q4 = iota({2, 2, 3, 2}, 0.1f), k4 = iota({2, 2, 2, 3}, 0.05f), v4 = iota({2, 2, 3, 2}, -0.1f), m4 = iota({2, 1, 1, 3}, 0.5f);
+  same(attention({q4, k4, m4, v4}, {}), steps(q4, k4, &m4, v4, {}, {}));
+  // a mask of more rows than the scores [3, 3] -> [2, 3, 3]: the operators one after another
+  const Tensor q2 = iota({3, 2}, 0.1f), k2 = iota({2, 3}, 0.1f), v2 = iota({3, 2}, 0.1f), grow = iota({2, 3, 3}, 0.1f);
+  same(attention({q2, k2, grow, v2}, {}), steps(q2, k2, &grow, v2, {}, {}));
 }
 
 TEST(GraphOps, GemmTransposesScalesAndBroadcastsC) {
