@@ -1,7 +1,8 @@
-"""onnx_models.py — small models of the four families loom-serve's ONNX executor must run (an
-MLP, a ResNet-style CNN with BatchNorm, a BERT with a padding mask, a GPT-2 block with a causal
-mask), random weights from a fixed seed, exported by PyTorch's own torch.onnx.export with a
+"""onnx_models.py — small models of the families loom-serve's ONNX executor must run (an MLP, a
+ResNet-style CNN with BatchNorm, a BERT with a padding mask, a GPT-2 block with a causal mask, an
+encoder of PyTorch's own nn.TransformerEncoderLayer with a key padding mask), random weights from a fixed seed, exported by PyTorch's own torch.onnx.export with a
 dynamic batch. Used by onnx_parity.py; runnable alone: onnx_models.py OUTDIR OPSET."""
+import contextlib
 import math
 import os
 import sys
@@ -126,8 +127,20 @@ class Gpt2Block(nn.Module):
         return self.head(self.lnf(x))
 
 
+class Encoder(nn.Module):
+    """PyTorch's own nn.TransformerEncoderLayer (batch first), two layers, with a key padding mask."""
+
+    def __init__(self, d=32, heads=4, layers=2):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x, mask):
+        return self.enc(x, src_key_padding_mask=mask)
+
+
 def build(name):
-    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4}[name])
+    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5}[name])
     if name == "mlp":
         return Mlp().eval(), {"input": torch.randn(3, 1, 28, 28)}
     if name == "resnet":
@@ -144,21 +157,26 @@ def build(name):
         mask = torch.ones(2, 12, dtype=torch.long)
         mask[1, 8:] = 0
         return Bert().eval(), {"input_ids": ids, "attention_mask": mask}
+    if name == "encoder":
+        pad = torch.zeros(2, 12, dtype=torch.bool)
+        pad[1, 9:] = True
+        return Encoder().eval(), {"x": torch.randn(2, 12, 32), "mask": pad}
     return Gpt2Block().eval(), {"input_ids": torch.randint(0, 96, (2, 10))}
 
 
 OUTPUTS = {"mlp": ["logits"], "resnet": ["log_probs"], "bert": ["last_hidden_state", "pooler_output"],
-           "gpt2": ["logits"]}
+           "gpt2": ["logits"], "encoder": ["y"]}
 
 
 def export(name, path, opset):
     model, feeds = build(name)
     axes = {k: {0: "batch"} for k in feeds}
-    if name in ("bert", "gpt2"):  # a dynamic sequence length too
+    if name in ("bert", "gpt2", "encoder"):  # a dynamic sequence length too
         axes = {k: {0: "batch", 1: "sequence"} for k in feeds}
     for o in OUTPUTS[name]:
-        axes[o] = {0: "batch"}
-    with torch.no_grad():
+        axes[o] = {0: "batch", 1: "sequence"} if name == "encoder" else {0: "batch"}
+    # Under no_grad PyTorch 1.13 traces nn.TransformerEncoderLayer's fast path, which no opset exports.
+    with torch.no_grad() if name != "encoder" else contextlib.nullcontext():
         torch.onnx.export(model, tuple(feeds.values()), path, opset_version=opset, input_names=list(feeds),
                           output_names=OUTPUTS[name], dynamic_axes=axes, do_constant_folding=True)
     return model
@@ -167,5 +185,5 @@ def export(name, path, opset):
 if __name__ == "__main__":
     out, opset = sys.argv[1], int(sys.argv[2])
     os.makedirs(out, exist_ok=True)
-    for n in ("mlp", "resnet", "bert", "gpt2"):
+    for n in ("mlp", "resnet", "bert", "gpt2", "encoder"):
         export(n, os.path.join(out, f"{n}.onnx"), opset)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# onnx_ort_parity.sh — the graph executor against ONNX Runtime (issue 38 item 4): every model of
+# onnx_ort_parity.sh — the graph executor against ONNX Runtime: every model of
 # tests/parity/onnx_models.py, exported by torch.onnx.export at opsets 13 and 17, run on the same
 # inputs by Loom's executor (tests/parity/onnx_run) and by ONNX Runtime (PyPI, a peer in a virtual
 # environment, never a dependency of Loom), output for output within 1e-4 relative error.
@@ -16,8 +16,8 @@ import os, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import onnx_models as om
-DT = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}
-for fam in ("mlp", "resnet", "bert", "gpt2"):
+DT = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(np.bool_): "bool"}
+for fam in ("mlp", "resnet", "bert", "gpt2", "encoder"):
     for opset in (13, 17):
         name = f"{fam}-{opset}"
         os.makedirs(name, exist_ok=True)
@@ -45,7 +45,7 @@ run_cmd "$peer/bin/python" - <<'PY'
 import glob, os
 import numpy as np
 import onnxruntime as ort
-NP = {"float32": np.float32, "int64": np.int64}
+NP = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
 worst = {}
 for d in sorted(glob.glob("*-1[37]")):
     s = ort.InferenceSession(f"{d}/model.onnx", providers=["CPUExecutionProvider"])
@@ -63,6 +63,6 @@ print("onnx_ort_parity: ONNX Runtime", ort.__version__, "worst relative error pe
 PY
 [ "$rc" = 0 ] || echo "$err"
 echo "$out" | tail -n 1
-expect_eq "every output compared (4 families x 2 opsets)" 8 "$(echo "$out" | grep -E '^[a-z0-9]+-1[37] ' | cut -d' ' -f1 | sort -u | wc -l)"
+expect_eq "every output compared (5 families x 2 opsets)" 10 "$(echo "$out" | grep -E '^[a-z0-9]+-1[37] ' | cut -d' ' -f1 | sort -u | wc -l)"
 expect_no_match "every output equals ONNX Runtime's within 1e-4" "DIFFERENT" "$out"
 finish
