@@ -200,7 +200,9 @@ std::vector<int64_t> strides_of(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i];
+    // Only a tensor of no elements has dimensions whose product overflows (a tensor's size is
+    // bounded when it is allocated): its strides never address anything, so they saturate.
+    if (__builtin_mul_overflow(acc, s[i], &acc)) acc = INT64_MAX;
   }
   return st;
 }
