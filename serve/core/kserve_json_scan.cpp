@@ -182,7 +182,6 @@ class Scanner {
   void values(TensorIn& t, bool typed) {
     pending_.clear();
     const bool direct = typed && t.datatype == "FP32";
-    if (direct) t.data.reserve(static_cast<size_t>(end_ - p_) / 4);
     elements(4, [&] {
       space();
       Num n{0, 0, true, false, false};
