@@ -20,6 +20,8 @@ packages=(
   libeigen3-dev libnlopt-cxx-dev
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libyaml-cpp-dev nlohmann-json3-dev libgoogle-perftools-dev
+  # tokenizer.json: split patterns (PCRE2, Unicode properties) and NFC (ICU)
+  libpcre2-dev libicu-dev
   # data, peers and tools used by tests and benchmarks
   dataset-fashion-mnist python3 python3-numpy python3-h5py python3-torch python3-torchvision python3-grpcio
   python3-optuna python3-yaml

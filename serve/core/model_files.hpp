@@ -11,7 +11,10 @@ inline bool ends_with(const std::string& s, const std::string& tail) {
 }
 inline bool is_onnx_file(const std::string& path) { return ends_with(path, ".onnx"); }
 inline bool is_h5_file(const std::string& path) { return ends_with(path, ".h5"); }
-// GPT-2 as people download it: model.safetensors, with config.json (and a tokenizer) beside it.
-inline bool is_safetensors_file(const std::string& path) { return ends_with(path, ".safetensors"); }
+// A Hugging Face folder's weights: model.safetensors or model.safetensors.index.json (its
+// shards), with config.json (and a tokenizer) beside it.
+inline bool is_safetensors_file(const std::string& path) {
+  return ends_with(path, ".safetensors") || ends_with(path, "/model.safetensors.index.json") || path == "model.safetensors.index.json";
+}
 
 }  // namespace loom::serve

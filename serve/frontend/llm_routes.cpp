@@ -76,17 +76,19 @@ constexpr size_t kMaxPromptBytes = 1 << 20;  // what a chat template may render
 
 Clock::time_point deadline_of(const Context& ctx) { return Clock::now() + std::chrono::milliseconds(ctx.options.request_timeout_ms); }
 
-std::vector<int32_t> prompt_ids(const Target& t, const std::string& text) {
+// specials: the tokenizer's post-processor adds its special tokens (a completion's prompt, as
+// vLLM's add_special_tokens); a chat template's output has them already.
+std::vector<int32_t> prompt_ids(const Target& t, const std::string& text, bool specials) {
   if (!t.engine->tokenizer())
     throw ServeError(Status::kInput, "model " + t.name +
-                                              " has no tokenizer (its folder has no vocab.json and merges.txt that loom-serve reads): "
+                                              " has no tokenizer (its folder has no tokenizer.json, or vocab.json and merges.txt, that loom-serve reads): "
                                               "send token ids to POST /v1/completions");
   // Bounded before it is encoded: a text no context could hold is refused at once.
   const size_t most = static_cast<size_t>(t.engine->context()) * t.engine->tokenizer()->max_token_bytes();
   if (text.size() > most)
     throw ServeError(Status::kInput, "the prompt's " + std::to_string(text.size()) + " bytes cannot fit in the model's context of " +
                                               std::to_string(t.engine->context()) + " tokens");
-  return t.engine->tokenizer()->encode(text);
+  return specials ? t.engine->tokenizer()->encode_with_specials(text) : t.engine->tokenizer()->encode(text);
 }
 
 }  // namespace
@@ -103,7 +105,7 @@ Reply generate(Context& ctx, const std::string& name, const std::string& version
   }
   const auto deadline = deadline_of(ctx);
   std::shared_ptr<void> slot = stream ? stream_slot(ctx) : nullptr;
-  auto s = t.engine->submit(prompt_ids(t, req.prompt), req.params, deadline);
+  auto s = t.engine->submit(prompt_ids(t, req.prompt, true), req.params, deadline);
   // Each answer and stream event: model_name, model_version, text_output; a stream's events say
   // whether they are the last (done), and the last why (finish_reason: stop or length).
   auto event = [name = t.name, ver = t.version](const std::string& text, const llm::TokenEvent* end, bool streamed) {
@@ -336,7 +338,7 @@ Reply completions(Context& ctx, const std::string& body) {
   const CompletionRequest req = parse_completion_request(body);
   if (req.model.empty()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req.model, "", "POST /v2/models/<name>/infer");
-  return answer(ctx, t, req, req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text), false);
+  return answer(ctx, t, req, req.prompt_is_ids ? req.prompt_ids : prompt_ids(t, req.prompt_text, true), false);
 }
 
 // The model's chat format, or the refusal that names what is missing.
@@ -354,7 +356,7 @@ Reply chat_completions(Context& ctx, const std::string& body) {
   const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
   const llm::ChatFormat& f = chat_format(t);
   const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
-  return answer(ctx, t, req.completion, prompt_ids(t, prompt), true);
+  return answer(ctx, t, req.completion, prompt_ids(t, prompt, false), true);
 }
 
 // vLLM's POST /tokenize {"model", "prompt"} -> {"tokens", "count", "max_model_len"} and
@@ -366,6 +368,11 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
   Reply r;
   if (encode) {
     std::string text;
+    bool specials = !req.contains("messages");
+    if (req.contains("add_special_tokens")) {
+      if (!req["add_special_tokens"].is_boolean()) throw ServeError(Status::kInput, "add_special_tokens must be true or false");
+      specials = req["add_special_tokens"].get<bool>();
+    }
     if (req.contains("messages")) {  // vLLM's chat form: the prompt the chat template renders
       const ChatRequest c = parse_chat_request(body);
       const llm::ChatFormat& f = chat_format(t);
@@ -374,20 +381,20 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
       if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");
       text = req["prompt"].get<std::string>();
     }
-    const std::vector<int32_t> ids = prompt_ids(t, text);
+    const std::vector<int32_t> ids = prompt_ids(t, text, specials);
     r.body = dump_json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", t.engine->context()}});
     return r;
   }
   if (!req.contains("tokens") || !req["tokens"].is_array() || req["tokens"].size() > (1u << 20))
     throw ServeError(Status::kInput, "tokens must be a list of token ids");
-  if (!t.engine->tokenizer()) prompt_ids(t, "");  // says there is no tokenizer
-  std::string text;
+  if (!t.engine->tokenizer()) prompt_ids(t, "", false);  // says there is no tokenizer
+  std::vector<int32_t> ids;
   for (const auto& id : req["tokens"]) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= t.engine->vocab())
       throw ServeError(Status::kInput, "tokens must be ids from 0 to " + std::to_string(t.engine->vocab() - 1));
-    text += t.engine->tokenizer()->decode(static_cast<int32_t>(id.get<int64_t>()));
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
-  r.body = dump_json({{"prompt", text}});
+  r.body = dump_json({{"prompt", t.engine->tokenizer()->decode_text(ids)}});
   return r;
 }
 

@@ -60,10 +60,10 @@ int pool_blocks(const rt::DecoderConfig& c, const EngineOptions& o) {
 
 }  // namespace
 
-Engine::Engine(rt::Decoder decoder, std::unique_ptr<Tokenizer> tokenizer, int eos, EngineOptions o)
+Engine::Engine(rt::Decoder decoder, std::unique_ptr<Tokenizer> tokenizer, std::vector<int32_t> eos, EngineOptions o)
     : dec_(std::move(decoder)),
       tok_(std::move(tokenizer)),
-      eos_(eos),
+      eos_(std::move(eos)),
       o_(o),
       kv_(dec_.config(), pool_blocks(dec_.config(), o), o.kv_block_tokens),
       blocks_(kv_.blocks(), o.kv_block_tokens, o.prefix_caching) {
@@ -256,7 +256,7 @@ void Engine::advance(Seq& s, float* logits) {
   e.token = c.token;
   e.logprob = c.logprob;
   e.top = c.top;
-  const bool stop_token = (!s.p.ignore_eos && c.token == eos_) ||
+  const bool stop_token = (!s.p.ignore_eos && std::find(eos_.begin(), eos_.end(), c.token) != eos_.end()) ||
                           std::find(s.p.stop_token_ids.begin(), s.p.stop_token_ids.end(), c.token) != s.p.stop_token_ids.end();
   if (stop_token) {
     e.done = true;

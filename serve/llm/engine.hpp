@@ -75,8 +75,9 @@ extern const std::vector<double> kLatencyBounds;
 
 class Engine {
  public:
-  // eos: the end-of-text token (-1: none). tokenizer may be null (token ids only).
-  Engine(rt::Decoder decoder, std::unique_ptr<Tokenizer> tokenizer, int eos, EngineOptions o);
+  // eos: the end-of-text tokens (none: empty; Llama 3 stops on two). tokenizer may be null
+  // (token ids only).
+  Engine(rt::Decoder decoder, std::unique_ptr<Tokenizer> tokenizer, std::vector<int32_t> eos, EngineOptions o);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -90,7 +91,7 @@ class Engine {
   const Tokenizer* tokenizer() const { return tok_.get(); }
   int context() const { return dec_.config().context; }
   int vocab() const { return dec_.config().vocab; }
-  int eos() const { return eos_; }
+  const std::vector<int32_t>& eos() const { return eos_; }
   const EngineOptions& options() const { return o_; }
   EngineStats stats() const;
 
@@ -107,7 +108,7 @@ class Engine {
 
   rt::Decoder dec_;
   std::unique_ptr<Tokenizer> tok_;
-  int eos_;
+  std::vector<int32_t> eos_;
   EngineOptions o_;
   rt::KvCache kv_;
   BlockManager blocks_;

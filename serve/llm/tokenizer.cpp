@@ -187,7 +187,7 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, int> ranks;      // "a b" -> merge rank
   mutable std::mutex mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
-  std::vector<std::pair<std::string, int32_t>> specials;  // matched in text before BPE, longest first
+  std::vector<SpecialToken> specials;  // matched in text before BPE, longest first
 
   void add_special(const std::string& content, int64_t id, const std::string& where);
   std::vector<int32_t> encode_plain(const std::string& text) const;
@@ -306,9 +306,9 @@ void BpeTokenizer::Impl::add_special(const std::string& content, int64_t id, con
   if (id < 0 || static_cast<uint64_t>(id) >= token_bytes.size())  // whole: 2^32 + 3 is not 3
     throw rt::Error(where + ": special token '" + rt::visible_text(content) + "' has id " + std::to_string(id) + ", outside the vocabulary");
   for (const auto& s : specials)
-    if (s.first == content) return;
-  specials.emplace_back(content, static_cast<int32_t>(id));
-  std::stable_sort(specials.begin(), specials.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    if (s.content == content) return;
+  specials.push_back({content, static_cast<int32_t>(id)});
+  std::stable_sort(specials.begin(), specials.end(), [](const auto& a, const auto& b) { return a.content.size() > b.content.size(); });
 }
 
 void BpeTokenizer::read_special_tokens(const std::string& folder) {
@@ -344,9 +344,8 @@ void BpeTokenizer::read_special_tokens(const std::string& folder) {
     if (auto id = m.ids.find("<|endoftext|>"); id != m.ids.end()) m.add_special("<|endoftext|>", id->second, folder);  // GPT-2's
 }
 
-std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
-  const auto& specials = impl_->specials;
-  if (specials.empty()) return impl_->encode_plain(text);
+std::vector<int32_t> encode_around_specials(const std::string& text, const std::vector<SpecialToken>& specials,
+                                            const std::function<void(const std::string&, bool, std::vector<int32_t>&)>& plain) {
   std::vector<int32_t> out;
   // Where each special token next occurs at or after `from`: found again only once passed, so
   // each one's search walks the text once (a rescan of the rest per match was quadratic).
@@ -355,18 +354,25 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   size_t from = 0;
   while (from < text.size()) {
     size_t at = std::string::npos;
-    const std::pair<std::string, int32_t>* hit = nullptr;
+    const SpecialToken* hit = nullptr;
     for (size_t k = 0; k < specials.size(); ++k) {  // the earliest, and the longest there (they are longest first)
-      if (stale[k] || (next[k] != std::string::npos && next[k] < from)) next[k] = text.find(specials[k].first, from), stale[k] = false;
+      if (stale[k] || (next[k] != std::string::npos && next[k] < from)) next[k] = text.find(specials[k].content, from), stale[k] = false;
       if (next[k] < at) at = next[k], hit = &specials[k];
     }
-    const std::vector<int32_t> plain = impl_->encode_plain(text.substr(from, at == std::string::npos ? std::string::npos : at - from));
-    out.insert(out.end(), plain.begin(), plain.end());
+    if (at != from) plain(text.substr(from, at == std::string::npos ? std::string::npos : at - from), from == 0, out);
     if (!hit) break;
-    out.push_back(hit->second);
-    from = at + hit->first.size();
+    out.push_back(hit->id);
+    from = at + hit->content.size();
   }
   return out;
+}
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+  if (impl_->specials.empty()) return impl_->encode_plain(text);
+  return encode_around_specials(text, impl_->specials, [this](const std::string& s, bool, std::vector<int32_t>& out) {
+    const std::vector<int32_t> ids = impl_->encode_plain(s);
+    out.insert(out.end(), ids.begin(), ids.end());
+  });
 }
 
 std::vector<int32_t> BpeTokenizer::Impl::encode_plain(const std::string& text) const {

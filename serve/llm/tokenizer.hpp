@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +22,34 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Throws ServeError kInput for text the vocabulary cannot spell.
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // A completion's prompt: the text with the special tokens the tokenizer's post-processor adds
+  // (tokenizer.json's template: Llama's BOS). A chat prompt is encoded without them (its
+  // template writes them).
+  virtual std::vector<int32_t> encode_with_specials(const std::string& text) const { return encode(text); }
   // The bytes a token stands for (a piece of UTF-8, possibly part of a character).
   virtual std::string decode(int32_t token) const = 0;
+  // A whole text's tokens, as the tokenizer's own decode (tokenizer.json's Strip of the space
+  // its Metaspace prepended): for /detokenize. Streams decode token by token.
+  virtual std::string decode_text(const std::vector<int32_t>& ids) const {
+    std::string s;
+    for (int32_t id : ids) s += decode(id);
+    return s;
+  }
+  // The id of a token written whole (a special token's text), or -1.
+  virtual int32_t id_of(const std::string&) const { return -1; }
   virtual const char* kind() const = 0;  // "bytes", "bpe": for the load line and metadata
   // The most bytes one token stands for: a text longer than the context times this cannot fit.
   virtual size_t max_token_bytes() const = 0;
 };
+
+// Encodes `text` with the special tokens (longest first) matched before anything else: each
+// stretch between them through `plain`, each match as its id.
+struct SpecialToken {
+  std::string content;
+  int32_t id;
+};
+std::vector<int32_t> encode_around_specials(const std::string& text, const std::vector<SpecialToken>& specials,
+                                            const std::function<void(const std::string&, bool first, std::vector<int32_t>&)>& plain);
 
 class ByteTokenizer : public Tokenizer {
  public:

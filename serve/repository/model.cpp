@@ -16,7 +16,8 @@
 #include "core/model_files.hpp"
 #include "core/status.hpp"
 #include "loom/json_text.hpp"
-#include "loom/rt/io/gpt2.hpp"
+#include "loom/rt/io/hf_decoder.hpp"
+#include "llm/tokenizer_json.hpp"
 #include "loom/rt/io/model_io.hpp"
 #include "loom/rt/io/quant_model.hpp"
 #include "loom/rt/tensor/finite.hpp"
@@ -35,7 +36,7 @@ ServedModel::ServedModel(std::string name, std::string version, std::string path
   }
   if (is_safetensors_file(path_)) {
     if (device == "cuda") throw rt::Error("--device cuda: language models are served on the CPU in this build");
-    load_gpt2(llm);
+    load_hf(llm);
     return;
   }
   rt::ModelFile f = rt::load_model(path_);  // verifies every checksum
@@ -122,37 +123,60 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
   }
   auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
   chat_ = chat_format_of(path_.substr(0, path_.rfind('/')));
-  backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), -1, llm), path_);
+  backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), std::vector<int32_t>{}, llm), path_);
 }
 
-// GPT-2 as people download it: config.json and model.safetensors in the version folder (path_
-// names the latter), with GPT-2's tokenizer when vocab.json and merges.txt are there too (token
-// ids in and out otherwise).
-void ServedModel::load_gpt2(const LlmOptions& llm) {
+namespace {
+
+// eos_token_id: one id or a list (Llama 3 stops on two), generation_config.json's before
+// config.json's.
+std::vector<int32_t> eos_ids(const std::string& folder, int vocab) {
+  for (const char* name : {"/generation_config.json", "/config.json"}) {
+    const std::string path = folder + name;
+    if (access(path.c_str(), F_OK) != 0) continue;
+    const auto cfg = rt::parse_json_text(llm::read_small(path), path);
+    if (!cfg.is_object() || !cfg.contains("eos_token_id") || cfg["eos_token_id"].is_null()) continue;
+    const auto& e = cfg["eos_token_id"];
+    std::vector<int32_t> ids;
+    for (const auto& v : e.is_array() ? e : nlohmann::json::array({e})) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)  // read whole: 2^32 + 5 is not 5
+        throw rt::Error(path + ": eos_token_id " + v.dump().substr(0, 40) + " is outside the vocabulary of " + std::to_string(vocab));
+      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    return ids;
+  }
+  return {};
+}
+
+// tokenizer.json (the `tokenizers` library's), else GPT-2's vocab.json + merges.txt, else none
+// (token ids in and out).
+std::unique_ptr<llm::Tokenizer> folder_tokenizer(const std::string& folder, int vocab) {
+  if (access((folder + "/tokenizer.json").c_str(), F_OK) == 0) return std::make_unique<llm::HfTokenizer>(folder + "/tokenizer.json", vocab);
+  const bool v = access((folder + "/vocab.json").c_str(), F_OK) == 0, m = access((folder + "/merges.txt").c_str(), F_OK) == 0;
+  if (v != m) throw rt::Error(folder + ": " + (v ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
+  if (!v) return nullptr;
+  auto bpe = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", vocab);
+  bpe->read_special_tokens(folder);
+  return bpe;
+}
+
+}  // namespace
+
+// A Hugging Face folder (GPT-2 or the Llama family): config.json and safetensors in the version
+// folder (path_ names model.safetensors or its index), with its tokenizer when the folder has one.
+void ServedModel::load_hf(const LlmOptions& llm) {
   const std::string folder = path_.substr(0, path_.rfind('/'));
-  rt::DecoderWeights w = rt::load_gpt2(folder);
-  int eos = -1;
-  const auto cfg = rt::parse_json_text(llm::read_small(folder + "/config.json"), folder + "/config.json");
-  if (cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) {  // read whole: 2^32 + 5 is not 5
-    const int64_t id = cfg["eos_token_id"].get<int64_t>();
-    if (id < 0 || id >= w.c.vocab)
-      throw rt::Error(folder + "/config.json: eos_token_id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(w.c.vocab));
-    eos = static_cast<int>(id);
-  }
-  platform_ = "loom-gpt2";
-  config_ = json_text(nlohmann::ordered_json{{"type", "gpt2"}, {"n_layer", w.c.layers}, {"n_embd", w.c.embd},
+  std::string arch;
+  rt::DecoderWeights w = rt::load_hf_decoder(folder, &arch);
+  const std::vector<int32_t> eos = eos_ids(folder, w.c.vocab);
+  const bool gpt2 = arch == "GPT2LMHeadModel";
+  platform_ = gpt2 ? "loom-gpt2" : "loom-hf";
+  family_ = gpt2 ? "gpt2" : arch == "LlamaForCausalLM" ? "llama" : arch == "MistralForCausalLM" ? "mistral" : arch == "Qwen2ForCausalLM" ? "qwen2" : "qwen3";
+  config_ = json_text(nlohmann::ordered_json{{"type", family_}, {"architecture", arch}, {"n_layer", w.c.layers}, {"n_embd", w.c.embd},
                                              {"n_positions", w.c.context}, {"vocab_size", w.c.vocab}});
-  std::unique_ptr<llm::Tokenizer> tok;
-  const bool vocab = access((folder + "/vocab.json").c_str(), F_OK) == 0, merges = access((folder + "/merges.txt").c_str(), F_OK) == 0;
-  if (vocab != merges)
-    throw rt::Error(folder + ": " + (vocab ? "vocab.json without merges.txt" : "merges.txt without vocab.json") + ": GPT-2's tokenizer needs both");
-  if (vocab) {
-    auto bpe = std::make_unique<llm::BpeTokenizer>(folder + "/vocab.json", folder + "/merges.txt", w.c.vocab);
-    bpe->read_special_tokens(folder);
-    tok = std::move(bpe);
-  }
+  std::unique_ptr<llm::Tokenizer> tok = folder_tokenizer(folder, w.c.vocab);
   chat_ = chat_format_of(folder);
-  if (chat_ && !tok) throw rt::Error(folder + "/tokenizer_config.json has a chat_template, but the folder has no vocab.json and merges.txt to tokenize what it renders");
+  if (chat_ && !tok) throw rt::Error(folder + ": a chat template, but no tokenizer.json (or vocab.json and merges.txt) to tokenize what it renders");
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
 }
 

@@ -43,8 +43,11 @@ class ServedModel {
   int out_features() const { return out_; }
   const std::string& config_json() const { return config_; }
   const InputSpec& input() const { return input_; }
-  // "loom-hdf5", "loom-onnx" or "loom-gpt2" (config.json + model.safetensors), for the metadata.
+  // "loom-hdf5", "loom-onnx", "loom-gpt2" or "loom-hf" (a Hugging Face folder: config.json and
+  // safetensors), for the metadata.
   const char* platform() const { return platform_; }
+  // A language model's decoder family, for the load line: gpt, gpt2, llama, mistral, qwen2, qwen3.
+  const std::string& family() const { return family_; }
   // What the model takes and gives, as the metadata reports it.
   const std::vector<TensorDesc>& inputs() const { return inputs_; }
   const std::vector<TensorDesc>& outputs() const { return outputs_; }
@@ -85,6 +88,7 @@ class ServedModel {
   int in_ = 0, out_ = 0;
   bool cuda_ = false;
   const char* platform_ = "loom-hdf5";
+  std::string family_ = "gpt";
   InputSpec input_;
   std::vector<TensorDesc> inputs_, outputs_;
   bool batched_ = true;
@@ -93,7 +97,7 @@ class ServedModel {
   std::unique_ptr<llm::ChatFormat> chat_;
   void check_finite(const std::vector<rt::Param>& params) const;
   void load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, const LlmOptions& llm);
-  void load_gpt2(const LlmOptions& llm);
+  void load_hf(const LlmOptions& llm);
   void load_onnx(const std::string& device);
 };
 

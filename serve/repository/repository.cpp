@@ -31,18 +31,25 @@ bool stat_file(const std::string& p, int64_t* mtime_ns, int64_t* size) {
   return true;
 }
 
-std::vector<std::string> subdirs(const std::string& dir) {
+// The entries of dir whose stat() passes `keep`, sorted.
+std::vector<std::string> entries(const std::string& dir, bool (*keep)(const std::string& name, const struct stat&)) {
   std::vector<std::string> out;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       std::string n = e->d_name;
       struct stat st;
-      if (valid_name(n) && stat((dir + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.push_back(n);
+      if (n != "." && n != ".." && stat((dir + "/" + n).c_str(), &st) == 0 && keep(n, st)) out.push_back(n);
     }
     closedir(d);
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+std::vector<std::string> subdirs(const std::string& dir) {
+  return entries(dir, [](const std::string& n, const struct stat& st) { return valid_name(n) && S_ISDIR(st.st_mode); });
+}
+std::vector<std::string> files_in(const std::string& dir) {
+  return entries(dir, [](const std::string&, const struct stat& st) { return S_ISREG(st.st_mode); });
 }
 }  // namespace
 
@@ -91,8 +98,9 @@ Repository::Wanted Repository::scan() {
       throw rt::Error("--model-repository " + dir_ + ": not a folder");
     for (const auto& m : subdirs(dir_))
       for (const auto& v : served_versions(m)) {
-        // Triton's layout (an HDF5 file first), or GPT-2's: model.safetensors beside config.json.
-        for (const char* file : {"model.h5", "model.onnx", "model.safetensors"}) {
+        // Triton's layout (an HDF5 file first), or Hugging Face's: model.safetensors (or its
+        // shards' index) beside config.json.
+        for (const char* file : {"model.h5", "model.onnx", "model.safetensors", "model.safetensors.index.json"}) {
           const std::string f = dir_ + "/" + m + "/" + v + "/" + file;
           int64_t t, s;
           if (stat_file(f, &t, &s)) {
@@ -113,9 +121,9 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   if (!dir_.empty() && file.compare(0, dir_.size() + 1, dir_ + "/") == 0) {
     std::string why = contained(file);
     const std::string folder = file.substr(0, file.rfind('/'));
-    for (const char* beside : {"/config.json", "/vocab.json", "/merges.txt"})  // what a GPT-2 folder reads beside its weights
-      if (why.empty() && is_safetensors_file(file) && access((folder + beside).c_str(), F_OK) == 0)
-        why = contained(folder + beside);
+    if (is_safetensors_file(file))  // a Hugging Face folder: every file it reads (shards, tokenizer, template) stays inside
+      for (const auto& f : files_in(folder))
+        if (why.empty()) why = contained(folder + "/" + f);
     if (!why.empty()) throw rt::Error(why);
     for (const std::string& p : {dir_, dir_ + "/" + name, dir_ + "/" + name + "/" + version, file}) warn_writable(p, log_);
   } else {
@@ -145,7 +153,7 @@ std::shared_ptr<Batcher> Repository::load(const std::string& name, const std::st
   std::string what;
   if (model->engine()) {
     const LlmOptions& l = model->engine()->options();
-    what = std::string(model->platform() == std::string("loom-gpt2") ? "gpt2" : "gpt") + ", context " + std::to_string(model->engine()->context()) +
+    what = model->family() + ", context " + std::to_string(model->engine()->context()) +
            ", generate, up to " + std::to_string(l.max_num_seqs) + " sequences, " + std::to_string(model->engine()->stats().blocks_total) +
            " KV blocks of " + std::to_string(l.kv_block_tokens) + " tokens, " +
            (model->engine()->tokenizer() ? std::string(model->engine()->tokenizer()->kind()) + " tokenizer" : "token ids only") + (model->chat() ? ", chat template" : "");

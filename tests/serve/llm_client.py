@@ -111,6 +111,58 @@ def tokenize(url, model, vocab, merges):
     return 1 if bad else 0
 
 
+def hf_tokenize(url, model, folder):
+    """tokenizer.json through `tokenizers` against loom-serve: ids with the post-processor's
+    specials (a completion's prompt), and /detokenize equal to tokenizers' decode."""
+    import os
+    from tokenizers import Tokenizer
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from hf_ref import TEXTS
+    hf = Tokenizer.from_file(folder + "/tokenizer.json")
+    bad = 0
+    for t in TEXTS:
+        with post(url + "/tokenize", {"model": model, "prompt": t}) as r:
+            got = json.load(r)["tokens"]
+        want = hf.encode(t, add_special_tokens=True).ids
+        with post(url + "/detokenize", {"model": model, "tokens": want}) as r:
+            back = json.load(r)["prompt"]
+        if got != want or back != hf.decode(want, skip_special_tokens=True):
+            bad += 1
+            print(f"  {t[:40]!r}: loom {got[:16]} tokenizers {want[:16]} back {back[:40]!r} want {hf.decode(want, skip_special_tokens=True)[:40]!r}")
+    print(f"llm_client: {model}: {len(TEXTS) - bad}/{len(TEXTS)} texts tokenized as Hugging Face's tokenizers does and decoded as it decodes")
+    return 1 if bad else 0
+
+
+def hf_chat(url, model, folder):
+    """Chat prompts: loom-serve's /tokenize of messages against the folder's template rendered by
+    Jinja2 (as transformers' apply_chat_template) and encoded by `tokenizers` without specials."""
+    import jinja2
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(folder + "/tokenizer.json")
+    cfg = json.load(open(folder + "/tokenizer_config.json"))
+    try:
+        source = open(folder + "/chat_template.jinja").read()
+    except FileNotFoundError:
+        source = cfg["chat_template"]
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    tmpl = env.from_string(source)
+    convs = [[{"role": "user", "content": "Hello there, what is ½ of ②?"}],
+             [{"role": "system", "content": "Answer in Hindi."}, {"role": "user", "content": "नमस्ते! How are you?"},
+              {"role": "assistant", "content": "मैं ठीक हूँ।"}, {"role": "user", "content": "And in Thai? สวัสดี"}]]
+    bad = 0
+    for m in convs:
+        text = tmpl.render(messages=m, add_generation_prompt=True, bos_token=cfg.get("bos_token") or "", eos_token=cfg.get("eos_token") or "")
+        want = hf.encode(text, add_special_tokens=False).ids
+        with post(url + "/tokenize", {"model": model, "messages": m}) as r:
+            got = json.load(r)["tokens"]
+        if got != want:
+            bad += 1
+            print(f"  chat {m[0]['content'][:20]!r}: loom {got[:20]} want {want[:20]}")
+    print(f"llm_client: {model}: {len(convs) - bad}/{len(convs)} chat prompts equal to the template's rendering, tokenized")
+    return 1 if bad else 0
+
+
 def openai_client(url, model, expected, prompt):
     import openai
     c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
@@ -176,6 +228,10 @@ if __name__ == "__main__":
         sys.exit(openai_client(*sys.argv[2:6]))
     if sys.argv[1] == "flood":
         sys.exit(flood(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if sys.argv[1] == "hf-tokenize":
+        sys.exit(hf_tokenize(*sys.argv[2:5]))
+    if sys.argv[1] == "hf-chat":
+        sys.exit(hf_chat(*sys.argv[2:5]))
     if sys.argv[1] == "tokenize":
         sys.exit(tokenize(*sys.argv[2:6]))
     if sys.argv[1] == "greedy":

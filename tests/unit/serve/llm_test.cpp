@@ -285,9 +285,9 @@ TEST(Engine, EqualsTheGptsOwnForwardPassWithPreemptionAndPrefixHits) {
     for (bool prefix : {true, false}) {
       loom::serve::LlmOptions o;
       o.kv_block_tokens = 4;
-      o.kv_cache_bytes = blocks * loom::rt::KvCache::bytes_per_block(loom::rt::DecoderConfig{c.vocab, c.context, c.layers, c.heads, c.embd}, 4);
+      o.kv_cache_bytes = blocks * loom::rt::KvCache::bytes_per_block(loom::rt::decoder_from_gpt(g).c, 4);
       o.prefix_caching = prefix;
-      loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o);
+      loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, {}, o);
       std::vector<std::thread> ts;
       std::vector<std::vector<int32_t>> got(prompts.size());
       for (size_t i = 0; i < prompts.size(); ++i) ts.emplace_back([&, i] { got[i] = engine_tokens(e, prompts[i], 20); });
@@ -309,7 +309,7 @@ TEST(Engine, RefusesWhatCannotRun) {
   loom::rt::Gpt g(c, 1);
   loom::serve::LlmOptions o;
   o.kv_block_tokens = 2;
-  loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o);
+  loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, {}, o);
   const auto later = loom::serve::Clock::now() + std::chrono::seconds(5);
   EXPECT_THROW(e.submit({}, {}, later), loom::serve::ServeError);
   EXPECT_THROW(e.submit({1, 2, 3, 4, 5, 6, 7, 8}, {}, later), loom::serve::ServeError);  // no room in the context
@@ -319,7 +319,7 @@ TEST(Engine, RefusesWhatCannotRun) {
   p.max_tokens = 1000;
   EXPECT_EQ(engine_tokens(e, {1, 2, 3}, 1000).size(), 5u);  // capped by the context of 8
   o.kv_cache_bytes = 1;
-  EXPECT_THROW(loom::serve::llm::Engine(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, -1, o), loom::rt::Error);
+  EXPECT_THROW(loom::serve::llm::Engine(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, {}, o), loom::rt::Error);
 }
 
 }  // namespace

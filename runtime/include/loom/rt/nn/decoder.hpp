@@ -1,6 +1,8 @@
-// decoder.hpp — a GPT decoder for inference over a paged KV cache: the weights of Loom's `gpt`
-// or of a GPT-2 checkpoint (config.json + model.safetensors, Hugging Face's layout), and one
-// forward pass over any mix of rows — a prompt's tokens being prefilled beside other sequences'
+// decoder.hpp — the decoder every served language model shares, for inference over a paged KV
+// cache: Loom's `gpt`, GPT-2 and the Llama family (Llama, Mistral, Qwen2, Qwen3) as Hugging Face
+// folders hold them (io/hf_decoder.hpp), as configurations of one layer — LayerNorm or RMSNorm,
+// learned positions or RoPE, multi-head, grouped-query or multi-query attention, GELU or SwiGLU —,
+// and one forward pass over any mix of rows — a prompt's tokens being prefilled beside other sequences'
 // single decode tokens —, each row writing its key and value into its sequence's blocks and
 // attending to every earlier position through the sequence's block table (vLLM's PagedAttention
 // on the CPU). One GEMM per layer for all rows of all sequences.
@@ -17,26 +19,48 @@
 
 namespace loom::rt {
 
+// Rotary position embedding (Su et al.), as Hugging Face's rotate_half: within the first `dim`
+// values of a head, value i and value i + dim/2 turn by position * inv_freq[i].
+struct RopeConfig {
+  int dim = 0;                  // 0: no RoPE (learned positions, wpe)
+  std::vector<float> inv_freq;  // dim / 2 frequencies, scaling (linear, llama3, yarn) applied
+  float attention_factor = 1;   // yarn's scale of cos and sin
+  // "dynamic" NTK scaling: past `original` positions the base grows with the sequence's length.
+  float dynamic_factor = 0, theta = 10000;
+  int original = 0;
+};
+
 struct DecoderConfig {
   int vocab = 0, context = 0, layers = 0, heads = 0, embd = 0;
   float ln_eps = 1e-5f;
   bool gelu_tanh = false;  // GPT-2's gelu_new; Loom's gpt uses the erf GELU
-  int head_size = 0;       // a pruned gpt's; 0: embd / heads
+  int head_size = 0;       // a pruned gpt's, or config.json's head_dim; 0: embd / heads
+  int kv_heads = 0;        // grouped-query attention's key/value heads; 0: heads
+  bool rms_norm = false;   // RMSNorm (no bias, no mean) instead of LayerNorm
+  bool swiglu = false;     // MLP down(silu(gate x) * up x) instead of GELU
+  bool qk_norm = false;    // Qwen3: RMSNorm over each head of q and k before RoPE
+  int sliding_window = 0;  // Mistral: a position attends to the last W positions; 0: all
+  RopeConfig rope;
   int hs() const { return head_size ? head_size : embd / heads; }
-  int attn() const { return heads * hs(); }  // q, k and v's width: what the KV cache holds per token
+  int kvh() const { return kv_heads ? kv_heads : heads; }
+  int attn() const { return heads * hs(); }  // q's width: the attention's output
+  int kv() const { return kvh() * hs(); }    // k's and v's width: what the KV cache holds per token
 };
 
 // An INT8 model's linear layer: int8 weights, each input row quantized as it comes (int8.hpp).
 using Int8Linear = std::shared_ptr<const int8::DynamicLinear>;
 
-struct DecoderLayer {  // linear weights [out, in] (torch.nn.Linear's layout)
+// Linear weights [out, in] (torch.nn.Linear's layout). w_qkv stacks q, k and v's rows; with
+// SwiGLU, w_fc stacks gate's rows and then up's. A bias or norm a model lacks is an empty tensor.
+struct DecoderLayer {
   Tensor ln1_g, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_g, ln2_b, w_fc, b_fc, w_p, b_p;
+  Tensor q_norm, k_norm;  // [head size], Qwen3's
   Int8Linear q_qkv, q_o, q_fc, q_p;  // when set, the layer's GEMM runs in int8 and its float weight is empty
 };
 
 struct DecoderWeights {
   DecoderConfig c;
-  Tensor wte, wpe;  // [vocab, C], [context, C]
+  Tensor wte, wpe;  // [vocab, C], [context, C] (none with RoPE)
   std::vector<DecoderLayer> layers;
   Tensor lnf_g, lnf_b, lm_head;  // lm_head [vocab, C]: GPT-2's is wte (tied)
   Int8Linear q_lm_head;
@@ -45,13 +69,13 @@ struct DecoderWeights {
 // The weights of a trained Loom gpt (shared with it, not copied).
 DecoderWeights decoder_from_gpt(Gpt& gpt);
 
-// Keys and values of every layer in blocks of block_tokens positions: [blocks, block_tokens, attn]
-// per layer for K and for V.
+// Keys and values of every layer in blocks of block_tokens positions: [blocks, block_tokens, kv]
+// per layer for K and for V (kv: the key/value heads' width, smaller than q's under GQA).
 class KvCache {
  public:
   KvCache(const DecoderConfig& c, int blocks, int block_tokens);
   static size_t bytes_per_block(const DecoderConfig& c, int block_tokens) {
-    return 2ull * static_cast<size_t>(c.layers) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.attn()) * sizeof(float);
+    return 2ull * static_cast<size_t>(c.layers) * static_cast<size_t>(block_tokens) * static_cast<size_t>(c.kv()) * sizeof(float);
   }
   int blocks() const { return blocks_; }
   int block_tokens() const { return bt_; }
@@ -85,6 +109,9 @@ class Decoder {
 
  private:
   void attention(KvCache& kv, const DecodeBatch& b, int layer);
+  void norm(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y);
+  void position_in(const DecodeBatch& b, int layer);  // RoPE and Qwen3's q/k norms on qkv_
+  void mlp(const DecoderLayer& L, int64_t rows);
   // y = x w^T (+ bias): in int8 when q is set, else in float.
   static void linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y);
   DecoderWeights w_;
