@@ -7,7 +7,8 @@ tokenizers write them, and what those libraries answer for them.
       transformers' PreTrainedTokenizerFast (tokenizer.json, tokenizer_config.json with the
       family's chat template). STYLE: llama3 (Llama 3's split pattern, ByteLevel, ignore_merges,
       the BOS template), qwen (NFC, Qwen2's pattern, ChatML, <tool_call> tokens), mistral
-      (Metaspace, byte_fallback, <s> BOS), legacy (Llama 2: Prepend and Replace normalizers).
+      (Metaspace, byte_fallback, <s> BOS), legacy (Llama 2: Prepend and Replace normalizers),
+      gpt2 (GPT-2's ByteLevel with its own pattern, as transformers 5 saves GPT-2: tokenizer.json only).
   model DIR ARCH [--dtype float32|float16|bfloat16] [--shard BYTES] [--seed S] [--rope JSON]
       a model of ARCH (llama, mistral, qwen2, qwen3) with random weights of the folder's
       vocabulary, written by transformers' save_pretrained (sharded when --shard is given), with
@@ -78,7 +79,14 @@ MISTRAL_TEMPLATE = ("{{- bos_token }}{%- for message in messages %}{%- if messag
 def tokenizer(out, style):
     from tokenizers import Tokenizer, Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
-    if style in ("llama3", "qwen"):
+    if style == "gpt2":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=800, special_tokens=["<|endoftext|>"],
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+        kw = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", chat_template=QWEN_TEMPLATE.replace("<|im_end|>", "<|endoftext|>"))
+    elif style in ("llama3", "qwen"):
         specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"] if style == "llama3" \
             else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
