@@ -147,6 +147,8 @@ po::options_description describe(Cli& c, Context& ctx) {
       "kv-block-tokens", po::value(&ctx.options.llm.kv_block_tokens)->default_value(16), "language models: positions per KV block")(
       "enable-prefix-caching", "language models: share the KV blocks of a common prompt prefix (the default)")(
       "no-prefix-caching", po::bool_switch(&c.no_prefix_caching), "language models: compute every prompt in full")(
+      "tool-call-parser", po::value(&ctx.options.llm.tool_call_parser),
+      "language models: hermes | llama3_json | mistral, the format tool calls are read in (default: from each model's tokens)")(
       "poll-s", po::value(&c.poll_s), "reload changed models every S seconds (default: on SIGHUP only)")(
       "strict-readiness", po::bool_switch(&ctx.strict_readiness),
       "ready only when every model found is loaded (default: ready when the server serves any)")(
@@ -194,6 +196,9 @@ std::string check_options(const Cli& c, const Context& ctx, const po::variables_
     return "--max-run-memory-mb must be 1-1073741824";
   if (ctx.options.threads < 1) return "--threads must be at least 1";
   if (ctx.options.llm.max_num_seqs < 1 || ctx.options.llm.max_num_seqs > 4096) return "--max-num-seqs must be 1-4096";
+  if (!ctx.options.llm.tool_call_parser.empty() && ctx.options.llm.tool_call_parser != "hermes" &&
+      ctx.options.llm.tool_call_parser != "llama3_json" && ctx.options.llm.tool_call_parser != "mistral")
+    return "--tool-call-parser must be hermes, llama3_json or mistral";
   if (ctx.options.llm.kv_block_tokens < 1 || ctx.options.llm.kv_block_tokens > 1024) return "--kv-block-tokens must be 1-1024";
   if (ctx.options.llm.kv_cache_bytes < 4096 || ctx.options.llm.kv_cache_bytes > (size_t{1} << 40))
     return "--kv-cache-bytes must be 4096 to 2^40";
@@ -327,6 +332,7 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
                       std::to_string(ctx.options.max_run_memory_mb), "--device", ctx.options.device, "--max-num-seqs",
                       std::to_string(ctx.options.llm.max_num_seqs), "--kv-cache-bytes", std::to_string(ctx.options.llm.kv_cache_bytes),
                       "--kv-block-tokens", std::to_string(ctx.options.llm.kv_block_tokens)};
+  if (!ctx.options.llm.tool_call_parser.empty()) c.ctl.serve_args.insert(c.ctl.serve_args.end(), {"--tool-call-parser", ctx.options.llm.tool_call_parser});
   if (c.no_prefix_caching) c.ctl.serve_args.push_back("--no-prefix-caching");
   c.ctl.max_held_bytes = c.held_mb << 20;
   return run_controller(c.ctl, ctx, c.bind, c.http_port, c.grpc_port, log_event, [&set] {

@@ -19,6 +19,7 @@ struct LlmOptions {
   int max_waiting = 1024;                 // queued beyond that: 503
   int max_batched_tokens = 2048;          // rows of one forward pass (a longer prompt runs alone)
   int threads = 1;                        // BLAS/OpenMP threads of its forward passes (--threads)
+  std::string tool_call_parser;           // hermes | llama3_json | mistral; empty: from each model's folder
 };
 
 struct Options {

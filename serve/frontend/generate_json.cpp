@@ -175,11 +175,34 @@ std::string message_content(const nlohmann::ordered_json& c, size_t k) {
   return text;
 }
 
-// The template's variables from the request: `tools` (a list; shown to the model by its template,
-// as vLLM does with tool_choice "none": tool calls are not parsed from the output) and
-// chat_template_kwargs' members (vLLM's, such as enable_thinking).
+// tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name": N}}, N one
+// of the tools' functions. Absent: "auto" when there are tools (as vLLM), resolved against the
+// model's tool-call format when the request is answered.
+void read_tool_choice(const nlohmann::ordered_json& req, const nlohmann::ordered_json& tools, ChatRequest* r) {
+  auto c = req.find("tool_choice");
+  if (c == req.end() || c->is_null()) {
+    r->tool_choice = tools.empty() ? "none" : "default";
+    return;
+  }
+  if (c->is_string() && (*c == "none" || *c == "auto" || *c == "required")) {
+    r->tool_choice = c->get<std::string>();
+  } else if (c->is_object() && c->value("type", "") == "function" && c->contains("function") && (*c)["function"].is_object() &&
+             (*c)["function"].contains("name") && (*c)["function"]["name"].is_string()) {
+    r->tool_choice = "function";
+    r->tool_function = (*c)["function"]["name"].get<std::string>();
+    bool known = false;
+    for (const auto& t : tools) known = known || (t.is_object() && t.contains("function") && t["function"].is_object() && t["function"].value("name", "") == r->tool_function);
+    if (!known) bad("tool_choice names the function '" + r->tool_function.substr(0, 64) + "', which tools does not hold");
+  } else {
+    bad("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  if ((r->tool_choice == "required" || r->tool_choice == "function") && tools.empty()) bad("tool_choice " + r->tool_choice + " needs tools");
+}
+
+// The template's variables from the request: `tools` (a list, shown to the model by its template)
+// and chat_template_kwargs' members (vLLM's, such as enable_thinking).
 // Moved out of the request: nothing of them is copied.
-nlohmann::ordered_json template_vars(nlohmann::ordered_json& req) {
+nlohmann::ordered_json template_vars(nlohmann::ordered_json& req, ChatRequest* r) {
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
   if (auto k = req.find("chat_template_kwargs"); k != req.end() && !k->is_null()) {
     if (!k->is_object()) bad("chat_template_kwargs must be an object");
@@ -190,9 +213,7 @@ nlohmann::ordered_json template_vars(nlohmann::ordered_json& req) {
     if (!t->is_array()) bad("tools must be a list");
     vars["tools"] = std::move(*t);
   }
-  if (auto c = req.find("tool_choice"); c != req.end() && !c->is_null() && *c != "none")
-    bad("tool_choice must be \"none\": loom-serve shows the tools to the model through its chat template but does not "
-        "parse tool calls from what it writes");
+  read_tool_choice(req, vars.contains("tools") ? vars["tools"] : nlohmann::ordered_json::array(), r);
   return vars;
 }
 
@@ -220,7 +241,7 @@ ChatRequest parse_chat_request(const std::string& body) {
     if (!a->is_boolean()) bad("add_generation_prompt must be true or false");
     r.add_generation_prompt = a->get<bool>();
   }
-  r.vars = template_vars(ordered);
+  r.vars = template_vars(ordered, &r);
   for (const char* k : {"messages", "tools", "tool_choice", "chat_template_kwargs", "add_generation_prompt"}) ordered.erase(k);
   json req = ordered;  // what is left: the sampling parameters
   req["prompt"] = "";

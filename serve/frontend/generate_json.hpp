@@ -50,6 +50,9 @@ struct ChatRequest {
   nlohmann::ordered_json messages;  // the message objects as sent (in their keys' order), contents as text
   nlohmann::ordered_json vars;      // more template variables: tools, chat_template_kwargs' members
   bool add_generation_prompt = true;
+  // none | auto | required | function (tool_function names it) | default (tools, no choice sent:
+  // auto where the model has a tool-call format, else none)
+  std::string tool_choice = "none", tool_function;
 };
 ChatRequest parse_chat_request(const std::string& body);
 

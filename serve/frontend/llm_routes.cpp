@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/kserve_json.hpp"
+#include "frontend/chat_tools.hpp"
 #include "frontend/generate_json.hpp"
 
 namespace loom::serve {
@@ -188,6 +189,7 @@ struct ChoiceText {
   int completion_tokens = 0;
   Utf8Chunker chunker;
   bool role_sent = false;  // a chat stream's first delta carries the role
+  size_t tool_sent = 0;    // with tools: the bytes of content a stream sent
 };
 
 std::string token_name(int32_t id) { return "token_id:" + std::to_string(id); }
@@ -247,7 +249,8 @@ json add_event(ChoiceText& c, const llm::TokenEvent& e, const CompletionRequest&
 
 // The sequences of `req` on `prompt`, answered as a completion (or, with `chat`, a chat
 // completion): one JSON answer, or server-sent events ending with [DONE].
-Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const std::vector<int32_t>& prompt, bool chat) {
+Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const std::vector<int32_t>& prompt, bool chat,
+             const ToolMode& tools = {}) {
   const auto deadline = deadline_of(ctx);
   std::shared_ptr<void> slot = req.stream ? stream_slot(ctx) : nullptr;
   auto s = std::make_shared<llm::Stream>();
@@ -275,7 +278,7 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
   };
   Reply r;
   if (!req.stream) {  // answered whole, once every sequence ends; a client who leaves first cancels them
-    r.finish = [s, deadline, req, head, usage, chat](Reply& r, const std::function<bool()>& client_here) {
+    r.finish = [s, deadline, req, head, usage, chat, tools](Reply& r, const std::function<bool()>& client_here) {
       std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
       Clock::time_point checked{};
       try {
@@ -297,7 +300,11 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
       for (size_t i = 0; i < cs.size(); ++i) {
         json c = {{"index", i}, {"text", cs[i].text}, {"token_ids", cs[i].ids}, {"finish_reason", cs[i].finish}};
         c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
-        res["choices"].push_back(chat ? as_chat(c, cs[i], false, req) : c);
+        if (chat) {
+          c = as_chat(c, cs[i], false, req);
+          tool_message(tools, cs[i].text, c);
+        }
+        res["choices"].push_back(c);
       }
       res["usage"] = usage(cs);
       r.body = dump_json(res);
@@ -306,7 +313,7 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
     return r;
   }
   r.content_type = "text/event-stream";
-  r.stream = [t, s, deadline, req, head, usage, slot, chat](const std::function<bool(const std::string&)>& send) {
+  r.stream = [t, s, deadline, req, head, usage, slot, chat, tools](const std::function<bool(const std::string&)>& send) {
     std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
     try {
       for (int left = req.n; left > 0;) {
@@ -315,7 +322,11 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
         json chunk = head();
         ChoiceText& c = cs[static_cast<size_t>(e.index)];
         json choice = add_event(c, e, req);
-        chunk["choices"] = json::array({chat ? as_chat(choice, c, true, req) : choice});
+        if (chat) {
+          choice = as_chat(choice, c, true, req);
+          tool_delta(tools, c.text, &c.tool_sent, e.done, choice);
+        }
+        chunk["choices"] = json::array({choice});
         left -= e.done ? 1 : 0;
         if (!send("data: " + dump_json(chunk) + "\n\n")) return s->cancel();
       }
@@ -355,8 +366,9 @@ Reply chat_completions(Context& ctx, const std::string& body) {
   if (req.completion.model.empty()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
   const llm::ChatFormat& f = chat_format(t);
+  const ToolMode tools = tool_mode(req, f, t.name);
   const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
-  return answer(ctx, t, req.completion, prompt_ids(t, prompt, false), true);
+  return answer(ctx, t, req.completion, prompt_ids(t, prompt + tools.opening, false), true, tools);
 }
 
 // vLLM's POST /tokenize {"model", "prompt"} -> {"tokens", "count", "max_model_len"} and

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "tool_calls.hpp"
+
 namespace loom::serve::llm {
 
 struct ChatMessage {
@@ -59,6 +61,7 @@ class ChatTemplate {
 struct ChatFormat {
   ChatTemplate tmpl;
   std::string bos, eos;
+  ToolParser tools = ToolParser::kNone;  // the format its tool calls are read in
 };
 std::unique_ptr<ChatFormat> load_chat_format(const std::string& folder);
 

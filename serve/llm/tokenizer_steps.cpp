@@ -242,17 +242,20 @@ void split_pieces(std::vector<Piece>& pieces, const std::function<std::vector<st
       at = m.second;
     }
     if (at < p.text.size()) seg.push_back({{at, p.text.size()}, invert});
+    // tokenizers' delimiter behaviours: "the-final--countdown" is MergedWithPrevious
+    // [the-, final-, -, countdown], MergedWithNext [the, -final, -, -countdown], Contiguous
+    // [the, -, final, --, countdown].
     std::vector<std::pair<size_t, size_t>> parts;
-    bool glue_next = false, last_match = false;
+    bool last_match = false, any = false;
     for (const auto& s : seg) {
       const bool match = s.second;
-      if (match && how == Behavior::kRemoved) continue;
-      if (match && how == Behavior::kMergedWithPrevious && !parts.empty()) parts.back().second = s.first.second;
-      else if (match && how == Behavior::kContiguous && last_match && !parts.empty()) parts.back().second = s.first.second;
-      else if (glue_next) parts.back().second = s.first.second;
-      else parts.push_back(s.first);
-      glue_next = match && how == Behavior::kMergedWithNext;
-      last_match = match;
+      const bool glue = any && ((match && how == Behavior::kMergedWithPrevious && !last_match) || (match && how == Behavior::kContiguous && last_match) ||
+                                (!match && how == Behavior::kMergedWithNext && last_match));
+      if (!(match && how == Behavior::kRemoved)) {
+        if (glue) parts.back().second = s.first.second;
+        else parts.push_back(s.first);
+      }
+      last_match = match, any = any || !(match && how == Behavior::kRemoved);
     }
     for (size_t i = 0; i < parts.size(); ++i)
       out.push_back({p.text.substr(parts[i].first, parts[i].second - parts[i].first), p.first && parts[i].first == 0});

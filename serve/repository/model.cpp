@@ -123,6 +123,7 @@ void ServedModel::load_gpt(const rt::ModelFile& f, const nlohmann::json& cfg, co
   }
   auto tok = std::make_unique<llm::ByteTokenizer>(std::move(bytes), gpt.config().vocab, path_);
   chat_ = chat_format_of(path_.substr(0, path_.rfind('/')));
+  if (chat_ && !llm.tool_call_parser.empty()) chat_->tools = llm::tool_parser_named(llm.tool_call_parser);
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(rt::gpt_decoder(path_, f, gpt)), std::move(tok), std::vector<int32_t>{}, llm), path_);
 }
 
@@ -177,6 +178,7 @@ void ServedModel::load_hf(const LlmOptions& llm) {
   std::unique_ptr<llm::Tokenizer> tok = folder_tokenizer(folder, w.c.vocab);
   chat_ = chat_format_of(folder);
   if (chat_ && !tok) throw rt::Error(folder + ": a chat template, but no tokenizer.json (or vocab.json and merges.txt) to tokenize what it renders");
+  if (chat_) chat_->tools = llm.tool_call_parser.empty() ? llm::tool_parser_of(tok.get(), "") : llm::tool_parser_named(llm.tool_call_parser);
   backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
 }
 
