@@ -190,7 +190,15 @@ struct ChoiceText {
   Utf8Chunker chunker;
   bool role_sent = false;  // a chat stream's first delta carries the role
   size_t tool_sent = 0;    // with tools: the bytes of content a stream sent
+  std::string tool_text;   // with tools: the output with its special tokens' texts, as a parser reads it
 };
+
+// With tools, the event's text into c.tool_text, and a special token's that marks a call ([TOOL_CALLS]).
+void add_tool_text(ChoiceText& c, const llm::TokenEvent& e, const ToolMode& tools, const llm::Tokenizer* tok) {
+  if (tools.parser == llm::ToolParser::kNone) return;
+  const std::string special = tok && e.token >= 0 ? tok->special_text(e.token) : "";
+  c.tool_text += llm::is_tool_marker(special) ? special : e.text;
+}
 
 std::string token_name(int32_t id) { return "token_id:" + std::to_string(id); }
 
@@ -278,7 +286,7 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
   };
   Reply r;
   if (!req.stream) {  // answered whole, once every sequence ends; a client who leaves first cancels them
-    r.finish = [s, deadline, req, head, usage, chat, tools](Reply& r, const std::function<bool()>& client_here) {
+    r.finish = [s, deadline, req, head, usage, chat, tools, tok = t.engine->tokenizer()](Reply& r, const std::function<bool()>& client_here) {
       std::vector<ChoiceText> cs(static_cast<size_t>(req.n));
       Clock::time_point checked{};
       try {
@@ -287,6 +295,7 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
           if (!next_event_while(*s, deadline, client_here, checked, &e)) return false;
           if (e.error != Status::kOk) throw ServeError(e.error, e.message);
           add_event(cs[static_cast<size_t>(e.index)], e, req);
+          add_tool_text(cs[static_cast<size_t>(e.index)], e, tools, tok);
           left -= e.done ? 1 : 0;
         }
       } catch (const loom::Error& e) {  // OpenAI's error body, in r's fields: r holds this function
@@ -302,7 +311,7 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
         c["logprobs"] = req.params.logprobs >= 0 ? logprobs_json(cs[i].ids, cs[i].logprobs, cs[i].top) : json(nullptr);
         if (chat) {
           c = as_chat(c, cs[i], false, req);
-          tool_message(tools, cs[i].text, c);
+          tool_message(tools, cs[i].tool_text, c);
         }
         res["choices"].push_back(c);
       }
@@ -322,9 +331,10 @@ Reply answer(Context& ctx, const Target& t, const CompletionRequest& req, const 
         json chunk = head();
         ChoiceText& c = cs[static_cast<size_t>(e.index)];
         json choice = add_event(c, e, req);
+        add_tool_text(c, e, tools, t.engine->tokenizer());
         if (chat) {
           choice = as_chat(choice, c, true, req);
-          tool_delta(tools, c.text, &c.tool_sent, e.done, choice);
+          tool_delta(tools, c.tool_text, &c.tool_sent, e.done, choice);
         }
         chunk["choices"] = json::array({choice});
         left -= e.done ? 1 : 0;

@@ -35,6 +35,9 @@ class Tokenizer {
     for (int32_t id : ids) s += decode(id);
     return s;
   }
+  // A special token's text (decode gives none, as vLLM's skip_special_tokens): what a tool-call
+  // parser reads ([TOOL_CALLS], <|python_tag|>). "" for other tokens.
+  virtual std::string special_text(int32_t) const { return ""; }
   // The id of a token written whole (a special token's text), or -1.
   virtual int32_t id_of(const std::string&) const { return -1; }
   virtual const char* kind() const = 0;  // "bytes", "bpe": for the load line and metadata

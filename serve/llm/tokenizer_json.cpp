@@ -30,6 +30,7 @@ struct HfTokenizer::Impl {
   std::vector<int32_t> prefix, suffix;  // the post-processor's special tokens around a text
   size_t longest = 1;
   std::string strip;  // the decoder's Strip: what a whole text loses at its start
+  std::unordered_map<int32_t, std::string> specials;  // special tokens' texts, which decode drops
   mutable std::mutex mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
@@ -178,8 +179,8 @@ HfTokenizer::HfTokenizer(const std::string& path, int vocab) : impl_(std::make_u
     }
     for (const auto& t : m.ids) {
       const size_t i = static_cast<size_t>(t.second);
-      if (!special[i] && m.out_bytes[i].empty()) m.out_bytes[i] = m.decoder ? m.decoder->run(t.first) : t.first;
-      if (special[i]) m.out_bytes[i].clear();
+      if (!special[i]) m.out_bytes[i] = m.decoder ? m.decoder->run(t.first) : t.first;  // added tokens too, as tokenizers decodes
+      if (special[i]) m.specials[t.second] = m.out_bytes[i], m.out_bytes[i].clear();
       m.longest = std::max(m.longest, m.out_bytes[i].size());
     }
   } catch (const nlohmann::json::exception& e) {
@@ -305,6 +306,11 @@ std::string HfTokenizer::decode_text(const std::vector<int32_t>& ids) const {
 }
 
 size_t HfTokenizer::max_token_bytes() const { return impl_->longest; }
+
+std::string HfTokenizer::special_text(int32_t token) const {
+  auto it = impl_->specials.find(token);
+  return it == impl_->specials.end() ? std::string() : it->second;
+}
 
 int32_t HfTokenizer::id_of(const std::string& token) const {
   auto it = impl_->ids.find(token);

@@ -25,6 +25,7 @@ class HfTokenizer : public Tokenizer {
   const char* kind() const override { return "tokenizer.json"; }
   size_t max_token_bytes() const override;
   int32_t id_of(const std::string& token) const override;
+  std::string special_text(int32_t token) const override;
 
  private:
   struct Impl;

@@ -123,6 +123,8 @@ ToolOutput mistral(const std::string& text) {
 
 }  // namespace
 
+bool is_tool_marker(const std::string& t) { return t == kMistralCalls || t == kPythonTag || t == kHermesOpen; }
+
 ToolParser tool_parser_named(const std::string& name) {
   if (name == "hermes") return ToolParser::kHermes;
   if (name == "llama3_json") return ToolParser::kLlama3Json;

@@ -21,6 +21,10 @@ const char* tool_parser_name(ToolParser p);
 // mistral, <|python_tag|> -> llama3_json; kNone when neither says.
 ToolParser tool_parser_of(const Tokenizer* tok, const std::string& template_source);
 
+// A special token's text that a format reads ([TOOL_CALLS], <|python_tag|>): kept in the text
+// parsed, where decoding drops special tokens.
+bool is_tool_marker(const std::string& special_text);
+
 struct ToolCall {
   std::string id, name, arguments;  // arguments: JSON text
 };

@@ -5,9 +5,11 @@
 # reference (transformers' generate() where PyTorch 2 runs; else the same decoder written out in
 # Debian's PyTorch, tests/serve/hf_ref.py), plain and streamed; RoPE scaled by llama3 and yarn past
 # the original context; prompt ids equal to the tokenizers library's on a multilingual text and
-# decoded as it decodes; chat prompts equal to the template's rendering. Then each bad folder is
-# refused at load naming the file and the field, a pattern that backtracks without end fails
-# its request, and the server keeps serving the good models.
+# decoded as it decodes; chat prompts equal to the template's rendering; tool calls in the hermes,
+# llama3_json and mistral formats (auto, required, a named function) from models crafted to write
+# them, whole and streamed, as OpenAI's client reads them, and malformed ones as text. Then each
+# bad folder is refused at load naming the file and the field, a pattern that backtracks without
+# end fails its request, and the server keeps serving the good models.
 . "$(dirname "$0")/lib.sh"
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 S=$LOOM_BUILDDIR/loom-serve
@@ -78,6 +80,44 @@ expect_match "the BOS of Llama's template" '"tokens":\[0,' "$bos"
 nobos=$(curl -s "http://$http/tokenize" -H 'Content-Type: application/json' -d '{"model":"llama","prompt":"hi","add_special_tokens":false}')
 expect_no_match "add_special_tokens false" '"tokens":\[0,' "$nobos"
 
+# ---- tool calls: models crafted to answer with a call (hf_ref.py crafted), read by OpenAI's client
+if llm=$("$LOOM_SRCDIR/contrib/peer-venv.sh" llm openai tokenizers jinja2 2>peer.err); then
+  REQ='{"messages":[{"role":"user","content":"What is the weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}'
+  call='{"name": "get_weather", "arguments": {"city": "Paris"}}'
+  craft() { "$hf/bin/python" "$REF" crafted "tools/$1/1" "$2" "$3" "$REQ" "${4:-}" 2>&1 | quiet; }
+  craft hermes qwen "Checking.<tool_call>
+$call
+</tool_call>"
+  craft llama llama3 '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'
+  craft mistral mistral "[TOOL_CALLS][$call]"
+  craft malformed qwen 'Paris is sunny, <tool_call>{"name": "get_weather", "arguments": {"city": '
+  craft named qwen '{"city": "Paris"}}
+</tool_call>' '<tool_call>
+{"name": "get_weather", "arguments": '
+  craft required mistral "[$call]" '[TOOL_CALLS]'
+  chmod -R go-w tools
+  kill $pid; wait $pid 2>/dev/null
+  serve_start tools --model-repository tools --grpc-port -1
+  for spec in "hermes Checking. auto" "llama - auto" "mistral - auto" "named - get_weather" "required - required"; do
+    set -- $spec
+    content=$2
+    [ "$content" = - ] && content=""
+    run_cmd "$llm/bin/python" "$CLIENT" tools "http://$http" "$1" "$REQ" "$content" get_weather '{"city": "Paris"}' "$3"
+    [ "$rc" = 0 ] && pass || fail "$1: $out"
+    echo "$out" | tail -n 1
+  done
+  run_cmd "$llm/bin/python" "$CLIENT" tools "http://$http" malformed "$REQ" 'Paris is sunny, <tool_call>{"name": "get_weather", "arguments": {"city": ' - - auto
+  [ "$rc" = 0 ] && pass || fail "a call of malformed JSON is not returned as text: $out"
+  expect_http "tool_choice naming a function tools lacks" 400 "names the function 'nope', which tools does not hold" -X POST "http://$http/v1/chat/completions" \
+    -H 'Content-Type: application/json' -d '{"model":"hermes","messages":[{"role":"user","content":"hi"}],"tools":[],"tool_choice":{"type":"function","function":{"name":"nope"}}}'
+  kill $pid; wait $pid 2>/dev/null
+  serve_start serve --model-repository repo --grpc-port -1
+  expect_http "tool_choice auto on a model with no tool-call format" 400 "has no tool-call format" -X POST "http://$http/v1/chat/completions" \
+    -H 'Content-Type: application/json' -d '{"model":"gpt2","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"}'
+else
+  echo "SKIP (part): tool calls through OpenAI's client: $(cat peer.err)"
+fi
+
 # ---- bad folders: each refused at load, naming the file and the field
 bad() {  # NAME FROM: a copy of a good folder to spoil
   mkdir -p lies/$1/1 && cp repo/$2/1/* lies/$1/1/
@@ -103,6 +143,7 @@ bad merges qwen2 && edit lies/merges/1/tokenizer.json 'j["model"]["merges"][3] =
 bad regex llama && edit lies/regex/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<a>x)(?<a>y)["'
 bad backtrack llama && edit lies/backtrack/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|aa)+$"'
 chmod -R go-w lies
+kill $pid; wait $pid 2>/dev/null
 serve_start lies --model-repository lies --grpc-port -1
 log=$(cat lies.log)
 expect_match "an index naming a missing shard" "noshard.*model.safetensors.index.json: names the shard model-00003-of-[0-9]+.safetensors .*which the folder does not hold" "$log"

@@ -22,6 +22,12 @@ tokenizers write them, and what those libraries answer for them.
   texts
       the multilingual texts the parity tests encode (Hindi, Arabic, Thai, CJK, Cyrillic, ½ ² ①,
       NBSP, emoji, code, runs of spaces and newlines), as JSON.
+  crafted DIR STYLE OUTPUT_TEXT REQUEST_JSON [OPENING]
+      a tokenizer of STYLE and a one-layer GPT-2 whose attention and MLP are zero and whose
+      position embeddings are basis vectors: its next token depends on the position alone, and
+      the lm_head makes it write OUTPUT_TEXT (then EOS) after the chat prompt of REQUEST_JSON's
+      messages and tools, rendered by Jinja2 from the folder's template: a model that answers
+      with a crafted tool call (after OPENING, what a required call writes after the prompt).
   chat DIR MESSAGES_JSON
       apply_chat_template(messages, add_generation_prompt=True, tokenize=False), as JSON text.
 """
@@ -87,7 +93,7 @@ def tokenizer(out, style):
                                                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
         kw = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", chat_template=QWEN_TEMPLATE.replace("<|im_end|>", "<|endoftext|>"))
     elif style in ("llama3", "qwen"):
-        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"] if style == "llama3" \
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"] if style == "llama3" \
             else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
         if style == "qwen":
@@ -108,7 +114,7 @@ def tokenizer(out, style):
                                                       processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])])
             kw = dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", chat_template=LLAMA3_TEMPLATE)
     else:
-        specials = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % i for i in range(256)]
+        specials = ["<unk>", "<s>", "</s>", "[TOOL_CALLS]"] + ["<0x%02X>" % i for i in range(256)]
         tok = Tokenizer(models.BPE(byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
         if style == "legacy":
             tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
@@ -118,6 +124,10 @@ def tokenizer(out, style):
         trainer = trainers.BpeTrainer(vocab_size=1100, special_tokens=specials, show_progress=False, limit_alphabet=200)
         tok.train_from_iterator(CORPUS, trainer)
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+        # The byte tokens live in the model's vocabulary, as SentencePiece's conversions have them.
+        j = json.loads(tok.to_str())
+        j["added_tokens"] = [t for t in j["added_tokens"] if not t["content"].startswith("<0x")]
+        tok = Tokenizer.from_str(json.dumps(j))
         kw = dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", chat_template=MISTRAL_TEMPLATE)
     os.makedirs(out, exist_ok=True)
     PreTrainedTokenizerFast(tokenizer_object=tok, **kw).save_pretrained(out)
@@ -357,6 +367,35 @@ def greedy(folder, n, prompts):
     return out
 
 
+def crafted(out, style, text, request, opening=""):
+    import jinja2, torch
+    from tokenizers import Tokenizer
+    tokenizer(out, style)
+    tok = Tokenizer.from_file(out + "/tokenizer.json")
+    cfg = json.load(open(out + "/tokenizer_config.json"))
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    req = json.loads(request)
+    prompt = env.from_string(open(out + "/chat_template.jinja").read()).render(
+        messages=req["messages"], tools=req.get("tools"), add_generation_prompt=True, bos_token=cfg.get("bos_token") or "", eos_token=cfg.get("eos_token") or "")
+    n = len(tok.encode(prompt + opening, add_special_tokens=False).ids)
+    eos = tok.token_to_id(cfg["eos_token"])
+    want = tok.encode(text, add_special_tokens=False).ids + [eos]
+    V, C, T = tok.get_vocab_size(with_added_tokens=True) + 3, 512, 512
+    assert n + len(want) <= C, "the prompt and output must fit the crafted positions"
+    t = {"wte.weight": torch.zeros(V, C), "wpe.weight": 10 * torch.eye(T, C), "ln_f.weight": torch.ones(C), "ln_f.bias": torch.zeros(C),
+         "lm_head.weight": torch.zeros(V, C)}
+    for k, tid in enumerate(want):
+        t["lm_head.weight"][tid, n - 1 + k] = 1.0
+    for name, shape in (("ln_1.weight", (C,)), ("ln_1.bias", (C,)), ("attn.c_attn.weight", (C, 3 * C)), ("attn.c_attn.bias", (3 * C,)),
+                        ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)), ("ln_2.weight", (C,)), ("ln_2.bias", (C,)),
+                        ("mlp.c_fc.weight", (C, 4 * C)), ("mlp.c_fc.bias", (4 * C,)), ("mlp.c_proj.weight", (4 * C, C)), ("mlp.c_proj.bias", (C,))):
+        t["h.0." + name] = torch.zeros(shape)
+    write_safetensors(out + "/model.safetensors", t, "float32")
+    json.dump({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1, "n_head": 4, "n_embd": C, "n_positions": T,
+               "vocab_size": V, "eos_token_id": eos, "activation_function": "gelu_new"}, open(out + "/config.json", "w"))
+
+
 def main():
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "texts":
@@ -374,6 +413,8 @@ def main():
         from transformers import AutoTokenizer
         t = AutoTokenizer.from_pretrained(a[0])
         print(json.dumps([t(s, add_special_tokens=True)["input_ids"] for s in json.loads(a[1])]))
+    elif cmd == "crafted":
+        crafted(*a[:5])
     elif cmd == "chat":
         from transformers import AutoTokenizer
         t = AutoTokenizer.from_pretrained(a[0])

@@ -163,6 +163,46 @@ def hf_chat(url, model, folder):
     return 1 if bad else 0
 
 
+def tool_calls(url, model, request, content, name, arguments, choice):
+    """OpenAI's Python client asks MODEL (a model crafted to answer REQUEST with a call) with
+    tool_choice CHOICE (auto, required, or a function's name): the call comes back as tool_calls,
+    whole and streamed; with NAME "-", the output is no call and comes back as CONTENT."""
+    import openai
+    req = json.loads(request)
+    tc = choice if choice in ("auto", "required", "none") else {"type": "function", "function": {"name": choice}}
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    kw = dict(model=model, messages=req["messages"], tools=req["tools"], tool_choice=tc, max_tokens=80, temperature=0)
+    bad = []
+    r = client.chat.completions.create(**kw)
+    m = r.choices[0].message
+    if name == "-":
+        if m.tool_calls or m.content != content or r.choices[0].finish_reason != "stop":
+            bad.append(f"not a call: {m} {r.choices[0].finish_reason}")
+    elif not m.tool_calls or m.tool_calls[0].function.name != name or json.loads(m.tool_calls[0].function.arguments) != json.loads(arguments) \
+            or (m.content or "") != content or r.choices[0].finish_reason != "tool_calls" or not m.tool_calls[0].id:
+        bad.append(f"whole: {m} {r.choices[0].finish_reason}")
+    text, calls, finish = "", {}, None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            for d in c.delta.tool_calls or []:
+                e = calls.setdefault(d.index, {"name": "", "arguments": "", "id": None})
+                e["id"] = d.id or e["id"]
+                e["name"] += (d.function.name or "") if d.function else ""
+                e["arguments"] += (d.function.arguments or "") if d.function else ""
+            finish = c.finish_reason or finish
+    if name == "-":
+        if calls or text != content or finish != "stop":
+            bad.append(f"streamed, not a call: {text!r} {calls} {finish}")
+    elif not calls or calls[0]["name"] != name or json.loads(calls[0]["arguments"]) != json.loads(arguments) or text != content or finish != "tool_calls":
+        bad.append(f"streamed: {text!r} {calls} {finish}")
+    for b in bad:
+        print("  " + b)
+    print(f"llm_client: {model}, tool_choice {choice}: " + ("the call came back whole and streamed" if name != "-" else "no call: text") +
+          (" as OpenAI's client reads it" if not bad else " WRONG"))
+    return 1 if bad else 0
+
+
 def openai_client(url, model, expected, prompt):
     import openai
     c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
@@ -228,6 +268,8 @@ if __name__ == "__main__":
         sys.exit(openai_client(*sys.argv[2:6]))
     if sys.argv[1] == "flood":
         sys.exit(flood(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if sys.argv[1] == "tools":
+        sys.exit(tool_calls(*sys.argv[2:9]))
     if sys.argv[1] == "hf-tokenize":
         sys.exit(hf_tokenize(*sys.argv[2:5]))
     if sys.argv[1] == "hf-chat":
