@@ -191,21 +191,51 @@ Tensor stacked(const std::vector<Tensor>& parts) {
   return t;
 }
 
+// A linear layer's weight, the parts' rows stacked: kept 16-bit when every part is stored in one
+// 16-bit type, else float32.
+struct LinearWeight {
+  Tensor f32;
+  Linear16 h;
+};
+LinearWeight linear_weight(HfWeights& r, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  std::vector<uint16_t> all;
+  bool kind = false, first_kind = false, half = true;
+  int64_t rows = 0;
+  for (const auto& p : parts) rows += p.second[0];
+  all.reserve(static_cast<size_t>(rows * parts[0].second[1]));  // read in place: no second copy
+  for (size_t i = 0; i < parts.size() && half; ++i) {
+    half = r.get16(parts[i].first, parts[i].second, &all, &kind) && (i == 0 || kind == first_kind);
+    if (i == 0) first_kind = kind;
+  }
+  LinearWeight w;
+  if (half) {
+    w.h = std::make_shared<HalfLinear>(std::move(all), static_cast<int>(rows), static_cast<int>(parts[0].second[1]), first_kind);
+    return w;
+  }
+  std::vector<Tensor> t;
+  for (const auto& p : parts) t.push_back(r.get(p.first, p.second));
+  w.f32 = stacked(t);
+  return w;
+}
+
 DecoderWeights load_llama(const std::string& folder, const ConfigJson& j, const std::string& arch) {
   LlamaShape s;
   DecoderWeights w;
   w.c = read_llama_config(j, arch, &s);
   HfWeights r(folder, [](const std::string& n) { return n.find("rotary_emb.inv_freq") != std::string::npos ? std::string() : n; });
   const int64_t q = s.H * s.hs, k = s.K * s.hs, C = s.C;
-  w.wte = r.get("model.embed_tokens.weight", {s.V, C});
+  LinearWeight emb = linear_weight(r, {{"model.embed_tokens.weight", {s.V, C}}});
+  w.wte = emb.f32, w.h_wte = emb.h;
   for (int l = 0; l < w.c.layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     DecoderLayer d;
     d.ln1_g = r.get(h + "input_layernorm.weight", {C});
     const std::string a = h + "self_attn.";
-    d.w_qkv = stacked({r.get(a + "q_proj.weight", {q, C}), r.get(a + "k_proj.weight", {k, C}), r.get(a + "v_proj.weight", {k, C})});
+    LinearWeight qkv = linear_weight(r, {{a + "q_proj.weight", {q, C}}, {a + "k_proj.weight", {k, C}}, {a + "v_proj.weight", {k, C}}});
+    d.w_qkv = qkv.f32, d.h_qkv = qkv.h;
     if (s.q_bias) d.b_qkv = stacked({r.get(a + "q_proj.bias", {q}), r.get(a + "k_proj.bias", {k}), r.get(a + "v_proj.bias", {k})});
-    d.w_o = r.get(a + "o_proj.weight", {C, q});
+    LinearWeight o = linear_weight(r, {{a + "o_proj.weight", {C, q}}});
+    d.w_o = o.f32, d.h_o = o.h;
     if (s.o_bias) d.b_o = r.get(a + "o_proj.bias", {C});
     if (s.qk_norm) {
       d.q_norm = r.get(a + "q_norm.weight", {s.hs});
@@ -213,15 +243,22 @@ DecoderWeights load_llama(const std::string& folder, const ConfigJson& j, const 
     }
     d.ln2_g = r.get(h + "post_attention_layernorm.weight", {C});
     const std::string m = h + "mlp.";
-    d.w_fc = stacked({r.get(m + "gate_proj.weight", {s.F, C}), r.get(m + "up_proj.weight", {s.F, C})});
+    LinearWeight fc = linear_weight(r, {{m + "gate_proj.weight", {s.F, C}}, {m + "up_proj.weight", {s.F, C}}});
+    d.w_fc = fc.f32, d.h_fc = fc.h;
     if (s.mlp_bias) d.b_fc = stacked({r.get(m + "gate_proj.bias", {s.F}), r.get(m + "up_proj.bias", {s.F})});
-    d.w_p = r.get(m + "down_proj.weight", {C, s.F});
+    LinearWeight down = linear_weight(r, {{m + "down_proj.weight", {C, s.F}}});
+    d.w_p = down.f32, d.h_p = down.h;
     if (s.mlp_bias) d.b_p = r.get(m + "down_proj.bias", {C});
     w.layers.push_back(std::move(d));
   }
   w.lnf_g = r.get("model.norm.weight", {C});
   // Tied embeddings: save_pretrained leaves lm_head out; a folder that keeps it anyway is read.
-  w.lm_head = !s.tied || r.has("lm_head.weight") ? r.get("lm_head.weight", {s.V, C}) : w.wte;
+  if (!s.tied || r.has("lm_head.weight")) {
+    LinearWeight head = linear_weight(r, {{"lm_head.weight", {s.V, C}}});
+    w.lm_head = head.f32, w.h_lm_head = head.h;
+  } else {
+    w.lm_head = w.wte, w.h_lm_head = w.h_wte;
+  }
   r.check_all_used();
   return w;
 }

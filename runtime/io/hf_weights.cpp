@@ -157,6 +157,25 @@ Tensor HfWeights::get(const std::string& name, const std::vector<int64_t>& want)
   return t;
 }
 
+bool HfWeights::get16(const std::string& name, const std::vector<int64_t>& want, std::vector<uint16_t>* out, bool* bf16) {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error(file_ + ": no tensor '" + name + "'");
+  const Safetensors& st = *shards_[it->second.shard];
+  const std::string& dt = st.entries().at(it->second.stored).dtype;
+  if (dt != "BF16" && dt != "F16") return false;
+  const std::string where = folder_ + "/" + shard_names_[it->second.shard];
+  const auto& shape = st.entries().at(it->second.stored).shape;
+  if (shape != want)
+    throw Error(where + ": tensor '" + it->second.stored + "' has shape " + shape_text(shape) + " where config.json gives " + shape_text(want));
+  used_.insert(name);
+  const size_t from = out->size();
+  st.raw16(it->second.stored, out, bf16);
+  const uint16_t exp = *bf16 ? 0x7F80 : 0x7C00;  // all exponent bits set: an infinity or a NaN
+  for (size_t i = from; i < out->size(); ++i)
+    if (((*out)[i] & exp) == exp) throw Error(where + ": tensor '" + it->second.stored + "' holds a NaN or infinite weight");
+  return true;
+}
+
 void HfWeights::check_all_used() const {
   for (const auto& n : where_)
     if (!used_.count(n.first))

@@ -115,6 +115,19 @@ Safetensors::Safetensors(const std::string& path) : path_(path) {
       throw Error(path + ": tensors '" + by_offset[i - 1]->first + "' and '" + by_offset[i]->first + "' overlap");
 }
 
+bool Safetensors::raw16(const std::string& name, std::vector<uint16_t>* out, bool* bf16) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw Error(path_ + ": no tensor '" + name + "'");
+  const SafetensorsEntry& e = it->second;
+  if (e.dtype != "F16" && e.dtype != "BF16") return false;
+  *bf16 = e.dtype == "BF16";
+  const size_t at = out->size(), n = static_cast<size_t>(e.end - e.begin) / 2;
+  out->resize(at + n);  // appended: a layer's parts read straight into one buffer
+  File f = open(path_);
+  read_at(f.get(), data_start_ + e.begin, out->data() + at, n * 2, path_);
+  return true;
+}
+
 Tensor Safetensors::tensor(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) throw Error(path_ + ": no tensor '" + name + "'");

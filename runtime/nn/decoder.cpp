@@ -220,7 +220,7 @@ void Decoder::position_in(const DecodeBatch& b, int layer) {
 
 void Decoder::mlp(const DecoderLayer& L, int64_t n) {
   const Tensor* fc_bias = L.b_fc.defined() ? &L.b_fc : nullptr;
-  linear(ln_, L.w_fc, L.q_fc, nullptr, fc_);
+  linear(ln_, L.w_fc, L.q_fc, L.h_fc, nullptr, fc_);
   const int64_t cols = fc_.dim(1);
   const float *xp = fc_.f32(), *bp = fc_bias ? fc_bias->f32() : nullptr;
   if (w_.c.swiglu) {
@@ -234,10 +234,14 @@ void Decoder::mlp(const DecoderLayer& L, int64_t n) {
   } else {
     bias_gelu_fwd(fc_, L.b_fc, fc_act_);
   }
-  linear(fc_act_, L.w_p, L.q_p, L.b_p.defined() ? &L.b_p : nullptr, proj_);
+  linear(fc_act_, L.w_p, L.q_p, L.h_p, L.b_p.defined() ? &L.b_p : nullptr, proj_);
 }
 
-void Decoder::linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y) {
+void Decoder::linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Linear16& h, const Tensor* bias, Tensor& y) {
+  if (h) {
+    ensure(y, {x.dim(0), h->out()});
+    return h->run(x.f32(), static_cast<int>(x.dim(0)), bias ? bias->f32() : nullptr, y.f32());
+  }
   if (!q) return linear_fwd(x, w, bias, y);
   ensure(y, {x.dim(0), q->out()});
   q->run(x.f32(), static_cast<int>(x.dim(0)), bias ? bias->f32() : nullptr, y.f32());
@@ -252,8 +256,12 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
     const int32_t tok = b.tokens[static_cast<size_t>(i)], pos = b.positions[static_cast<size_t>(i)];
     if (tok < 0 || tok >= w_.c.vocab || pos < 0 || pos >= w_.c.context)
       throw Error("decoder: token " + std::to_string(tok) + " at position " + std::to_string(pos) + " is outside the model");
-    const float* e = w_.wte.f32() + static_cast<int64_t>(tok) * C;
     float* x = x_.f32() + i * C;
+    if (w_.h_wte) {
+      w_.h_wte->row(tok, x);
+      continue;  // 16-bit embeddings come with RoPE: no position rows to add
+    }
+    const float* e = w_.wte.f32() + static_cast<int64_t>(tok) * C;
     if (!learned) {
       std::copy_n(e, C, x);
       continue;
@@ -264,10 +272,10 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
   for (int l = 0; l < w_.c.layers; ++l) {
     const DecoderLayer& L = w_.layers[static_cast<size_t>(l)];
     norm(x_, L.ln1_g, L.ln1_b, ln_);
-    linear(ln_, L.w_qkv, L.q_qkv, L.b_qkv.defined() ? &L.b_qkv : nullptr, qkv_);
+    linear(ln_, L.w_qkv, L.q_qkv, L.h_qkv, L.b_qkv.defined() ? &L.b_qkv : nullptr, qkv_);
     if (w_.c.qk_norm || !learned) position_in(b, l);
     attention(kv, b, l);
-    linear(att_, L.w_o, L.q_o, L.b_o.defined() ? &L.b_o : nullptr, proj_);
+    linear(att_, L.w_o, L.q_o, L.h_o, L.b_o.defined() ? &L.b_o : nullptr, proj_);
     add(x_, proj_, x_);
     norm(x_, L.ln2_g, L.ln2_b, ln_);
     mlp(L, n);
@@ -277,7 +285,7 @@ void Decoder::forward(KvCache& kv, const DecodeBatch& b, Tensor& logits) {
   ensure(last_, {r, C});
   for (int64_t i = 0; i < r; ++i) std::copy_n(x_.f32() + static_cast<int64_t>(b.logit_rows[static_cast<size_t>(i)]) * C, C, last_.f32() + i * C);
   norm(last_, w_.lnf_g, w_.lnf_b, ln_);
-  linear(ln_, w_.lm_head, w_.q_lm_head, nullptr, logits);
+  linear(ln_, w_.lm_head, w_.q_lm_head, w_.h_lm_head, nullptr, logits);
 }
 
 }  // namespace loom::rt

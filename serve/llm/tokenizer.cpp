@@ -62,18 +62,7 @@ constexpr size_t kMaxTokenizerFile = size_t{64} << 20;
 
 }  // namespace
 
-std::string read_small(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw rt::Error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().size() > kMaxTokenizerFile) throw rt::Error(path + ": larger than 64 MiB");
-  return ss.str();
-}
-
-namespace {
-
-std::string utf8(uint32_t cp) {
+std::string utf8_of(uint32_t cp) {
   std::string s;
   if (cp < 0x80) {
     s += static_cast<char>(cp);
@@ -92,6 +81,17 @@ std::string utf8(uint32_t cp) {
   }
   return s;
 }
+
+std::string read_small(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw rt::Error(path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().size() > kMaxTokenizerFile) throw rt::Error(path + ": larger than 64 MiB");
+  return ss.str();
+}
+
+namespace {
 
 // Code points of valid UTF-8 (a JSON string's); an invalid byte stands for itself.
 std::vector<uint32_t> code_points(const std::string& s, std::vector<size_t>* starts) {
@@ -202,7 +202,7 @@ BpeTokenizer::BpeTokenizer(const std::string& vocab_json, const std::string& mer
   for (int b = 0; b < 256; ++b) {
     const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     const uint32_t c = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + next++);
-    m.byte_char[b] = utf8(c);
+    m.byte_char[b] = utf8_of(c);
     m.char_byte[c] = static_cast<unsigned char>(b);
   }
   nlohmann::json v;

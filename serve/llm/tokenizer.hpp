@@ -13,6 +13,9 @@
 
 namespace loom::serve::llm {
 
+// A code point as UTF-8.
+std::string utf8_of(uint32_t cp);
+
 // A tokenizer's or model folder's text file (vocab.json, merges.txt, tokenizer_config.json), at
 // most 64 MiB. Throws rt::Error naming the file.
 std::string read_small(const std::string& path);

@@ -68,7 +68,6 @@ std::unique_ptr<TokenDecoder> make_decoder(const nlohmann::json& j, const std::s
 const std::string& byte_char(unsigned char b);
 // The byte a stand-in code point names, or -1.
 int char_byte(uint32_t cp);
-std::string utf8_of(uint32_t cp);
 // The code point of s at i, advancing i past it; an invalid byte stands for itself.
 uint32_t next_cp(const std::string& s, size_t& i);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""llm_peer.py — the PyTorch side of tests/bench/llm_figures.sh, on the same GPT-2 folder
-(config.json + model.safetensors) loom-serve serves, with Hugging Face's GPT2LMHeadModel when
+"""llm_peer.py — the PyTorch side of tests/bench/llm_figures.sh and hf_figures.sh, on the same
+Hugging Face folder loom-serve serves, with transformers' AutoModelForCausalLM (in float32) when
 `transformers` is importable (PyTorch's own greedy loop with a KV cache: generate(use_cache=True,
 do_sample=False)), else the hand-written GPT-2 of tests/serve/gpt2_ref.py.
 
@@ -17,9 +17,9 @@ def main():
     folder, prompts, n, threads = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     torch.set_num_threads(threads)
     try:
-        from transformers import GPT2LMHeadModel
-        model = GPT2LMHeadModel.from_pretrained(folder).eval()
-        peer = "transformers GPT2LMHeadModel.generate (KV cache, greedy)"
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        peer = "transformers %s.generate (KV cache, greedy, float32)" % type(model).__name__
         def run(p):
             ids = torch.tensor([p])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,

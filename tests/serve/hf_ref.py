@@ -9,7 +9,7 @@ tokenizers write them, and what those libraries answer for them.
       the BOS template), qwen (NFC, Qwen2's pattern, ChatML, <tool_call> tokens), mistral
       (Metaspace, byte_fallback, <s> BOS), legacy (Llama 2: Prepend and Replace normalizers),
       gpt2 (GPT-2's ByteLevel with its own pattern, as transformers 5 saves GPT-2: tokenizer.json only).
-  model DIR ARCH [--dtype float32|float16|bfloat16] [--shard BYTES] [--seed S] [--rope JSON]
+  model DIR ARCH [--dtype float32|float16|bfloat16] [--shard BYTES] [--seed S] [--rope JSON] [--size test|bench|large]
       a model of ARCH (llama, mistral, qwen2, qwen3) with random weights of the folder's
       vocabulary, written by transformers' save_pretrained (sharded when --shard is given), with
       generation_config.json's EOS a list. Without PyTorch 2 (Debian's is 1.13) the same folder
@@ -133,8 +133,16 @@ def tokenizer(out, style):
     PreTrainedTokenizerFast(tokenizer_object=tok, **kw).save_pretrained(out)
 
 
-def model(out, arch, dtype="float32", shard=None, seed=1, rope=None):
+SIZES = {"test": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+         # Llama 3's shape, small: grouped-query attention with 4 query heads per KV head, head_dim 64
+         "bench": dict(hidden_size=512, intermediate_size=1792, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2),
+         "large": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4)}
+
+
+def model(out, arch, dtype="float32", shard=None, seed=1, rope=None, size="test"):
     if not have_transformers_torch():
+        if size != "test":
+            raise SystemExit("hf_ref.py: --size " + size + " needs PyTorch 2 and transformers")
         return own_model(out, arch, dtype, shard, seed, rope)
     import torch, transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -145,14 +153,15 @@ def model(out, arch, dtype="float32", shard=None, seed=1, rope=None):
         cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=256, vocab_size=vocab,
                                       bos_token_id=kw["bos_token_id"], eos_token_id=kw["eos_token_id"])
     else:
-        common = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      rms_norm_eps=1e-5, **kw)
+        common = dict(**SIZES[size], rms_norm_eps=1e-5, **kw)
+        if size == "large":
+            common["vocab_size"] = 32000
         if rope:
             common["rope_scaling"] = json.loads(rope)
         cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
                "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
         extra = {"mistral": dict(sliding_window=12), "qwen2": dict(tie_word_embeddings=True), "qwen3": dict(head_dim=24, attention_bias=True),
-                 "llama": dict(rope_theta=50000.0, mlp_bias=True, attention_bias=True)}[arch]
+                 "llama": dict(rope_theta=50000.0, mlp_bias=True, attention_bias=True)}[arch] if size == "test" else {}
         cfg = cls(**common, **extra)
     torch.manual_seed(seed)
     m = AutoModelForCausalLM.from_config(cfg)
@@ -404,7 +413,7 @@ def main():
         tokenizer(a[0], a[1])
     elif cmd == "model":
         opts = dict(zip(a[2::2], a[3::2]))
-        model(a[0], a[1], opts.get("--dtype", "float32"), opts.get("--shard"), int(opts.get("--seed", 1)), opts.get("--rope"))
+        model(a[0], a[1], opts.get("--dtype", "float32"), opts.get("--shard"), int(opts.get("--seed", 1)), opts.get("--rope"), opts.get("--size", "test"))
     elif cmd == "greedy":
         print(json.dumps(greedy(a[0], int(a[1]), json.loads(a[2]))))
     elif cmd == "own-greedy":  # the reference below, where generate() could run too: to check it

@@ -30,6 +30,9 @@ class HfWeights {
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   // The tensor as float32, checked against `want` and for NaN or infinite values.
   Tensor get(const std::string& name, const std::vector<int64_t>& want);
+  // A 2-D BF16 or F16 tensor's raw values appended to *out, checked like get(); false (nothing
+  // read) for F32.
+  bool get16(const std::string& name, const std::vector<int64_t>& want, std::vector<uint16_t>* out, bool* bf16);
   // Throws naming the first tensor no get() asked for.
   void check_all_used() const;
   uint64_t bytes() const { return bytes_; }  // of every tensor, as stored

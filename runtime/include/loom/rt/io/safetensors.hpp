@@ -32,6 +32,9 @@ class Safetensors {
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
   // A tensor as float32 (F32, F16 and BF16 converted; other dtypes refused), with its shape.
   Tensor tensor(const std::string& name) const;
+  // A BF16 or F16 tensor's raw values appended to *out (false, nothing read, for other dtypes);
+  // *bf16 says which.
+  bool raw16(const std::string& name, std::vector<uint16_t>* out, bool* bf16) const;
 
  private:
   std::string path_;

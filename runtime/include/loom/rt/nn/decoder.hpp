@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "loom/rt/nn/gpt.hpp"
+#include "loom/rt/tensor/half_linear.hpp"
 #include "loom/rt/tensor/int8.hpp"
 #include "loom/rt/tensor/tensor.hpp"
 
@@ -49,6 +50,8 @@ struct DecoderConfig {
 
 // An INT8 model's linear layer: int8 weights, each input row quantized as it comes (int8.hpp).
 using Int8Linear = std::shared_ptr<const int8::DynamicLinear>;
+// A 16-bit checkpoint's linear layer, kept 16-bit (half_linear.hpp).
+using Linear16 = std::shared_ptr<const HalfLinear>;
 
 // Linear weights [out, in] (torch.nn.Linear's layout). w_qkv stacks q, k and v's rows; with
 // SwiGLU, w_fc stacks gate's rows and then up's. A bias or norm a model lacks is an empty tensor.
@@ -56,6 +59,7 @@ struct DecoderLayer {
   Tensor ln1_g, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_g, ln2_b, w_fc, b_fc, w_p, b_p;
   Tensor q_norm, k_norm;  // [head size], Qwen3's
   Int8Linear q_qkv, q_o, q_fc, q_p;  // when set, the layer's GEMM runs in int8 and its float weight is empty
+  Linear16 h_qkv, h_o, h_fc, h_p;    // when set, the weights stay 16-bit and the float weight is empty
 };
 
 struct DecoderWeights {
@@ -64,6 +68,7 @@ struct DecoderWeights {
   std::vector<DecoderLayer> layers;
   Tensor lnf_g, lnf_b, lm_head;  // lm_head [vocab, C]: GPT-2's is wte (tied)
   Int8Linear q_lm_head;
+  Linear16 h_wte, h_lm_head;  // a 16-bit checkpoint's embedding and head (one object when tied)
 };
 
 // The weights of a trained Loom gpt (shared with it, not copied).
@@ -113,7 +118,7 @@ class Decoder {
   void position_in(const DecodeBatch& b, int layer);  // RoPE and Qwen3's q/k norms on qkv_
   void mlp(const DecoderLayer& L, int64_t rows);
   // y = x w^T (+ bias): in int8 when q is set, else in float.
-  static void linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Tensor* bias, Tensor& y);
+  static void linear(const Tensor& x, const Tensor& w, const Int8Linear& q, const Linear16& h, const Tensor* bias, Tensor& y);
   DecoderWeights w_;
   Tensor x_, ln_, qkv_, att_, proj_, fc_, fc_act_, last_, mean_, rstd_;
 };
