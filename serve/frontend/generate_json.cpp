@@ -45,12 +45,17 @@ void sampling(const json& req, const json* params, llm::SamplingParams* p) {
   if (const json* v = param(req, params, "temperature")) {
     if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > 100) bad("temperature must be a number from 0 to 100");
     p->temperature = v->get<float>();
+    p->set_temperature = true;
   }
   if (const json* v = param(req, params, "top_p")) {
     if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1) bad("top_p must be a number in (0, 1]");
     p->top_p = v->get<float>();
+    p->set_top_p = true;
   }
-  if (const json* v = param(req, params, "top_k")) p->top_k = std::max(0, integer(*v, "top_k", -1, 1 << 22));  // -1: all, as vLLM
+  if (const json* v = param(req, params, "top_k")) {
+    p->top_k = std::max(0, integer(*v, "top_k", -1, 1 << 22));  // -1: all, as vLLM
+    p->set_top_k = true;
+  }
   if (const json* v = param(req, params, "seed")) {
     if (!v->is_number_unsigned()) bad("seed must be a non-negative integer");
     p->has_seed = true;
@@ -96,7 +101,8 @@ GenerateRequest parse_generate_request(const std::string& body) {
   const json req = object_body(body);
   GenerateRequest r;
   r.params.max_tokens = 64;
-  r.params.temperature = 0.0f;
+  r.params.temperature = 0.0f;  // KServe generate's own defaults: greedy, whatever the model's
+  r.params.set_temperature = r.params.set_top_p = r.params.set_top_k = true;
   r.params.has_seed = true;  // the same answer for the same request, as before sampling had a seed
   auto it = req.find("text_input");
   if (it == req.end()) bad("the request has no \"text_input\"");

@@ -97,6 +97,7 @@ Engine::~Engine() {
 std::shared_ptr<Stream> Engine::submit(std::vector<int32_t> prompt, SamplingParams p, Clock::time_point deadline,
                                        std::shared_ptr<Stream> into, int index) {
   const int T = context(), V = vocab();
+  defaults_.apply(p);
   if (prompt.empty()) throw ServeError(Status::kInput, "the prompt must not be empty");
   for (int32_t t : prompt)
     if (t < 0 || t >= V) throw ServeError(Status::kInput, "token id " + std::to_string(t) + " is outside the vocabulary (0 to " + std::to_string(V - 1) + ")");

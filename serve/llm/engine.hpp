@@ -92,6 +92,8 @@ class Engine {
   int context() const { return dec_.config().context; }
   int vocab() const { return dec_.config().vocab; }
   const std::vector<int32_t>& eos() const { return eos_; }
+  // The model's sampling defaults, for requests that give none (generation_config.json).
+  void set_sampling_defaults(SamplingDefaults d) { defaults_ = d; }
   const EngineOptions& options() const { return o_; }
   EngineStats stats() const;
 
@@ -109,6 +111,7 @@ class Engine {
   rt::Decoder dec_;
   std::unique_ptr<Tokenizer> tok_;
   std::vector<int32_t> eos_;
+  SamplingDefaults defaults_;
   EngineOptions o_;
   rt::KvCache kv_;
   BlockManager blocks_;

@@ -23,6 +23,21 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;   // stop tokens (not part of the text returned)
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the chosen token's; k: and the k most likely
+  // Which of temperature, top_p and top_k the request gave: the others take the model's
+  // defaults (generation_config.json), as vLLM.
+  bool set_temperature = false, set_top_p = false, set_top_k = false;
+};
+
+// A model's sampling defaults (generation_config.json's temperature, top_p, top_k); < 0: none.
+struct SamplingDefaults {
+  float temperature = -1, top_p = -1;
+  int top_k = -1;
+  // p with the defaults where the request gave nothing.
+  void apply(SamplingParams& p) const {
+    if (!p.set_temperature && temperature >= 0) p.temperature = temperature;
+    if (!p.set_top_p && top_p > 0) p.top_p = top_p;
+    if (!p.set_top_k && top_k >= 0) p.top_k = top_k;
+  }
 };
 
 struct Choice {

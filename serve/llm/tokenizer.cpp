@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/status.hpp"
+#include "tokenizer_steps.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/json.hpp"
 #include "loom/rt/io/text.hpp"
@@ -114,7 +115,22 @@ std::vector<uint32_t> code_points(const std::string& s, std::vector<size_t>* sta
   return out;
 }
 
-// Unicode classes of GPT-2's pattern, from glibc's C.UTF-8 tables: \p{L} as iswalpha, \p{N} as
+#ifdef LOOM_HAVE_PCRE2
+// GPT-2's split, its own pattern on PCRE2 with Unicode's classes (as the tokenizers library runs it).
+std::vector<std::string> pretokenize(const std::string& text) {
+  static const Pattern gpt2(kGpt2Pattern, true, "GPT-2's split pattern");
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (const auto& m : gpt2.find_all(text)) {
+    if (m.first > at) out.push_back(text.substr(at, m.first - at));
+    out.push_back(text.substr(m.first, m.second - m.first));
+    at = m.second;
+  }
+  if (at < text.size()) out.push_back(text.substr(at));
+  return out;
+}
+#else
+// Without PCRE2: Unicode classes of GPT-2's pattern approximated by glibc's C.UTF-8 tables: \p{L} as iswalpha, \p{N} as
 // a digit or an alphanumeric that is not a letter, \s as iswspace.
 locale_t utf8_locale() {
   static locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
@@ -175,6 +191,7 @@ std::vector<std::string> pretokenize(const std::string& text) {
   }
   return out;
 }
+#endif
 
 }  // namespace
 

@@ -97,6 +97,8 @@ const nlohmann::json& list_field(const nlohmann::json& j, const char* key, const
 
 }  // namespace
 
+const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
 const std::string& byte_char(unsigned char b) { return byte_chars().of[b]; }
 int char_byte(uint32_t cp) { return cp < 512 ? byte_chars().byte_of[cp] : -1; }
 
@@ -258,7 +260,6 @@ class Split : public PreTokenizer {
   bool invert_;
 };
 
-constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 class ByteLevel : public PreTokenizer {
  public:

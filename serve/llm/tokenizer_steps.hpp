@@ -64,6 +64,9 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where);
 std::unique_ptr<TokenDecoder> make_decoder(const nlohmann::json& j, const std::string& where);
 
+// GPT-2's split pattern (ByteLevel's use_regex, and vocab.json + merges.txt folders).
+extern const char* const kGpt2Pattern;
+
 // GPT-2's bytes_to_unicode(): printable bytes stand for themselves, the others for 256 + n.
 const std::string& byte_char(unsigned char b);
 // The byte a stand-in code point names, or -1.

@@ -149,6 +149,25 @@ std::vector<int32_t> eos_ids(const std::string& folder, int vocab) {
   return {};
 }
 
+// generation_config.json's temperature, top_p and top_k: the defaults of requests that give none.
+llm::SamplingDefaults sampling_defaults(const std::string& folder) {
+  llm::SamplingDefaults d;
+  const std::string path = folder + "/generation_config.json";
+  if (access(path.c_str(), F_OK) != 0) return d;
+  const auto g = rt::parse_json_text(llm::read_small(path), path);
+  if (!g.is_object()) throw rt::Error(path + ": must be a JSON object");
+  auto number = [&](const char* key, double lo, double hi) {
+    if (!g.contains(key) || g[key].is_null()) return -1.0;
+    if (!g[key].is_number() || !(g[key].get<double>() >= lo && g[key].get<double>() <= hi))
+      throw rt::Error(path + ": " + key + " must be a number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return g[key].get<double>();
+  };
+  d.temperature = static_cast<float>(number("temperature", 0, 100));
+  d.top_p = static_cast<float>(number("top_p", 1e-9, 1));
+  d.top_k = static_cast<int>(number("top_k", 0, 1 << 22));
+  return d;
+}
+
 // tokenizer.json (the `tokenizers` library's), else GPT-2's vocab.json + merges.txt, else none
 // (token ids in and out).
 std::unique_ptr<llm::Tokenizer> folder_tokenizer(const std::string& folder, int vocab) {
@@ -180,7 +199,9 @@ void ServedModel::load_hf(const LlmOptions& llm) {
   chat_ = chat_format_of(folder);
   if (chat_ && !tok) throw rt::Error(folder + ": a chat template, but no tokenizer.json (or vocab.json and merges.txt) to tokenize what it renders");
   if (chat_) chat_->tools = llm.tool_call_parser.empty() ? llm::tool_parser_of(tok.get(), "") : llm::tool_parser_named(llm.tool_call_parser);
-  backend_ = engine_backend(std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm), path_);
+  auto engine = std::make_unique<llm::Engine>(rt::Decoder(std::move(w)), std::move(tok), eos, llm);
+  engine->set_sampling_defaults(sampling_defaults(folder));
+  backend_ = engine_backend(std::move(engine), path_);
 }
 
 ServedModel::~ServedModel() = default;

@@ -5,8 +5,10 @@
 //   1: model.safetensors beside a fixed small config.json, loaded as GPT-2 (every tensor checked
 //      against the config);
 //   2: the tokenizer's files, cut at NUL bytes into vocab.json, merges.txt, tokenizer.json and
-//      tokenizer_config.json, read as loom-serve reads them, then a text with special tokens encoded;
-//   3: config.json beside a fixed small GPT-2 model.safetensors, loaded.
+//      tokenizer_config.json, read as loom-serve reads them (tokenizer.json alone too, as the
+//      tokenizers library's format), then a text with special tokens encoded and decoded;
+//   3: config.json beside a fixed small GPT-2 model.safetensors, loaded as a Hugging Face folder
+//      (its architectures decide how).
 // Every folder must load or be refused with an Error naming its file; none may crash, recurse off
 // the stack or allocate beyond what it holds.
 #include <sys/stat.h>
@@ -19,8 +21,10 @@
 #include <vector>
 
 #include "llm/tokenizer.hpp"
+#include "llm/tokenizer_json.hpp"
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/gpt2.hpp"
+#include "loom/rt/io/hf_decoder.hpp"
 #include "loom/rt/io/safetensors.hpp"
 
 namespace {
@@ -67,6 +71,13 @@ void tokenizer(const std::string& dir, const std::string& rest) {
   }
   const char* names[] = {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json"};
   for (size_t k = 0; k < 4; ++k) put(dir + "/" + names[k], parts[k]);
+  try {
+    loom::serve::llm::HfTokenizer hf(dir + "/tokenizer.json", 300);
+    for (int32_t id : hf.encode_with_specials("Hello <|endoftext|> w\u00f6rld \u0928\u092e\u0938\u094d\u0924\u0947 12345  \n\n" + parts[1].substr(0, 64)))
+      hf.decode(id);
+  } catch (const loom::rt::Error&) {
+  } catch (const loom::Error&) {
+  }
   loom::serve::llm::BpeTokenizer tok(dir + "/vocab.json", dir + "/merges.txt", 300);
   tok.read_special_tokens(dir);
   tok.encode("Hello <|endoftext|> world<|im_start|>user\n<|im_end|>" + parts[2].substr(0, 64));
@@ -103,7 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: tokenizer(dir + "/tok", rest); break;
       default:
         put(dir + "/model.safetensors", tiny_gpt2()), put(dir + "/config.json", rest);
-        loom::rt::load_gpt2(dir);
+        loom::rt::load_hf_decoder(dir, nullptr);
     }
   } catch (const loom::rt::Error&) {
   } catch (const loom::Error&) {

@@ -43,6 +43,9 @@ folder yarn qwen2 qwen float32 - '{"rope_type":"yarn","factor":4.0,"original_max
 mkdir -p repo/gpt2/1
 "$hf/bin/python" "$REF" tokenizer repo/gpt2/1 gpt2 2>&1 | quiet
 /usr/bin/python3 "$LOOM_SRCDIR/tests/serve/gpt2_ref.py" write repo/gpt2/1 --seed 5 --vocab 800 --positions 256 || exit 99
+# generation_config.json's sampling defaults: top_k 1 makes a request that sets none greedy.
+mkdir -p repo/topk1/1 && cp repo/llama/1/* repo/topk1/1/
+/usr/bin/python3 -c 'import json, sys; p = sys.argv[1]; g = json.load(open(p)); g["top_k"] = 1; json.dump(g, open(p, "w"))' repo/topk1/1/generation_config.json
 chmod -R go-w repo
 
 serve_start serve --model-repository repo --grpc-port -1 --max-num-seqs 8
@@ -71,9 +74,13 @@ for m in llama mistral qwen2 qwen3 gpt2; do
   run_cmd "$hf/bin/python" "$CLIENT" hf-tokenize "http://$http" $m repo/$m/1
   [ "$rc" = 0 ] && pass || fail "$m: prompt ids differ from the tokenizers library's: $out"
   echo "$out" | tail -n 1
-  run_cmd "$hf/bin/python" "$CLIENT" hf-chat "http://$http" $m repo/$m/1
+  run_cmd "$hf/bin/python" "$CLIENT" hf-chat "http://$http" $m repo/$m/1  # transformers' apply_chat_template
   [ "$rc" = 0 ] && pass || fail "$m: chat prompts differ from the template's: $out"
 done
+want=$("$HP" "$REF" greedy repo/llama/1 16 '[[1,2,3,4,5]]' 2>/dev/null)
+got=$(curl -s "http://$http/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"topk1","prompt":[1,2,3,4,5],"max_tokens":16,"ignore_eos":true}' | python3 -c 'import json, sys; print(json.dumps([json.load(sys.stdin)["choices"][0]["token_ids"]]))')
+expect_eq "generation_config.json's top_k where the request sets none" "$(echo "$want" | tr -d ' ')" "$(echo "$got" | tr -d ' ')"
 # A completion's text prompt gets the BOS the post-processor adds; a chat prompt's template writes it.
 bos=$(curl -s "http://$http/tokenize" -H 'Content-Type: application/json' -d '{"model":"llama","prompt":"hi"}')
 expect_match "the BOS of Llama's template" '"tokens":\[0,' "$bos"

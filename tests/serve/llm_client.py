@@ -134,8 +134,9 @@ def hf_tokenize(url, model, folder):
 
 
 def hf_chat(url, model, folder):
-    """Chat prompts: loom-serve's /tokenize of messages against the folder's template rendered by
-    Jinja2 (as transformers' apply_chat_template) and encoded by `tokenizers` without specials."""
+    """Chat prompts: loom-serve's /tokenize of messages against transformers' apply_chat_template
+    (where transformers is importable; else the folder's template rendered by Jinja2 as it does),
+    encoded by `tokenizers` without specials."""
     import jinja2
     from tokenizers import Tokenizer
     hf = Tokenizer.from_file(folder + "/tokenizer.json")
@@ -150,9 +151,15 @@ def hf_chat(url, model, folder):
     convs = [[{"role": "user", "content": "Hello there, what is ½ of ②?"}],
              [{"role": "system", "content": "Answer in Hindi."}, {"role": "user", "content": "नमस्ते! How are you?"},
               {"role": "assistant", "content": "मैं ठीक हूँ।"}, {"role": "user", "content": "And in Thai? สวัสดี"}]]
+    try:
+        from transformers import AutoTokenizer
+        auto = AutoTokenizer.from_pretrained(folder)
+        render = lambda m: auto.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+    except ImportError:
+        render = lambda m: tmpl.render(messages=m, add_generation_prompt=True, bos_token=cfg.get("bos_token") or "", eos_token=cfg.get("eos_token") or "")
     bad = 0
     for m in convs:
-        text = tmpl.render(messages=m, add_generation_prompt=True, bos_token=cfg.get("bos_token") or "", eos_token=cfg.get("eos_token") or "")
+        text = render(m)
         want = hf.encode(text, add_special_tokens=False).ids
         with post(url + "/tokenize", {"model": model, "messages": m}) as r:
             got = json.load(r)["tokens"]
