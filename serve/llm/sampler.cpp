@@ -5,7 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LOOM_SAMPLER_VEC __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LOOM_SAMPLER_VEC
+#endif
 
 namespace loom::serve::llm {
 
@@ -42,11 +49,28 @@ int32_t draw(const float* logits, int vocab, const std::vector<int32_t>& idx, in
   return id(keep - 1);
 }
 
+// The first index of the largest logit (std::max_element's answer), the maximum found in vector
+// lanes first: over a 50,000-token vocabulary for 32 sequences a step, max_element's compare
+// per element took a tenth of a small model's decode step.
+LOOM_SAMPLER_VEC int argmax(const float* x, int n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  int k = 0;
+  for (; k + kLanes <= n; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = lane[l] > x[k + l] ? lane[l] : x[k + l];
+  float m = *std::max_element(lane, lane + kLanes);
+  for (; k < n; ++k) m = m > x[k] ? m : x[k];
+  for (int i = 0; i < n; ++i)
+    if (x[i] == m) return i;
+  return 0;
+}
+
 }  // namespace
 
 Choice sample(float* logits, int vocab, const SamplingParams& p, std::mt19937_64& rng) {
   Choice c;
-  const int greedy = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  const int greedy = argmax(logits, vocab);
   c.token = greedy;
   if (p.temperature > 0 && p.top_k != 1) {
     std::vector<int32_t> idx;
