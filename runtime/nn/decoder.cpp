@@ -212,8 +212,8 @@ void Decoder::position_in(const DecodeBatch& b, int layer) {
       std::vector<float> grown;
       if (c.rope.dynamic_factor > 0 && seq_len > c.rope.original) grown = dynamic_inv_freq(c.rope, seq_len);
       const float* f = grown.empty() ? c.rope.inv_freq.data() : grown.data();
-      rope_row(q, c.heads, hs, c.rope, f, b.positions[static_cast<size_t>(i)]);
-      rope_row(q + A, c.kvh(), hs, c.rope, f, b.positions[static_cast<size_t>(i)]);
+      // q's heads and k's follow each other in the row: one turn of both, cos and sin computed once
+      rope_row(q, c.heads + c.kvh(), hs, c.rope, f, b.positions[static_cast<size_t>(i)]);
     }
   });
 }
