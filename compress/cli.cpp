@@ -1,6 +1,7 @@
 // cli.cpp — what loom-compress's subcommands share (cli.hpp).
 #include "cli.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -100,20 +101,23 @@ void print_side_by_side(const GptReport& a, const GptReport& b, const char* what
               static_cast<long long>(b.file_bytes), static_cast<double>(b.file_bytes) / static_cast<double>(a.file_bytes));
   std::printf("%-15s %-18.4f %-18.4f %s\n", "perplexity", a.perplexity, b.perplexity, pct(a.perplexity, b.perplexity).c_str());
   std::printf("%-15s %-18.4f %-18.4f %+.2f pt\n", "accuracy", a.accuracy, b.accuracy, 100.0 * (b.accuracy - a.accuracy));
+  if (b.agreement >= 0)
+    std::printf("%-15s %-18s %-18.4f greedy: the same next token at %lld of %lld positions\n", "agreement", "", b.agreement,
+                static_cast<long long>(std::llround(b.agreement * static_cast<double>(b.tokens))), static_cast<long long>(b.tokens));
 }
 
 void print_gpt(const std::string& path, const GptReport& r, const std::string& format) {
   if (format == "json") {
-    nlohmann::json j{{"model", path},           {"type", "gpt"},         {"loss", r.loss},
+    nlohmann::json j{{"model", path},           {"type", r.kind},         {"loss", r.loss},
                      {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"params", r.params},
                      {"file_bytes", r.file_bytes}, {"precision", r.precision}, {"tokens", r.tokens},
                      {"unknown_bytes", r.unknown_bytes}};
     std::cout << j.dump() << "\n";
     return;
   }
-  std::printf("%s: gpt (%s), %s, %lld params, %lld bytes; on %lld tokens: loss %.4f nats/token, perplexity %.4f, "
+  std::printf("%s: %s (%s), %s, %lld params, %lld bytes; on %lld tokens: loss %.4f nats/token, perplexity %.4f, "
               "next-token accuracy %.4f\n",
-              path.c_str(), r.shape.c_str(), r.precision.c_str(), static_cast<long long>(r.params),
+              path.c_str(), r.kind.c_str(), r.shape.c_str(), r.precision.c_str(), static_cast<long long>(r.params),
               static_cast<long long>(r.file_bytes), static_cast<long long>(r.tokens), r.loss, r.perplexity, r.accuracy);
   if (r.unknown_bytes)
     std::printf("  %lld bytes of the text are outside the model's vocabulary and were left out\n",

@@ -12,6 +12,7 @@
 #include "calibrate.hpp"
 #include "cli.hpp"
 #include "gpt_eval.hpp"
+#include "hf_compress.hpp"
 #include "loom/rt/io/data.hpp"
 #include "loom/rt/io/onnx_export.hpp"
 #include "loom/rt/io/model_io.hpp"
@@ -146,9 +147,10 @@ int cmd_quantize(int argc, char** argv) {
   int samples = 0;
   bool weights_only = false;
   po::options_description d("quantize options");
-  d.add_options()("input", po::value(&in), "the float model file")("output,o", po::value(&out), "the INT8 model file")(
+  d.add_options()("input", po::value(&in), "the float model file, or a Hugging Face folder")(
+      "output,o", po::value(&out), "the INT8 model file (a folder: the INT8 folder, new)")(
       "calibration", po::value(&calibration)->default_value("fashion-mnist"),
-      "fashion-mnist[:DIR]: training images (a gpt: text:FILE or tokens:PATTERN, on which both files are scored)")(
+      "fashion-mnist[:DIR]: training images (a gpt: text:FILE or tokens:PATTERN, on which both files are scored; a folder: tokens:PATTERN)")(
       "calib-samples", po::value(&samples)->default_value(2000), "calibration images (a seeded sample of the training set)")(
       "observer", po::value(&observer)->default_value("minmax"), "minmax | percentile | entropy")(
       "weights-only", po::bool_switch(&weights_only), "int8 weights, float activations (no calibration)")(
@@ -157,6 +159,7 @@ int cmd_quantize(int argc, char** argv) {
   const auto vm = parse(argc, argv, d, "input", 1);
   require(vm, "input", "quantize");
   require(vm, "output", "quantize");
+  if (is_hf_folder(in)) return quantize_hf(in, out, vm);
   if (const rt::ModelFile f = read_model(in); is_gpt(in, f)) return quantize_gpt(in, out, f, vm, weights_only);
   if (samples <= 0) throw Usage{"--calib-samples must be positive"};
   if (observer != "minmax" && observer != "percentile" && observer != "entropy")
@@ -334,16 +337,21 @@ int cmd_distill(int argc, char** argv) {
 int cmd_eval(int argc, char** argv) {
   std::string model, data, format;
   po::options_description d("eval options");
-  d.add_options()("model", po::value(&model), "a Loom model file")(
-      "data", po::value(&data)->default_value("fashion-mnist"), "fashion-mnist[:DIR]; a gpt: text:FILE or tokens:PATTERN (held-out data)")(
+  d.add_options()("model", po::value(&model), "a Loom model file, or a Hugging Face folder")(
+      "data", po::value(&data)->default_value("fashion-mnist"),
+      "fashion-mnist[:DIR]; a gpt: text:FILE or tokens:PATTERN (held-out data); a folder: tokens:PATTERN")(
       "format", po::value(&format)->default_value("text"), "text | json")(
-      "max-tokens", po::value<int64_t>()->default_value(0), "a gpt: score at most N tokens of the data (0: all)");
+      "max-tokens", po::value<int64_t>()->default_value(0), "a gpt or a folder: score at most N tokens of the data (0: all)");
   if (wants_help(argc, argv, "eval MODEL", d)) return 0;
   const auto vm = parse(argc, argv, d, "model", 1);
   require(vm, "model", "eval");
   if (format != "text" && format != "json") throw Usage{"--format must be text or json, not '" + format + "'"};
+  if (vm["max-tokens"].as<int64_t>() < 0) throw Usage{"--max-tokens must not be negative"};
+  if (is_hf_folder(model)) {
+    print_gpt(model, evaluate_hf(model, data, vm["max-tokens"].as<int64_t>()), format);
+    return 0;
+  }
   if (is_gpt(model, read_model(model))) {
-    if (vm["max-tokens"].as<int64_t>() < 0) throw Usage{"--max-tokens must not be negative"};
     print_gpt(model, evaluate_gpt(model, data, vm["max-tokens"].as<int64_t>()), format);
     return 0;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/rt/io/model_io.hpp"
+#include "loom/rt/nn/decoder.hpp"
 
 namespace loom::compress {
 
@@ -15,9 +16,25 @@ struct GptReport {
   double loss = 0, perplexity = 0, accuracy = 0;
   int64_t params = 0, file_bytes = 0, tokens = 0;  // tokens: the positions scored
   int64_t unknown_bytes = 0;  // bytes of the text outside the model's vocabulary, left out
-  std::string precision;      // fp32 | int8 | int8-weights
+  std::string precision;      // fp32 | int8 | int8-weights (a Hugging Face folder: fp32 | bf16 | fp16 | int8)
+  std::string kind = "gpt";   // or a Hugging Face folder's architecture
+  double agreement = -1;      // share of positions whose most likely token is the compared model's (-1: not compared)
   std::string shape;          // "layers 4, heads 4, embd 128, context 64, vocab 97"
 };
+
+// A language model scored on windows of held-out tokens.
+struct WindowScore {
+  double nll = 0;
+  int64_t hits = 0, tokens = 0;
+  void report(GptReport* r) const;  // loss, perplexity, accuracy and tokens
+};
+// ids in windows of T tokens (T + 1 read, the last as the target), several windows a pass, each
+// position's next token predicted; argmax, when given, gets each position's most likely token.
+// Throws rt::Error naming `source` when ids hold less than one window.
+WindowScore score_windows(rt::Decoder& dec, const std::vector<int32_t>& ids, int T, const std::string& source,
+                          std::vector<int32_t>* argmax);
+// The first max_tokens + 1 tokens (0: all) of llm.c token files, checked against the vocabulary.
+std::vector<int32_t> read_token_ids(const std::string& pattern, int vocab, int64_t max_tokens);
 
 // Whether a model file holds a gpt (model.config's type); throws rt::Error for a checkpoint.
 bool is_gpt(const std::string& path, const rt::ModelFile& f);

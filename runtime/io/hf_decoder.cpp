@@ -7,6 +7,7 @@
 
 #include "loom/rt/error.hpp"
 #include "loom/rt/io/gpt2.hpp"
+#include "loom/rt/io/hf_quant.hpp"
 #include "loom/rt/io/hf_weights.hpp"
 #include "loom/rt/io/text.hpp"
 
@@ -191,13 +192,23 @@ Tensor stacked(const std::vector<Tensor>& parts) {
   return t;
 }
 
-// A linear layer's weight, the parts' rows stacked: kept 16-bit when every part is stored in one
-// 16-bit type, else float32.
+// A linear layer's weight, the parts' rows stacked: int8 where they are stored I8 (and config.json
+// declares the scheme: `int8`), kept 16-bit when every part is stored in one 16-bit type, else float32.
 struct LinearWeight {
   Tensor f32;
   Linear16 h;
+  Int8Linear q;
 };
-LinearWeight linear_weight(HfWeights& r, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+LinearWeight linear_weight(HfWeights& r, const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts, bool int8) {
+  LinearWeight w;
+  if (r.has(parts[0].first) && r.entry(parts[0].first).dtype == "I8") {
+    if (!int8)
+      throw Error(r.file_of(parts[0].first) + ": tensor '" + parts[0].first + "' is I8, but " +
+                  (parts[0].first.find("embed_tokens") != std::string::npos ? "embeddings are read in floating point"
+                                                                             : "config.json has no quantization_config"));
+    w.q = read_int8_linear(r, parts);
+    return w;
+  }
   std::vector<uint16_t> all;
   bool kind = false, first_kind = false, half = true;
   int64_t rows = 0;
@@ -207,7 +218,6 @@ LinearWeight linear_weight(HfWeights& r, const std::vector<std::pair<std::string
     half = r.get16(parts[i].first, parts[i].second, &all, &kind) && (i == 0 || kind == first_kind);
     if (i == 0) first_kind = kind;
   }
-  LinearWeight w;
   if (half) {
     w.h = std::make_shared<HalfLinear>(std::move(all), static_cast<int>(rows), static_cast<int>(parts[0].second[1]), first_kind);
     return w;
@@ -222,20 +232,21 @@ DecoderWeights load_llama(const std::string& folder, const ConfigJson& j, const 
   LlamaShape s;
   DecoderWeights w;
   w.c = read_llama_config(j, arch, &s);
+  const bool int8 = read_int8_scheme(j);
   HfWeights r(folder, [](const std::string& n) { return n.find("rotary_emb.inv_freq") != std::string::npos ? std::string() : n; });
   const int64_t q = s.H * s.hs, k = s.K * s.hs, C = s.C;
-  LinearWeight emb = linear_weight(r, {{"model.embed_tokens.weight", {s.V, C}}});
+  LinearWeight emb = linear_weight(r, {{"model.embed_tokens.weight", {s.V, C}}}, false);
   w.wte = emb.f32, w.h_wte = emb.h;
   for (int l = 0; l < w.c.layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     DecoderLayer d;
     d.ln1_g = r.get(h + "input_layernorm.weight", {C});
     const std::string a = h + "self_attn.";
-    LinearWeight qkv = linear_weight(r, {{a + "q_proj.weight", {q, C}}, {a + "k_proj.weight", {k, C}}, {a + "v_proj.weight", {k, C}}});
-    d.w_qkv = qkv.f32, d.h_qkv = qkv.h;
+    LinearWeight qkv = linear_weight(r, {{a + "q_proj.weight", {q, C}}, {a + "k_proj.weight", {k, C}}, {a + "v_proj.weight", {k, C}}}, int8);
+    d.w_qkv = qkv.f32, d.h_qkv = qkv.h, d.q_qkv = qkv.q;
     if (s.q_bias) d.b_qkv = stacked({r.get(a + "q_proj.bias", {q}), r.get(a + "k_proj.bias", {k}), r.get(a + "v_proj.bias", {k})});
-    LinearWeight o = linear_weight(r, {{a + "o_proj.weight", {C, q}}});
-    d.w_o = o.f32, d.h_o = o.h;
+    LinearWeight o = linear_weight(r, {{a + "o_proj.weight", {C, q}}}, int8);
+    d.w_o = o.f32, d.h_o = o.h, d.q_o = o.q;
     if (s.o_bias) d.b_o = r.get(a + "o_proj.bias", {C});
     if (s.qk_norm) {
       d.q_norm = r.get(a + "q_norm.weight", {s.hs});
@@ -243,19 +254,19 @@ DecoderWeights load_llama(const std::string& folder, const ConfigJson& j, const 
     }
     d.ln2_g = r.get(h + "post_attention_layernorm.weight", {C});
     const std::string m = h + "mlp.";
-    LinearWeight fc = linear_weight(r, {{m + "gate_proj.weight", {s.F, C}}, {m + "up_proj.weight", {s.F, C}}});
-    d.w_fc = fc.f32, d.h_fc = fc.h;
+    LinearWeight fc = linear_weight(r, {{m + "gate_proj.weight", {s.F, C}}, {m + "up_proj.weight", {s.F, C}}}, int8);
+    d.w_fc = fc.f32, d.h_fc = fc.h, d.q_fc = fc.q;
     if (s.mlp_bias) d.b_fc = stacked({r.get(m + "gate_proj.bias", {s.F}), r.get(m + "up_proj.bias", {s.F})});
-    LinearWeight down = linear_weight(r, {{m + "down_proj.weight", {C, s.F}}});
-    d.w_p = down.f32, d.h_p = down.h;
+    LinearWeight down = linear_weight(r, {{m + "down_proj.weight", {C, s.F}}}, int8);
+    d.w_p = down.f32, d.h_p = down.h, d.q_p = down.q;
     if (s.mlp_bias) d.b_p = r.get(m + "down_proj.bias", {C});
     w.layers.push_back(std::move(d));
   }
   w.lnf_g = r.get("model.norm.weight", {C});
   // Tied embeddings: save_pretrained leaves lm_head out; a folder that keeps it anyway is read.
   if (!s.tied || r.has("lm_head.weight")) {
-    LinearWeight head = linear_weight(r, {{"lm_head.weight", {s.V, C}}});
-    w.lm_head = head.f32, w.h_lm_head = head.h;
+    LinearWeight head = linear_weight(r, {{"lm_head.weight", {s.V, C}}}, int8);
+    w.lm_head = head.f32, w.h_lm_head = head.h, w.q_lm_head = head.q;
   } else {
     w.lm_head = w.wte, w.h_lm_head = w.h_wte;
   }
@@ -265,11 +276,21 @@ DecoderWeights load_llama(const std::string& folder, const ConfigJson& j, const 
 
 }  // namespace
 
+std::string decoder_precision(const DecoderWeights& w) {
+  if (w.layers.empty()) return "fp32";
+  if (w.layers[0].q_qkv) return "int8";
+  if (w.layers[0].h_qkv) return w.layers[0].h_qkv->bf16() ? "bf16" : "fp16";
+  return "fp32";
+}
+
 DecoderWeights load_hf_decoder(const std::string& folder, std::string* architecture) {
   const ConfigJson j(folder + "/config.json");
   const std::string arch = architecture_of(j);
   if (architecture) *architecture = arch;
-  if (arch == "GPT2LMHeadModel") return load_gpt2(folder);
+  if (arch == "GPT2LMHeadModel") {
+    if (j.has("quantization_config")) throw Error(j.path() + ": quantization_config: a GPT-2 folder is read in floating point");
+    return load_gpt2(folder);
+  }
   return load_llama(folder, j, arch);
 }
 

@@ -176,6 +176,32 @@ bool HfWeights::get16(const std::string& name, const std::vector<int64_t>& want,
   return true;
 }
 
+const SafetensorsEntry& HfWeights::entry(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error(file_ + ": no tensor '" + name + "'");
+  return shards_[it->second.shard]->entries().at(it->second.stored);
+}
+
+std::string HfWeights::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? file_ : folder_ + "/" + shard_names_[it->second.shard];
+}
+
+std::vector<uint8_t> HfWeights::raw(const std::string& name, const std::vector<int64_t>& want) {
+  const auto& shape = entry(name).shape;
+  const auto& place = where_.at(name);
+  if (shape != want)
+    throw Error(file_of(name) + ": tensor '" + place.stored + "' has shape " + shape_text(shape) + " where config.json gives " + shape_text(want));
+  used_.insert(name);
+  return shards_[place.shard]->raw(place.stored);
+}
+
+std::vector<std::string> HfWeights::names() const {
+  std::vector<std::string> n;
+  for (const auto& e : where_) n.push_back(e.first);
+  return n;
+}
+
 void HfWeights::check_all_used() const {
   for (const auto& n : where_)
     if (!used_.count(n.first))

@@ -15,15 +15,15 @@
 
 namespace loom::rt {
 
-namespace {
-
-int dtype_bytes(const std::string& d) {
+int safetensors_dtype_bytes(const std::string& d) {
   static const std::map<std::string, int> sizes = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
                                                    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
                                                    {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
 }
+
+namespace {
 
 struct FileCloser {
   void operator()(FILE* f) const { std::fclose(f); }
@@ -46,7 +46,7 @@ SafetensorsEntry entry(const std::string& name, const nlohmann::json& v, uint64_
   if (!v.is_object()) throw Error(where + ": its header entry is not an object");
   SafetensorsEntry e;
   auto dt = v.find("dtype");
-  if (dt == v.end() || !dt->is_string() || dtype_bytes(dt->get<std::string>()) == 0)
+  if (dt == v.end() || !dt->is_string() || safetensors_dtype_bytes(dt->get<std::string>()) == 0)
     throw Error(where + ": dtype missing or unknown");
   e.dtype = dt->get<std::string>();
   auto sh = v.find("shape");
@@ -67,7 +67,7 @@ SafetensorsEntry entry(const std::string& name, const nlohmann::json& v, uint64_
   if (e.begin > e.end || e.end > data_len)
     throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                 "] lie outside the file's " + std::to_string(data_len) + " data bytes");
-  if (e.end - e.begin != numel * static_cast<uint64_t>(dtype_bytes(e.dtype)))
+  if (e.end - e.begin != numel * static_cast<uint64_t>(safetensors_dtype_bytes(e.dtype)))
     throw Error(where + ": " + std::to_string(e.end - e.begin) + " bytes for shape " + visible_text(sh->dump()) + " of " + e.dtype);
   return e;
 }
@@ -128,6 +128,15 @@ bool Safetensors::raw16(const std::string& name, std::vector<uint16_t>* out, boo
   return true;
 }
 
+std::vector<uint8_t> Safetensors::raw(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw Error(path_ + ": no tensor '" + name + "'");
+  std::vector<uint8_t> out(static_cast<size_t>(it->second.end - it->second.begin));
+  File f = open(path_);
+  read_at(f.get(), data_start_ + it->second.begin, out.data(), out.size(), path_);
+  return out;
+}
+
 Tensor Safetensors::tensor(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) throw Error(path_ + ": no tensor '" + name + "'");
@@ -148,6 +157,62 @@ Tensor Safetensors::tensor(const std::string& name) const {
     out[i] = e.dtype == "F16" ? half_to_float(raw[i]) : bf16_to_float(raw[i]);
   }
   return t;
+}
+
+namespace {
+
+void put(FILE* f, const void* p, size_t n, const std::string& part) {
+  if (std::fwrite(p, 1, n, f) != n) throw Error(part + ": cannot write: " + std::strerror(errno));
+}
+
+// The 8-byte length, the header and every tensor's bytes, each checked against its entry.
+void write_body(FILE* f, const nlohmann::json& head, const std::vector<SafetensorsOut>& tensors, const std::string& path,
+                const std::string& part) {
+  std::string text = head.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as the library writes it
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  put(f, len, 8, part);
+  put(f, text.data(), text.size(), part);
+  for (const auto& t : tensors) {
+    const std::vector<uint8_t> b = t.bytes();
+    const auto& e = head[t.name]["data_offsets"];
+    if (b.size() != e[1].get<uint64_t>() - e[0].get<uint64_t>())
+      throw Error(path + ": tensor '" + t.name + "' came as " + std::to_string(b.size()) + " bytes, not its dtype and shape's");
+    put(f, b.data(), b.size(), part);
+  }
+  if (std::fflush(f) != 0) throw Error(part + ": cannot write: " + std::strerror(errno));
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::json head = nlohmann::json::object();
+  if (!metadata.empty()) head["__metadata__"] = metadata;
+  uint64_t at = 0;
+  for (const auto& t : tensors) {
+    uint64_t n = static_cast<uint64_t>(safetensors_dtype_bytes(t.dtype));
+    if (n == 0) throw Error(path + ": tensor '" + t.name + "' has no safetensors dtype '" + t.dtype + "'");
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    if (head.contains(t.name)) throw Error(path + ": tensor '" + t.name + "' given twice");
+    head[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + n}}};
+    at += n;
+  }
+  const std::string part = path + ".part";
+  File f(std::fopen(part.c_str(), "wb"));
+  if (!f) throw Error(part + ": cannot create: " + std::strerror(errno));
+  try {
+    write_body(f.get(), head, tensors, path, part);
+  } catch (...) {
+    f.reset();
+    std::remove(part.c_str());
+    throw;
+  }
+  if (std::fclose(f.release()) != 0 || std::rename(part.c_str(), path.c_str()) != 0) {
+    std::remove(part.c_str());
+    throw Error(path + ": cannot write: " + std::strerror(errno));
+  }
 }
 
 }  // namespace loom::rt

@@ -189,7 +189,7 @@ void ServedModel::load_hf(const LlmOptions& llm) {
   std::string arch;
   rt::DecoderWeights w = rt::load_hf_decoder(folder, &arch);
   const std::vector<int32_t> eos = eos_ids(folder, w.c.vocab);
-  if (!w.layers.empty() && w.layers[0].h_qkv) precision_ = w.layers[0].h_qkv->bf16() ? "bf16" : "fp16";  // kept so in memory
+  if (rt::decoder_precision(w) != "fp32") precision_ = rt::decoder_precision(w);  // kept so in memory
   const bool gpt2 = arch == "GPT2LMHeadModel";
   platform_ = gpt2 ? "loom-gpt2" : "loom-hf";
   family_ = gpt2 ? "gpt2" : arch == "LlamaForCausalLM" ? "llama" : arch == "MistralForCausalLM" ? "mistral" : arch == "Qwen2ForCausalLM" ? "qwen2" : "qwen3";

@@ -106,6 +106,16 @@ refused() {
   expect_eq "$what: nothing on stdout" "" "$out"
 }
 
+# json_edit FILE PYTHON: the JSON file changed by PYTHON (j is its value) and written back.
+json_edit() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+exec(sys.argv[2])
+json.dump(j, open(sys.argv[1], "w"))
+PY
+}
+
 # Triton's client from PyPI, with perf_analyzer's libcudart: one environment every test shares.
 TRITON_PEER=('tritonclient[http,grpc]==2.41.1' nvidia-cuda-runtime-cu12 numpy)
 peer_venv() {

@@ -129,26 +129,18 @@ fi
 bad() {  # NAME FROM: a copy of a good folder to spoil
   mkdir -p lies/$1/1 && cp repo/$2/1/* lies/$1/1/
 }
-edit() {  # FILE PYTHON: j is the file's JSON, written back
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-exec(sys.argv[2])
-json.dump(j, open(sys.argv[1], "w"))
-PY
-}
 bad noshard mistral && rm lies/noshard/1/model-00003-of-*.safetensors
-bad lacks mistral && edit lies/lacks/1/model.safetensors.index.json 'j["weight_map"]["model.layers.9.mlp.up_proj.weight"] = sorted(set(j["weight_map"].values()))[0]'
-bad unnamed mistral && edit lies/unnamed/1/model.safetensors.index.json 'del j["weight_map"]["model.norm.weight"]'
-bad escape mistral && edit lies/escape/1/model.safetensors.index.json 'j["weight_map"]["model.norm.weight"] = "../../../etc/passwd"'
-bad shape llama && edit lies/shape/1/config.json 'j["intermediate_size"] = 96'
-bad heads llama && edit lies/heads/1/config.json 'j["num_key_value_heads"] = 3'
-bad rope llama && edit lies/rope/1/config.json 'j["rope_parameters"] = {"rope_type": "longrope2", "factor": 2.0}'
-bad arch llama && edit lies/arch/1/config.json 'j["architectures"] = ["GemmaForCausalLM"]'
-bad component qwen2 && edit lies/component/1/tokenizer.json 'j["normalizer"] = {"type": "NFKD"}'
-bad merges qwen2 && edit lies/merges/1/tokenizer.json 'j["model"]["merges"][3] = ["zz-not-a-token", "q"]'
-bad regex llama && edit lies/regex/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<a>x)(?<a>y)["'
-bad backtrack llama && edit lies/backtrack/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|aa)+$"'
+bad lacks mistral && json_edit lies/lacks/1/model.safetensors.index.json 'j["weight_map"]["model.layers.9.mlp.up_proj.weight"] = sorted(set(j["weight_map"].values()))[0]'
+bad unnamed mistral && json_edit lies/unnamed/1/model.safetensors.index.json 'del j["weight_map"]["model.norm.weight"]'
+bad escape mistral && json_edit lies/escape/1/model.safetensors.index.json 'j["weight_map"]["model.norm.weight"] = "../../../etc/passwd"'
+bad shape llama && json_edit lies/shape/1/config.json 'j["intermediate_size"] = 96'
+bad heads llama && json_edit lies/heads/1/config.json 'j["num_key_value_heads"] = 3'
+bad rope llama && json_edit lies/rope/1/config.json 'j["rope_parameters"] = {"rope_type": "longrope2", "factor": 2.0}'
+bad arch llama && json_edit lies/arch/1/config.json 'j["architectures"] = ["GemmaForCausalLM"]'
+bad component qwen2 && json_edit lies/component/1/tokenizer.json 'j["normalizer"] = {"type": "NFKD"}'
+bad merges qwen2 && json_edit lies/merges/1/tokenizer.json 'j["model"]["merges"][3] = ["zz-not-a-token", "q"]'
+bad regex llama && json_edit lies/regex/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?<a>x)(?<a>y)["'
+bad backtrack llama && json_edit lies/backtrack/1/tokenizer.json 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|aa)+$"'
 chmod -R go-w lies
 kill $pid; wait $pid 2>/dev/null
 serve_start lies --model-repository lies --grpc-port -1

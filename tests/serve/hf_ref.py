@@ -282,7 +282,7 @@ def read_folder(folder):
                 continue
             b, end = e["data_offsets"]
             buf = bytearray(raw[8 + n + b:8 + n + end])
-            dt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.int16}[e["dtype"]]
+            dt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.int16, "I8": torch.int8}[e["dtype"]]
             v = torch.frombuffer(buf, dtype=dt)
             v = v.view(torch.bfloat16) if e["dtype"] == "BF16" else v
             out[name] = v.float().reshape(e["shape"])
@@ -319,6 +319,18 @@ def inv_freq(c, hs):
     return f, af
 
 
+def int8_linear(x, q, scale):
+    """Loom's int8 layer: each row of x quantized as it comes (affine, [0, 127], round half to even),
+    integer products summed exactly, then scaled by the row's and the output channel's scales."""
+    import torch
+    lo, hi = x.min(-1, keepdim=True).values.clamp(max=0), x.max(-1, keepdim=True).values.clamp(min=0)
+    sx = ((hi - lo) / 127).clamp(min=torch.finfo(torch.float32).eps)
+    zp = torch.round(-lo / sx).clamp(0, 127)
+    xq = torch.round((x * (1.0 / sx) + zp).clamp(0, 127))
+    acc = (xq.double() - zp.double()) @ q.double().T
+    return acc.float() * (sx * scale.reshape(1, -1))
+
+
 def own_forward(c, w, ids):
     import torch
     C, H, K = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
@@ -328,7 +340,8 @@ def own_forward(c, w, ids):
     ang = torch.arange(T).float()[:, None] * f[None, :]
     cos, sin = torch.cat([ang, ang], -1).cos() * af, torch.cat([ang, ang], -1).sin() * af
     rot = lambda x: x * cos[:, None] + torch.cat([-x[..., hs // 2:], x[..., :hs // 2]], -1) * sin[:, None]
-    lin = lambda x, n: x @ w[n + ".weight"].T + (w[n + ".bias"] if n + ".bias" in w else 0)
+    mm = lambda x, n: int8_linear(x, w[n + ".weight"], w[n + ".weight_scale"]) if n + ".weight_scale" in w else x @ w[n + ".weight"].T
+    lin = lambda x, n: mm(x, n) + (w[n + ".bias"] if n + ".bias" in w else 0)
     x = w["model.embed_tokens.weight"][ids]
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = (j <= i) & ((i - j < c["sliding_window"]) if c.get("sliding_window") else True)

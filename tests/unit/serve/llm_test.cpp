@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "llm/sampler.hpp"
 #include "llm/tokenizer.hpp"
 #include "loom/rt/error.hpp"
+#include "loom/rt/io/hf_quant.hpp"
 #include "loom/rt/io/safetensors.hpp"
 #include "loom/rt/nn/decoder.hpp"
 #include "loom/rt/nn/gpt.hpp"
@@ -238,6 +240,72 @@ TEST(Safetensors, HeadersThatLieAreRefused) {
   const std::string huge = write_st("{}", d, 4ull << 30);
   EXPECT_THROW(loom::rt::Safetensors{huge}, loom::rt::Error);
   std::remove(huge.c_str());
+}
+
+TEST(Safetensors, WrittenTensorsReadBackAsStored) {
+  const std::string path = "/tmp/loom-llm-test-" + std::to_string(getpid()) + "-written.safetensors";
+  auto bytes = [](std::vector<uint8_t> b) { return [b] { return b; }; };
+  const float f[2] = {0.25f, -8.0f};
+  std::vector<uint8_t> fb(8);
+  std::memcpy(fb.data(), f, 8);
+  loom::rt::write_safetensors(path, {{"w", "I8", {2, 3}, bytes({1, 2, 3, 0xFF, 0x80, 0x7F})}, {"w_scale", "F32", {2, 1}, bytes(fb)},
+                                     {"b", "BF16", {1}, bytes({0x40, 0x40})}},
+                              {{"format", "pt"}});
+  loom::rt::Safetensors st(path);
+  EXPECT_EQ(st.metadata().at("format"), "pt");
+  EXPECT_EQ(st.entries().at("w").dtype, "I8");
+  EXPECT_EQ(st.raw("w"), (std::vector<uint8_t>{1, 2, 3, 0xFF, 0x80, 0x7F}));
+  EXPECT_EQ(st.tensor("w_scale").f32()[1], -8.0f);
+  EXPECT_EQ(st.tensor("b").f32()[0], 3.0f);
+  // A tensor whose bytes disagree with its shape: nothing is left behind, the old file stays.
+  EXPECT_THROW(loom::rt::write_safetensors(path, {{"w", "I8", {2, 3}, bytes({1, 2})}}, {}), loom::rt::Error);
+  EXPECT_FALSE(std::ifstream(path + ".part").good());
+  EXPECT_EQ(loom::rt::Safetensors(path).entries().size(), 3u);
+  EXPECT_THROW(loom::rt::write_safetensors(path, {{"a", "F32", {1}, bytes(fb)}, {"a", "F32", {1}, bytes(fb)}}, {}), loom::rt::Error);
+  EXPECT_THROW(loom::rt::write_safetensors(path, {{"a", "Q4", {1}, bytes(fb)}}, {}), loom::rt::Error);
+  std::remove(path.c_str());
+}
+
+// config.json's quantization_config: loom-compress's own scheme and vLLM's W8A8 int8 variants
+// are read; every other scheme is refused naming its field.
+TEST(HfQuant, Int8SchemesReadOthersRefusedByField) {
+  const std::string path = "/tmp/loom-llm-test-" + std::to_string(getpid()) + "-config.json";
+  auto scheme = [&](const nlohmann::json& q) {
+    std::ofstream(path) << nlohmann::json{{"architectures", {"LlamaForCausalLM"}}, {"quantization_config", q}}.dump();
+    return loom::rt::read_int8_scheme(loom::rt::ConfigJson(path));
+  };
+  const nlohmann::json own = loom::rt::int8_quantization_config();
+  EXPECT_TRUE(scheme(own));
+  nlohmann::json sym = own, tensor = own;
+  sym["config_groups"]["group_0"]["input_activations"]["symmetric"] = true;
+  tensor["config_groups"]["group_0"]["weights"]["strategy"] = "tensor";
+  EXPECT_TRUE(scheme(sym));
+  EXPECT_TRUE(scheme(tensor));
+  std::ofstream(path) << R"({"architectures": ["LlamaForCausalLM"]})";
+  EXPECT_FALSE(loom::rt::read_int8_scheme(loom::rt::ConfigJson(path)));
+  auto refused = [&](const std::function<void(nlohmann::json&)>& spoil, const std::string& field) {
+    nlohmann::json q = own;
+    spoil(q);
+    try {
+      scheme(q);
+      ADD_FAILURE() << q.dump() << " was read";
+    } catch (const loom::rt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  const nlohmann::json::json_pointer g("/config_groups/group_0");
+  refused([](auto& q) { q["quant_method"] = "awq"; }, "quantization_config.quant_method is 'awq'");
+  refused([](auto& q) { q["format"] = "pack-quantized"; }, "group_0 format is 'pack-quantized'");
+  refused([&](auto& q) { q[g]["weights"]["num_bits"] = 4; }, "group_0.weights.num_bits is 4");
+  refused([&](auto& q) { q[g]["weights"]["strategy"] = "group"; }, "group_0.weights.strategy is 'group'");
+  refused([&](auto& q) { q[g]["weights"]["symmetric"] = false; }, "group_0.weights.symmetric is false");
+  refused([&](auto& q) { q[g]["weights"]["type"] = "float"; }, "group_0.weights.type is \"float\"");
+  refused([&](auto& q) { q[g]["input_activations"] = nullptr; }, "group_0.input_activations is null");
+  refused([&](auto& q) { q[g]["input_activations"]["dynamic"] = false; }, "group_0.input_activations.dynamic is false");
+  refused([&](auto& q) { q[g]["input_activations"]["strategy"] = "tensor"; }, "input_activations.strategy is \"tensor\"");
+  refused([](auto& q) { q["kv_cache_scheme"] = {{"num_bits", 8}}; }, "kv_cache_scheme is set");
+  refused([](auto& q) { q["config_groups"] = nlohmann::json::object(); }, "config_groups must name at least one group");
+  std::remove(path.c_str());
 }
 
 // The engine's greedy tokens against the training gpt's forward pass over the whole sequence.

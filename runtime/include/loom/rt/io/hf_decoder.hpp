@@ -20,6 +20,10 @@ const std::vector<std::string>& hf_architectures();
 // tensor, a tensor whose shape disagrees with config.json or that no layer uses.
 DecoderWeights load_hf_decoder(const std::string& folder, std::string* architecture);
 
+// What the layers hold in memory: "int8" (compressed-tensors int8, hf_quant.hpp), "bf16" or
+// "fp16" (a 16-bit checkpoint kept so), or "fp32".
+std::string decoder_precision(const DecoderWeights& w);
+
 // RoPE's frequencies from config.json: rope_theta and rope_scaling as published folders write
 // them, or rope_parameters as transformers 5 writes them; types default, linear, dynamic, llama3
 // and yarn. `context` gets the positions a scaled model serves (vLLM's derivation: linear and

@@ -33,6 +33,14 @@ class HfWeights {
   // A 2-D BF16 or F16 tensor's raw values appended to *out, checked like get(); false (nothing
   // read) for F32.
   bool get16(const std::string& name, const std::vector<int64_t>& want, std::vector<uint16_t>* out, bool* bf16);
+  // A tensor's dtype and shape as stored (throws for a name the folder lacks).
+  const SafetensorsEntry& entry(const std::string& name) const;
+  // A tensor's bytes as stored, checked against `want`; marks it used.
+  std::vector<uint8_t> raw(const std::string& name, const std::vector<int64_t>& want);
+  // Every tensor's name, in order.
+  std::vector<std::string> names() const;
+  // The shard file that holds a tensor: the file an error names.
+  std::string file_of(const std::string& name) const;
   // Throws naming the first tensor no get() asked for.
   void check_all_used() const;
   uint64_t bytes() const { return bytes_; }  // of every tensor, as stored

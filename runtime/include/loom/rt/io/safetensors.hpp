@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ class Safetensors {
   // A BF16 or F16 tensor's raw values appended to *out (false, nothing read, for other dtypes);
   // *bf16 says which.
   bool raw16(const std::string& name, std::vector<uint16_t>* out, bool* bf16) const;
+  // A tensor's bytes as stored, whatever its dtype.
+  std::vector<uint8_t> raw(const std::string& name) const;
 
  private:
   std::string path_;
@@ -42,5 +45,21 @@ class Safetensors {
   std::map<std::string, SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
 };
+
+// The bytes of one dtype ("F32", "BF16", "I8", ...): 0 for a name the format does not have.
+int safetensors_dtype_bytes(const std::string& dtype);
+
+// One tensor of a file being written: its bytes come from `bytes` when their turn comes, so a
+// model larger than memory is written one tensor at a time.
+struct SafetensorsOut {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::function<std::vector<uint8_t>()> bytes;
+};
+// Writes `path` (through path + ".part", renamed when whole) with the tensors in the order
+// given. Throws Error naming the file: a tensor whose bytes disagree with its dtype and shape, a
+// name given twice, a write that fails.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsOut>& tensors,
+                       const std::map<std::string, std::string>& metadata);
 
 }  // namespace loom::rt
