@@ -116,5 +116,8 @@ void op_affine(const Node&, const std::vector<const Tensor*>&, std::vector<Tenso
 void op_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_dequantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_clip(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_matmul_integer(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_qlinear_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_dynamic_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
 }  // namespace loom::rt::graph

@@ -1,5 +1,7 @@
-// ops_quant.cpp — the QDQ operators of quantized ONNX models (QuantizeLinear, DequantizeLinear:
-// per tensor or per axis, uint8 / int8 with ONNX's round-half-to-even and saturation) and Clip.
+// ops_quant.cpp — the operators of quantized ONNX models: QDQ (QuantizeLinear, DequantizeLinear:
+// per tensor or per axis, uint8 / int8 with ONNX's round-half-to-even and saturation), what
+// onnxruntime's quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger), QLinearMatMul,
+// and Clip. Integer products are summed exactly (int_matmul).
 #include <algorithm>
 #include <cmath>
 
@@ -37,7 +39,126 @@ PerAxis per_axis(const Node& n, const Tensor& x, const Tensor& scale, const Tens
   return p;
 }
 
+int32_t int_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kU8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
+}
+
+void need_int8(const Node& n, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kU8 && t.dtype() != DType::kI8) op_error(n, std::string(what) + " must be uint8 or int8, not " + dtype_name(t.dtype()));
+}
+
+// t - zero as float32 (exact: |t - zero| <= 255). zero: absent, one value, or one per index of
+// t's dimension `axis` (a's rows: -2; b's columns: -1).
+Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, const char* what) {
+  need_int8(n, t, what);
+  int64_t dim = 1, inner = 1;
+  if (zero && zero->numel() > 1) {
+    const int a = t.ndim() + axis;
+    if (zero->ndim() != 1 || a < 0 || zero->dim(0) != t.dim(a))
+      op_error(n, std::string(what) + "'s zero point has " + std::to_string(zero->numel()) + " values for its shape " + t.shape_str());
+    dim = t.dim(a);
+    for (int d = a + 1; d < t.ndim(); ++d) inner *= t.dim(d);
+  }
+  if (zero) need_int8(n, *zero, "a zero point");
+  Tensor f = Tensor::empty(t.shape());
+  for (int64_t i = 0, total = t.numel(); i < total; ++i)
+    f.f32()[i] = static_cast<float>(int_at(t, i) - (zero ? int_at(*zero, (i / inner) % dim) : 0));
+  return f;
+}
+
+// The copy of t's elements [k0, k0 + kc) along `axis`.
+Tensor slice_axis(const Tensor& t, int axis, int64_t k0, int64_t kc) {
+  Shape s = t.shape();
+  const int64_t K = s[static_cast<size_t>(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
+  for (int d = axis + 1; d < t.ndim(); ++d) inner *= s[static_cast<size_t>(d)];
+  s[static_cast<size_t>(axis)] = kc;
+  Tensor y = Tensor::empty(s);
+  for (int64_t o = 0; o < outer; ++o) std::copy_n(t.f32() + (o * K + k0) * inner, kc * inner, y.f32() + o * kc * inner);
+  return y;
+}
+
+// (a - a_zero) x (b - b_zero) in int32, exactly: the operands as floats and the contracted
+// dimension in chunks of 256, so that no float sum exceeds 255 * 255 * 256 < 2^24 (every partial
+// sum an exact integer), each chunk's float GEMM added into int32.
+Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Tensor& b, const Tensor* b_zero) {
+  if (a.ndim() < 2 || b.ndim() < 2) op_error(n, "1-D operands are not supported");
+  const Tensor fa = centred(n, a, a_zero, -2, "A"), fb = centred(n, b, b_zero, -1, "B");
+  const int64_t K = a.dim(-1);
+  constexpr int64_t kChunk = 256;
+  Node mm;
+  mm.op = "MatMul", mm.name = n.name;
+  Tensor acc;
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, K - k0);
+    const Tensor ca = K <= kChunk ? fa : slice_axis(fa, a.ndim() - 1, k0, kc), cb = K <= kChunk ? fb : slice_axis(fb, b.ndim() - 2, k0, kc);
+    std::vector<Tensor> y(1);
+    op_matmul(mm, {&ca, &cb}, y);
+    if (k0 == 0) acc = Tensor::zeros(y[0].shape(), DType::kI32);
+    for (int64_t i = 0, total = acc.numel(); i < total; ++i) acc.data<int32_t>()[i] += static_cast<int32_t>(y[0].f32()[i]);
+    if (K <= kChunk) break;
+  }
+  return acc;
+}
+
+const Tensor* opt(const std::vector<const Tensor*>& in, size_t i) { return in.size() > i ? in[i] : nullptr; }
+
 }  // namespace
+
+void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  out[0] = int_matmul(n, need(n, in, 0), opt(in, 2), need(n, in, 1), opt(in, 3));
+}
+
+// y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero): a_scale one value or one
+// per row, b_scale one or one per column, as ONNX's reference computes it (the factor in
+// float32, the product in double).
+void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &a = need(n, in, 0), &as = need(n, in, 1), &az = need(n, in, 2), &b = need(n, in, 3), &bs = need(n, in, 4),
+               &bz = need(n, in, 5), &ys = need(n, in, 6);
+  const Tensor* yz = opt(in, 7);
+  for (const Tensor* s : {&as, &bs, &ys})
+    if (s->dtype() != DType::kF32) op_error(n, "the scales must be float32");
+  if (ys.numel() != 1 || (yz && yz->numel() != 1)) op_error(n, "y_scale and y_zero_point must be one value each");
+  const Tensor acc = int_matmul(n, a, &az, b, &bz);
+  const int64_t N = acc.dim(-1), M = acc.dim(-2);
+  if ((as.numel() != 1 && as.numel() != M) || (bs.numel() != 1 && bs.numel() != N)) op_error(n, "a_scale or b_scale does not match the operands");
+  const DType to = yz ? yz->dtype() : DType::kU8;
+  if (to != DType::kU8 && to != DType::kI8) op_error(n, "y_zero_point must be uint8 or int8");
+  const double lo = to == DType::kU8 ? 0 : -128, hi = to == DType::kU8 ? 255 : 127, zp = yz ? int_at(*yz, 0) : 0;
+  Tensor y = Tensor::empty(acc.shape(), to);
+  for (int64_t i = 0, total = acc.numel(); i < total; ++i) {
+    const float f = as.f32()[as.numel() == 1 ? 0 : (i / N) % M] * bs.f32()[bs.numel() == 1 ? 0 : i % N] / ys.f32()[0];
+    const double v = std::clamp(std::nearbyint(static_cast<double>(acc.data<int32_t>()[i]) * static_cast<double>(f) + zp), lo, hi);
+    if (to == DType::kU8) y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+    else y.data<int8_t>()[i] = static_cast<int8_t>(v);
+  }
+  out[0] = y;
+}
+
+// ONNX's formula: the range widened to hold 0 over 255 steps (1/255 for an all-zero tensor), the
+// zero point where the minimum falls, clamped and rounded half to even; y = saturate(round(x /
+// scale) + zero point).
+void op_dynamic_quantize_linear(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  if (x.dtype() != DType::kF32) op_error(n, "DynamicQuantizeLinear takes float32");
+  float lo = 0, hi = 0;
+  for (int64_t i = 0, total = x.numel(); i < total; ++i) {
+    const float v = x.f32()[i];
+    if (std::isnan(v)) op_error(n, "the input holds a NaN");
+    lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+  const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+  Tensor y = Tensor::empty(x.shape(), DType::kU8), s = Tensor::empty({}), z = Tensor::empty({}, DType::kU8);
+  for (int64_t i = 0, total = x.numel(); i < total; ++i)
+    y.data<uint8_t>()[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(x.f32()[i] / scale) + zp, 0.0f, 255.0f));
+  s.f32()[0] = scale;
+  z.data<uint8_t>()[0] = static_cast<uint8_t>(zp);
+  out[0] = y;
+  if (out.size() > 1) out[1] = s;
+  if (out.size() > 2) out[2] = z;
+}
 
 void op_quantize_linear(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &x = need(n, in, 0), &scale = need(n, in, 1);

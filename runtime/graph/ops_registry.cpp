@@ -39,6 +39,7 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"Conv", op_conv}, {"BatchNormalization", op_batch_norm}, {"MaxPool", op_pool}, {"AveragePool", op_pool},
       {"GlobalAveragePool", op_global_avg_pool},
       {"QuantizeLinear", op_quantize_linear}, {"DequantizeLinear", op_dequantize_linear}, {"Clip", op_clip},
+      {"DynamicQuantizeLinear", op_dynamic_quantize_linear}, {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
   };
   return ops;
 }

@@ -48,6 +48,8 @@ void Pass::rows_node(const Node& n) {
   if (std::find(std::begin(elementwise_ops), std::end(elementwise_ops), op) != std::end(elementwise_ops))
     return elementwise(n);
   if (op == "MatMul") return matmul(n);
+  if (op == "MatMulInteger" || op == "QLinearMatMul") return matmul_integer(n);
+  if (op == "DynamicQuantizeLinear") throw Refused{"its scale and zero point are computed over all the rows"};
   if (op == "Gather") return gather(n);
   if (op == "Expand") return expand(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
@@ -193,6 +195,25 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     return set(n, 0, x);
   }
   throw Refused{"the pass does not follow rows through " + op};
+}
+
+// MatMulInteger (a, b, a_zero_point, b_zero_point) and QLinearMatMul (a, a_scale, a_zero_point,
+// b, b_scale, b_zero_point, y_scale, y_zero_point): a MatMul of a and b, whose other inputs are
+// constants; a's (which may run along its rows) must be one value each.
+void Pass::matmul_integer(const Node& n) {
+  const bool qlinear = n.op == "QLinearMatMul";
+  const size_t b = qlinear ? 3 : 1;
+  for (size_t i = 1; i < n.in.size(); ++i) {
+    if (i == b || n.in[i] < 0) continue;
+    const Fact& f = in(n, i);
+    if (f.kind != Fact::kUniform) throw Refused{"input " + std::to_string(i) + " depends on the rows"};
+    const bool a_side = qlinear ? i < 3 : i == 2;
+    if (a_side && (!f.ranked || std::any_of(f.dims.begin(), f.dims.end(), [](int64_t d) { return d != 1; })))
+      throw Refused{"a's scale or zero point is not one value"};
+  }
+  Node mm = n;
+  mm.in = {n.in[0], n.in[b]};
+  matmul(mm);
 }
 
 void Pass::elementwise(const Node& n) {

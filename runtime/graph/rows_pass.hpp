@@ -176,6 +176,7 @@ class Pass {
   void axis_op(const Node& n, const Fact& x);    // Softmax, reductions, norms, Pad, Gemm, Conv, ...
   void elementwise(const Node& n);
   void matmul(const Node& n);
+  void matmul_integer(const Node& n);
   void reshape(const Node& n, const Fact& x);
   void expand(const Node& n);
   void gather(const Node& n);

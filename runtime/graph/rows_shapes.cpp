@@ -16,7 +16,8 @@ void Pass::uniform_node(const Node& n) {
   const std::string& op = n.op;
   Fact f = uniform_unranked();
   static const char* same[] = {"Cast", "Identity", "Relu", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg", "Exp", "Log",
-                               "Reciprocal", "Abs", "Not", "Clip", "Softmax", "LogSoftmax", "Trilu"};
+                               "Reciprocal", "Abs", "Not", "Clip", "Softmax", "LogSoftmax", "Trilu", "QuantizeLinear",
+                               "DequantizeLinear"};
   if (std::find(std::begin(same), std::end(same), op) != std::end(same)) {
     f = x;
   } else if (op == "Unsqueeze" && x.ranked) {

@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
           .write(outs[k].data<char>(), static_cast<std::streamsize>(outs[k].bytes()));
       std::printf("%s %s %s\n", name.c_str(), loom::rt::dtype_name(outs[k].dtype()), outs[k].shape_str().c_str());
     }
-    std::fprintf(stderr, "nodes %zu folded %d fused %d\n", model.node_count(), model.folded(), model.fused());
+    std::fprintf(stderr, "nodes %zu folded %d fused %d; rows: %s\n", model.node_count(), model.folded(), model.fused(),
+                 model.row_independent() ? "independent" : model.why_not_row_independent().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "onnx_run: %s\n", e.what());
     return 1;

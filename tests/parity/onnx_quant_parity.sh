@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# onnx_quant_parity.sh — quantized ONNX as onnxruntime.quantization writes it, through the graph
+# executor against ONNX Runtime: the MLP, BERT, GPT-2 block and nn.TransformerEncoderLayer models
+# of tests/parity/onnx_models.py (torch.onnx.export, opset 17) quantized by quantize_dynamic
+# (DynamicQuantizeLinear + MatMulInteger; int8 and uint8 weights, per tensor and per channel) and
+# by quantize_static in the QDQ format; each output equal to ORT's within its own rounding (far
+# below what quantization moved it from the float model). quantize_static's QOperator format
+# writes operators of ORT's own domain for some nodes: those are refused by name.
+. "$(dirname "$0")/../integration/lib.sh"
+[ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
+require_onnx_graph
+/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "python3-torch is needed to export the models"
+peer_venv ortq onnxruntime onnx numpy
+cd "$LOOM_TMP" || exit 99
+
+/usr/bin/python3 - "$LOOM_SRCDIR/tests/parity" <<'PY' 2>exporter.log || { cat exporter.log; exit 99; }
+import os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import onnx_models as om
+DT = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(np.bool_): "bool"}
+for fam in ("mlp", "bert", "gpt2", "encoder"):
+    os.makedirs(fam, exist_ok=True)
+    om.export(fam, f"{fam}/float.onnx", 17)
+    _, feeds = om.build(fam)
+    specs = []
+    for k, v in feeds.items():
+        a = v.numpy()
+        a.tofile(f"{fam}/{k}.in")
+        specs.append(f"{k}:{DT[a.dtype]}:{'x'.join(map(str, a.shape))}:{fam}/{k}.in")
+    open(f"{fam}/inputs", "w").write(" ".join(specs))
+PY
+
+# The quantized models, by ORT's own tools.
+run_cmd "$peer/bin/python" - <<'PY'
+import glob, os
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+NP = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
+class Feeds(CalibrationDataReader):
+    def __init__(self, fam):
+        self.items = [{}]
+        for spec in open(f"{fam}/inputs").read().split():
+            name, dt, shape, path = spec.split(":")
+            self.items[0][name] = np.fromfile(path, NP[dt]).reshape([int(x) for x in shape.split("x")])
+    def get_next(self):
+        return self.items.pop() if self.items else None
+for fam in ("mlp", "bert", "gpt2", "encoder"):
+    f = f"{fam}/float.onnx"
+    quantize_dynamic(f, f"{fam}/dyn_s8.onnx", weight_type=QuantType.QInt8)
+    quantize_dynamic(f, f"{fam}/dyn_u8.onnx", weight_type=QuantType.QUInt8)
+    quantize_dynamic(f, f"{fam}/dyn_s8_channel.onnx", weight_type=QuantType.QInt8, per_channel=True)
+    quantize_static(f, f"{fam}/qdq.onnx", Feeds(fam), quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul", "Gemm"])
+    print(fam, "quantized")
+PY
+expect_eq "onnxruntime.quantization writes the models" 0 "$rc"
+[ "$rc" = 0 ] || echo "$err" | tail -5
+
+for model in */dyn_*.onnx */qdq.onnx */float.onnx; do
+  fam=${model%%/*}
+  out=${model%.onnx}
+  mkdir -p "$out"
+  # shellcheck disable=SC2046
+  run_cmd "$LOOM_BUILDDIR/tests/parity/onnx_run" "$model" "$out" $(cat "$fam/inputs")
+  expect_eq "$model runs on Loom's executor" 0 "$rc"
+  [ "$rc" = 0 ] || echo "$err" | tail -3
+done
+
+run_cmd "$peer/bin/python" - <<'PY'
+import glob
+import numpy as np
+import onnxruntime as ort
+NP = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
+def run(path, feeds):
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return s.get_outputs(), s.run(None, feeds)
+for model in sorted(glob.glob("*/dyn_*.onnx") + glob.glob("*/qdq.onnx")):
+    fam = model.split("/")[0]
+    feeds = {}
+    for spec in open(f"{fam}/inputs").read().split():
+        name, dt, shape, path = spec.split(":")
+        feeds[name] = np.fromfile(path, NP[dt]).reshape([int(x) for x in shape.split("x")])
+    outs, refs = run(model, feeds)
+    _, floats = run(f"{fam}/float.onnx", feeds)
+    for o, ref, flt in zip(outs, refs, floats):
+        got = np.fromfile(model[:-5] + f"/{o.name}.bin", ref.dtype).reshape(ref.shape)
+        scale = max(1e-6, float(np.max(np.abs(ref))))
+        err, moved = float(np.max(np.abs(got - ref))) / scale, float(np.max(np.abs(flt - ref))) / scale
+        # ORT's rounding: a value quantized one step apart where a float sum differs in its last bit.
+        same = err <= max(1e-4, 0.05 * moved)
+        print(f"{model} {o.name} {'same' if same else 'DIFFERENT'} {err:.1e} (quantization moved it {moved:.1e})")
+PY
+[ "$rc" = 0 ] || echo "$err" | tail -5
+echo "$out"
+expect_eq "every quantized output compared (4 families x 4 quantizations)" 16 "$(echo "$out" | grep -E '^[a-z0-9]+/' | cut -d' ' -f1 | sort -u | wc -l)"
+expect_no_match "every output equals ONNX Runtime's within its rounding" "DIFFERENT" "$out"
+
+# A dynamically quantized model is served one request at a time, the refusal naming the node.
+# shellcheck disable=SC2046
+run_cmd "$LOOM_BUILDDIR/tests/parity/onnx_run" bert/dyn_s8.onnx bert/dyn_s8 $(cat bert/inputs)
+expect_match "the rows pass names DynamicQuantizeLinear" "rows: DynamicQuantizeLinear .*its scale and zero point are computed over all the rows" "$err"
+# Static QDQ models keep their rows apart: served batched.
+for fam in bert encoder gpt2; do
+  # shellcheck disable=SC2046
+  run_cmd "$LOOM_BUILDDIR/tests/parity/onnx_run" $fam/qdq.onnx $fam/qdq $(cat $fam/inputs)
+  expect_match "$fam/qdq.onnx: rows proven independent" "rows: independent" "$err"
+done
+finish
