@@ -1,5 +1,5 @@
 // fuse.cpp — the load-time fusions: patterns PyTorch's exporter writes that run faster as one
-// kernel. Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
+// kernel. A zero Pad into the Conv or AveragePool that reads it; Gemm/Conv + Relu (ReLU in the producer's epilogue); scalar affine chains (Cast uint8
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
 // GELU subgraph and opset 13's spelled-out LayerNorm as one node each; MatMul + bias row, MatMul / scalar (attention's scale) and
 // MatMul + GELU into the GEMM and its epilogue; a scalar scale of an operand into its alpha;
@@ -45,6 +45,39 @@ int fuse_relu(Graph& g) {
     p.attrs["loom.relu"] = Attr::of(int64_t{1});
     p.out[0] = r->out[0];
     r->op.clear();
+    ++n;
+  }
+  return n;
+}
+
+// Pad (constant zeros, on height and width only) read by a Conv or an AveragePool alone -> their
+// own pads (the pool then counts the padded zeros, as it averaged them): PyTorch's F.pad before a
+// convolution, and the Pad its exporter writes for AvgPool2d(count_include_pad=True).
+int fuse_pad(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& p = g.nodes[i];
+    if (p.op != "Pad" || p.in.size() < 2 || p.out.size() != 1 || attr_s(p, "mode", "constant") != "constant") continue;
+    if (p.in.size() > 3 && p.in[3] >= 0) continue;  // axes: left to the kernel
+    float zero = 0;
+    if (p.in.size() > 2 && p.in[2] >= 0 && (!g.scalar(p.in[2], &zero) || zero != 0)) continue;
+    Node* c = g.sole_reader(p.out[0], i);
+    if (!c || (c->op != "Conv" && c->op != "AveragePool") || c->in[0] != p.out[0] || attr_s(*c, "auto_pad", "NOTSET") != "NOTSET" || p.in[1] < 0)
+      continue;
+    const Tensor& t = g.constants[static_cast<size_t>(p.in[1])];
+    if (!t.defined() || t.dtype() != DType::kI64 || t.numel() != 8) continue;
+    const int64_t* v = t.data<int64_t>();
+    if (v[0] || v[1] || v[4] || v[5] || std::any_of(v, v + 8, [](int64_t x) { return x < 0; })) continue;
+    std::vector<int64_t> pads = attr_ints(*c, "pads", {0, 0, 0, 0});
+    if (pads.size() != 4) continue;
+    if (c->op == "AveragePool") {
+      if (attr_i(*c, "count_include_pad", 0) == 0 && std::any_of(pads.begin(), pads.end(), [](int64_t x) { return x != 0; })) continue;
+      c->attrs["count_include_pad"] = Attr::of(int64_t{1});
+    }
+    pads = {pads[0] + v[2], pads[1] + v[3], pads[2] + v[6], pads[3] + v[7]};
+    c->attrs["pads"] = Attr::of(pads);
+    c->in[0] = p.in[0];
+    p.op.clear();
     ++n;
   }
   return n;
@@ -384,7 +417,8 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
     for (int v : n.in)
       if (v >= 0) ++g.uses[static_cast<size_t>(v)];
   for (int v : output_ids) g.uses[static_cast<size_t>(v)] += 1000;
-  int fused = fuse_relu(g);
+  int fused = fuse_pad(g);
+  fused += fuse_relu(g);
   fused += fuse_affine(g);
   fused += fuse_gelu(g);
   fused += fuse_layer_norm(g);

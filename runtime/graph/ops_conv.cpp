@@ -1,10 +1,11 @@
-// ops_conv.cpp — 2-D convolution (groups, strides, pads, dilations) as im2col + the runtime's
-// GEMM, inference BatchNormalization, Max/AveragePool and GlobalAveragePool, on NCHW float32.
+// ops_conv.cpp — 2-D convolution (groups, strides, pads, dilations) on oneDNN (conv_onednn.cpp),
+// or as im2col + the runtime's GEMM in a build without it, inference BatchNormalization, Max/AveragePool and GlobalAveragePool, on NCHW float32.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
+#include "conv_onednn.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
@@ -151,14 +152,20 @@ void op_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   const Window k = window_of(n, H, W, wt.dim(2), wt.dim(3));
   const int64_t cg = C / g, mg = M / g, ohw = k.out_h * k.out_w, kk = cg * k.kh * k.kw;
   Tensor y = Tensor::empty({N, M, k.out_h, k.out_w});
+  const bool relu = attr_i(n, "loom.relu", 0) != 0;
+  const ConvShape shape{N, C, H, W, M, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw, k.pt, k.pl, k.pb, k.pr, k.out_h, k.out_w, g, relu};
+  if (bias && bias->dtype() != DType::kF32) op_error(n, "the bias must be float32");
+  if (wt.dtype() == DType::kF32 && y.numel() > 0 && conv_onednn(shape, x, wt, bias, y)) {
+    out[0] = y;
+    return;
+  }
   const bool direct = k.kh == 1 && k.kw == 1 && k.sh == 1 && k.sw == 1 && k.pt == 0 && k.pl == 0 && k.pb == 0 && k.pr == 0;
   if (g == 1 && N > 1 && kk * N * ohw <= kBatchedColumns) {
-    conv_batched(x, wt, bias, k, attr_i(n, "loom.relu", 0) != 0, y);
+    conv_batched(x, wt, bias, k, relu, y);
     out[0] = y;
     return;
   }
   // Image by image and group by group, spread over the threads (each GEMM then runs on one).
-  const bool relu = attr_i(n, "loom.relu", 0) != 0;
   vec::for_items(N * g, mg * ohw + (direct ? 0 : kk * ohw), [&](int64_t lo, int64_t hi) {
     const auto col = scratch(direct ? 0 : kk * ohw);
     for (int64_t item = lo; item < hi; ++item) {

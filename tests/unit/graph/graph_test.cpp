@@ -327,6 +327,46 @@ TEST(GraphOps, ConvWithGroupsStridesPadsAndDilations) {
   EXPECT_THROW(run1("Conv", {x, wbad}, {{"group", ai(2)}}), loom::rt::Error);
 }
 
+// A zero Pad on height and width goes into the Conv (or count-including AveragePool) that reads
+// it alone, and the padded convolution answers as before; a nonzero value, a pad on the channels
+// or a second reader keeps the Pad.
+TEST(GraphFuse, ZeroPadIntoConvAndAveragePool) {
+  const Tensor x = iota({1, 2, 5, 5}, 0.01f), w = iota({3, 2, 3, 3}, 0.002f);
+  Tensor pads = Tensor::empty({8}, DType::kI64);
+  const int64_t p[8] = {0, 0, 1, 0, 0, 0, 0, 2};
+  std::copy(p, p + 8, pads.data<int64_t>());
+  auto graph = [&](const std::string& reader, float value, int readers) {
+    std::vector<Tensor> constants(6);
+    constants[1] = w, constants[2] = pads, constants[3] = Tensor::empty({});
+    constants[3].f32()[0] = value;
+    Node pad, conv, other;
+    pad.op = "Pad", pad.in = {0, 2, 3}, pad.out = {4};
+    conv.op = reader, conv.in = reader == "Conv" ? std::vector<int>{4, 1} : std::vector<int>{4}, conv.out = {5};
+    conv.attrs["kernel_shape"] = ints({3, 3});
+    std::vector<Node> nodes{pad, conv};
+    if (readers > 1) other.op = "Relu", other.in = {4}, other.out = {5}, nodes.push_back(other);
+    const int fused = fuse_nodes(nodes, constants, {5});
+    nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
+    return std::make_pair(fused, nodes);
+  };
+  auto [fused, nodes] = graph("Conv", 0, 1);
+  ASSERT_EQ(fused, 1);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].attrs.at("pads").ints, (std::vector<int64_t>{1, 0, 0, 2}));
+  EXPECT_EQ(nodes[0].in[0], 0);
+  const Tensor padded = run1("Pad", {x, pads});
+  const Tensor want = run1("Conv", {padded, w}), got = run1("Conv", {x, w}, {{"pads", ints({1, 0, 0, 2})}});
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.f32()[i], want.f32()[i], 1e-5f);
+  auto [pooled, pool_nodes] = graph("AveragePool", 0, 1);
+  EXPECT_EQ(pooled, 1);
+  EXPECT_EQ(pool_nodes[0].attrs.at("count_include_pad").i, 1);
+  EXPECT_EQ(graph("Conv", 0.5f, 1).first, 0);
+  EXPECT_EQ(graph("Conv", 0, 2).first, 0);
+  pads.data<int64_t>()[1] = 1;  // the channels
+  EXPECT_EQ(graph("Conv", 0, 1).first, 0);
+}
+
 // The operators that spread over the threads (softmax and layer norm rows in blocks, the unary
 // functions, convolution and pools image by image, attention's per-head GEMMs) answer the same on
 // 2 threads as on 1, on sizes past the thresholds and the blocks' edges.
