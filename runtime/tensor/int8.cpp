@@ -97,7 +97,7 @@ struct Linear::Impl {
     std::lock_guard<std::mutex> lock(mu);
     auto it = by_rows.find(m);
     if (it != by_rows.end()) return it->second;
-    if (by_rows.size() >= 512) by_rows.clear(), packed.clear();
+    if (by_rows.size() >= 512) by_rows.clear(), packed.resize(std::min<size_t>(packed.size(), 1));  // the first keeps the weights
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::dim M = m, N = l.n_, K = l.k_;
@@ -125,16 +125,49 @@ struct Linear::Impl {
     for (const auto& m : packed)
       if (m.get_desc() == p->pd.weights_desc()) p->weights = m;
     if (!p->weights) {
-      dnnl::memory user(wei_user, eng, const_cast<int8_t*>(l.w_.data()));
+      std::vector<int8_t> restored;
+      const int8_t* w = plain(l, wei_user, &restored);
+      dnnl::memory user(wei_user, eng, const_cast<int8_t*>(w));
       p->weights = dnnl::memory(p->pd.weights_desc(), eng);
       dnnl::stream s(eng);
       dnnl::reorder(user, p->weights).execute(s, user, p->weights);
       s.wait();
       packed.push_back(p->weights);
+      release(l, wei_user);
     }
     if (has_bias) p->bias = dnnl::memory(bia, eng, bias_acc.data());
     by_rows[m] = p;
     return p;
+  }
+
+  // The weights in the caller's layout: l.w_, or restored from the first packed copy into *out.
+  const int8_t* plain(const Linear& l, const dnnl::memory::desc& user, std::vector<int8_t>* out) {
+    if (!l.w_.empty()) return l.w_.data();
+    out->resize(static_cast<size_t>(l.n_) * static_cast<size_t>(l.k_));
+    dnnl::memory dst(user, eng, out->data());
+    dnnl::stream s(eng);
+    dnnl::reorder(packed[0], dst).execute(s, packed[0], dst);
+    s.wait();
+    return out->data();
+  }
+  // Drops l.w_ once a packed copy can give it back.
+  void release(const Linear& l, const dnnl::memory::desc& user) {
+    if (l.w_.empty() || packed.empty()) return;
+    try {
+      dnnl::reorder::primitive_desc check(eng, packed[0].get_desc(), eng, user);
+    } catch (const dnnl::error&) {
+      return;  // a layout oneDNN cannot turn back: keep the weights as given
+    }
+    std::vector<int8_t>().swap(l.w_);
+  }
+  // The weights as given, for the reference loops.
+  std::vector<int8_t> weights(const Linear& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int8_t> out;
+    const dnnl::memory::desc user({l.k_, l.n_}, dnnl::memory::data_type::s8, dnnl::memory::format_tag::ba);
+    const int8_t* w = plain(l, user, &out);
+    if (out.empty()) out.assign(w, w + static_cast<int64_t>(l.n_) * l.k_);
+    return out;
   }
 
   void run(const Linear& l, const uint8_t* x, int m, void* y) {
@@ -185,11 +218,16 @@ void Linear::run(const uint8_t* x, int m, void* y) const {
 }
 
 void Linear::run_reference(const uint8_t* x, int m, void* y) const {
+#ifdef LOOM_HAVE_DNNL
+  const std::vector<int8_t> weights = impl_->weights(*this);
+#else
+  const std::vector<int8_t>& weights = w_;
+#endif
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n_; ++j) {
       int32_t acc = 0;
       const uint8_t* xr = x + static_cast<int64_t>(i) * k_;
-      const int8_t* wr = w_.data() + static_cast<int64_t>(j) * k_;
+      const int8_t* wr = weights.data() + static_cast<int64_t>(j) * k_;
       for (int t = 0; t < k_; ++t) acc += (static_cast<int32_t>(xr[t]) - x_zp_) * wr[t];
       const int64_t o = static_cast<int64_t>(i) * n_ + j;
       if (e_.out == Out::kS32) {

@@ -67,11 +67,13 @@ class Linear {
   void run(const uint8_t* x, int m, void* y) const;
   // The same through the reference loops, whatever the build.
   void run_reference(const uint8_t* x, int m, void* y) const;
-  const std::vector<int8_t>& weights() const { return w_; }
 
  private:
   int n_, k_, x_zp_;
-  std::vector<int8_t> w_;
+  // The weights as given. With oneDNN, released once reordered into the layout its primitives
+  // take (and restored from there when another layout or the reference loops need them): a
+  // served model holds one copy of its int8 weights, not two.
+  mutable std::vector<int8_t> w_;
   Epilogue e_;
   struct Impl;
   std::unique_ptr<Impl> impl_;  // oneDNN primitives by batch size, when built with it
@@ -90,7 +92,6 @@ class DynamicLinear {
   int in() const { return lin_.in(); }
   int out() const { return lin_.out(); }
   const std::vector<float>& scale() const { return scale_; }
-  const std::vector<int8_t>& weights() const { return lin_.weights(); }
   // x float [m, k] -> y float [m, n]; bias may be null. Thread-safe.
   void run(const float* x, int m, const float* bias, float* y) const;
   // The same with the GEMM on the reference loops.
