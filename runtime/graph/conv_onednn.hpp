@@ -14,7 +14,7 @@ struct ConvShape {
 };
 
 // y (N x M x oh x ow, allocated) = conv(x, w) + bias, Relu'd when c.relu, on float32 NCHW.
-// False when the build has no oneDNN (the caller runs its own).
+// False when the build has no oneDNN or oneDNN has no primitive for the shape (the caller runs its own).
 bool conv_onednn(const ConvShape& c, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);
 
 }  // namespace loom::rt::graph
