@@ -141,34 +141,11 @@ struct Linear::Impl {
   }
 
   // The weights in the caller's layout: l.w_, or restored from the first packed copy into *out.
-  const int8_t* plain(const Linear& l, const dnnl::memory::desc& user, std::vector<int8_t>* out) {
-    if (!l.w_.empty()) return l.w_.data();
-    out->resize(static_cast<size_t>(l.n_) * static_cast<size_t>(l.k_));
-    dnnl::memory dst(user, eng, out->data());
-    dnnl::stream s(eng);
-    dnnl::reorder(packed[0], dst).execute(s, packed[0], dst);
-    s.wait();
-    return out->data();
-  }
+  const int8_t* plain(const Linear& l, const dnnl::memory::desc& user, std::vector<int8_t>* out);
   // Drops l.w_ once a packed copy can give it back.
-  void release(const Linear& l, const dnnl::memory::desc& user) {
-    if (l.w_.empty() || packed.empty()) return;
-    try {
-      dnnl::reorder::primitive_desc check(eng, packed[0].get_desc(), eng, user);
-    } catch (const dnnl::error&) {
-      return;  // a layout oneDNN cannot turn back: keep the weights as given
-    }
-    std::vector<int8_t>().swap(l.w_);
-  }
+  void release(const Linear& l, const dnnl::memory::desc& user);
   // The weights as given, for the reference loops.
-  std::vector<int8_t> weights(const Linear& l) {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<int8_t> out;
-    const dnnl::memory::desc user({l.k_, l.n_}, dnnl::memory::data_type::s8, dnnl::memory::format_tag::ba);
-    const int8_t* w = plain(l, user, &out);
-    if (out.empty()) out.assign(w, w + static_cast<int64_t>(l.n_) * l.k_);
-    return out;
-  }
+  std::vector<int8_t> weights(const Linear& l);
 
   void run(const Linear& l, const uint8_t* x, int m, void* y) {
     auto p = get(l, m);
@@ -184,6 +161,35 @@ struct Linear::Impl {
     s.wait();
   }
 };
+const int8_t* Linear::Impl::plain(const Linear& l, const dnnl::memory::desc& user, std::vector<int8_t>* out) {
+  if (!l.w_.empty()) return l.w_.data();
+  out->resize(static_cast<size_t>(l.n_) * static_cast<size_t>(l.k_));
+  dnnl::memory dst(user, eng, out->data());
+  dnnl::stream s(eng);
+  dnnl::reorder(packed[0], dst).execute(s, packed[0], dst);
+  s.wait();
+  return out->data();
+}
+
+void Linear::Impl::release(const Linear& l, const dnnl::memory::desc& user) {
+  if (l.w_.empty() || packed.empty()) return;
+  try {
+    dnnl::reorder::primitive_desc check(eng, packed[0].get_desc(), eng, user);
+  } catch (const dnnl::error&) {
+    return;  // a layout oneDNN cannot turn back: keep the weights as given
+  }
+  std::vector<int8_t>().swap(l.w_);
+}
+
+std::vector<int8_t> Linear::Impl::weights(const Linear& l) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<int8_t> out;
+  const dnnl::memory::desc user({l.k_, l.n_}, dnnl::memory::data_type::s8, dnnl::memory::format_tag::ba);
+  const int8_t* w = plain(l, user, &out);
+  if (out.empty()) out.assign(w, w + static_cast<int64_t>(l.n_) * l.k_);
+  return out;
+}
+
 #else
 struct Linear::Impl {};
 #endif

@@ -2,20 +2,22 @@
 """load_http.py — closed-loop KServe v2 REST load for the controller's tests: N clients, each
 on its own kept-alive connection, send one-row FP32 requests to MODEL for S seconds (or until
 the file STOP exists) and the answers are counted by status; prints one JSON object:
-{"counts": {"200": n, "503": m, ...}, "p50_ms": x}.
+{"counts": {"200": n, "503": m, ...}, "p50_ms": x}. --rows N sends N rows a request, so that a
+request spends its time in the server rather than in these Python clients (a tiny model answers
+a row faster than a client sends the next).
 
-    load_http.py HOST:PORT MODEL FEATURES CLIENTS SECONDS [--token T] [--stop FILE]
+    load_http.py HOST:PORT MODEL FEATURES CLIENTS SECONDS [--rows N] [--token T] [--stop FILE]
 """
 import argparse, collections, http.client, json, os, threading, time
 
 p = argparse.ArgumentParser()
 p.add_argument("addr"); p.add_argument("model"); p.add_argument("features", type=int)
 p.add_argument("clients", type=int); p.add_argument("seconds", type=float)
-p.add_argument("--token", default=""); p.add_argument("--stop", default="")
+p.add_argument("--token", default=""); p.add_argument("--stop", default=""); p.add_argument("--rows", type=int, default=1)
 a = p.parse_args()
 host, port = a.addr.rsplit(":", 1)
-body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, a.features],
-                               "data": [0.25] * a.features}]})
+body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [a.rows, a.features],
+                               "data": [0.25] * (a.rows * a.features)}]})
 headers = {"Content-Type": "application/json"}
 if a.token:
     headers["Authorization"] = "Bearer " + a.token
