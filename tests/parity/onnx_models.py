@@ -182,6 +182,18 @@ def export(name, path, opset):
     return model
 
 
+def write_inputs(name, folder):
+    """The family's inputs as raw little-endian files in `folder`, and `folder`/inputs: one
+    NAME:DTYPE:SHAPE:FILE spec each, as onnx_run takes them."""
+    dtypes = {torch.float32: "float32", torch.int64: "int64", torch.bool: "bool"}
+    _, feeds = build(name)
+    specs = []
+    for k, v in feeds.items():
+        v.numpy().tofile(f"{folder}/{k}.in")
+        specs.append(f"{k}:{dtypes[v.dtype]}:{'x'.join(map(str, v.shape))}:{folder}/{k}.in")
+    open(f"{folder}/inputs", "w").write(" ".join(specs))
+
+
 if __name__ == "__main__":
     out, opset = sys.argv[1], int(sys.argv[2])
     os.makedirs(out, exist_ok=True)

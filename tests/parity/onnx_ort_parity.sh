@@ -13,22 +13,14 @@ cd "$LOOM_TMP" || exit 99
 # The models and their inputs (raw little-endian files), with Debian's PyTorch.
 /usr/bin/python3 - "$LOOM_SRCDIR/tests/parity" <<'PY' 2>exporter.log || { cat exporter.log; exit 99; }
 import os, sys
-import numpy as np
 sys.path.insert(0, sys.argv[1])
 import onnx_models as om
-DT = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(np.bool_): "bool"}
 for fam in ("mlp", "resnet", "bert", "gpt2", "encoder"):
     for opset in (13, 17):
         name = f"{fam}-{opset}"
         os.makedirs(name, exist_ok=True)
         om.export(fam, f"{name}/model.onnx", opset)
-        _, feeds = om.build(fam)
-        specs = []
-        for k, v in feeds.items():
-            a = v.numpy()
-            a.tofile(f"{name}/{k}.in")
-            specs.append(f"{k}:{DT[a.dtype]}:{'x'.join(map(str, a.shape))}:{name}/{k}.in")
-        open(f"{name}/inputs", "w").write(" ".join(specs))
+        om.write_inputs(fam, name)
 PY
 
 for dir in */; do

@@ -15,20 +15,12 @@ cd "$LOOM_TMP" || exit 99
 
 /usr/bin/python3 - "$LOOM_SRCDIR/tests/parity" <<'PY' 2>exporter.log || { cat exporter.log; exit 99; }
 import os, sys
-import numpy as np
 sys.path.insert(0, sys.argv[1])
 import onnx_models as om
-DT = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64", np.dtype(np.bool_): "bool"}
 for fam in ("mlp", "bert", "gpt2", "encoder"):
     os.makedirs(fam, exist_ok=True)
     om.export(fam, f"{fam}/float.onnx", 17)
-    _, feeds = om.build(fam)
-    specs = []
-    for k, v in feeds.items():
-        a = v.numpy()
-        a.tofile(f"{fam}/{k}.in")
-        specs.append(f"{k}:{DT[a.dtype]}:{'x'.join(map(str, a.shape))}:{fam}/{k}.in")
-    open(f"{fam}/inputs", "w").write(" ".join(specs))
+    om.write_inputs(fam, fam)
 PY
 
 # The quantized models, by ORT's own tools.
