@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -265,6 +266,31 @@ class AsLibonnxKnows {
   }
 };
 
+// Debian's libonnx (1.12) infers ConvTranspose's output from its weight's dimension 1 and its
+// kernel dimensions without checking the weight's rank: a weight of rank 0 or 1 reads past a
+// protobuf list and one of a rank above the input's past the dilations (a crash while loading a
+// model anyone may upload). Its inference runs behind this check, once per process.
+void guard_conv_transpose_inference() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int since : {1, 11}) {
+      auto* s = const_cast<onnx::OpSchema*>(onnx::OpSchemaRegistry::Schema("ConvTranspose", since, ""));
+      if (!s || s->since_version() != since) continue;
+      const onnx::InferenceFunction inner = s->GetTypeAndShapeInferenceFunction();
+      s->TypeAndShapeInferenceFunction([inner](onnx::InferenceContext& ctx) {
+        const auto* x = ctx.getNumInputs() > 0 ? ctx.getInputType(0) : nullptr;
+        const auto* w = ctx.getNumInputs() > 1 ? ctx.getInputType(1) : nullptr;
+        const bool wr = w && w->has_tensor_type() && w->tensor_type().has_shape();
+        const bool xr = x && x->has_tensor_type() && x->tensor_type().has_shape();
+        if (wr && (w->tensor_type().shape().dim_size() < 3 ||
+                   (xr && w->tensor_type().shape().dim_size() != x->tensor_type().shape().dim_size())))
+          fail_shape_inference("ConvTranspose's weight must have the input's rank, at least 3");
+        if (inner) inner(ctx);
+      });
+    }
+  });
+}
+
 // Operand slots that are parameters rather than data (a shape, axes, bounds, a scale, a mode, a
 // divisor): zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so when the load's
 // probe on zeros fails on a graph that takes one of them as an input, the refusal says so.
@@ -273,7 +299,7 @@ bool parameter_slot(const std::string& op, size_t i) {
       {"Reshape", {1}}, {"Expand", {1}}, {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}},
       {"Pad", {1, 2}}, {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"QuantizeLinear", {1, 2}},
       {"DequantizeLinear", {1, 2}}, {"Clip", {1, 2}}, {"Dropout", {1, 2}}, {"Trilu", {1}}, {"ReduceSum", {1}},
-      {"Tile", {1}}, {"Div", {1}}, {"Mod", {1}}};  // Div, Mod: an integer divisor of zero
+      {"Tile", {1}}, {"Div", {1}}, {"Mod", {1}}, {"Resize", {1, 2, 3}}};  // Div, Mod: an integer divisor of zero
   auto it = slots.find(op);
   return it != slots.end() && it->second.count(i) > 0;
 }
@@ -309,6 +335,7 @@ Model Loader::load(const std::string& path) {
     AsLibonnxKnows as_known(m, model.opset_);
     check_with_onnx(m, dir);
     const int strict = as_known.rewritten() ? 0 : 1;  // opset 17's rules fail on some opset 18 shapes
+    guard_conv_transpose_inference();
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(true, strict, false));
   } catch (const std::exception& e) {
     throw Error(path + ": ONNX's checker refuses the model: " + e.what());

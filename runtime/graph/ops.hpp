@@ -41,6 +41,8 @@ std::vector<int64_t> strides_of(const Shape& s);
 // A tensor of `shape` holding `src`'s elements reinterpreted (same storage, any dtype).
 Tensor view_as(const Tensor& src, const Shape& shape);
 Tensor make_i64(const std::vector<int64_t>& v, const Shape& shape);
+// Element i of a tensor of any element type, as a double (ops_elementwise.cpp).
+double load_as_double(const Tensor& t, int64_t i);
 
 // fuse.cpp: the load-time fusions over nodes in execution order; returns how many nodes went.
 int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids);
@@ -75,6 +77,7 @@ void op_softmax_xent_loss(const Node&, const std::vector<const Tensor*>&, std::v
 void op_not(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_cast(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // by n.op
+void op_is_special(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // IsNaN, IsInf
 // ops_shape.cpp
 void op_identity(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_constant(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
@@ -104,7 +107,27 @@ void op_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vector<T
 void op_conv(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_batch_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Max/AveragePool
-void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_global_avg_pool(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // and GlobalMaxPool
+void op_conv_transpose(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_conv_transpose.cpp
+// ops_norm.cpp
+void op_instance_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_mvn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_lrn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_window(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_signal.cpp: Hann, Hamming, Blackman
+// ops_resize.cpp
+void op_resize(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_index.cpp
+void op_gather_nd(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_scatter_nd(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_scatter_elements(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_top_k(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_non_zero(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_compress(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_one_hot(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_eye_like(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_tile(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_depth_space(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // DepthToSpace, SpaceToDepth
+void op_reverse_sequence(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
 void op_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Gelu (ops_fused.cpp)
 // ops_attention.cpp: MatMul through the fusion's transposes (loom.perm_a/_b/_y, rank 3 or 4,

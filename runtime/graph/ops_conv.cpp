@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "conv_onednn.hpp"
@@ -261,6 +262,7 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   out[0] = y;
 }
 
+// GlobalAveragePool and GlobalMaxPool.
 void op_global_avg_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
   if (x.ndim() < 3 || x.dtype() != DType::kF32) op_error(n, "expects float32 [N, C, spatial...]");
@@ -268,10 +270,12 @@ void op_global_avg_pool(const Node& n, const std::vector<const Tensor*>& in, std
   Shape s = {N, C};
   for (int d = 2; d < x.ndim(); ++d) s.push_back(1);
   Tensor y = Tensor::empty(s);
+  const bool max = n.op == "GlobalMaxPool";
   for (int64_t p = 0; p < N * C; ++p) {
-    float acc = 0;
-    for (int64_t q = 0; q < inner; ++q) acc += x.f32()[p * inner + q];
-    y.f32()[p] = acc / static_cast<float>(std::max<int64_t>(1, inner));
+    const float* px = x.f32() + p * inner;
+    float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t q = 0; q < inner; ++q) acc = max ? std::max(acc, px[q]) : acc + px[q];
+    y.f32()[p] = max ? acc : acc / static_cast<float>(std::max<int64_t>(1, inner));
   }
   out[0] = y;
 }

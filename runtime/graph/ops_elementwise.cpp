@@ -278,17 +278,6 @@ void op_where(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
 
 namespace {
 
-double load_as_double(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DType::kI32: return t.data<int32_t>()[i];
-    case DType::kU8:
-    case DType::kBool: return t.data<uint8_t>()[i];
-    case DType::kI8: return t.data<int8_t>()[i];
-    default: return 0;
-  }
-}
 
 // A float toward zero into an integer type, saturated at its ends (NaN gives 0): C++ leaves the
 // conversion of a value the type cannot hold undefined, and a request may carry 1e30.
@@ -308,22 +297,39 @@ void store_from_double(Tensor& t, int64_t i, double v) {
     case DType::kU8: t.data<uint8_t>()[i] = saturate<uint8_t>(v); return;
     case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
     case DType::kI8: t.data<int8_t>()[i] = saturate<int8_t>(v); return;
+    case DType::kF16: t.data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); return;
     default: return;
   }
 }
 
 bool castable(DType t) {
   return t == DType::kF32 || t == DType::kI64 || t == DType::kI32 || t == DType::kU8 || t == DType::kBool ||
-         t == DType::kI8;
+         t == DType::kI8 || t == DType::kF16;
 }
 
 }  // namespace
 
+double load_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data<float>()[i];
+    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kI32: return t.data<int32_t>()[i];
+    case DType::kU8:
+    case DType::kBool: return t.data<uint8_t>()[i];
+    case DType::kI8: return t.data<int8_t>()[i];
+    case DType::kF16: return half_to_float(t.data<uint16_t>()[i]);
+    case DType::kBF16: return bf16_to_float(t.data<uint16_t>()[i]);
+  }
+  return 0;
+}
+
 void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& a = need(n, in, 0);
-  DType to;
-  if (!dtype_from_onnx(static_cast<int32_t>(attr_i(n, "to", 0)), &to) || !castable(to) || !castable(a.dtype()))
-    op_error(n, "Cast to ONNX type " + std::to_string(attr_i(n, "to", 0)) + " from " + dtype_name(a.dtype()) +
+  DType to = DType::kF32;
+  const bool like = n.op == "CastLike";  // the type of input 1
+  if (like) to = need(n, in, 1).dtype();
+  if ((!like && !dtype_from_onnx(static_cast<int32_t>(attr_i(n, "to", 0)), &to)) || !castable(to) || !castable(a.dtype()))
+    op_error(n, "Cast to " + (like ? std::string(dtype_name(to)) : "ONNX type " + std::to_string(attr_i(n, "to", 0))) + " from " + dtype_name(a.dtype()) +
                     " is not supported");
   if (to == a.dtype()) {
     out[0] = a;
@@ -359,6 +365,8 @@ std::function<float(float)> math_fn(const Node& n) {
     return [a = attr_f(n, "alpha", 1.67326319217681884765625f), g = attr_f(n, "gamma", 1.05070102214813232421875f)](float x) {
       return g * (x > 0 ? x : a * std::expm1(x));
     };
+  if (op == "Shrink")
+    return [l = attr_f(n, "lambd", 0.5f), b = attr_f(n, "bias", 0.0f)](float x) { return x < -l ? x + b : x > l ? x - b : 0.0f; };
   if (op == "ThresholdedRelu") return [a = attr_f(n, "alpha", 1.0f)](float x) { return x > a ? x : 0.0f; };
   if (op == "HardSigmoid")
     return [a = attr_f(n, "alpha", 0.2f), b = attr_f(n, "beta", 0.5f)](float x) { return std::clamp(a * x + b, 0.0f, 1.0f); };
@@ -405,6 +413,19 @@ void op_unary(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
     for (int64_t i = 0; i < total; ++i) r[i] = f(x[i]);
   } else {
     op_error(n, "no unary kernel");
+  }
+  out[0] = y;
+}
+
+// IsNaN and IsInf (detect_negative, detect_positive) of float32: bool.
+void op_is_special(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& a = need(n, in, 0);
+  if (a.dtype() != DType::kF32) op_error(n, std::string(n.op) + " of " + dtype_name(a.dtype()) + " is not supported");
+  const bool nan = n.op == "IsNaN", neg = attr_i(n, "detect_negative", 1) != 0, pos = attr_i(n, "detect_positive", 1) != 0;
+  Tensor y = Tensor::empty(a.shape(), DType::kBool);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float v = a.f32()[i];
+    y.data<uint8_t>()[i] = nan ? std::isnan(v) : std::isinf(v) && (v < 0 ? neg : pos);
   }
   out[0] = y;
 }

@@ -39,6 +39,14 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"Conv", op_conv}, {"BatchNormalization", op_batch_norm}, {"MaxPool", op_pool}, {"AveragePool", op_pool},
       {"GlobalAveragePool", op_global_avg_pool},
       {"QuantizeLinear", op_quantize_linear}, {"DequantizeLinear", op_dequantize_linear}, {"Clip", op_clip},
+      {"ConvTranspose", op_conv_transpose}, {"GlobalMaxPool", op_global_avg_pool}, {"InstanceNormalization", op_instance_norm},
+      {"MeanVarianceNormalization", op_mvn}, {"LRN", op_lrn}, {"Resize", op_resize}, {"CastLike", op_cast},
+      {"IsNaN", op_is_special}, {"IsInf", op_is_special}, {"Shrink", op_unary},
+      {"GatherND", op_gather_nd}, {"ScatterND", op_scatter_nd}, {"ScatterElements", op_scatter_elements},
+      {"TopK", op_top_k}, {"NonZero", op_non_zero}, {"Compress", op_compress}, {"OneHot", op_one_hot},
+      {"EyeLike", op_eye_like}, {"Tile", op_tile}, {"DepthToSpace", op_depth_space}, {"SpaceToDepth", op_depth_space},
+      {"ReverseSequence", op_reverse_sequence}, {"HannWindow", op_window}, {"HammingWindow", op_window},
+      {"BlackmanWindow", op_window},
       {"DynamicQuantizeLinear", op_dynamic_quantize_linear}, {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
   };
   return ops;

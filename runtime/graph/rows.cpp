@@ -42,14 +42,19 @@ std::string Pass::follow(const Node& n) {
 void Pass::rows_node(const Node& n) {
   const std::string& op = n.op;
   const Fact& x = in(n, 0);
-  static const char* elementwise_ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "Where",
-                                          "Not", "Cast", "Relu", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg", "Exp",
-                                          "Log", "Reciprocal", "Abs", "Identity", "Dropout", "Clip"};
+  static const char* elementwise_ops[] = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "GreaterOrEqual", "LessOrEqual", "Where",
+      "Not", "And", "Or", "Xor", "Max", "Min", "Sum", "Mean", "PRelu", "Cast", "Relu", "Sqrt", "Erf", "Tanh",
+      "Sigmoid", "Neg", "Exp", "Log", "Reciprocal", "Abs", "Identity", "Dropout", "Clip", "Sin", "Cos", "Tan",
+      "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Floor", "Ceil", "Round", "Sign",
+      "Softplus", "Softsign", "LeakyRelu", "Elu", "Celu", "Selu", "ThresholdedRelu", "HardSigmoid", "HardSwish",
+      "Shrink", "IsNaN", "IsInf"};
   if (std::find(std::begin(elementwise_ops), std::end(elementwise_ops), op) != std::end(elementwise_ops))
     return elementwise(n);
   if (op == "MatMul") return matmul(n);
   if (op == "MatMulInteger" || op == "QLinearMatMul") return matmul_integer(n);
   if (op == "DynamicQuantizeLinear") throw Refused{"its scale and zero point are computed over all the rows"};
+  if (op == "CastLike") return set(n, 0, x);  // input 1 gives its type only
   if (op == "Gather") return gather(n);
   if (op == "Expand") return expand(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
@@ -184,7 +189,19 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     const int64_t cols = b.ranked && b.rank() == 2 ? b.dims[attr_i(n, "transB", 0) ? 0 : 1] : kAnyDim;
     return set(n, 0, rows_like(x, {kRowsDim, cols}, 0));
   }
-  if (op == "Conv" || op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "BatchNormalization") {
+  if (op == "Resize") {  // constant scales that keep the rows; sizes would have to name N
+    const Tensor* sc = n.in.size() > 2 && n.in[2] >= 0 ? &constants_[static_cast<size_t>(n.in[2])] : nullptr;
+    if (!sc || !sc->defined() || sc->dtype() != DType::kF32 || sc->numel() != r || sc->f32()[x.at] != 1 || has_attr(n, "axes"))
+      throw Refused{"its output size is not constant scales that keep the rows"};
+    return set(n, 0, rows_like(x, std::vector<int64_t>(static_cast<size_t>(r), kAnyDim), x.at));
+  }
+  if (op == "MeanVarianceNormalization") {
+    not_over_rows(attr_ints(n, "axes", {0, 2, 3}), r, x.at, "it");
+    return set(n, 0, x);
+  }
+  if (op == "Conv" || op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "BatchNormalization" ||
+      op == "GlobalMaxPool" || op == "InstanceNormalization" || op == "LRN" || op == "ConvTranspose" ||
+      op == "DepthToSpace" || op == "SpaceToDepth") {
     if (x.at != 0) throw Refused{"the rows are not its batch dimension"};
     return set_all(n, rows_like(x, std::vector<int64_t>(static_cast<size_t>(r), kAnyDim), 0));
   }

@@ -1,7 +1,8 @@
 // fuzz_onnx.cpp — libFuzzer target for the ONNX loader and executor (issue 33): the input builds
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
-// ConstantOfShape, Range, Pad, Reshape, Tile-free Slice, Gather, Squeeze, Unsqueeze, Concat,
-// Split, Transpose, Softmax, the Reduce ops, and element-wise ones — with fuzzed attributes), or
+// ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
+// Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
+// DepthToSpace, ConvTranspose and element-wise ones — with fuzzed attributes), or
 // hands its bytes to the loader as a model file; the graph is loaded (ONNX's checker, shape
 // inference, the load's run on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
@@ -29,7 +30,8 @@ namespace {
 const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "Reshape",   "Slice",     "Gather",
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
-                      "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity"};
+                      "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -56,9 +58,21 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
     n->mutable_output()->Clear();
     n->add_output(y);
     n->add_output(y + "_rest");
-  } else if (op == "Add" || op == "Mul" || op == "MatMul" || op == "Concat") {
+  } else if (op == "Add" || op == "Mul" || op == "MatMul" || op == "Concat" || op == "ConvTranspose") {
     n->add_input(x);
     n->add_input("a");
+  } else if (op == "Resize") {  // sizes from the ints
+    for (const char* in : {x.c_str(), "", "", "b"}) n->add_input(in);
+  } else if (op == "OneHot") {  // indices, depth, values [off, on]
+    for (const char* in : {"b", "s0", "a"}) n->add_input(in);
+    add_int_attr(n, "axis", p.ConsumeIntegralInRange<int64_t>(-3, 2));
+  } else if (op == "TopK") {
+    n->add_input(x);
+    n->add_input("b");
+    n->add_output(y + "_indices");
+  } else if (op == "NonZero" || op == "DepthToSpace") {
+    n->add_input(x);
+    if (op == "DepthToSpace") add_int_attr(n, "blocksize", p.ConsumeIntegralInRange<int64_t>(-1, 3));
   } else if (op == "Where") {
     n->add_input("c");
     n->add_input(x);
@@ -76,13 +90,20 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
     n->add_input("b");
   } else if (op == "ReduceMean") {  // axes as an input only from opset 18
     n->add_input(x);
-  } else {  // Expand, Pad, Reshape, Gather, Squeeze, Unsqueeze, ReduceSum, Trilu: data, ints
+  } else {  // Expand, Pad, Reshape, Gather, Squeeze, Unsqueeze, ReduceSum, Trilu, Tile, GatherND: data, ints
     n->add_input(x);
     n->add_input("b");
   }
   if ((op == "Gather" || op == "Concat" || op == "Split" || op == "Softmax" || op == "Flatten" ||
        op == "LayerNormalization") && p.ConsumeBool())
     add_int_attr(n, "axis", p.ConsumeIntegralInRange<int64_t>(-5, 5));
+  if (op == "ConvTranspose" && p.ConsumeBool()) {
+    auto* a = n->add_attribute();
+    a->set_name(p.ConsumeBool() ? "strides" : "output_shape");
+    a->set_type(onnx::AttributeProto::INTS);
+    const int k = p.ConsumeIntegralInRange(0, 3);
+    for (int i = 0; i < k; ++i) a->add_ints(p.ConsumeIntegralInRange<int64_t>(-2, 9));
+  }
   if (op == "ReduceSum" || op == "ReduceMean") add_int_attr(n, "keepdims", p.ConsumeIntegralInRange(0, 1));
   if (op == "Transpose" && p.ConsumeBool()) {
     auto* a = n->add_attribute();

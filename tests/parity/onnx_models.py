@@ -1,5 +1,5 @@
 """onnx_models.py — small models of the families loom-serve's ONNX executor must run (an MLP, a
-ResNet-style CNN with BatchNorm, a BERT with a padding mask, a GPT-2 block with a causal mask, an
+ResNet-style CNN with BatchNorm, a segmenter's decoder (transposed convolutions, upsampling), a BERT with a padding mask, a GPT-2 block with a causal mask, an
 encoder of PyTorch's own nn.TransformerEncoderLayer with a key padding mask), random weights from a fixed seed, exported by PyTorch's own torch.onnx.export with a
 dynamic batch. Used by onnx_parity.py; runnable alone: onnx_models.py OUTDIR OPSET."""
 import contextlib
@@ -52,6 +52,28 @@ class ResNet(nn.Module):
         x = self.pool(F.relu(self.dil(F.pad(x, (1, 0, 0, 1)))))
         x = F.adaptive_avg_pool2d(x, 1).flatten(1)
         return F.log_softmax(self.fc(x), dim=1)
+
+
+class UNet(nn.Module):
+    """A segmenter's decoder: strided and grouped transposed convolutions, nearest and bilinear
+    upsampling, a pixel shuffle, instance norm and the activations detectors use."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, 2, 1)
+        self.norm = nn.InstanceNorm2d(8, affine=True)
+        self.up = nn.ConvTranspose2d(8, 8, 4, 2, 1)
+        self.up2 = nn.ConvTranspose2d(8, 4, 3, 2, 1, output_padding=1, groups=4, dilation=1)
+        self.expand = nn.Conv2d(4, 12, 3, 1, 1)
+        self.head = nn.Conv2d(6, 2, 1)
+
+    def forward(self, x):
+        d = F.leaky_relu(self.norm(self.down(x)), 0.1)
+        u = F.hardswish(self.up(d)) + F.interpolate(d, scale_factor=2.0, mode="nearest")
+        u = u + torch.sigmoid(F.interpolate(d, scale_factor=2.0, mode="bilinear", align_corners=False))
+        y = F.pixel_shuffle(self.expand(self.up2(u)), 2)
+        z = F.interpolate(x, scale_factor=4.0, mode="bilinear", align_corners=True)
+        return self.head(torch.cat([y, z], 1))
 
 
 class Attention(nn.Module):
@@ -140,7 +162,7 @@ class Encoder(nn.Module):
 
 
 def build(name):
-    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5}[name])
+    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5, "unet": 6}[name])
     if name == "mlp":
         return Mlp().eval(), {"input": torch.randn(3, 1, 28, 28)}
     if name == "resnet":
@@ -151,6 +173,11 @@ def build(name):
                 mod.running_var.uniform_(0.5, 2.0)
                 mod.weight.data.uniform_(0.5, 1.5)
                 mod.bias.data.uniform_(-0.2, 0.2)
+        return m.eval(), {"image": torch.randn(2, 3, 16, 16)}
+    if name == "unet":
+        m = UNet()
+        m.norm.weight.data.uniform_(0.5, 1.5)
+        m.norm.bias.data.uniform_(-0.2, 0.2)
         return m.eval(), {"image": torch.randn(2, 3, 16, 16)}
     if name == "bert":
         ids = torch.randint(0, 100, (2, 12))
@@ -165,7 +192,7 @@ def build(name):
 
 
 OUTPUTS = {"mlp": ["logits"], "resnet": ["log_probs"], "bert": ["last_hidden_state", "pooler_output"],
-           "gpt2": ["logits"], "encoder": ["y"]}
+           "gpt2": ["logits"], "encoder": ["y"], "unet": ["mask"]}
 
 
 def export(name, path, opset):
@@ -197,5 +224,5 @@ def write_inputs(name, folder):
 if __name__ == "__main__":
     out, opset = sys.argv[1], int(sys.argv[2])
     os.makedirs(out, exist_ok=True)
-    for n in ("mlp", "resnet", "bert", "gpt2", "encoder"):
+    for n in ("mlp", "resnet", "bert", "gpt2", "encoder", "unet"):
         export(n, os.path.join(out, f"{n}.onnx"), opset)

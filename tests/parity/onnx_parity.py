@@ -1,12 +1,12 @@
 """onnx_parity.py — loom-serve serving models exported by PyTorch's own exporter.
 
-The four families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, in one model
+The five families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, in one model
 repository (Triton's layout, model.onnx), served by a real loom-serve and called over REST (JSON
 and the binary extension) and gRPC (grpcio with messages protoc generates from loom-serve's own
 .proto): every answer equal to PyTorch's (relative error <= 1e-4) at batch 1, at batch 3 in one
 request, and batched across concurrent clients; the metadata names the graph's inputs and
 outputs. Beside them, models that must not load (truncated, an operator outside the set, another
-domain, opset 19, an initializer that contradicts its use, a header claiming 2^34 elements) are
+domain, opset 19, a ConvTranspose weight ONNX's shape inference would read past, an initializer that contradicts its use, a header claiming 2^34 elements) are
 not ready with the reason in the log while the rest keep serving; bad requests (wrong datatype,
 rank, a 2 GiB+ shape claim) are 400 naming the input.
 
@@ -47,7 +47,7 @@ KS = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.int
 # The repository: good models, and models that must not load.
 repo = os.path.join(work, "repo")
 refs = {}
-for fam in ("mlp", "resnet", "bert", "gpt2"):
+for fam in ("mlp", "resnet", "bert", "gpt2", "unet"):
     for opset in OPSETS:
         name = f"{fam}-{opset}"
         os.makedirs(f"{repo}/{name}/1", exist_ok=True)
@@ -79,6 +79,12 @@ bad_model("contradiction", helper.make_graph([helper.make_node("Gemm", ["x", "w"
 huge = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 17, 1 << 17], raw_data=bytes(16))  # 2^34 elements
 bad_model("huge-claim", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
                                           [x_info], [y_info], [huge]))
+# ConvTranspose with a weight of rank 1: ONNX's own shape inference would read past it.
+convt_x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 4, 4])
+convt_y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 8, 8])
+w_flat = helper.make_tensor("w", TensorProto.FLOAT, [8], np.ones(8, np.float32))
+bad_model("convt-flat-weight", helper.make_graph([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])], "g",
+                                                 [convt_x], [convt_y], [w_flat]))
 # External data: the same MLP with its weights in a file beside it (onnx.save's own layout), and
 # one whose location climbs out of its folder.
 ext = onnx.load(f"{repo}/mlp-17/1/model.onnx")
@@ -154,7 +160,7 @@ try:
 
     # Models that must not load: not ready, with the reason (the operator's domain and name).
     reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-19": "opset 19",
-               "contradiction": "fails on zeros at batch 1: Gemm", "huge-claim": "2^33 elements", "truncated": "not an ONNX model",
+               "contradiction": "fails on zeros at batch 1: Gemm", "convt-flat-weight": "weight must have the input's rank", "huge-claim": "2^33 elements", "truncated": "not an ONNX model",
                "external-escape": "outside the model's folder", "external-link": "resolves outside the model's folder"}
     for name, why in reasons.items():
         st, _ = get(f"{base}/{name}/ready")
@@ -173,7 +179,7 @@ try:
         g = torch.Generator().manual_seed(seed)
         if fam == "mlp":
             return {"input": torch.randn(batch, 1, 28, 28, generator=g)}
-        if fam == "resnet":
+        if fam in ("resnet", "unet"):
             return {"image": torch.randn(batch, 3, 16, 16, generator=g)}
         if fam == "bert":
             ids = torch.randint(0, 100, (batch, 9), generator=g)
@@ -259,11 +265,13 @@ try:
             check(got is not None and all(close(g.astype(np.float32), w) for g, w in zip(got, reference(model, f))),
                   f"{name}: a concurrent request got another's answer or a wrong one")
 
-    # The batcher joined the concurrent clients' rows.
+    # The batcher joined the concurrent clients' rows (the segmenter's upsampling and transposed
+    # convolutions proven to keep them apart).
     metrics = urllib.request.urlopen(f"http://{http}/metrics", timeout=30).read().decode()
-    sums = re.findall(r'loom_serve_batch_size_sum\{model="bert-17"\} ([0-9.e+]+)', metrics)
-    counts = re.findall(r'loom_serve_batch_size_count\{model="bert-17"\} ([0-9.e+]+)', metrics)
-    check(sums and counts and float(sums[0]) > float(counts[0]), f"bert-17 never ran a batch of several requests: {sums} {counts}")
+    for name in ("bert-17", "unet-13", "unet-17"):
+        sums = re.findall(rf'loom_serve_batch_size_sum\{{model="{name}"\}} ([0-9.e+]+)', metrics)
+        counts = re.findall(rf'loom_serve_batch_size_count\{{model="{name}"\}} ([0-9.e+]+)', metrics)
+        check(sums and counts and float(sums[0]) > float(counts[0]), f"{name} never ran a batch of several requests: {sums} {counts}")
 
     # Bad requests: 400 naming the input; the server keeps serving.
     ids = {"name": "input_ids", "datatype": "INT64", "shape": [1, 4], "data": [1, 2, 3, 4]}

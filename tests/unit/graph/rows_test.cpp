@@ -148,6 +148,29 @@ TEST(RowIndependence, AxisOperatorsOverTheRowsAreRefused) {
   EXPECT_NE(one("Size", {}), "");
 }
 
+// A detector's or segmenter's layers: activations beside Relu, per-sample normalizations and a
+// Resize whose constant scales keep the rows are proven; a Resize that scales the rows is not.
+G image_model(float batch_scale) {
+  G g;
+  g.input("x", {-1, 4, 8, 8});
+  g.constants[static_cast<size_t>(g.v("w"))] = Tensor::zeros({1, 2, 3, 3});
+  Tensor sc = Tensor::empty({4});
+  const float v[4] = {batch_scale, 1, 2, 2};
+  for (int i = 0; i < 4; ++i) sc.f32()[i] = v[i];
+  g.constants[static_cast<size_t>(g.v("scales"))] = sc;
+  g.node("LeakyRelu", {"x"}, {"a"}).node("HardSwish", {"a"}, {"b"}).node("InstanceNormalization", {"b", "", ""}, {"c"});
+  g.node("Resize", {"c", "", "scales"}, {"d"}, {{"mode", Attr::of(std::string("nearest"))}});
+  g.node("DepthToSpace", {"d"}, {"d2"}, {{"blocksize", ai(2)}}).node("ConvTranspose", {"d2", "w"}, {"d3"});
+  g.node("Max", {"d3", "d3"}, {"e"}).node("GlobalMaxPool", {"e"}, {"y"});
+  return g;
+}
+
+TEST(RowIndependence, ImageModelOperatorsAreFollowed) {
+  EXPECT_EQ(image_model(1).why(), "");
+  const std::string why = image_model(2).why();
+  EXPECT_NE(why.find("Resize"), std::string::npos) << why;
+}
+
 // [N, S, 4] -> [N·S, 4] by a shape computed from N: followed (a row-wise op may run on it), and
 // proven once split back; returned merged, it is refused, naming the output.
 G merged_rows(bool split_back) {
