@@ -133,6 +133,7 @@ Attr attr_of(const onnx::AttributeProto& a, const std::string& model_dir, const 
     case onnx::AttributeProto::STRING: r.kind = Attr::kString, r.s = a.s(); break;
     case onnx::AttributeProto::INTS: r.kind = Attr::kInts, r.ints.assign(a.ints().begin(), a.ints().end()); break;
     case onnx::AttributeProto::FLOATS: r.kind = Attr::kFloats, r.floats.assign(a.floats().begin(), a.floats().end()); break;
+    case onnx::AttributeProto::STRINGS: r.kind = Attr::kStrings, r.strs.assign(a.strings().begin(), a.strings().end()); break;
     case onnx::AttributeProto::TENSOR: r.kind = Attr::kTensor, r.t = read_tensor(a.t(), model_dir, what); break;
     default: throw Error(what + ": attribute " + a.name() + " has a kind this executor does not read");
   }

@@ -114,6 +114,7 @@ void op_instance_norm(const Node&, const std::vector<const Tensor*>&, std::vecto
 void op_mvn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_lrn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_window(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_signal.cpp: Hann, Hamming, Blackman
+void op_rnn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_rnn.cpp: RNN, GRU, LSTM
 // ops_resize.cpp
 void op_resize(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 // ops_index.cpp

@@ -76,7 +76,8 @@ void same_type(const Node& n, const Tensor& a, const Tensor& b) {
     op_error(n, std::string("operands are ") + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()));
 }
 
-// Arithmetic on float32, int64 and int32 (shape arithmetic runs on int64).
+// Arithmetic on float32, int64, int32, int8 and uint8 (shape arithmetic runs on int64; the 8-bit
+// types wrap around as numpy's do).
 template <typename F>
 void arith(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, F f) {
   const Tensor &a = need(n, in, 0), &b = need(n, in, 1);
@@ -85,6 +86,8 @@ void arith(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tens
     case DType::kF32: out[0] = binary_typed<float, float>(n, a, b, DType::kF32, f); return;
     case DType::kI64: out[0] = binary_typed<int64_t, int64_t>(n, a, b, DType::kI64, f); return;
     case DType::kI32: out[0] = binary_typed<int32_t, int32_t>(n, a, b, DType::kI32, f); return;
+    case DType::kI8: out[0] = binary_typed<int8_t, int8_t>(n, a, b, DType::kI8, f); return;
+    case DType::kU8: out[0] = binary_typed<uint8_t, uint8_t>(n, a, b, DType::kU8, f); return;
     default: op_error(n, std::string("arithmetic on ") + dtype_name(a.dtype()) + " is not supported");
   }
 }
@@ -127,9 +130,60 @@ void op_div(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   arith(n, in, out, [&n](auto a, auto b) { return int_div(n, a, b); });
 }
 
+namespace {
+
+// A float toward zero into an integer type, saturated at its ends (NaN gives 0): C++ leaves the
+// conversion of a value the type cannot hold undefined, and a request may carry 1e30.
+template <typename T>
+T saturate(double v) {
+  if (std::isnan(v)) return T(0);
+  if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+void store_from_double(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); return;
+    case DType::kI64: t.data<int64_t>()[i] = saturate<int64_t>(v); return;
+    case DType::kI32: t.data<int32_t>()[i] = saturate<int32_t>(v); return;
+    case DType::kU8: t.data<uint8_t>()[i] = saturate<uint8_t>(v); return;
+    case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
+    case DType::kI8: t.data<int8_t>()[i] = saturate<int8_t>(v); return;
+    case DType::kF16: t.data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); return;
+    default: return;
+  }
+}
+
+// An integer base to an integer exponent (a float one must hold an integer): repeated squaring,
+// wrapping as the type does; a negative exponent gives 0 but for bases 1 and -1.
+void int_pow(const Node& n, const Tensor& a, const Tensor& b, std::vector<Tensor>& out) {
+  Tensor e = Tensor::empty(b.shape(), a.dtype());
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double v = load_as_double(b, i);
+    if (v != std::floor(v) || std::fabs(v) > 1e18) op_error(n, "an integer base to a fractional exponent is not supported");
+    store_from_double(e, i, v);
+  }
+  const std::vector<const Tensor*> two = {&a, &e};
+  arith(n, two, out, [](auto x, auto k) {
+    using T = decltype(x);
+    if constexpr (std::is_integral_v<T>) {
+      if (k < 0) return static_cast<T>(x == 1 ? 1 : x == -1 ? (k % 2 ? -1 : 1) : 0);
+      uint64_t r = 1, base = static_cast<uint64_t>(x);  // unsigned: wraps without overflow
+      for (auto m = static_cast<uint64_t>(k); m; m >>= 1, base *= base)
+        if (m & 1) r *= base;
+      return static_cast<T>(r);
+    }
+    return x;  // (a's type is an integer one here)
+  });
+}
+
+}  // namespace
+
 void op_pow(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& a = need(n, in, 0);
   Tensor b = need(n, in, 1);
+  if (a.dtype() == DType::kI64 || a.dtype() == DType::kI32) return int_pow(n, a, b, out);
   if (a.dtype() != DType::kF32) op_error(n, std::string("Pow of ") + dtype_name(a.dtype()) + " is not supported");
   if (b.dtype() == DType::kI64 || b.dtype() == DType::kI32) {  // an integer exponent
     const std::vector<int64_t> e = ints_of(n, b);
@@ -277,30 +331,6 @@ void op_where(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
 }
 
 namespace {
-
-
-// A float toward zero into an integer type, saturated at its ends (NaN gives 0): C++ leaves the
-// conversion of a value the type cannot hold undefined, and a request may carry 1e30.
-template <typename T>
-T saturate(double v) {
-  if (std::isnan(v)) return T(0);
-  if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
-  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
-  return static_cast<T>(v);
-}
-
-void store_from_double(Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DType::kF32: t.data<float>()[i] = static_cast<float>(v); return;
-    case DType::kI64: t.data<int64_t>()[i] = saturate<int64_t>(v); return;
-    case DType::kI32: t.data<int32_t>()[i] = saturate<int32_t>(v); return;
-    case DType::kU8: t.data<uint8_t>()[i] = saturate<uint8_t>(v); return;
-    case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
-    case DType::kI8: t.data<int8_t>()[i] = saturate<int8_t>(v); return;
-    case DType::kF16: t.data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); return;
-    default: return;
-  }
-}
 
 bool castable(DType t) {
   return t == DType::kF32 || t == DType::kI64 || t == DType::kI32 || t == DType::kU8 || t == DType::kBool ||

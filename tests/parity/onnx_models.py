@@ -1,5 +1,5 @@
 """onnx_models.py — small models of the families loom-serve's ONNX executor must run (an MLP, a
-ResNet-style CNN with BatchNorm, a segmenter's decoder (transposed convolutions, upsampling), a BERT with a padding mask, a GPT-2 block with a causal mask, an
+ResNet-style CNN with BatchNorm, a segmenter's decoder (transposed convolutions, upsampling), a GRU/LSTM/RNN tagger, a BERT with a padding mask, a GPT-2 block with a causal mask, an
 encoder of PyTorch's own nn.TransformerEncoderLayer with a key padding mask), random weights from a fixed seed, exported by PyTorch's own torch.onnx.export with a
 dynamic batch. Used by onnx_parity.py; runnable alone: onnx_models.py OUTDIR OPSET."""
 import contextlib
@@ -74,6 +74,23 @@ class UNet(nn.Module):
         y = F.pixel_shuffle(self.expand(self.up2(u)), 2)
         z = F.interpolate(x, scale_factor=4.0, mode="bilinear", align_corners=True)
         return self.head(torch.cat([y, z], 1))
+
+
+class Recurrent(nn.Module):
+    """A sequence tagger: a bidirectional GRU, then a two-layer LSTM, then a tanh RNN run backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(6, 8, batch_first=True, bidirectional=True)
+        self.lstm = nn.LSTM(16, 8, num_layers=2, batch_first=True)
+        self.rnn = nn.RNN(8, 5, batch_first=True)
+        self.out = nn.Linear(5, 3)
+
+    def forward(self, x):
+        y, _ = self.gru(x)
+        y, _ = self.lstm(y)
+        y, _ = self.rnn(torch.flip(y, [1]))
+        return self.out(y)
 
 
 class Attention(nn.Module):
@@ -162,7 +179,7 @@ class Encoder(nn.Module):
 
 
 def build(name):
-    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5, "unet": 6}[name])
+    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5, "unet": 6, "rnn": 7}[name])
     if name == "mlp":
         return Mlp().eval(), {"input": torch.randn(3, 1, 28, 28)}
     if name == "resnet":
@@ -179,6 +196,8 @@ def build(name):
         m.norm.weight.data.uniform_(0.5, 1.5)
         m.norm.bias.data.uniform_(-0.2, 0.2)
         return m.eval(), {"image": torch.randn(2, 3, 16, 16)}
+    if name == "rnn":
+        return Recurrent().eval(), {"x": torch.randn(2, 7, 6)}
     if name == "bert":
         ids = torch.randint(0, 100, (2, 12))
         mask = torch.ones(2, 12, dtype=torch.long)
@@ -192,16 +211,16 @@ def build(name):
 
 
 OUTPUTS = {"mlp": ["logits"], "resnet": ["log_probs"], "bert": ["last_hidden_state", "pooler_output"],
-           "gpt2": ["logits"], "encoder": ["y"], "unet": ["mask"]}
+           "gpt2": ["logits"], "encoder": ["y"], "unet": ["mask"], "rnn": ["tags"]}
 
 
 def export(name, path, opset):
     model, feeds = build(name)
     axes = {k: {0: "batch"} for k in feeds}
-    if name in ("bert", "gpt2", "encoder"):  # a dynamic sequence length too
+    if name in ("bert", "gpt2", "encoder", "rnn"):  # a dynamic sequence length too
         axes = {k: {0: "batch", 1: "sequence"} for k in feeds}
     for o in OUTPUTS[name]:
-        axes[o] = {0: "batch", 1: "sequence"} if name == "encoder" else {0: "batch"}
+        axes[o] = {0: "batch", 1: "sequence"} if name in ("encoder", "rnn") else {0: "batch"}
     # Under no_grad PyTorch 1.13 traces nn.TransformerEncoderLayer's fast path, which no opset exports.
     with torch.no_grad() if name != "encoder" else contextlib.nullcontext():
         torch.onnx.export(model, tuple(feeds.values()), path, opset_version=opset, input_names=list(feeds),
@@ -224,5 +243,5 @@ def write_inputs(name, folder):
 if __name__ == "__main__":
     out, opset = sys.argv[1], int(sys.argv[2])
     os.makedirs(out, exist_ok=True)
-    for n in ("mlp", "resnet", "bert", "gpt2", "encoder", "unet"):
+    for n in ("mlp", "resnet", "bert", "gpt2", "encoder", "unet", "rnn"):
         export(n, os.path.join(out, f"{n}.onnx"), opset)

@@ -1,6 +1,6 @@
 """onnx_parity.py — loom-serve serving models exported by PyTorch's own exporter.
 
-The five families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, in one model
+The six families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, in one model
 repository (Triton's layout, model.onnx), served by a real loom-serve and called over REST (JSON
 and the binary extension) and gRPC (grpcio with messages protoc generates from loom-serve's own
 .proto): every answer equal to PyTorch's (relative error <= 1e-4) at batch 1, at batch 3 in one
@@ -47,7 +47,7 @@ KS = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.int
 # The repository: good models, and models that must not load.
 repo = os.path.join(work, "repo")
 refs = {}
-for fam in ("mlp", "resnet", "bert", "gpt2", "unet"):
+for fam in ("mlp", "resnet", "bert", "gpt2", "unet", "rnn"):
     for opset in OPSETS:
         name = f"{fam}-{opset}"
         os.makedirs(f"{repo}/{name}/1", exist_ok=True)
@@ -181,6 +181,8 @@ try:
             return {"input": torch.randn(batch, 1, 28, 28, generator=g)}
         if fam in ("resnet", "unet"):
             return {"image": torch.randn(batch, 3, 16, 16, generator=g)}
+        if fam == "rnn":
+            return {"x": torch.randn(batch, 7, 6, generator=g)}
         if fam == "bert":
             ids = torch.randint(0, 100, (batch, 9), generator=g)
             mask = torch.ones(batch, 9, dtype=torch.long)

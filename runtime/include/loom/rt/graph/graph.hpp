@@ -31,12 +31,13 @@ std::vector<std::string> operators();
 
 // One attribute of a node, of whichever ONNX kind it is.
 struct Attr {
-  enum Kind { kInt, kFloat, kString, kInts, kFloats, kTensor } kind = kInt;
+  enum Kind { kInt, kFloat, kString, kInts, kFloats, kTensor, kStrings } kind = kInt;
   int64_t i = 0;
   float f = 0;
   std::string s;
   std::vector<int64_t> ints;
   std::vector<float> floats;
+  std::vector<std::string> strs;
   Tensor t;
   static Attr of(int64_t v) {
     Attr a;
