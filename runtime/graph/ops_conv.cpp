@@ -1,4 +1,4 @@
-// ops_conv.cpp — 2-D convolution (groups, strides, pads, dilations) on oneDNN (conv_onednn.cpp),
+// ops_conv.cpp — 1-D and 2-D convolution (groups, strides, pads, dilations) on oneDNN (conv_onednn.cpp),
 // or as im2col + the runtime's GEMM in a build without it, inference BatchNormalization, Max/AveragePool and GlobalAveragePool, on NCHW float32.
 #include <algorithm>
 #include <cmath>
@@ -105,6 +105,38 @@ void need_nchw(const Node& n, const Tensor& x) {
   }
 }
 
+// A 1-D window operator (Conv, MaxPool, AveragePool over [N, C, L]) as the 2-D one over
+// [N, C, 1, L]: its window attributes lifted to two dimensions, its tensors viewed so. False for
+// any other rank (the 2-D kernel then runs, or refuses it by name).
+bool run_as_2d(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, OpFn fn) {
+  const Tensor& x = need(n, in, 0);
+  if (x.ndim() != 3) return false;
+  Node m = n;
+  for (const char* k : {"strides", "dilations", "kernel_shape"})
+    if (has_attr(n, k)) {
+      const auto v = attr_ints(n, k);
+      if (v.size() != 1) op_error(n, std::string(k) + " must have one value for a 1-D input");
+      m.attrs[k] = Attr::of(std::vector<int64_t>{1, v[0]});
+    }
+  if (has_attr(n, "pads")) {
+    const auto p = attr_ints(n, "pads");
+    if (p.size() != 2) op_error(n, "pads must have two values for a 1-D input");
+    m.attrs["pads"] = Attr::of(std::vector<int64_t>{0, p[0], 0, p[1]});
+  }
+  std::vector<Tensor> views;
+  for (size_t i = 0; i < in.size() && i < 2; ++i)
+    if (in[i]) {
+      if (in[i]->ndim() != 3) op_error(n, "input " + std::to_string(i) + " must have rank 3 beside a 1-D input");
+      views.push_back(in[i]->reshape({in[i]->dim(0), in[i]->dim(1), 1, in[i]->dim(2)}));
+    }
+  std::vector<const Tensor*> lifted(in);
+  for (size_t i = 0; i < views.size(); ++i) lifted[i] = &views[i];
+  fn(m, lifted, out);
+  for (Tensor& t : out)
+    if (t.defined() && t.ndim() == 4) t = t.reshape({t.dim(0), t.dim(1), t.dim(3)});
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -141,6 +173,7 @@ void conv_batched(const Tensor& x, const Tensor& wt, const Tensor* bias, const W
 }  // namespace
 
 void op_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (run_as_2d(n, in, out, op_conv)) return;
   const Tensor &x = need(n, in, 0), &wt = need(n, in, 1);
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
   need_nchw(n, x);
@@ -213,6 +246,7 @@ void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vec
 }
 
 void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (run_as_2d(n, in, out, op_pool)) return;
   const Tensor& x = need(n, in, 0);
   need_nchw(n, x);
   const auto ks = attr_ints(n, "kernel_shape");

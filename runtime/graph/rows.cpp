@@ -57,6 +57,7 @@ void Pass::rows_node(const Node& n) {
   if (op == "CastLike") return set(n, 0, x);  // input 1 gives its type only
   if (op == "Gather") return gather(n);
   if (op == "Expand") return expand(n);
+  if (op == "RNN" || op == "GRU" || op == "LSTM") return recurrent(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
     if (in(n, i).kind != Fact::kUniform && !(op == "Reshape" && i == 1) && !(op == "Concat"))
       throw Refused{"input " + std::to_string(i) + " depends on the rows"};
@@ -260,6 +261,26 @@ void Pass::elementwise(const Node& n) {
       throw Refused{"input " + std::to_string(i) + " may have several elements along the rows"};
   }
   set_all(n, rows_like(blocks, d, at));
+}
+
+// RNN, GRU, LSTM: each batch entry's sequence is its own, so the rows may be the batch dimension
+// of X, of the initial states and of sequence_lens (initial states of the exporter's zeros, sized
+// by N, come as rows); the weights must be the same for every row.
+void Pass::recurrent(const Node& n) {
+  const bool batch_first = attr_i(n, "layout", 0) == 1;
+  auto plain = [](const Fact& f) { return f.any_layout || (f.outer == 1 && f.inner == 1); };
+  for (size_t i = 0; i < n.in.size(); ++i) {
+    const Fact& f = in(n, i);
+    if (n.in[i] < 0 || (f.kind == Fact::kUniform && i != 0 && i != 4 && i != 5 && i != 6)) continue;
+    const int batch = i == 4 || batch_first ? 0 : 1;  // X [T, N, I], states [D, N, H], lens [N]
+    if (f.kind != Fact::kRows || !plain(f) || (f.ranked && f.at != batch))
+      throw Refused{"input " + std::to_string(i) + " does not hold the rows on its batch dimension"};
+  }
+  const Fact& x = in(n, 0);
+  const int64_t t = x.ranked && x.rank() == 3 ? x.dims[batch_first ? 1 : 0] : kAnyDim;
+  const int64_t d = attr_s(n, "direction", "forward") == "bidirectional" ? 2 : 1, h = attr_i(n, "hidden_size", kAnyDim);
+  set(n, 0, batch_first ? rows({kRowsDim, t, d, h}, 0) : rows({t, d, kRowsDim, h}, 2));
+  for (size_t k = 1; k < 3; ++k) set(n, k, batch_first ? rows({kRowsDim, d, h}, 0) : rows({d, kRowsDim, h}, 1));
 }
 
 void Pass::matmul(const Node& n) {

@@ -176,8 +176,10 @@ class Pass {
   void axis_op(const Node& n, const Fact& x);    // Softmax, reductions, norms, Pad, Gemm, Conv, ...
   void elementwise(const Node& n);
   void matmul(const Node& n);
+  void recurrent(const Node& n);  // RNN, GRU, LSTM
   void matmul_integer(const Node& n);
   void reshape(const Node& n, const Fact& x);
+  void reshape_tail(const Node& n, const Fact& x, const std::vector<int64_t>& shape);
   void expand(const Node& n);
   void gather(const Node& n);
   void unsqueeze(const Node& n, const Fact& x);

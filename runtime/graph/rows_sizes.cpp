@@ -202,10 +202,25 @@ void Pass::same_blocks(Fact* acc, const Fact& a) const {
 // blocks), the rows land in the first dimension of the new shape whose size holds N, and stay
 // whole there when the dimensions before it multiply to a divisor A of P: that dimension is then
 // (P / A) · N · k, its element i of row (i / k) % N — whatever the dimensions after them are.
+// A Reshape that copies every dimension up to the rows' (0s there) reshapes only what follows
+// them within each row: the rows stay as they were, whatever the sizes before them.
+void Pass::reshape_tail(const Node& n, const Fact& x, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const bool copy = shape[i] == 0 && i < x.dims.size();
+    if (static_cast<int>(i) > x.at && !copy && sz_.n_power(shape[i])) throw Refused{"N appears twice in its shape"};
+    dims.push_back(copy ? x.dims[i] : Sizes::to_dim(shape[i] < 0 ? kUnknown : shape[i]));
+  }
+  set(n, 0, rows_like(x, dims, x.at));
+}
+
 void Pass::reshape(const Node& n, const Fact& x) {
   std::vector<int64_t> shape;
   if (!vals_of(n, 1, &shape)) throw Refused{"its shape is not known"};
   const bool allowzero = attr_i(n, "allowzero", 0) != 0;
+  if (!allowzero && static_cast<int>(shape.size()) > x.at &&
+      std::all_of(shape.begin(), shape.begin() + x.at + 1, [](int64_t v) { return v == 0; }))
+    return reshape_tail(n, x, shape);
   const int64_t rows_size = full(x);
   auto in_dim = [&](size_t i) { return static_cast<int>(i) == x.at ? rows_size : Sizes::of_dim(x.dims[i]); };
   int64_t before = x.outer, whole = 1;

@@ -77,16 +77,19 @@ class UNet(nn.Module):
 
 
 class Recurrent(nn.Module):
-    """A sequence tagger: a bidirectional GRU, then a two-layer LSTM, then a tanh RNN run backward."""
+    """A sequence tagger: a 1-D convolution and pooling over time, a bidirectional GRU, a
+    two-layer LSTM, then a tanh RNN run backward."""
 
     def __init__(self):
         super().__init__()
+        self.conv = nn.Conv1d(6, 6, 3, padding=1)
         self.gru = nn.GRU(6, 8, batch_first=True, bidirectional=True)
         self.lstm = nn.LSTM(16, 8, num_layers=2, batch_first=True)
         self.rnn = nn.RNN(8, 5, batch_first=True)
         self.out = nn.Linear(5, 3)
 
     def forward(self, x):
+        x = F.max_pool1d(F.relu(self.conv(x.transpose(1, 2))), 3, 1, 1).transpose(1, 2)
         y, _ = self.gru(x)
         y, _ = self.lstm(y)
         y, _ = self.rnn(torch.flip(y, [1]))

@@ -268,9 +268,9 @@ try:
                   f"{name}: a concurrent request got another's answer or a wrong one")
 
     # The batcher joined the concurrent clients' rows (the segmenter's upsampling and transposed
-    # convolutions proven to keep them apart).
+    # convolutions and the tagger's recurrent layers proven to keep them apart).
     metrics = urllib.request.urlopen(f"http://{http}/metrics", timeout=30).read().decode()
-    for name in ("bert-17", "unet-13", "unet-17"):
+    for name in ("bert-17", "unet-13", "unet-17", "rnn-13", "rnn-17"):
         sums = re.findall(rf'loom_serve_batch_size_sum\{{model="{name}"\}} ([0-9.e+]+)', metrics)
         counts = re.findall(rf'loom_serve_batch_size_count\{{model="{name}"\}} ([0-9.e+]+)', metrics)
         check(sums and counts and float(sums[0]) > float(counts[0]), f"{name} never ran a batch of several requests: {sums} {counts}")

@@ -171,6 +171,25 @@ TEST(RowIndependence, ImageModelOperatorsAreFollowed) {
   EXPECT_NE(why.find("Resize"), std::string::npos) << why;
 }
 
+// nn.GRU(batch_first=True) as exported: X transposed to [T, N, I], the initial state zeros of
+// [1, N, H] from N; its batch is the rows. Fed [N, T, I] as if time-major, the rows would be time.
+TEST(RowIndependence, RecurrentLayersFollowTheirBatch) {
+  auto gru = [](bool transposed) {
+    G g;
+    g.input("x", {-1, 7, 6}).constant("w", {1, 24, 6}).constant("r", {1, 24, 8}).constant("zero", {}, {0});
+    g.constant("one", {1}, {1}).constant("eight", {1}, {8}).constant("ax0", {1}, {0});
+    g.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
+    g.node("Unsqueeze", {"n", "ax0"}, {"n1"}).node("Concat", {"one", "n1", "eight"}, {"hshape"}, {{"axis", ai(0)}});
+    g.node("ConstantOfShape", {"hshape"}, {"h0"});
+    if (transposed) g.node("Transpose", {"x"}, {"xt"}, {{"perm", ints({1, 0, 2})}});
+    g.node("GRU", {transposed ? "xt" : "x", "w", "r", "", "", "h0"}, {"yg", "yh"}, {{"hidden_size", ai(8)}});
+    g.node("Transpose", {"yg"}, {"y"}, {{"perm", ints({2, 0, 1, 3})}});
+    return g.why();
+  };
+  EXPECT_EQ(gru(true), "");
+  EXPECT_NE(gru(false).find("GRU"), std::string::npos);
+}
+
 // [N, S, 4] -> [N·S, 4] by a shape computed from N: followed (a row-wise op may run on it), and
 // proven once split back; returned merged, it is refused, naming the output.
 G merged_rows(bool split_back) {
