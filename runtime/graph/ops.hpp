@@ -115,6 +115,7 @@ void op_mvn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&
 void op_lrn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_window(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_signal.cpp: Hann, Hamming, Blackman
 void op_rnn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_rnn.cpp: RNN, GRU, LSTM
+void op_nms(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_detection.cpp: NonMaxSuppression
 // ops_resize.cpp
 void op_resize(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 // ops_index.cpp

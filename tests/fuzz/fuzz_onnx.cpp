@@ -2,7 +2,7 @@
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
 // ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
 // Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
-// DepthToSpace, ConvTranspose and element-wise ones — with fuzzed attributes), or
+// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM and element-wise ones — with fuzzed attributes), or
 // hands its bytes to the loader as a model file; the graph is loaded (ONNX's checker, shape
 // inference, the load's run on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
@@ -31,7 +31,7 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
-                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose"};
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -61,6 +61,11 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
   } else if (op == "Add" || op == "Mul" || op == "MatMul" || op == "Concat" || op == "ConvTranspose") {
     n->add_input(x);
     n->add_input("a");
+  } else if (op == "NonMaxSuppression") {  // boxes, scores, max boxes from the ints
+    for (const char* in : {x.c_str(), "a", "b"}) n->add_input(in);
+  } else if (op == "LSTM") {  // X, W and R from the floats
+    for (const char* in : {x.c_str(), "a", "a"}) n->add_input(in);
+    add_int_attr(n, "hidden_size", p.ConsumeIntegralInRange<int64_t>(-1, 4));
   } else if (op == "Resize") {  // sizes from the ints
     for (const char* in : {x.c_str(), "", "", "b"}) n->add_input(in);
   } else if (op == "OneHot") {  // indices, depth, values [off, on]
