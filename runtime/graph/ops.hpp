@@ -41,6 +41,13 @@ std::vector<int64_t> strides_of(const Shape& s);
 // A tensor of `shape` holding `src`'s elements reinterpreted (same storage, any dtype).
 Tensor view_as(const Tensor& src, const Shape& shape);
 Tensor make_i64(const std::vector<int64_t>& v, const Shape& shape);
+// A total order on floats for the sorts (TopK, Unique, NonMaxSuppression): NaN after every number
+// and equal to itself, so a comparator stays a strict weak order whatever a request carries.
+inline int compare_total(double a, double b) {
+  const bool na = a != a, nb = b != b;
+  if (na || nb) return static_cast<int>(na) - static_cast<int>(nb);
+  return a < b ? -1 : a > b ? 1 : 0;
+}
 // Element i of a tensor of any element type, as a double (ops_elementwise.cpp).
 double load_as_double(const Tensor& t, int64_t i);
 
@@ -118,12 +125,14 @@ void op_rnn(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&
 void op_nms(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_detection.cpp: NonMaxSuppression
 // ops_resize.cpp
 void op_resize(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_grid_sample(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 // ops_index.cpp
 void op_gather_nd(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_scatter_nd(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_scatter_elements(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_top_k(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_non_zero(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_unique(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_compress(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_one_hot(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_eye_like(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);

@@ -59,7 +59,7 @@ void op_nms(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
       order.clear();
       for (int64_t i = 0; i < S; ++i)
         if (!has_min || sc[i] > score_min) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return sc[p] > sc[q]; });
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return compare_total(sc[p], sc[q]) > 0; });
       kept.clear();
       for (int64_t i : order) {
         if (static_cast<int64_t>(kept.size()) >= limit) break;

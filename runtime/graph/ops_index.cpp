@@ -1,5 +1,5 @@
 // ops_index.cpp — operators that pick, place or rearrange elements by index: GatherND, ScatterND,
-// ScatterElements, TopK, NonZero, Compress, OneHot, EyeLike, Tile, DepthToSpace, SpaceToDepth and
+// ScatterElements, TopK, NonZero, Unique, Compress, OneHot, EyeLike, Tile, DepthToSpace, SpaceToDepth and
 // ReverseSequence. Elements move by their size, so any element type goes where only indices are
 // computed; the reductions of the scatters and TopK's order compute on float32, int64 and int32.
 #include <algorithm>
@@ -150,8 +150,8 @@ void op_top_k(const Node& n, const std::vector<const Tensor*>& in, std::vector<T
       for (int64_t j = 0; j < len; ++j) key[static_cast<size_t>(j)] = load_as_double(x, base + j * inner);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-        const double ka = key[static_cast<size_t>(a)], kb = key[static_cast<size_t>(b)];
-        return ka != kb ? (largest ? ka > kb : ka < kb) : a < b;
+        const int c = compare_total(key[static_cast<size_t>(a)], key[static_cast<size_t>(b)]);
+        return c != 0 ? (largest ? c > 0 : c < 0) : a < b;
       });
       for (int64_t j = 0; j < k; ++j) {
         const int64_t dst = o * k * inner + j * inner + i, src = base + order[static_cast<size_t>(j)] * inner;
@@ -173,6 +173,57 @@ void op_non_zero(const Node& n, const std::vector<const Tensor*>& in, std::vecto
   for (int64_t j = 0; j < cnt; ++j)
     for (int d = 0; d < r; ++d) y.data<int64_t>()[d * cnt + j] = hits[static_cast<size_t>(j)] / st[static_cast<size_t>(d)] % x.dim(d);
   out[0] = y;
+}
+
+// Unique: the distinct elements (or slices along `axis`), sorted or in order of first appearance,
+// with each one's first index, every element's index into them, and their counts.
+void op_unique(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x0 = need(n, in, 0);
+  const bool flat = !has_attr(n, "axis");
+  const Tensor x = flat ? x0.reshape({x0.numel()}) : x0;
+  const int axis = flat ? 0 : norm_axis(n, attr_i(n, "axis", 0), x.ndim());
+  const int64_t len = x.dim(axis), inner = strides_of(x.shape())[static_cast<size_t>(axis)], outer = len ? x.numel() / (len * inner) : 0;
+  auto cmp = [&](int64_t a, int64_t b) {  // slices a and b compared element by element, outer-major
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t e = 0; e < inner; ++e) {
+        const double va = load_as_double(x, (o * len + a) * inner + e), vb = load_as_double(x, (o * len + b) * inner + e);
+        if (const int c = compare_total(va, vb)) return c;
+      }
+    return 0;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(len));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cmp(a, b) < 0; });
+  std::vector<int64_t> firsts, group(static_cast<size_t>(len));
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k == 0 || cmp(order[k], order[k - 1]) != 0) firsts.push_back(order[k]);
+    group[static_cast<size_t>(order[k])] = static_cast<int64_t>(firsts.size()) - 1;
+  }
+  std::vector<int64_t> rank(firsts.size());  // a group's place in the output
+  std::iota(rank.begin(), rank.end(), 0);
+  if (!attr_i(n, "sorted", 1)) {
+    std::vector<int64_t> by_first(firsts.size());
+    std::iota(by_first.begin(), by_first.end(), 0);
+    std::sort(by_first.begin(), by_first.end(), [&](int64_t a, int64_t b) { return firsts[static_cast<size_t>(a)] < firsts[static_cast<size_t>(b)]; });
+    for (size_t k = 0; k < by_first.size(); ++k) rank[static_cast<size_t>(by_first[k])] = static_cast<int64_t>(k);
+  }
+  const int64_t u = static_cast<int64_t>(firsts.size());
+  std::vector<int64_t> idx(static_cast<size_t>(u)), inv(static_cast<size_t>(len)), counts(static_cast<size_t>(u), 0);
+  for (int64_t g = 0; g < u; ++g) idx[static_cast<size_t>(rank[static_cast<size_t>(g)])] = firsts[static_cast<size_t>(g)];
+  for (int64_t i = 0; i < len; ++i) {
+    inv[static_cast<size_t>(i)] = rank[static_cast<size_t>(group[static_cast<size_t>(i)])];
+    ++counts[static_cast<size_t>(inv[static_cast<size_t>(i)])];
+  }
+  Shape ys = x.shape();
+  ys[static_cast<size_t>(axis)] = u;
+  Tensor y = Tensor::empty(ys, x.dtype());
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype()));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < u; ++j)
+      std::memcpy(y.data<char>() + (o * u + j) * inner * es, x.data<char>() + (o * len + idx[static_cast<size_t>(j)]) * inner * es,
+                  static_cast<size_t>(inner * es));
+  const std::vector<Tensor> all = {y, make_i64(idx, {u}), make_i64(inv, {len}), make_i64(counts, {u})};
+  for (size_t k = 0; k < out.size() && k < all.size(); ++k) out[k] = all[k];
 }
 
 void op_compress(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {

@@ -47,7 +47,7 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"EyeLike", op_eye_like}, {"Tile", op_tile}, {"DepthToSpace", op_depth_space}, {"SpaceToDepth", op_depth_space},
       {"ReverseSequence", op_reverse_sequence}, {"HannWindow", op_window}, {"HammingWindow", op_window},
       {"BlackmanWindow", op_window}, {"RNN", op_rnn}, {"GRU", op_rnn}, {"LSTM", op_rnn},
-      {"NonMaxSuppression", op_nms},
+      {"NonMaxSuppression", op_nms}, {"GridSample", op_grid_sample}, {"Unique", op_unique},
       {"DynamicQuantizeLinear", op_dynamic_quantize_linear}, {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
   };
   return ops;

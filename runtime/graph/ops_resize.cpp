@@ -1,8 +1,11 @@
 // ops_resize.cpp — Resize (opsets 13-18): nearest, n-linear and cubic interpolation over any axes,
 // every coordinate transformation ONNX defines, from scales or sizes. Each axis is a table of
 // (source index, weight) pairs per output coordinate, as ONNX's reference computes them, and an
-// output element is the sum over the product of its axes' pairs.
+// output element is the sum over the product of its axes' pairs. And GridSample (opset 16): 2-D
+// sampling at a grid's points, nearest, bilinear or bicubic, with zeros, border or reflection
+// padding, as PyTorch's grid_sample and ONNX Runtime compute it.
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "ops.hpp"
@@ -138,7 +141,90 @@ float gather(const Plan& pl, const float* x, const std::vector<int64_t>& pos, si
   return acc;
 }
 
+// GridSample's sampler over one H x W image.
+struct Sampler {
+  const float* img;
+  int64_t h, w;
+  std::string pad;
+  float lo_x, hi_x, lo_y, hi_y;  // the image's extent in pixel coordinates (align_corners decides)
+
+  static float reflect(float v, float lo, float hi) {
+    const float range = hi - lo;
+    if (range <= 0) return lo;
+    if (v < lo || v > hi) {
+      const float d = v < lo ? lo - v : v - hi;
+      const auto k = static_cast<int64_t>(d / range);
+      const float r = d - static_cast<float>(k) * range;
+      return (v < lo) == (k % 2 == 0) ? lo + r : hi - r;
+    }
+    return v;
+  }
+  float at(int64_t r, int64_t c) const {
+    if (pad == "zeros") return r >= 0 && r < h && c >= 0 && c < w ? img[r * w + c] : 0.0f;
+    if (pad == "border") return img[std::min(std::max<int64_t>(r, 0), h - 1) * w + std::min(std::max<int64_t>(c, 0), w - 1)];
+    r = static_cast<int64_t>(reflect(static_cast<float>(r), lo_y, hi_y));
+    c = static_cast<int64_t>(reflect(static_cast<float>(c), lo_x, hi_x));
+    return img[std::min(std::max<int64_t>(r, 0), h - 1) * w + std::min(std::max<int64_t>(c, 0), w - 1)];
+  }
+  static void cubic(float t, float* k) {
+    const float a = -0.75f;
+    t = std::fabs(t);
+    k[0] = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a;
+    k[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
+    k[2] = ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1;
+    k[3] = ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a;
+  }
+  float sample(const std::string& mode, float x, float y) const {
+    if (mode == "nearest") x = std::nearbyint(x), y = std::nearbyint(y);
+    if (x < lo_x || x > hi_x || y < lo_y || y > hi_y) {
+      if (pad == "border") x = std::min(std::max(x, 0.0f), static_cast<float>(w - 1)), y = std::min(std::max(y, 0.0f), static_cast<float>(h - 1));
+      if (pad == "reflection") x = reflect(x, lo_x, hi_x), y = reflect(y, lo_y, hi_y);
+    }
+    if (mode == "nearest") return at(static_cast<int64_t>(y), static_cast<int64_t>(x));
+    const float fx = std::floor(x), fy = std::floor(y);
+    const auto x1 = static_cast<int64_t>(fx), y1 = static_cast<int64_t>(fy);
+    if (mode == "bilinear") {
+      const float dx = x - fx, dy = y - fy;
+      return (1 - dy) * ((1 - dx) * at(y1, x1) + dx * at(y1, x1 + 1)) + dy * ((1 - dx) * at(y1 + 1, x1) + dx * at(y1 + 1, x1 + 1));
+    }
+    float kx[4], ky[4], acc = 0;
+    cubic(x - fx, kx), cubic(y - fy, ky);
+    for (int i = 0; i < 4; ++i) {
+      float row = 0;
+      for (int j = 0; j < 4; ++j) row += kx[j] * at(y1 - 1 + i, x1 - 1 + j);
+      acc += ky[i] * row;
+    }
+    return acc;
+  }
+};
+
 }  // namespace
+
+void op_grid_sample(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &x = need(n, in, 0), &grid = need(n, in, 1);
+  if (x.dtype() != DType::kF32 || grid.dtype() != DType::kF32 || x.ndim() != 4 || grid.ndim() != 4 || grid.dim(3) != 2 ||
+      grid.dim(0) != x.dim(0))
+    op_error(n, "it takes float32 X [N, C, H, W] and grid [N, H_out, W_out, 2]");
+  const std::string mode = attr_s(n, "mode", "bilinear"), pad = attr_s(n, "padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") op_error(n, "mode '" + mode + "' is not supported");
+  if (pad != "zeros" && pad != "border" && pad != "reflection") op_error(n, "padding_mode '" + pad + "' is not supported");
+  const bool align = attr_i(n, "align_corners", 0) != 0;
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), HO = grid.dim(1), WO = grid.dim(2);
+  Tensor y = Tensor::empty({N, C, HO, WO});
+  out[0] = y;
+  if (y.numel() == 0) return;
+  if (x.numel() == 0) op_error(n, "an empty image has nothing to sample");
+  auto pixel = [align](float g, int64_t len) { return align ? (g + 1) / 2 * static_cast<float>(len - 1) : ((g + 1) * static_cast<float>(len) - 1) / 2; };
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      const float lo = align ? 0.0f : -0.5f;
+      const Sampler s{x.f32() + (b * C + c) * H * W, H, W, pad, lo, align ? W - 1.0f : W - 0.5f, lo, align ? H - 1.0f : H - 0.5f};
+      for (int64_t p = 0; p < HO * WO; ++p) {
+        const float* g = grid.f32() + (b * HO * WO + p) * 2;
+        y.f32()[(b * C + c) * HO * WO + p] = s.sample(mode, pixel(g[0], W), pixel(g[1], H));
+      }
+    }
+}
 
 void op_resize(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);

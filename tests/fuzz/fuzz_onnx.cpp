@@ -2,7 +2,7 @@
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
 // ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
 // Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
-// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM and element-wise ones — with fuzzed attributes), or
+// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample and element-wise ones — with fuzzed attributes), or
 // hands its bytes to the loader as a model file; the graph is loaded (ONNX's checker, shape
 // inference, the load's run on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
@@ -31,7 +31,7 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
-                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM"};
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -75,7 +75,10 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
     n->add_input(x);
     n->add_input("b");
     n->add_output(y + "_indices");
-  } else if (op == "NonZero" || op == "DepthToSpace") {
+  } else if (op == "GridSample") {
+    n->add_input(x);
+    n->add_input("a");
+  } else if (op == "NonZero" || op == "DepthToSpace" || op == "Unique") {
     n->add_input(x);
     if (op == "DepthToSpace") add_int_attr(n, "blocksize", p.ConsumeIntegralInRange<int64_t>(-1, 3));
   } else if (op == "Where") {
