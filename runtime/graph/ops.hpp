@@ -50,6 +50,8 @@ inline int compare_total(double a, double b) {
 }
 // Element i of a tensor of any element type, as a double (ops_elementwise.cpp).
 double load_as_double(const Tensor& t, int64_t i);
+// Element i of a tensor of any element type set from a double (integers toward zero, saturated).
+void store_from_double(Tensor& t, int64_t i, double v);
 
 // fuse.cpp: the load-time fusions over nodes in execution order; returns how many nodes went.
 int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids);

@@ -13,7 +13,7 @@ namespace {
 struct Geometry {
   int s = 0;                                   // spatial dimensions
   std::vector<int64_t> in, k, out, stride, dil, pad;  // pad: each dimension's start
-  int64_t in_n = 1, k_n = 1, out_n = 1;        // products
+  int64_t in_n = 1, k_n = 1, out_n = 1;        // their products
 };
 
 Geometry geometry_of(const Node& n, const Tensor& x, const Tensor& w) {
@@ -59,8 +59,8 @@ Geometry geometry_of(const Node& n, const Tensor& x, const Tensor& w) {
     g.pad.push_back(pads[d]);
     g.out.push_back(size >= 0 ? size : add(full, -add(pads[d], pads[d + ones.size()])));
     if (g.out[d] < 0) op_error(n, "the pads are larger than the output");
-    g.in_n = mul(g.in_n, g.in[d]), g.k_n = mul(g.k_n, g.k[d]), g.out_n = mul(g.out_n, g.out[d]);
   }
+  g.in_n = numel_of(g.in), g.k_n = numel_of(g.k), g.out_n = numel_of(g.out);
   return g;
 }
 

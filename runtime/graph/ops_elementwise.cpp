@@ -142,6 +142,22 @@ T saturate(double v) {
   return static_cast<T>(v);
 }
 
+}  // namespace
+
+double load_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data<float>()[i];
+    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kI32: return t.data<int32_t>()[i];
+    case DType::kU8:
+    case DType::kBool: return t.data<uint8_t>()[i];
+    case DType::kI8: return t.data<int8_t>()[i];
+    case DType::kF16: return half_to_float(t.data<uint16_t>()[i]);
+    case DType::kBF16: return bf16_to_float(t.data<uint16_t>()[i]);
+  }
+  return 0;
+}
+
 void store_from_double(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
     case DType::kF32: t.data<float>()[i] = static_cast<float>(v); return;
@@ -151,9 +167,11 @@ void store_from_double(Tensor& t, int64_t i, double v) {
     case DType::kBool: t.data<uint8_t>()[i] = v != 0; return;
     case DType::kI8: t.data<int8_t>()[i] = saturate<int8_t>(v); return;
     case DType::kF16: t.data<uint16_t>()[i] = float_to_half(static_cast<float>(v)); return;
-    default: return;
+    case DType::kBF16: t.data<uint16_t>()[i] = float_to_bf16(static_cast<float>(v)); return;
   }
 }
+
+namespace {
 
 // An integer base to an integer exponent (a float one must hold an integer): repeated squaring,
 // wrapping as the type does; a negative exponent gives 0 but for bases 1 and -1.
@@ -338,20 +356,6 @@ bool castable(DType t) {
 }
 
 }  // namespace
-
-double load_as_double(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32: return t.data<float>()[i];
-    case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DType::kI32: return t.data<int32_t>()[i];
-    case DType::kU8:
-    case DType::kBool: return t.data<uint8_t>()[i];
-    case DType::kI8: return t.data<int8_t>()[i];
-    case DType::kF16: return half_to_float(t.data<uint16_t>()[i]);
-    case DType::kBF16: return bf16_to_float(t.data<uint16_t>()[i]);
-  }
-  return 0;
-}
 
 void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& a = need(n, in, 0);

@@ -281,12 +281,8 @@ void op_eye_like(const Node& n, const std::vector<const Tensor*>& in, std::vecto
     op_error(n, "dtype " + std::to_string(attr_i(n, "dtype", 1)) + " is not supported");
   const int64_t k = attr_i(n, "k", 0);
   Tensor y = Tensor::zeros(x.shape(), dt);
-  Tensor one = Tensor::empty({1}, DType::kF32);
-  one.f32()[0] = 1;
-  const Tensor one_t = one.to(dt);
-  const size_t es = dtype_size(dt);
   for (int64_t i = 0; i < x.dim(0); ++i)
-    if (i + k >= 0 && i + k < x.dim(1)) std::memcpy(y.data<char>() + (i * x.dim(1) + i + k) * static_cast<int64_t>(es), one_t.data<char>(), es);
+    if (i + k >= 0 && i + k < x.dim(1)) store_from_double(y, i * x.dim(1) + i + k, 1);
   out[0] = y;
 }
 

@@ -1,5 +1,5 @@
 // ops_signal.cpp — the window functions of ONNX's signal operators: HannWindow, HammingWindow and
-// BlackmanWindow (periodic or symmetric), as float32 or any type Cast reaches.
+// BlackmanWindow (periodic or symmetric), in the output_datatype asked for.
 #include <cmath>
 
 #include "ops.hpp"
@@ -14,16 +14,16 @@ void op_window(const Node& n, const std::vector<const Tensor*>& in, std::vector<
     op_error(n, "output_datatype " + std::to_string(attr_i(n, "output_datatype", 1)) + " is not supported");
   const int64_t len = size[0];
   const double span = static_cast<double>(attr_i(n, "periodic", 1) ? len : len - 1), pi = std::acos(-1.0);
-  Tensor w = Tensor::empty({len});
+  Tensor w = Tensor::empty({len}, to);
   for (int64_t i = 0; i < len; ++i) {
     const double x = span > 0 ? 2 * pi * static_cast<double>(i) / span : 0;
     double v = 0;
     if (n.op == "HannWindow") v = 0.5 - 0.5 * std::cos(x);
     else if (n.op == "HammingWindow") v = 25.0 / 46 - 21.0 / 46 * std::cos(x);
     else v = 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x);  // BlackmanWindow
-    w.f32()[i] = static_cast<float>(v);
+    store_from_double(w, i, v);
   }
-  out[0] = to == DType::kF32 ? w : w.to(to);
+  out[0] = w;
 }
 
 }  // namespace loom::rt::graph

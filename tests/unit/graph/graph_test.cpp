@@ -483,6 +483,15 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
   EXPECT_THROW(run1("Pad", {p, I({4}, {0, 0, 0, 0})}, {{"mode", as("reflect")}}), loom::rt::Error);
 }
 
+// EyeLike and the window functions write their ones and weights in whatever type the graph
+// asks for (an int64 identity, a float16 window), not only float32 and int32.
+TEST(GraphOps, EyeLikeAndWindowsInTheTypeAsked) {
+  expect_i(run1("EyeLike", {I({2, 3}, {0, 0, 0, 0, 0, 0})}, {{"k", ai(1)}}), {2, 3}, {0, 1, 0, 0, 0, 1});
+  const Tensor w = run1("HannWindow", {I({}, {4})}, {{"output_datatype", ai(10)}});
+  ASSERT_EQ(w.dtype(), loom::rt::DType::kF16);
+  expect_f(w.to(loom::rt::DType::kF32), {4}, {0, 0.5f, 1, 0.5f});
+}
+
 // Issue 33: shapes computed from a request. A product that wraps (2^62 * 4 = 4 after wrapping)
 // must be refused before anything is allocated or indexed, not answered with a 4-value tensor
 // or read past a buffer.
