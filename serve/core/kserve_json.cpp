@@ -17,16 +17,15 @@ std::string dump_json(const json& j) { return loom::json_text(j); }
 
 namespace {
 
-template <class J>
-J parse_bounded(const char* begin, const char* end, const std::set<std::string>* keep) {
-  // The callback sees each value's depth as the parser reaches it: nothing deeper is built, so
-  // neither the parser nor whatever walks the value later can run out of stack. A member it
-  // declines (its key refused) is skipped: its value is read but never built.
-  typename J::parser_callback_t limit = [keep](int depth, typename J::parse_event_t event, J& parsed) {
+// The callback sees each value's depth as the parser reaches it: nothing deeper is built, so
+// neither the parser nor whatever walks the value later can run out of stack. A member that
+// `build` declines (given the parser's event) is skipped: its value is read but never built.
+template <class J, class Build>
+J parse_bounded(const char* begin, const char* end, Build build) {
+  typename J::parser_callback_t limit = [&build](int depth, typename J::parse_event_t event, J& parsed) {
     if (depth > kMaxJsonDepth)
       throw ServeError(Status::kInput, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    if (keep && depth == 1 && event == J::parse_event_t::key) return keep->count(parsed.template get<std::string>()) > 0;
-    return true;
+    return build(depth, event, parsed);
   };
   try {
     return J::parse(begin, end, limit);
@@ -36,12 +35,37 @@ J parse_bounded(const char* begin, const char* end, const std::set<std::string>*
   }
 }
 
+// The top-level members `keep` names (all without it).
+template <class J>
+auto top_members(const std::set<std::string>* keep) {
+  return [keep](int depth, typename J::parse_event_t event, J& parsed) {
+    return !keep || depth != 1 || event != J::parse_event_t::key || keep->count(parsed.template get<std::string>()) > 0;
+  };
+}
+
 }  // namespace
 
-json parse_json(const char* begin, const char* end, const std::set<std::string>* keep) { return parse_bounded<json>(begin, end, keep); }
+json parse_json(const char* begin, const char* end, const std::set<std::string>* keep) {
+  return parse_bounded<json>(begin, end, top_members<json>(keep));
+}
 
 nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const std::set<std::string>* keep) {
-  return parse_bounded<nlohmann::ordered_json>(begin, end, keep);
+  return parse_bounded<nlohmann::ordered_json>(begin, end, top_members<nlohmann::ordered_json>(keep));
+}
+
+nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const BuildMember& build) {
+  using J = nlohmann::ordered_json;
+  std::vector<std::string> keys;  // keys[d - 1]: the key of the member at depth d, "" in a list
+  return parse_bounded<J>(begin, end, [&](int depth, J::parse_event_t event, J& parsed) {
+    if (event == J::parse_event_t::array_start) {  // its elements are at depth + 1
+      keys.resize(static_cast<size_t>(depth) + 1);
+      keys.back().clear();
+    }
+    if (event != J::parse_event_t::key) return true;
+    keys.resize(static_cast<size_t>(depth));
+    keys.back() = parsed.get<std::string>();
+    return build(keys);
+  });
 }
 
 namespace {

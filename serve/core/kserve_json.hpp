@@ -4,6 +4,7 @@
 // throws: bytes that are not UTF-8 (a client's, quoted in an error) become U+FFFD.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,6 +27,11 @@ std::string dump_json(const nlohmann::json& j);
 nlohmann::json parse_json(const char* begin, const char* end, const std::set<std::string>* keep = nullptr);
 // The same, its objects keeping the client's key order (what a chat template sees).
 nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const std::set<std::string>* keep = nullptr);
+// Whether a parse builds a member, given the keys from the top-level object down to it (a list's
+// level as ""): {"tools": [{"function": {"name": ...}}]} reaches "name" as
+// {"tools", "", "function", "name"}. A member declined is read but never built.
+using BuildMember = std::function<bool(const std::vector<std::string>& keys)>;
+nlohmann::ordered_json parse_ordered_json(const char* begin, const char* end, const BuildMember& build);
 
 struct InferRequest {
   std::string id;

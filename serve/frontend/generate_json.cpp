@@ -225,10 +225,15 @@ nlohmann::ordered_json template_vars(nlohmann::ordered_json& req, ChatRequest* r
 
 }  // namespace
 
-ChatRequest parse_chat_request(const std::string& body) {
+ChatRequest parse_chat_request(const std::string& body, bool tools_shown) {
   // Parsed once, in the client's key order (what the template sees keeps it); messages and tools
-  // are moved out of it, not copied, and what no one reads was never built.
-  auto ordered = parse_ordered_json(body.data(), body.data() + body.size(), &kChatKeys);
+  // are moved out of it, not copied, and what no one reads was never built: of tools a template
+  // never shows, only their functions' names (a tool_choice names one).
+  auto ordered = parse_ordered_json(body.data(), body.data() + body.size(), [tools_shown](const std::vector<std::string>& k) {
+    if (k.size() == 1) return kChatKeys.count(k[0]) > 0;
+    if (k[0] != "tools" || tools_shown) return true;
+    return k.size() <= 4 && k[2] == "function" && (k.size() == 3 || k[3] == "name");
+  });
   if (!ordered.is_object()) bad("the request must be a JSON object");
   ChatRequest r;
   const auto found = ordered.find("messages");

@@ -54,6 +54,8 @@ struct ChatRequest {
   // auto where the model has a tool-call format, else none)
   std::string tool_choice = "none", tool_function;
 };
-ChatRequest parse_chat_request(const std::string& body);
+// `tools_shown`: whether the model's template reads `tools`; where it does not, only the names of
+// their functions are kept.
+ChatRequest parse_chat_request(const std::string& body, bool tools_shown = true);
 
 }  // namespace loom::serve

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <ctime>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/kserve_json.hpp"
@@ -371,11 +372,23 @@ const llm::ChatFormat& chat_format(const Target& t) {
   return *f;
 }
 
+// The model a request names, read before the rest of it is built ("" when it names none as a string).
+std::string named_model(const std::string& body) {
+  static const std::set<std::string> kModel = {"model"};
+  const json j = parse_json(body.data(), body.data() + body.size(), &kModel);
+  const auto m = j.is_object() ? j.find("model") : j.end();
+  return m != j.end() && m->is_string() ? m->get<std::string>() : "";
+}
+
 Reply chat_completions(Context& ctx, const std::string& body) {
-  const ChatRequest req = parse_chat_request(body);
-  if (req.completion.model.empty()) throw ServeError(Status::kInput, "the request names no model");
-  const Target t = language_model(ctx, req.completion.model, "", "POST /v2/models/<name>/infer");
+  const std::string model = named_model(body);
+  if (model.empty()) {
+    parse_chat_request(body);  // refuses the request's faults first, as for a request that names one
+    throw ServeError(Status::kInput, "the request names no model");
+  }
+  const Target t = language_model(ctx, model, "", "POST /v2/models/<name>/infer");
   const llm::ChatFormat& f = chat_format(t);
+  const ChatRequest req = parse_chat_request(body, f.tmpl.reads("tools"));
   const ToolMode tools = tool_mode(req, f, t.name);
   const std::string prompt = f.tmpl.render(req.messages, req.vars, req.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
   return answer(ctx, t, req.completion, prompt_ids(t, prompt + tools.opening, false), true, tools);
@@ -384,7 +397,8 @@ Reply chat_completions(Context& ctx, const std::string& body) {
 // vLLM's POST /tokenize {"model", "prompt"} -> {"tokens", "count", "max_model_len"} and
 // POST /detokenize {"model", "tokens"} -> {"prompt"}.
 Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
-  const json req = parse_json(body.data(), body.data() + body.size());
+  static const std::set<std::string> kRead = {"model", "prompt", "messages", "add_special_tokens", "tokens"};
+  const json req = parse_json(body.data(), body.data() + body.size(), &kRead);
   if (!req.is_object() || !req.contains("model") || !req["model"].is_string()) throw ServeError(Status::kInput, "the request names no model");
   const Target t = language_model(ctx, req["model"].get<std::string>(), "", "POST /v2/models/<name>/infer");
   Reply r;
@@ -396,8 +410,8 @@ Reply tokenizer_route(Context& ctx, bool encode, const std::string& body) {
       specials = req["add_special_tokens"].get<bool>();
     }
     if (req.contains("messages")) {  // vLLM's chat form: the prompt the chat template renders
-      const ChatRequest c = parse_chat_request(body);
       const llm::ChatFormat& f = chat_format(t);
+      const ChatRequest c = parse_chat_request(body, f.tmpl.reads("tools"));
       text = f.tmpl.render(c.messages, c.vars, c.add_generation_prompt, f.bos, f.eos, kMaxPromptBytes, deadline_of(ctx));
     } else {
       if (!req.contains("prompt") || !req["prompt"].is_string()) throw ServeError(Status::kInput, "prompt must be a string");

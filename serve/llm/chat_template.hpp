@@ -46,6 +46,8 @@ class ChatTemplate {
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos_token,
                      const std::string& eos_token, size_t max_bytes = 1 << 20) const;
 
+  // Whether the template reads the variable `name` (tools a template never shows need not be built).
+  bool reads(const std::string& name) const { return names_.count(name) > 0; }
   struct Node;
 
  private:

@@ -1,7 +1,8 @@
 // kserve_json_test.cpp — the two readers of a KServe v2 JSON infer request: the one-pass scan
 // reads the common request as the strict decoder does (bit for bit, whatever the key order and
 // nesting), and gives up on everything else, which the strict decoder then reads or refuses with
-// its own words.
+// its own words. And what a parse builds: members declined by their path of keys are never built,
+// so a chat request's tools a template never shows keep only their functions' names.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "core/kserve_json.hpp"
 #include "core/status.hpp"
+#include "frontend/generate_json.hpp"
 
 namespace {
 
@@ -91,6 +93,34 @@ TEST(KServeJson, TheScanGivesUpOnTheRestAndTheStrictDecoderAnswers) {
       EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << body << ": " << e.what();
     }
   }
+}
+
+TEST(KServeJson, MembersAreBuiltByTheirPathOfKeys) {
+  const std::string text = R"({"a": {"b": [{"c": 1, "d": [[{"e": 2}]]}]}, "f": 3})";
+  std::vector<std::vector<std::string>> seen;
+  const auto j = loom::serve::parse_ordered_json(text.data(), text.data() + text.size(), [&](const std::vector<std::string>& k) {
+    seen.push_back(k);
+    return k.back() != "c";
+  });
+  const std::vector<std::vector<std::string>> want = {{"a"}, {"a", "b"}, {"a", "b", "", "c"}, {"a", "b", "", "d"},
+                                                      {"a", "b", "", "d", "", "", "e"}, {"f"}};
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(j.dump(), R"({"a":{"b":[{"d":[[{"e":2}]]}]},"f":3})");
+}
+
+TEST(KServeJson, ToolsATemplateNeverShowsKeepOnlyTheirNames) {
+  const std::string body = R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
+    "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "g", "description": "d"}}]})";
+  const auto shown = loom::serve::parse_chat_request(body, true);
+  EXPECT_EQ(shown.vars["tools"][1]["function"]["description"], "d");
+  const auto unshown = loom::serve::parse_chat_request(body, false);
+  EXPECT_EQ(unshown.vars["tools"].dump(), R"([{"function":{"name":"f"}},{"function":{"name":"g"}}])");
+  EXPECT_EQ(unshown.tool_choice, "function");
+  EXPECT_EQ(unshown.tool_function, "g");
+  std::string unknown = body;
+  unknown.replace(unknown.find(R"("name": "g"})"), 12, R"("name": "h"})");
+  EXPECT_THROW(loom::serve::parse_chat_request(unknown, false), ServeError);
 }
 
 }  // namespace
