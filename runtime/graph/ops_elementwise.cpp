@@ -105,9 +105,12 @@ void compare(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   }
 }
 
+// The most negative value over -1 traps (SIGFPE) in C++: its quotient wraps as numpy's does.
 template <typename T>
 T int_div(const Node& n, T a, T b) {
   if (b == 0) op_error(n, "integer division by zero");
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+    if (b == -1) return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(a));
   return a / b;
 }
 
@@ -294,7 +297,7 @@ void op_mod(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
     using T = decltype(a);
     if constexpr (std::is_integral_v<T>) {
       if (b == 0) op_error(n, "integer modulo by zero");
-      T r = static_cast<T>(a % b);
+      T r = b == -1 ? T(0) : static_cast<T>(a % b);  // the most negative value % -1 traps
       if (!c_style && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
       return r;
     } else {

@@ -358,7 +358,7 @@ int64_t range_length(const Node& n, long double start, long double limit, long d
   if (!std::isfinite(static_cast<double>(k))) op_error(n, "a range that does not end (start, limit or delta is not finite)");
   if (k > static_cast<long double>(int64_t{1} << 62))
     throw AllocationRefused("a range of " + std::to_string(static_cast<double>(k)) + " elements");
-  return std::max<int64_t>(0, static_cast<int64_t>(k));
+  return k <= 0 ? 0 : static_cast<int64_t>(k);  // a negative k may lie past int64's range
 }
 
 void op_range(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {

@@ -250,6 +250,13 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   for (int64_t d : shape)
     if (__builtin_mul_overflow(n, d, &n) || n > kMost)
       throw AllocationRefused("shape " + shape_text(shape) + " has more elements than any memory holds");
+  // An empty tensor costs no memory, but a kernel's loops over its other dimensions still run
+  // (a Softmax over an axis of 0 beside 2^62 others would spin for years): those are bounded too.
+  constexpr int64_t kMostBesideEmpty = int64_t{1} << 28;
+  int64_t beside = 1;
+  for (int64_t d : shape)
+    if (n == 0 && d > 0 && (__builtin_mul_overflow(beside, d, &beside) || beside > kMostBesideEmpty))
+      throw AllocationRefused("shape " + shape_text(shape) + " is empty, yet its other dimensions hold more than 2^28 elements");
   return n;
 }
 

@@ -504,7 +504,17 @@ TEST(GraphHardening, ShapesFromDataNeverWrap) {
   EXPECT_THROW(loom::rt::checked_numel({int64_t{1} << 62, 3}), loom::rt::AllocationRefused);
   EXPECT_THROW(loom::rt::checked_numel({3, -1}), loom::rt::Error);
   EXPECT_EQ(loom::rt::checked_numel({int64_t{1} << 61, 2}), int64_t{1} << 62);
-  EXPECT_EQ(loom::rt::checked_numel({0, int64_t{1} << 62, 7}), 0);
+  EXPECT_EQ(loom::rt::checked_numel({0, int64_t{1} << 20, 7}), 0);
+}
+
+// An empty tensor costs no memory, but loops over its other dimensions still run: a Reshape of
+// nothing to [0, 2^62] then a Softmax over the empty axis spun for years. Refused at the shape.
+TEST(GraphHardening, EmptyTensorsCannotHoldHugeDimensions) {
+  EXPECT_THROW(loom::rt::checked_numel({0, int64_t{1} << 62, 7}), loom::rt::AllocationRefused);
+  EXPECT_THROW(loom::rt::checked_numel({int64_t{1} << 20, 0, int64_t{1} << 20}), loom::rt::AllocationRefused);
+  EXPECT_THROW(run1("Reshape", {F({0}, {}), I({2}, {0, int64_t{1} << 62})}), loom::rt::AllocationRefused);
+  EXPECT_THROW(run1("Expand", {F({1}, {1}), I({3}, {int64_t{1} << 30, 0, 4})}), loom::rt::AllocationRefused);
+  EXPECT_EQ(run1("Expand", {F({1}, {1}), I({3}, {1 << 10, 0, 4})}).shape(), (std::vector<int64_t>{1 << 10, 0, 4}));
 }
 
 // A rank-0 tensor has no axis: Gather, Concat, Split, Softmax and the Reduce ops on one are an

@@ -22,9 +22,10 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
 // The element count of `shape`, every dimension checked (>= 0) and the product computed without
-// wrapping; a negative dimension or a count past 2^62 elements is AllocationRefused (below)
-// naming the shape. Shapes computed from data
-// (an ONNX request) go through here before anything is allocated or indexed.
+// wrapping; a negative dimension, a count past 2^62 elements, or an empty shape whose other
+// dimensions hold more than 2^28 (loops would still run over them) is AllocationRefused (below)
+// naming the shape. Shapes computed from data (an ONNX request) go through here before anything
+// is allocated or indexed.
 int64_t checked_numel(const std::vector<int64_t>& shape);
 
 // A budget of bytes for the tensors the calling thread makes while it is in scope (an ONNX
