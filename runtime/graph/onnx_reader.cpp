@@ -24,6 +24,7 @@ namespace loom::rt::graph {
 
 struct Loader {
   static Model load(const std::string& path);
+  static std::string request_parameter(const Model& model);
 };
 
 namespace {
@@ -294,7 +295,7 @@ void guard_conv_transpose_inference() {
 
 // Operand slots that are parameters rather than data (a shape, axes, bounds, a scale, a mode, a
 // divisor): zeros there mean nothing (a Reshape to shape 0, a Slice of step 0), so when the load's
-// probe on zeros fails on a graph that takes one of them as an input, the refusal says so.
+// probe on zeros fails on a graph that takes one of them as an input, the model loads with a note.
 bool parameter_slot(const std::string& op, size_t i) {
   static const std::map<std::string, std::set<size_t>> slots = {
       {"Reshape", {1}}, {"Expand", {1}}, {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}},
@@ -380,21 +381,27 @@ Model Loader::load(const std::string& path) {
   try {
     model.run(probe);
   } catch (const Error& e) {
-    // An input where an operator wants a shape, axes, a scale or a divisor cannot be checked on
-    // zeros, and the kernels' envelope is fuzzed with such operands as constants: refused by name.
-    for (const auto& nd : model.nodes_)
-      for (size_t k = 0; k < nd.in.size(); ++k) {
-        const auto at = std::find(model.input_ids_.begin(), model.input_ids_.end(), nd.in[k]);
-        if (!parameter_slot(nd.op, k) || at == model.input_ids_.end()) continue;
-        throw Error(path + ": input '" + model.inputs_[static_cast<size_t>(at - model.input_ids_.begin())].name + "' gives " +
-                    nd.label() + " its operand " + std::to_string(k) +
-                    " (a shape, axes, a scale or a divisor): one given at request time is not supported; the graph fails on "
-                    "zeros at batch 1: " + e.what());
-      }
-    if (!guessed) throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
-    model.probe_note_ = std::string("it fails on zeros with its open dimensions at 1 (") + e.what() + ")";
+    // An input where an operator wants a shape, axes, a scale or a divisor means nothing as zeros
+    // (a Reshape to shape 0): each request's values are checked by the kernels as they run.
+    const std::string fed = request_parameter(model);
+    if (!guessed && fed.empty()) throw Error(path + ": the graph fails on zeros at batch 1: " + e.what());
+    model.probe_note_ = (fed.empty() ? std::string("it fails on zeros with its open dimensions at 1 (")
+                                     : fed + " comes with each request; it fails on zeros (") + e.what() + ")";
   }
   return model;
+}
+
+// The first request input that gives an operator a parameter ("input 'shape' gives Reshape its
+// operand 1"), or "".
+std::string Loader::request_parameter(const Model& model) {
+  for (const auto& nd : model.nodes_)
+    for (size_t k = 0; k < nd.in.size(); ++k) {
+      const auto at = std::find(model.input_ids_.begin(), model.input_ids_.end(), nd.in[k]);
+      if (parameter_slot(nd.op, k) && at != model.input_ids_.end())
+        return "input '" + model.inputs_[static_cast<size_t>(at - model.input_ids_.begin())].name + "' gives " + nd.label() +
+               " its operand " + std::to_string(k);
+    }
+  return "";
 }
 
 Model Model::load(const std::string& path) {

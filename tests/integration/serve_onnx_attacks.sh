@@ -2,7 +2,8 @@
 # serve_onnx_attacks.sh — one hostile ONNX request or file against a real loom-serve (issue 33,
 # items 1-3): shapes computed from request data that wrap int64 (a heap read, or SIGSEGV
 # before), a rank-0 tensor reaching an axis operator (an abort, at load or per request), and
-# request-driven shapes with no cap (Expand, Pad, Range, ConstantOfShape), an answer whose JSON
+# request-driven shapes with no cap (Expand, Pad, Range, ConstantOfShape), parameters given with
+# each request (a Reshape's shape, a Resize's scales, an integer divisor of 0), an answer whose JSON
 # rendering would pass the budget. Each attack is checked
 # for its status, the {"error": ...} body naming the operator, the time (< 2 s), the server's peak
 # memory (VmHWM grows < 200 MiB against a 1 GiB default budget, set to 64 MiB here) and that a
@@ -56,6 +57,13 @@ save("frange", [h.make_node("Add", ["d", "f1"], ["d1"]), h.make_node("Range", ["
      [f32("a", []), f32("b", []), f32("d", [])], [f32("y", [None])], [h.make_tensor("f1", T.FLOAT, [], [1.0])])
 save("irange", [h.make_node("Add", ["d", "i1"], ["d1"]), h.make_node("Range", ["a", "b", "d1"], ["y"])],
      [i64("a", []), i64("b", []), i64("d", [])], [i64("y", [None])], [h.make_tensor("i1", T.INT64, [], [1])])
+# 4. Parameters that come with each request (the load's run on zeros cannot check them): a
+# Reshape's shape, a Resize's scales, an integer divisor.
+save("reshape", [h.make_node("Reshape", ["x", "shape"], ["y"])], [f32("x", [None]), i64("shape", [2])], [f32("y", [None, None])])
+save("resize", [h.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+     [f32("x", [1, 1, 2, 2]), f32("scales", [4])], [f32("y", [None, None, None, None])])
+save("imod", [h.make_node("Mod", ["x", "y"], ["z"]), h.make_node("Div", ["x", "y"], ["q"])],
+     [i64("x", [None]), i64("y", [1])], [i64("z", [None]), i64("q", [None])])
 # The healthy one.
 save("relu", [h.make_node("Relu", ["x"], ["y"])], [f32("x", [None, 4])], [f32("y", [None, 4])])
 PY
@@ -124,6 +132,22 @@ expect_eq "the same answer in the binary extension" 200 "$(curl -s -o /dev/null 
 # Within the budget the same models still answer.
 expect_match "Expand within the budget" '"shape":\[2,3\]' \
   "$(curl -s -X POST "http://$http/v2/models/expand/infer" -d "$(req x FP32 '[1]' '[5]' shape INT64 '[2]' '[2, 3]')")"
+# Parameters given with each request: the models load, saying so; hostile values are a 400 naming
+# the node, sound ones are answered.
+expect_match "a request's Reshape shape: loaded, saying so" "loaded model reshape .*input 'shape' gives Reshape.* comes with each request" "$(cat main.log)"
+attack "Reshape 4 values to [-1, -1]" reshape "$(req x FP32 '[4]' '[1,2,3,4]' shape INT64 '[2]' '[-1, -1]')" 400 "Reshape"
+attack "Reshape 4 values to [2^62, 2^62]" reshape "$(req x FP32 '[4]' '[1,2,3,4]' shape INT64 '[2]' "[$((1 << 62)), $((1 << 62))]")" 400 "Reshape"
+expect_match "Reshape to a sound shape" '"shape":\[2,2\]' \
+  "$(curl -s -X POST "http://$http/v2/models/reshape/infer" -d "$(req x FP32 '[4]' '[1,2,3,4]' shape INT64 '[2]' '[2, -1]')")"
+attack "Resize by 10^5 (40 GB)" resize "$(req x FP32 '[1,1,2,2]' '[1,2,3,4]' scales FP32 '[4]' '[1, 1, 1e5, 1e5]')" 400 "Resize"
+attack "Resize by -1" resize "$(req x FP32 '[1,1,2,2]' '[1,2,3,4]' scales FP32 '[4]' '[1, 1, 2, -1]')" 400 "Resize"
+expect_match "Resize by 2" '"shape":\[1,1,4,4\]' \
+  "$(curl -s -X POST "http://$http/v2/models/resize/infer" -d "$(req x FP32 '[1,1,2,2]' '[1,2,3,4]' scales FP32 '[4]' '[1, 1, 2, 2]')")"
+attack "integer Mod and Div by 0 (SIGFPE, were it run)" imod "$(req x INT64 '[2]' '[7, -7]' y INT64 '[1]' '[0]')" 400 "(Mod|Div).*zero"
+expect_match "integer Mod and Div of INT64_MIN by -1 (SIGFPE, were it run): wrapped, as numpy" '"data":\[0\].*"data":\[-9223372036854775808\]' \
+  "$(curl -s -X POST "http://$http/v2/models/imod/infer" -d "$(req x INT64 '[1]' '[-9223372036854775808]' y INT64 '[1]' '[-1]')")"
+expect_match "integer Mod (the divisor's sign) and Div (toward zero, as ONNX Runtime) by 3" '"data":\[1,2\].*"data":\[2,-2\]' \
+  "$(curl -s -X POST "http://$http/v2/models/imod/infer" -d "$(req x INT64 '[2]' '[7, -7]' y INT64 '[1]' '[3]')")"
 # A model whose run on zeros at load (its open dimensions at 1) squeezes x to a scalar before a
 # Gather: it may need other sizes there, so it loads with the failure in its load line; a request
 # of those sizes is a 400 naming the node, one of other sizes is answered; the server serves on.
