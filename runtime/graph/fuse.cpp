@@ -132,11 +132,13 @@ bool other_scalar(const Graph& g, const Node& n, int x, float* c) {
 
 bool near(float a, float b) { return a > b - 1e-4f && a < b + 1e-4f; }
 
-// The erf GELU as PyTorch exports nn.GELU: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5.
+// The erf GELU as PyTorch exports nn.GELU: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5,
+// or opset 20's Gelu (the same kernel, named so that a MatMul before it takes it in).
 int fuse_gelu(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& d = g.nodes[i];
+    if (d.op == "Gelu" && attr_s(d, "approximate", "none") == "none") d.op = "Loom.Gelu";
     float c;
     if (d.op != "Div" || d.in.size() != 2 || !g.scalar(d.in[1], &c) || !near(c, 1.41421356f)) continue;
     const int x = d.in[0];

@@ -29,7 +29,7 @@ struct Loader {
 
 namespace {
 
-constexpr int64_t kMinOpset = 13, kMaxOpset = 18;
+constexpr int64_t kMinOpset = 13, kMaxOpset = 20;
 constexpr int64_t kMaxElements = int64_t{1} << 33;  // 32 GiB of float: a header claiming more is refused
 
 std::string read_file(const std::string& path) {
@@ -153,7 +153,7 @@ int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
 }
 
 // Every node's operator is one this executor runs, before ONNX's checker sees the graph. The
-// kernels follow the operators' definitions at opsets 13-18; a model of an older opset runs when
+// kernels follow the operators' definitions at opsets 13-20; a model of an older opset runs when
 // each of its operators is still defined there as it was at opset 13 (ONNX's schema of the
 // operator at the model's opset is the one in force at opset 13: AveragePool at opset 11, Relu at
 // 6), and is refused naming the first one whose definition changed since (Squeeze's axes became
@@ -174,7 +174,8 @@ void check_operators(const onnx::GraphProto& g, int64_t opset, const std::string
     if (!then || !now || then->since_version() != now->since_version())
       throw Error(path + ": operator " + label(n) + " at opset " + std::to_string(opset) +
                   " is not supported: its definition changed by opset " + std::to_string(kMinOpset) +
-                  " (this executor runs ai.onnx opsets 13-18, and older ones whose operators are unchanged since)");
+                  " (this executor runs ai.onnx opsets 13-" + std::to_string(kMaxOpset) +
+                  ", and older ones whose operators are unchanged since)");
   }
 }
 
@@ -199,11 +200,14 @@ void check_with_onnx(const onnx::ModelProto& m, const std::string& dir) {
 }
 
 // Debian's libonnx knows the operators' schemas up to an older opset than exporters write
-// (1.12: opset 17; PyTorch's dynamo exporter writes 18). Opset 18 changed how some operators this
-// executor runs are written, not what they compute: the reductions' axes became an input,
-// Split gained num_outputs, Pad an axes input. For ONNX's checker and shape inference the model
-// is written as the newest opset libonnx knows says, then put back as it was for the executor;
-// its shapes are then checked by the run on zeros below, not by shape inference.
+// (1.12: opset 17; PyTorch's dynamo exporter writes 18 to 20). Opsets 18-20 changed how some
+// operators this executor runs are written, not what they compute: the reductions' axes became
+// an input, Split gained num_outputs, Pad an axes input, Resize (18), AveragePool (19) and Cast
+// (19) attributes for what they did not do before, GridSample (20) new names for its modes; and
+// opset 20 added Gelu, element-wise. For ONNX's checker and shape inference the model is written
+// as the newest opset libonnx knows says (a Gelu as another element-wise operator of the same
+// types, Sigmoid), then put back as it was for the executor; its shapes are then checked by the
+// run on zeros below, not by shape inference.
 class AsLibonnxKnows {
  public:
   AsLibonnxKnows(onnx::ModelProto& m, int64_t opset) : m_(m) {
@@ -239,9 +243,17 @@ class AsLibonnxKnows {
     const bool split = n.op_type() == "Split" && std::any_of(n.attribute().begin(), n.attribute().end(),
                                                              [](const auto& a) { return a.name() == "num_outputs"; });
     const bool pad = n.op_type() == "Pad" && n.input_size() > 3;
-    if (!reduce && !split && !pad) return;
+    const std::set<std::string>& newer = newer_attributes(n.op_type());
+    const bool attrs = std::any_of(n.attribute().begin(), n.attribute().end(), [&](const auto& a) { return newer.count(a.name()); });
+    const bool gelu = n.op_type() == "Gelu", grid = n.op_type() == "GridSample";
+    if (!reduce && !split && !pad && !attrs && !gelu && !grid) return;
     onnx::NodeProto old = n;
     onnx::NodeProto* w = m_.mutable_graph()->mutable_node(i);
+    for (int k = w->attribute_size() - 1; k >= 0; --k)
+      if (newer.count(w->attribute(k).name()) || gelu) w->mutable_attribute()->DeleteSubrange(k, 1);
+    if (gelu) w->set_op_type("Sigmoid");
+    for (auto& a : *w->mutable_attribute())
+      if (grid && a.name() == "mode" && (a.s() == "linear" || a.s() == "cubic")) a.set_s("bi" + a.s());
     if (reduce) {  // constant axes become the attribute; axes given at run time are left out
       auto c = consts.find(n.input(1));
       if (c != consts.end()) {
@@ -256,6 +268,17 @@ class AsLibonnxKnows {
         if (w->attribute(k).name() == "num_outputs") w->mutable_attribute()->DeleteSubrange(k, 1);
     if (pad) w->mutable_input()->DeleteSubrange(3, w->input_size() - 3);
     saved_nodes_.emplace_back(i, std::move(old));
+  }
+
+  // The attributes an operator gained after opset 17, written by exporters at their defaults.
+  static const std::set<std::string>& newer_attributes(const std::string& op) {
+    static const std::map<std::string, std::set<std::string>> added = {
+        {"Resize", {"antialias", "axes", "keep_aspect_ratio_policy"}}, {"AveragePool", {"dilations"}},
+        {"Cast", {"saturate"}}, {"CastLike", {"saturate"}}};
+    static const std::set<std::string> none, reduce = {"noop_with_empty_axes"};
+    if (op.rfind("Reduce", 0) == 0 && op != "ReduceSum") return reduce;  // ReduceSum had it at 13
+    const auto it = added.find(op);
+    return it == added.end() ? none : it->second;
   }
 
   static std::vector<int64_t> onnx_ints(const onnx::TensorProto& t) {

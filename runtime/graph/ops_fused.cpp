@@ -31,6 +31,10 @@ __attribute__((always_inline)) inline float tanh_one(float x) {
 LOOM_VEC void tanh_rows(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = tanh_one(x[i]);
 }
+// GELU's tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+LOOM_VEC void gelu_tanh_span(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1 + tanh_one(0.7978845608f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
 LOOM_VEC void sigmoid_rows(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 1 / (1 + vec::exp(-x[i]));
 }
@@ -127,12 +131,21 @@ void layer_norm_rows(const float* x, const float* g, const float* b, float* y, i
   });
 }
 
-// Loom.Gelu: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5, as one pass.
+// Loom.Gelu: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5, as one pass; and opset 20's
+// Gelu, exact or (approximate "tanh") its tanh form.
 void op_gelu(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
   if (x.dtype() != DType::kF32) op_error(n, "GELU runs on float32");
+  const std::string approximate = attr_s(n, "approximate", "none");
+  if (approximate != "none" && approximate != "tanh") op_error(n, "approximate '" + approximate + "' is not supported");
   Tensor y = Tensor::empty(x.shape());
-  gelu_rows(x.f32(), y.f32(), x.numel());
+  if (approximate == "tanh") {
+    const float* px = x.f32();
+    float* py = y.f32();
+    vec::for_items(x.numel(), 1, [&](int64_t lo, int64_t hi) { gelu_tanh_span(px + lo, py + lo, hi - lo); });
+  } else {
+    gelu_rows(x.f32(), y.f32(), x.numel());
+  }
   out[0] = y;
 }
 

@@ -1,4 +1,4 @@
-// ops_resize.cpp — Resize (opsets 13-18): nearest, n-linear and cubic interpolation over any axes,
+// ops_resize.cpp — Resize (opsets 13-20): nearest, n-linear and cubic interpolation over any axes,
 // every coordinate transformation ONNX defines, from scales or sizes. Each axis is a table of
 // (source index, weight) pairs per output coordinate, as ONNX's reference computes them, and an
 // output element is the sum over the product of its axes' pairs. And GridSample (opset 16): 2-D
@@ -205,7 +205,9 @@ void op_grid_sample(const Node& n, const std::vector<const Tensor*>& in, std::ve
   if (x.dtype() != DType::kF32 || grid.dtype() != DType::kF32 || x.ndim() != 4 || grid.ndim() != 4 || grid.dim(3) != 2 ||
       grid.dim(0) != x.dim(0))
     op_error(n, "it takes float32 X [N, C, H, W] and grid [N, H_out, W_out, 2]");
-  const std::string mode = attr_s(n, "mode", "bilinear"), pad = attr_s(n, "padding_mode", "zeros");
+  std::string mode = attr_s(n, "mode", "bilinear");
+  if (mode == "linear" || mode == "cubic") mode = "bi" + mode;  // opset 20's names
+  const std::string pad = attr_s(n, "padding_mode", "zeros");
   if (mode != "bilinear" && mode != "nearest" && mode != "bicubic") op_error(n, "mode '" + mode + "' is not supported");
   if (pad != "zeros" && pad != "border" && pad != "reflection") op_error(n, "padding_mode '" + pad + "' is not supported");
   const bool align = attr_i(n, "align_corners", 0) != 0;

@@ -44,7 +44,7 @@ void Pass::rows_node(const Node& n) {
   const Fact& x = in(n, 0);
   static const char* elementwise_ops[] = {
       "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "GreaterOrEqual", "LessOrEqual", "Where",
-      "Not", "And", "Or", "Xor", "Max", "Min", "Sum", "Mean", "PRelu", "Cast", "Relu", "Sqrt", "Erf", "Tanh",
+      "Not", "And", "Or", "Xor", "Max", "Min", "Sum", "Mean", "PRelu", "Cast", "Relu", "Sqrt", "Erf", "Tanh", "Gelu",
       "Sigmoid", "Neg", "Exp", "Log", "Reciprocal", "Abs", "Identity", "Dropout", "Clip", "Sin", "Cos", "Tan",
       "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Floor", "Ceil", "Round", "Sign",
       "Softplus", "Softsign", "LeakyRelu", "Elu", "Celu", "Selu", "ThresholdedRelu", "HardSigmoid", "HardSwish",
@@ -204,7 +204,7 @@ void Pass::axis_op(const Node& n, const Fact& x) {
       op == "GlobalMaxPool" || op == "InstanceNormalization" || op == "LRN" || op == "ConvTranspose" ||
       op == "DepthToSpace" || op == "SpaceToDepth") {
     if (x.at != 0) throw Refused{"the rows are not its batch dimension"};
-    return set_all(n, rows_like(x, std::vector<int64_t>(static_cast<size_t>(r), kAnyDim), 0));
+    return set_all(n, rows_like(x, image_dims(n, x), 0));
   }
   if (op == "QuantizeLinear" || op == "DequantizeLinear") {
     const Fact& s = in(n, 1);
@@ -213,6 +213,38 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     return set(n, 0, x);
   }
   throw Refused{"the pass does not follow rows through " + op};
+}
+
+// An image operator's output dimensions where the pass can name them (a Reshape to [-1, C] or
+// [T, -1, H] after them then keeps the rows): the channels (a convolution's weight gives them,
+// the others keep their input's), the spatial sizes of a convolution or pooling with explicit
+// pads, a global pool's 1s, a normalization's input sizes; kAnyDim elsewhere.
+std::vector<int64_t> Pass::image_dims(const Node& n, const Fact& x) const {
+  std::vector<int64_t> d(static_cast<size_t>(x.rank()), kAnyDim);
+  if (d.size() < 2) return d;
+  const std::string& op = n.op;
+  const Tensor none;
+  const Tensor& w = n.in.size() > 1 && n.in[1] >= 0 ? constants_[static_cast<size_t>(n.in[1])] : none;
+  const bool conv = op == "Conv" || op == "MaxPool" || op == "AveragePool";
+  if (op == "Conv" && w.defined() && w.ndim() >= 1) d[1] = w.dim(0);
+  if (op == "ConvTranspose" && w.defined() && w.ndim() >= 2) d[1] = w.dim(1) * attr_i(n, "group", 1);
+  if (op != "Conv" && op != "ConvTranspose" && op != "DepthToSpace" && op != "SpaceToDepth") d[1] = x.dims[1];
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") std::fill(d.begin() + 2, d.end(), 1);
+  if (op == "BatchNormalization" || op == "InstanceNormalization" || op == "LRN") std::copy(x.dims.begin() + 2, x.dims.end(), d.begin() + 2);
+  if (!conv || attr_s(n, "auto_pad", "NOTSET") != "NOTSET") return d;
+  const size_t sp = d.size() - 2;
+  std::vector<int64_t> k = attr_ints(n, "kernel_shape", {});
+  if (k.empty() && w.defined() && w.ndim() == x.rank()) k.assign(w.shape().begin() + 2, w.shape().end());
+  const auto st = attr_ints(n, "strides", std::vector<int64_t>(sp, 1)), dl = attr_ints(n, "dilations", std::vector<int64_t>(sp, 1));
+  const auto pads = attr_ints(n, "pads", std::vector<int64_t>(2 * sp, 0));
+  if (k.size() != sp || st.size() != sp || dl.size() != sp || pads.size() != 2 * sp) return d;
+  if (attr_i(n, "ceil_mode", 0) != 0) return d;  // where the last window may start is the kernel's to say
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t in = x.dims[i + 2], span = in + pads[i] + pads[i + sp] - dl[i] * (k[i] - 1) - 1;
+    if (in < 0 || st[i] < 1 || span < 0 || k[i] < 1 || dl[i] < 1) continue;  // unknown, symbolic, or the kernel's error
+    d[i + 2] = span / st[i] + 1;
+  }
+  return d;
 }
 
 // MatMulInteger (a, b, a_zero_point, b_zero_point) and QLinearMatMul (a, a_scale, a_zero_point,

@@ -172,6 +172,7 @@ class Pass {
   void uniform_node(const Node& n);
   void sizes_node(const Node& n);
   void rows_node(const Node& n);
+  std::vector<int64_t> image_dims(const Node& n, const Fact& x) const;
   void layout_op(const Node& n, const Fact& x);  // Reshape, Transpose, Squeeze, Flatten, Concat, ...
   void axis_op(const Node& n, const Fact& x);    // Softmax, reductions, norms, Pad, Gemm, Conv, ...
   void elementwise(const Node& n);

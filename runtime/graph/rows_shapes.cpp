@@ -15,7 +15,7 @@ void Pass::uniform_node(const Node& n) {
   const Fact& x = in(n, 0);
   const std::string& op = n.op;
   Fact f = uniform_unranked();
-  static const char* same[] = {"Cast", "Identity", "Relu", "Sqrt", "Erf", "Tanh", "Sigmoid", "Neg", "Exp", "Log",
+  static const char* same[] = {"Cast", "Identity", "Relu", "Sqrt", "Erf", "Tanh", "Gelu", "Sigmoid", "Neg", "Exp", "Log",
                                "Reciprocal", "Abs", "Not", "Clip", "Softmax", "LogSoftmax", "Trilu", "QuantizeLinear",
                                "DequantizeLinear"};
   if (std::find(std::begin(same), std::end(same), op) != std::end(same)) {

@@ -2,7 +2,8 @@
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
 // ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
 // Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
-// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample and element-wise ones — with fuzzed attributes), or
+// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample, Gelu and element-wise ones — with fuzzed
+// attributes — at opset 17 or 20), or
 // hands its bytes to the loader as a model file; the graph is loaded (ONNX's checker, shape
 // inference, the load's run on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
@@ -31,7 +32,7 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
-                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample"};
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -86,9 +87,13 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
     n->add_input(x);
     n->add_input("a");
   } else if (op == "Relu" || op == "Transpose" || op == "Softmax" || op == "Flatten" || op == "Identity" ||
-             op == "LayerNormalization") {
+             op == "LayerNormalization" || op == "Gelu") {
     n->add_input(x);
     if (op == "LayerNormalization") n->add_input("w");
+    if (op == "Gelu" && p.ConsumeBool()) {
+      auto* a = n->add_attribute();
+      a->set_name("approximate"), a->set_type(onnx::AttributeProto::STRING), a->set_s(p.ConsumeBool() ? "tanh" : "none");
+    }
   } else if (op == "Shape" || op == "Cast") {
     n->add_input(x);
     if (op == "Cast") add_int_attr(n, "to", onnx::TensorProto::FLOAT);
@@ -136,7 +141,7 @@ std::string model_bytes(FuzzedDataProvider& p, int rank_a, int rank_x) {
   m.set_ir_version(7);
   auto* opset = m.add_opset_import();
   opset->set_domain("");
-  opset->set_version(17);  // every operator above is in opset 17
+  opset->set_version(17);  // every operator above but Gelu is in opset 17; 20 (below) is written as 17 for ONNX's checker
   auto* g = m.mutable_graph();
   g->set_name("fuzz");
   value_info(g->add_input(), "x", onnx::TensorProto::FLOAT, rank_x);
@@ -156,6 +161,7 @@ std::string model_bytes(FuzzedDataProvider& p, int rank_a, int rank_x) {
   // one, which is a refusal like any other).
   if (last == "Shape") value_info(g->add_output(), x, onnx::TensorProto::INT64, 1);
   else value_info(g->add_output(), x, onnx::TensorProto::FLOAT, p.ConsumeIntegralInRange(0, 4));
+  if (p.ConsumeBool()) opset->set_version(20);
   return m.SerializeAsString();
 }
 

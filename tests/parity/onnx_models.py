@@ -1,7 +1,8 @@
 """onnx_models.py — small models of the families loom-serve's ONNX executor must run (an MLP, a
 ResNet-style CNN with BatchNorm, a segmenter's decoder (transposed convolutions, upsampling), a GRU/LSTM/RNN tagger, a BERT with a padding mask, a GPT-2 block with a causal mask, an
 encoder of PyTorch's own nn.TransformerEncoderLayer with a key padding mask), random weights from a fixed seed, exported by PyTorch's own torch.onnx.export with a
-dynamic batch. Used by onnx_parity.py; runnable alone: onnx_models.py OUTDIR OPSET."""
+dynamic batch. Used by onnx_parity.py; runnable alone: onnx_models.py OUTDIR OPSET|default [FAMILY...]
+("default": torch.onnx.export as a user calls it, no opset named: PyTorch 2's dynamo exporter)."""
 import contextlib
 import math
 import os
@@ -218,16 +219,19 @@ OUTPUTS = {"mlp": ["logits"], "resnet": ["log_probs"], "bert": ["last_hidden_sta
 
 
 def export(name, path, opset):
+    """opset None: torch.onnx.export's own default, as a user calls it (PyTorch 2.9+: the dynamo
+    exporter, its opset, the weights in PATH.data beside the file)."""
     model, feeds = build(name)
-    axes = {k: {0: "batch"} for k in feeds}
-    if name in ("bert", "gpt2", "encoder", "rnn"):  # a dynamic sequence length too
-        axes = {k: {0: "batch", 1: "sequence"} for k in feeds}
+    # A dynamic sequence length too; torch.export fixes an RNN's (its loop is unrolled).
+    seq = ("bert", "gpt2", "encoder", "rnn") if opset else ("bert", "gpt2", "encoder")
+    axes = {k: {0: "batch", 1: "sequence"} if name in seq else {0: "batch"} for k in feeds}
     for o in OUTPUTS[name]:
-        axes[o] = {0: "batch", 1: "sequence"} if name in ("encoder", "rnn") else {0: "batch"}
+        axes[o] = {0: "batch", 1: "sequence"} if name in ("encoder", "rnn") and name in seq else {0: "batch"}
+    legacy = {"opset_version": opset, "do_constant_folding": True} if opset else {}
     # Under no_grad PyTorch 1.13 traces nn.TransformerEncoderLayer's fast path, which no opset exports.
-    with torch.no_grad() if name != "encoder" else contextlib.nullcontext():
-        torch.onnx.export(model, tuple(feeds.values()), path, opset_version=opset, input_names=list(feeds),
-                          output_names=OUTPUTS[name], dynamic_axes=axes, do_constant_folding=True)
+    with torch.no_grad() if name != "encoder" or not opset else contextlib.nullcontext():
+        torch.onnx.export(model, tuple(feeds.values()), path, input_names=list(feeds), output_names=OUTPUTS[name],
+                          dynamic_axes=axes, **legacy)
     return model
 
 
@@ -244,7 +248,8 @@ def write_inputs(name, folder):
 
 
 if __name__ == "__main__":
-    out, opset = sys.argv[1], int(sys.argv[2])
+    # onnx_models.py OUTDIR OPSET|default [FAMILY...]
+    out, opset = sys.argv[1], None if sys.argv[2] == "default" else int(sys.argv[2])
     os.makedirs(out, exist_ok=True)
-    for n in ("mlp", "resnet", "bert", "gpt2", "encoder", "unet", "rnn"):
+    for n in sys.argv[3:] or ("mlp", "resnet", "bert", "gpt2", "encoder", "unet", "rnn"):
         export(n, os.path.join(out, f"{n}.onnx"), opset)

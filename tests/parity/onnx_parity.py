@@ -1,12 +1,13 @@
 """onnx_parity.py — loom-serve serving models exported by PyTorch's own exporter.
 
-The six families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, in one model
+The six families of onnx_models.py at opsets 13, 14 and 17 with a dynamic batch, and again
+as PyTorch 2's default exporter writes them (where LOOM_EXPORT_PYTHON names a Python with it), in one model
 repository (Triton's layout, model.onnx), served by a real loom-serve and called over REST (JSON
 and the binary extension) and gRPC (grpcio with messages protoc generates from loom-serve's own
 .proto): every answer equal to PyTorch's (relative error <= 1e-4) at batch 1, at batch 3 in one
 request, and batched across concurrent clients; the metadata names the graph's inputs and
 outputs. Beside them, models that must not load (truncated, an operator outside the set, another
-domain, opset 19, a ConvTranspose weight ONNX's shape inference would read past, an initializer that contradicts its use, a header claiming 2^34 elements) are
+domain, opset 21, a ConvTranspose weight ONNX's shape inference would read past, an initializer that contradicts its use, a header claiming 2^34 elements) are
 not ready with the reason in the log while the rest keep serving; bad requests (wrong datatype,
 rank, a 2 GiB+ shape claim) are 400 naming the input.
 
@@ -16,6 +17,7 @@ import concurrent.futures as cf
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -56,6 +58,26 @@ for fam in ("mlp", "resnet", "bert", "gpt2", "unet", "rnn"):
         refs[name] = (fam, model)
 
 
+# As a user of PyTorch 2 exports them: torch.onnx.export with no opset named (the dynamo
+# exporter: opset 20, IR 10, Gelu, opset 18's reductions, the weights in a .data file beside the
+# model), run by the Python that LOOM_EXPORT_PYTHON names; the references come from the same
+# weights here (onnx_models.py builds them from a fixed seed, alike in both PyTorches).
+DEFAULT = ("mlp", "resnet", "bert", "gpt2", "unet", "rnn")
+if os.environ.get("LOOM_EXPORT_PYTHON"):
+    out = os.path.join(work, "default")
+    subprocess.run([os.environ["LOOM_EXPORT_PYTHON"], os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_models.py"),
+                    out, "default", *DEFAULT], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for fam in DEFAULT:
+        name = f"{fam}-default"
+        os.makedirs(f"{repo}/{name}/1", exist_ok=True)
+        shutil.copy(f"{out}/{fam}.onnx", f"{repo}/{name}/1/model.onnx")
+        shutil.copy(f"{out}/{fam}.onnx.data", f"{repo}/{name}/1/{fam}.onnx.data")
+        refs[name] = (fam, om.build(fam)[0])
+else:
+    print("onnx_parity: SKIP (part): PyTorch 2's default exporter: LOOM_EXPORT_PYTHON names no Python with it", file=sys.stderr)
+    DEFAULT = ()
+
+
 def bad_model(name, graph, opset=17):
     os.makedirs(f"{repo}/{name}/1", exist_ok=True)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -71,8 +93,8 @@ bad_model("unknown-op", helper.make_graph([helper.make_node("FancyGemm", ["x", "
                                          [x_info], [y_info], [w_ok]))
 bad_model("other-domain", helper.make_graph([helper.make_node("FusedGemm", ["x", "w"], ["y"], name="fg",
                                                               domain="com.microsoft")], "g", [x_info], [y_info], [w_ok]))
-bad_model("opset-19", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
-                                        [x_info], [y_info], [w_ok]), opset=19)
+bad_model("opset-21", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
+                                        [x_info], [y_info], [w_ok]), opset=21)
 w_bad = helper.make_tensor("w", TensorProto.FLOAT, [3, 5], np.ones(15, np.float32))  # Gemm needs [3, 4]
 bad_model("contradiction", helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
                                              [x_info], [y_info], [w_bad]))
@@ -102,7 +124,6 @@ with open(f"{repo}/external-escape/1/model.onnx", "wb") as f:
     f.write(escape.SerializeToString())
 os.makedirs(f"{repo}/external-link/1", exist_ok=True)
 os.symlink(os.path.abspath(f"{repo}/mlp-external/1/weights.bin"), f"{repo}/external-link/1/weights.bin")
-import shutil  # noqa: E402
 shutil.copy(f"{repo}/mlp-external/1/model.onnx", f"{repo}/external-link/1/model.onnx")
 os.makedirs(f"{repo}/truncated/1", exist_ok=True)
 blob = open(f"{repo}/bert-17/1/model.onnx", "rb").read()
@@ -159,7 +180,7 @@ try:
         check(m is not None and int(m.group(2)) > 0 and int(m.group(3)) > 0, f"{name}: no folding or fusion in the log")
 
     # Models that must not load: not ready, with the reason (the operator's domain and name).
-    reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-19": "opset 19",
+    reasons = {"unknown-op": "ai.onnx:FancyGemm", "other-domain": "com.microsoft:FusedGemm", "opset-21": "opset 21",
                "contradiction": "fails on zeros at batch 1: Gemm", "convt-flat-weight": "weight must have the input's rank", "huge-claim": "2^33 elements", "truncated": "not an ONNX model",
                "external-escape": "outside the model's folder", "external-link": "resolves outside the model's folder"}
     for name, why in reasons.items():
@@ -270,7 +291,7 @@ try:
     # The batcher joined the concurrent clients' rows (the segmenter's upsampling and transposed
     # convolutions and the tagger's recurrent layers proven to keep them apart).
     metrics = urllib.request.urlopen(f"http://{http}/metrics", timeout=30).read().decode()
-    for name in ("bert-17", "unet-13", "unet-17", "rnn-13", "rnn-17"):
+    for name in ("bert-17", "unet-13", "unet-17", "rnn-13", "rnn-17") + tuple(f"{f}-default" for f in DEFAULT):
         sums = re.findall(rf'loom_serve_batch_size_sum\{{model="{name}"\}} ([0-9.e+]+)', metrics)
         counts = re.findall(rf'loom_serve_batch_size_count\{{model="{name}"\}} ([0-9.e+]+)', metrics)
         check(sums and counts and float(sums[0]) > float(counts[0]), f"{name} never ran a batch of several requests: {sums} {counts}")

@@ -485,6 +485,19 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
 
 // EyeLike and the window functions write their ones and weights in whatever type the graph
 // asks for (an int64 identity, a float16 window), not only float32 and int32.
+// Opset 20's Gelu: exact (erf) by default, its tanh form when asked; another form is refused.
+TEST(GraphOps, GeluExactAndTanh) {
+  const std::vector<float> x = {-3, -1, -0.25f, 0, 0.5f, 2};
+  std::vector<float> exact, tanh_form;
+  for (float v : x) {
+    exact.push_back(0.5f * v * (1 + std::erf(v / std::sqrt(2.0f))));
+    tanh_form.push_back(0.5f * v * (1 + std::tanh(std::sqrt(2 / 3.14159265f) * (v + 0.044715f * v * v * v))));
+  }
+  expect_f(run1("Gelu", {F({2, 3}, x)}), {2, 3}, exact);
+  expect_f(run1("Gelu", {F({2, 3}, x)}, {{"approximate", Attr::of(std::string("tanh"))}}), {2, 3}, tanh_form);
+  EXPECT_THROW(run1("Gelu", {F({2, 3}, x)}, {{"approximate", Attr::of(std::string("sigmoid"))}}), loom::rt::Error);
+}
+
 TEST(GraphOps, EyeLikeAndWindowsInTheTypeAsked) {
   expect_i(run1("EyeLike", {I({2, 3}, {0, 0, 0, 0, 0, 0})}, {{"k", ai(1)}}), {2, 3}, {0, 1, 0, 0, 0, 1});
   const Tensor w = run1("HannWindow", {I({}, {4})}, {{"output_datatype", ai(10)}});

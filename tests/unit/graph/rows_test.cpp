@@ -171,6 +171,27 @@ TEST(RowIndependence, ImageModelOperatorsAreFollowed) {
   EXPECT_NE(why.find("Resize"), std::string::npos) << why;
 }
 
+// PyTorch 2's exporter writes flatten(1) after a pooled convolution as Reshape(x, [-1, C]), and
+// a Conv1d's output fed time-major to a GRU as Reshape(y, [T, -1, 2H]): proven once the pass
+// knows the channels (the weight's) and the sizes the convolution and pooling keep; not where a
+// Reshape's constant merges them with the rows.
+std::string flatten_after_conv(int64_t c, int64_t t, const std::string& output) {
+  G g;
+  g.input("x", {-1, 3, 7}).constant("w", {5, 3, 3}).constant("shape", {2}, {-1, c}).constant("seq", {3}, {t, -1, 5});
+  g.node("Conv", {"x", "w"}, {"a"}, {{"pads", ints({1, 1})}}).node("MaxPool", {"a"}, {"b"}, {{"kernel_shape", ints({3})}, {"pads", ints({1, 1})}, {"strides", ints({1})}});
+  g.node("Transpose", {"b"}, {"bt"}, {{"perm", ints({2, 0, 1})}}).node("Reshape", {"bt", "seq"}, {"r"});
+  g.node("Transpose", {"r"}, {"rt"}, {{"perm", ints({1, 0, 2})}}).node("GlobalAveragePool", {"b"}, {"p"});
+  g.node("Reshape", {"p", "shape"}, {"f"}).node("Concat", {"f", "f"}, {"y"}, {{"axis", ai(1)}});
+  return g.why(output);
+}
+
+TEST(RowIndependence, ReshapesAfterConvolutionsKeepTheRows) {
+  EXPECT_EQ(flatten_after_conv(5, 7, "y"), "");
+  EXPECT_EQ(flatten_after_conv(5, 7, "rt"), "");
+  EXPECT_NE(flatten_after_conv(1, 7, "y"), "");  // [5N, 1]: the rows merged with the channels
+  EXPECT_NE(flatten_after_conv(5, 1, "rt"), "");
+}
+
 // nn.GRU(batch_first=True) as exported: X transposed to [T, N, I], the initial state zeros of
 // [1, N, H] from N; its batch is the rows. Fed [N, T, I] as if time-major, the rows would be time.
 TEST(RowIndependence, RecurrentLayersFollowTheirBatch) {

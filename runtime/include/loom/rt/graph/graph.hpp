@@ -81,7 +81,7 @@ OpFn find_op(const std::string& op);
 class Model {
  public:
   // Reads, checks and prepares `path` (external-data initializers beside it). Throws
-  // rt::Error naming the file and the reason: not ONNX, an opset outside 13-18, an operator
+  // rt::Error naming the file and the reason: not ONNX, an opset outside 13-20, an operator
   // outside the supported set (with its domain), a graph the checker or shape inference refuses.
   static Model load(const std::string& path);
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
