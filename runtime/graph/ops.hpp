@@ -142,6 +142,7 @@ void op_tile(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>
 void op_depth_space(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // DepthToSpace, SpaceToDepth
 void op_reverse_sequence(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 
+void op_cumsum(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // ops_math.cpp
 void op_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Gelu, Loom.Gelu (ops_fused.cpp)
 // ops_attention.cpp: MatMul through the fusion's transposes (loom.perm_a/_b/_y, rank 3 or 4,
 // both operands of that rank), and Loom.Attention.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/vec.hpp"
@@ -146,6 +147,49 @@ void op_gemm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
             static_cast<int>(a.dim(1)), b.f32(), static_cast<int>(b.dim(1)), acc, py, static_cast<int>(N));
   if (relu)
     for (int64_t i = 0; i < M * N; ++i) py[i] = py[i] > 0 ? py[i] : 0.0f;
+  out[0] = y;
+}
+
+namespace {
+
+template <typename T>
+void cumsum_typed(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool exclusive, bool reverse) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      T acc = 0;
+      for (int64_t k = 0; k < len; ++k) {
+        const int64_t at = (o * len + (reverse ? len - 1 - k : k)) * inner + i;
+        const T v = x[at];
+        if (exclusive) y[at] = acc;
+        if constexpr (std::is_integral_v<T>)  // wraps, as numpy's
+          acc = static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc) + static_cast<std::make_unsigned_t<T>>(v));
+        else
+          acc += v;
+        if (!exclusive) y[at] = acc;
+      }
+    }
+}
+
+}  // namespace
+
+// CumSum along the axis input 1 gives (a scalar), inclusive or exclusive, forward or reverse.
+void op_cumsum(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = need(n, in, 0);
+  const std::vector<int64_t> axis = ints_of(n, need(n, in, 1));
+  if (axis.size() != 1) op_error(n, "axis must be one value");
+  if (x.ndim() == 0) op_error(n, "a rank-0 tensor has no axis to sum along");
+  const int a = norm_axis(n, axis[0], x.ndim());
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < a; ++d) outer *= x.dim(d);
+  for (int d = a + 1; d < x.ndim(); ++d) inner *= x.dim(d);
+  const bool exclusive = attr_i(n, "exclusive", 0) != 0, reverse = attr_i(n, "reverse", 0) != 0;
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  switch (x.dtype()) {
+    case DType::kF32: cumsum_typed(x.f32(), y.f32(), outer, x.dim(a), inner, exclusive, reverse); break;
+    case DType::kI64: cumsum_typed(x.data<int64_t>(), y.data<int64_t>(), outer, x.dim(a), inner, exclusive, reverse); break;
+    case DType::kI32: cumsum_typed(x.data<int32_t>(), y.data<int32_t>(), outer, x.dim(a), inner, exclusive, reverse); break;
+    default: op_error(n, std::string("CumSum of ") + dtype_name(x.dtype()) + " is not supported");
+  }
   out[0] = y;
 }
 

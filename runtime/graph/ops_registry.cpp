@@ -15,7 +15,7 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"Equal", op_equal}, {"Less", op_less}, {"Greater", op_greater}, {"Where", op_where}, {"Not", op_not},
       {"GreaterOrEqual", op_greater_equal}, {"LessOrEqual", op_less_equal}, {"And", op_logic}, {"Or", op_logic},
       {"Xor", op_logic}, {"Max", op_variadic}, {"Min", op_variadic}, {"Sum", op_variadic}, {"Mean", op_variadic},
-      {"PRelu", op_prelu}, {"Mod", op_mod}, {"Gelu", op_gelu},
+      {"PRelu", op_prelu}, {"Mod", op_mod}, {"Gelu", op_gelu}, {"CumSum", op_cumsum},
       {"Cast", op_cast}, {"Relu", op_unary}, {"Sqrt", op_unary}, {"Erf", op_unary}, {"Tanh", op_unary},
       {"Sigmoid", op_unary}, {"Neg", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Reciprocal", op_unary},
       {"Abs", op_unary}, {"Sin", op_unary}, {"Cos", op_unary}, {"Tan", op_unary}, {"Asin", op_unary},

@@ -146,6 +146,11 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     not_over_rows({attr_i(n, "axis", -1)}, r, x.at, "it");
     return set(n, 0, x);
   }
+  if (op == "CumSum") {
+    if (!const_ints(n, 1, &axes) || axes.size() != 1) throw Refused{"its axis is not constant"};
+    not_over_rows(axes, r, x.at, "it sums");
+    return set(n, 0, x);
+  }
   if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") {
     if (!axes_of(n, "axes", 1, &axes) || axes.empty()) {
       if (attr_i(n, "noop_with_empty_axes", 0)) return set(n, 0, x);

@@ -2,10 +2,10 @@
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
 // ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
 // Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
-// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample, Gelu and element-wise ones — with fuzzed
-// attributes — at opset 17 or 20), or
-// hands its bytes to the loader as a model file; the graph is loaded (ONNX's checker, shape
-// inference, the load's run on zeros) and run once on fuzzed tensors: float data of any rank and
+// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample, Gelu, CumSum and
+// element-wise ones — with fuzzed attributes — at opset 17 or 20), or hands its bytes to the
+// loader as a model file; the graph is loaded (ONNX's checker, shape inference, the load's run
+// on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
 // Every model must load or be refused with an Error, and every run must answer or throw one:
 // never a crash, a read out of bounds, or an allocation past the run's memory budget (64 MiB
@@ -32,7 +32,7 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
-                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu"};
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu", "CumSum"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -76,6 +76,11 @@ std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::stri
     n->add_input(x);
     n->add_input("b");
     n->add_output(y + "_indices");
+  } else if (op == "CumSum") {  // the axis from the ints
+    n->add_input(x);
+    n->add_input("b");
+    add_int_attr(n, "exclusive", p.ConsumeIntegralInRange(0, 1));
+    add_int_attr(n, "reverse", p.ConsumeIntegralInRange(0, 1));
   } else if (op == "GridSample") {
     n->add_input(x);
     n->add_input("a");

@@ -485,6 +485,20 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
 
 // EyeLike and the window functions write their ones and weights in whatever type the graph
 // asks for (an int64 identity, a float16 window), not only float32 and int32.
+// CumSum as PyTorch's exporter writes torch.cumsum (HF's position ids): along the axis input,
+// exclusive and reverse; integers wrap.
+TEST(GraphOps, CumSumAlongAnAxis) {
+  const Tensor x = F({2, 3}, {1, 2, 3, 4, 5, 6});
+  expect_f(run1("CumSum", {x, I({}, {1})}), {2, 3}, {1, 3, 6, 4, 9, 15});
+  expect_f(run1("CumSum", {x, I({1}, {-2})}), {2, 3}, {1, 2, 3, 5, 7, 9});
+  expect_f(run1("CumSum", {x, I({}, {1})}, {{"exclusive", ai(1)}}), {2, 3}, {0, 1, 3, 0, 4, 9});
+  expect_f(run1("CumSum", {x, I({}, {1})}, {{"reverse", ai(1)}}), {2, 3}, {6, 5, 3, 15, 11, 6});
+  expect_f(run1("CumSum", {x, I({}, {1})}, {{"reverse", ai(1)}, {"exclusive", ai(1)}}), {2, 3}, {5, 3, 0, 11, 6, 0});
+  const Tensor big = run1("CumSum", {I({2}, {INT64_MAX, 1}), I({}, {0})});
+  EXPECT_EQ(big.data<int64_t>()[1], INT64_MIN);
+  EXPECT_THROW(run1("CumSum", {x, I({}, {2})}), loom::rt::Error);
+}
+
 // Opset 20's Gelu: exact (erf) by default, its tanh form when asked; another form is refused.
 TEST(GraphOps, GeluExactAndTanh) {
   const std::vector<float> x = {-3, -1, -0.25f, 0, 0.5f, 2};
