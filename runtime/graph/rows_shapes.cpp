@@ -47,6 +47,8 @@ void Pass::uniform_node(const Node& n) {
     d.insert(d.end(), in(n, 1).dims.begin(), in(n, 1).dims.end());
     d.insert(d.end(), x.dims.begin() + g + 1, x.dims.end());
     f = uniform(d);
+  } else if (op == "GatherElements" && in(n, 1).ranked) {  // the indices' shape (BERT's token types)
+    f = uniform(in(n, 1).dims);
   } else if (op == "Transpose" && x.ranked) {
     std::vector<int64_t> perm = attr_ints(n, "perm"), d;
     if (perm.empty())
@@ -66,8 +68,9 @@ void Pass::uniform_node(const Node& n) {
     for (size_t k = 0; k < x.dims.size(); ++k) d[r - x.dims.size() + k] = x.dims[k];
     for (size_t k = 0; k < shape.size(); ++k) d[r - shape.size() + k] = broadcast(d[r - shape.size() + k], Sizes::to_dim(shape[k]));
     f = uniform(d);
-  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Where" ||
-             op == "Equal" || op == "Less" || op == "Greater") {
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Where" || op == "Mod" ||
+             op == "Equal" || op == "Less" || op == "Greater" || op == "GreaterOrEqual" || op == "LessOrEqual" ||
+             op == "And" || op == "Or" || op == "Xor" || op == "Max" || op == "Min") {
     size_t r = 0;
     for (size_t i = 0; i < n.in.size(); ++i) r = std::max(r, in(n, i).dims.size());
     std::vector<int64_t> d(r, 1);

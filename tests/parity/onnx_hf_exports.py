@@ -1,18 +1,25 @@
 """onnx_hf_exports.py — Hugging Face transformers models as users export them with PyTorch 2
 (torch.onnx.export(model, (), kwargs=inputs, dynamic_shapes=..., dynamo=True): opset 20, the
 weights in a .data file), run by Loom's executor (tests/parity/onnx_run) at two batch sizes and
-two sequence lengths, each answer equal to PyTorch's own (relative error <= 1e-4).
+two sequence lengths, each answer equal to PyTorch's own (relative error <= 1e-4). Those whose
+requests the load check proves independent are then served by a real loom-serve to 12 concurrent
+clients: each answer PyTorch's, and the requests joined into shared runs.
 
 Small random configurations of BERT, DistilBERT, GPT-2, Llama (grouped-query attention, RoPE,
 RMSNorm, SiLU), ViT and T5's encoder. Prints what onnx_run says of each (whether its requests are
 batched, and why not). Runs under a Python with PyPI's torch, onnxscript and transformers.
 
-usage: onnx_hf_exports.py ONNX_RUN WORK_DIR
+usage: onnx_hf_exports.py ONNX_RUN WORK_DIR LOOM_SERVE
 """
+import concurrent.futures as cf
+import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
+import urllib.request
 import warnings
 
 import numpy as np
@@ -21,9 +28,12 @@ import torch
 import transformers as tf
 from torch.export import Dim
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "serve"))
+from kserve_py import start_server  # noqa: E402
+
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
-onnx_run, work = sys.argv[1:3]
+onnx_run, work, serve = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
 torch.manual_seed(0)
 small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -52,6 +62,7 @@ def first_output(r):
 
 
 failed = 0
+batched = {}  # name -> the PyTorch model, for those proven independent
 for name, make in MODELS.items():
     model = make().eval()
     if hasattr(model.config, "use_cache"):
@@ -89,5 +100,47 @@ for name, make in MODELS.items():
             print(f"FAIL: {name} at batch {batch}, sequence {seq}: {'shape ' + str(got.size) if err is None else f'error {err:.1e}'}")
             failed += 1
     print(f"onnx_hf_exports: {name}: {said}")
+    if said.endswith("rows: independent"):
+        batched[name] = model
+        os.makedirs(f"{work}/repo/{name}/1", exist_ok=True)
+        shutil.copy(path, f"{work}/repo/{name}/1/model.onnx")
+        shutil.copy(path + ".data", f"{work}/repo/{name}/1/{name}.onnx.data")
+
+
+def infer(http, name, f):
+    inputs = [{"name": k, "datatype": "FP32" if v.dtype == torch.float32 else "INT64", "shape": list(v.shape),
+               "data": v.numpy().ravel().tolist()} for k, v in f.items()]
+    req = urllib.request.Request(f"http://{http}/v2/models/{name}/infer", data=json.dumps({"inputs": inputs}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    o = json.loads(urllib.request.urlopen(req, timeout=60).read())["outputs"][0]
+    return np.array(o["data"], np.float32).reshape(o["shape"])
+
+
+proc, (http, _), text = start_server([serve, "--model-repository", f"{work}/repo", "--http-port", "0", "--grpc-port", "0",
+                                      "--max-queue-delay-us", "20000"], f"{work}/serve.log")
+try:
+    for name, model in batched.items():
+        g = torch.Generator().manual_seed(7)
+        many = [{k: v[:1] for k, v in feeds(name, 1, 11, g).items()} for _ in range(12)]
+        with cf.ThreadPoolExecutor(12) as pool:
+            got = list(pool.map(lambda f: infer(http, name, f), many))
+        for f, y in zip(many, got):
+            with torch.no_grad():
+                want = first_output(model(**f))
+            if y.shape != want.shape or float(np.abs(y - want).max()) > 1e-4 * max(1.0, float(np.abs(want).max())):
+                print(f"FAIL: {name}: a concurrent request's answer differs from PyTorch's")
+                failed += 1
+                break
+        metrics = urllib.request.urlopen(f"http://{http}/metrics", timeout=30).read().decode()
+        rows = re.search(rf'loom_serve_batch_size_sum\{{model="{name}"\}} ([0-9.e+]+)', metrics)
+        runs = re.search(rf'loom_serve_batch_size_count\{{model="{name}"\}} ([0-9.e+]+)', metrics)
+        joined = rows and runs and float(rows.group(1)) > float(runs.group(1))
+        print(f"onnx_hf_exports: {name}: 12 concurrent requests in {runs.group(1) if runs else '?'} runs")
+        if not joined:
+            print(f"FAIL: {name}: concurrent requests never shared a run")
+            failed += 1
+finally:
+    proc.terminate()
+    proc.wait()
 print(f"onnx_hf_exports: {len(MODELS)} models, {failed} failures")
 sys.exit(1 if failed else 0)

@@ -18,7 +18,8 @@ if /usr/bin/python3 "$LOOM_SRCDIR/tests/parity/onnx_parity.py" "$LOOM_BUILDDIR/l
      "$LOOM_TMP/work" 2>"$LOOM_TMP/exporter.log"; then pass; else fail "ONNX models served as PyTorch answers"; fi
 # Hugging Face's BERT, DistilBERT, GPT-2, Llama, ViT and T5 encoder through the same exporter.
 if [ -n "$export_py" ]; then
-  run_cmd "$export_py" "$LOOM_SRCDIR/tests/parity/onnx_hf_exports.py" "$LOOM_BUILDDIR/tests/parity/onnx_run" "$LOOM_TMP/hf"
+  run_cmd "$export_py" "$LOOM_SRCDIR/tests/parity/onnx_hf_exports.py" "$LOOM_BUILDDIR/tests/parity/onnx_run" "$LOOM_TMP/hf" \
+    "$LOOM_BUILDDIR/loom-serve"
   echo "$out" | grep -E "^(onnx_hf_exports|FAIL)"
   [ "$rc" = 0 ] && pass || fail "Hugging Face models exported by PyTorch 2: $(echo "$out" | grep FAIL | head -3)"
 fi
