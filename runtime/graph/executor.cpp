@@ -106,6 +106,7 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != inputs_.size())
     throw Error("the model takes " + std::to_string(inputs_.size()) + " inputs, got " + std::to_string(inputs.size()));
   std::vector<Tensor> vals = constants_;
+  std::map<std::string, std::pair<int64_t, std::string>> named;  // an open dimension's name: its size, and where
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorInfo& ti = inputs_[i];
     const Tensor& t = inputs[i];
@@ -117,6 +118,14 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
       if (ti.shape[d] >= 0 && ti.shape[d] != t.shape()[d])
         throw Error("input '" + ti.name + "' dimension " + std::to_string(d) + " must be " + std::to_string(ti.shape[d]) +
                     ", got " + t.shape_str());
+    for (size_t d = 0; d < ti.dim_names.size() && d < ti.shape.size(); ++d) {
+      if (ti.dim_names[d].empty()) continue;
+      const auto seen = named.emplace(ti.dim_names[d], std::make_pair(t.shape()[d], ti.name));
+      if (seen.first->second.first != t.shape()[d])
+        throw Error("input '" + ti.name + "' dimension " + std::to_string(d) + " ('" + ti.dim_names[d] + "') is " +
+                    std::to_string(t.shape()[d]) + ", but input '" + seen.first->second.second + "' has it " +
+                    std::to_string(seen.first->second.first), Kind::kInput);
+    }
     vals[static_cast<size_t>(input_ids_[i])] = t;
   }
   static const bool profile = std::getenv("LOOM_GRAPH_PROFILE") != nullptr;

@@ -122,7 +122,10 @@ TensorInfo info_of(const onnx::ValueInfoProto& v, const std::string& path) {
   const auto& tt = v.type().tensor_type();
   if (!dtype_from_onnx(tt.elem_type(), &ti.dtype))
     throw Error(path + ": '" + v.name() + "' has element type " + std::to_string(tt.elem_type()) + ", which is not supported");
-  for (const auto& d : tt.shape().dim()) ti.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  for (const auto& d : tt.shape().dim()) {
+    ti.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    ti.dim_names.push_back(d.has_dim_value() ? "" : d.dim_param());
+  }
   return ti;
 }
 

@@ -25,7 +25,7 @@ std::string Pass::follow(const Node& n) {
     any_size = any_size || f.kind == Fact::kSize || f.kind == Fact::kSizes;
   }
   try {
-    if (any_rows) rows_node(n);
+    if (any_rows) rows_node(n), carry_numbers(n);
     else if (any_size) sizes_node(n);
     else uniform_node(n);
     return "";
@@ -56,6 +56,7 @@ void Pass::rows_node(const Node& n) {
   if (op == "DynamicQuantizeLinear") throw Refused{"its scale and zero point are computed over all the rows"};
   if (op == "CastLike") return set(n, 0, x);  // input 1 gives its type only
   if (op == "Gather") return gather(n);
+  if (op == "GatherND") return gather_nd(n);
   if (op == "Expand") return expand(n);
   if (op == "RNN" || op == "GRU" || op == "LSTM") return recurrent(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
@@ -121,7 +122,12 @@ void Pass::layout_op(const Node& n, const Fact& x) {
     }
     const int axis = norm(attr_i(n, "axis", 0), r);
     not_over_rows({axis}, r, x.at, "it");
-    f.dims[static_cast<size_t>(axis)] = kAnyDim;
+    int64_t sum = 0;  // a Concat's length along the axis, where each input's is a number
+    for (size_t i = 0; op == "Concat" && i < n.in.size() && sum >= 0; ++i) {
+      const int64_t d = in(n, i).dims[static_cast<size_t>(axis)];
+      sum = d >= 0 ? sum + d : kAnyDim;
+    }
+    f.dims[static_cast<size_t>(axis)] = op == "Concat" ? sum : kAnyDim;
     return set_all(n, f);
   }
   if (op == "Slice") {
@@ -423,10 +429,16 @@ std::string rows_independent(const std::vector<Node>& nodes, const std::vector<T
                              const std::vector<int>& input_ids, const std::vector<TensorInfo>& inputs,
                              const std::vector<int>& output_ids, const std::vector<std::string>& names) {
   Pass pass(constants);
+  std::map<std::string, int64_t> named;  // open dimensions named alike: one size
   for (size_t k = 0; k < input_ids.size(); ++k) {
     std::vector<int64_t> dims = inputs[k].shape;
     if (dims.empty()) return "input '" + inputs[k].name + "' is a scalar";
-    for (auto& d : dims) d = d < 0 ? pass.sizes().fresh() : d;  // open, and shared by joined requests
+    for (size_t i = 0; i < dims.size(); ++i) {  // open, and shared by joined requests
+      const std::string name = i < inputs[k].dim_names.size() ? inputs[k].dim_names[i] : "";
+      if (dims[i] >= 0) continue;
+      dims[i] = name.empty() ? pass.sizes().fresh() : named.emplace(name, kAnyDim).first->second;
+      if (dims[i] == kAnyDim) dims[i] = named[name] = pass.sizes().fresh();
+    }
     pass.fact(input_ids[k]) = rows(dims, 0);
   }
   std::string why;

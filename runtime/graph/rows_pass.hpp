@@ -3,6 +3,7 @@
 #pragma once
 
 #include <climits>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -123,6 +124,10 @@ class Pass {
   const std::vector<Tensor>& constants_;
   std::vector<Fact> facts_;
   Sizes sz_;
+  // Values whose elements are their own row's number (rows_index.cpp): every element
+  // (kEveryElement), or element k of the last dimension.
+  static constexpr int64_t kEveryElement = -1;
+  std::map<int, int64_t> numbers_;
 
   const Fact& in(const Node& n, size_t i) {
     static const Fact absent = uniform_unranked();
@@ -184,6 +189,9 @@ class Pass {
   void expand(const Node& n);
   void gather(const Node& n);
   void unsqueeze(const Node& n, const Fact& x);
+  bool row_numbers(const Node& n);  // Range(0, N, 1)
+  void carry_numbers(const Node& n);
+  void gather_nd(const Node& n);
 };
 
 inline int norm(int64_t axis, int rank) {

@@ -55,8 +55,11 @@ void Pass::uniform_node(const Node& n) {
       for (int i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
     for (int64_t p : perm) d.push_back(x.dims[static_cast<size_t>(norm(p, x.rank()))]);
     if (perm.size() == x.dims.size()) f = uniform(d);
-  } else if (op == "Range") {
-    f = uniform({kAnyDim});
+  } else if (op == "Range") {  // Range(0, S, 1) holds S elements
+    const Fact &a = in(n, 0), &b = in(n, 1), &d = in(n, 2);
+    const bool counts = a.valued && a.vals == std::vector<int64_t>{0} && d.valued && d.vals == std::vector<int64_t>{1} &&
+                        b.valued && b.vals.size() == 1;
+    f = uniform({counts ? Sizes::to_dim(b.vals[0]) : kAnyDim});
   } else if (op == "ConstantOfShape" && x.valued) {
     std::vector<int64_t> d;
     for (int64_t v : x.vals) d.push_back(Sizes::to_dim(v));
@@ -92,7 +95,7 @@ void Pass::uniform_node(const Node& n) {
 void Pass::sizes_node(const Node& n) {
   const Fact& x = in(n, 0);
   const std::string& op = n.op;
-  if (int_node(n)) return;
+  if (int_node(n) || row_numbers(n)) return;
   if (op == "ConstantOfShape" && x.kind == Fact::kSizes) {  // every element the same: any blocks
     std::vector<int64_t> d;
     for (int64_t v : x.vals) d.push_back(Sizes::to_dim(v));

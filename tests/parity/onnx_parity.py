@@ -303,6 +303,8 @@ try:
         ("wrong datatype", [dict(ids, datatype="FP32", data=[1.0, 2.0, 3.0, 4.0]), mask], "input 'input_ids' must be INT64, not FP32"),
         ("wrong rank", [dict(ids, shape=[4]), mask], "must have shape [-1, -1] (rank 2)"),
         ("rows differ", [ids, dict(mask, shape=[2, 2])], "has 2 rows"),
+        ("sequences differ", [ids, dict(mask, shape=[1, 5], data=[1] * 5)],
+         "input 'attention_mask' dimension 1 ('sequence') is 5, but input 'input_ids' has it 4"),
         ("missing input", [ids], "missing input 'attention_mask'"),
         ("unknown input", [ids, mask, dict(ids, name="token_type_ids")], "unexpected input 'token_type_ids'"),
     ]

@@ -39,7 +39,7 @@ struct G {
   }
   G& input(const std::string& n, std::vector<int64_t> shape) {
     in_ids.push_back(v(n));
-    inputs.push_back({n, DType::kF32, shape});
+    inputs.push_back({n, DType::kF32, shape, {}});
     return *this;
   }
   G& constant(const std::string& n, std::vector<int64_t> shape, std::vector<int64_t> vals = {}) {
@@ -190,6 +190,55 @@ TEST(RowIndependence, ReshapesAfterConvolutionsKeepTheRows) {
   EXPECT_EQ(flatten_after_conv(5, 7, "rt"), "");
   EXPECT_NE(flatten_after_conv(1, 7, "y"), "");  // [5N, 1]: the rows merged with the channels
   EXPECT_NE(flatten_after_conv(5, 1, "rt"), "");
+}
+
+// Hugging Face's padding mask as PyTorch 2 exports it: mask[arange(N)[:, None], arange(S)] by
+// GatherND over indices whose first column is the rows' own numbers. Proven; not when those
+// numbers are computed upon (+1), sit in another column, or index data without rows.
+std::string row_numbers_mask(int variant) {
+  G g;
+  g.input("x", {-1, -1}).constant("zero", {}, {0}).constant("one", {}, {1}).constant("ax0", {1}, {0});
+  g.constant("ax1", {1}, {1}).constant("axl", {1}, {-1}).constant("table", {4, 4});
+  g.node("Shape", {"x"}, {"shape"}).node("Gather", {"shape", "zero"}, {"n"}, {{"axis", ai(0)}});
+  g.node("Gather", {"shape", "one"}, {"s"}, {{"axis", ai(0)}});
+  g.node("Range", {"zero", "n", "one"}, {"rn"}).node("Range", {"zero", "s", "one"}, {"rs"});
+  if (variant == 1) g.node("Add", {"rn", "one"}, {"rn1"});
+  g.node("Unsqueeze", {variant == 1 ? "rn1" : "rn", "ax1"}, {"rows"}).node("Unsqueeze", {"rs", "ax0"}, {"cols"});
+  g.node("Max", {"rows", "cols"}, {"both"}).node("Shape", {"both"}, {"bshape"});
+  g.node("Expand", {"rows", "bshape"}, {"re"}).node("Expand", {"cols", "bshape"}, {"ce"});
+  g.node("Unsqueeze", {"re", "axl"}, {"r1"}).node("Unsqueeze", {"ce", "axl"}, {"c1"});
+  if (variant == 2) g.node("Concat", {"c1", "r1"}, {"idx"}, {{"axis", ai(-1)}});
+  else g.node("Concat", {"r1", "c1"}, {"idx"}, {{"axis", ai(-1)}});
+  g.node("GatherND", {variant == 3 ? "table" : "x", "idx"}, {"y"});
+  return g.why();
+}
+
+TEST(RowIndependence, TheRowsOwnNumbersIndexTheirRows) {
+  EXPECT_EQ(row_numbers_mask(0), "");
+  for (int variant : {1, 2, 3}) EXPECT_NE(row_numbers_mask(variant).find("GatherND"), std::string::npos) << variant;
+}
+
+// Open dimensions that the inputs name alike are one size: HF's BERT reshapes the hidden states
+// of input_ids [N, S, d] into heads by the shape of attention_mask [N, S], then merges the heads
+// with the rows. Without the names the two S are two sizes and the heads' count is not known.
+std::string named_sequences(const std::string& ids_name, const std::string& mask_name) {
+  G g;
+  g.input("x", {-1, -1, 8}).input("m", {-1, -1});
+  g.inputs[0].dim_names = {"batch", ids_name, ""}, g.inputs[1].dim_names = {"batch", mask_name};
+  g.constant("tail", {2}, {-1, 4}).constant("m1", {1}, {-1}).constant("two", {1}, {2}).constant("four", {1}, {4});
+  g.constant("zero", {1}, {0}).constant("one", {1}, {1}).constant("end", {1}, {2});
+  g.node("Shape", {"m"}, {"ms"}).node("Concat", {"ms", "tail"}, {"t1"}, {{"axis", ai(0)}});
+  g.node("Slice", {"ms", "zero", "one"}, {"n"}).node("Slice", {"ms", "one", "end"}, {"s"});
+  g.node("Reshape", {"x", "t1"}, {"a"}).node("Transpose", {"a"}, {"b"}, {{"perm", ints({0, 2, 1, 3})}});
+  g.node("Concat", {"m1", "s", "four"}, {"t2"}, {{"axis", ai(0)}}).node("Reshape", {"b", "t2"}, {"c"});  // [2N, S, 4]
+  g.node("Concat", {"n", "two", "s", "four"}, {"t3"}, {{"axis", ai(0)}}).node("Reshape", {"c", "t3"}, {"y"});
+  return g.why();
+}
+
+TEST(RowIndependence, OpenDimensionsNamedAlikeAreOneSize) {
+  EXPECT_EQ(named_sequences("sequence", "sequence"), "");
+  EXPECT_NE(named_sequences("sequence", "other"), "");
+  EXPECT_NE(named_sequences("", ""), "");
 }
 
 // nn.GRU(batch_first=True) as exported: X transposed to [T, N, I], the initial state zeros of

@@ -18,6 +18,9 @@ struct TensorInfo {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
+  // ONNX's dim_param of each dimension ("" where none): open dimensions named alike are one size
+  // (the inputs' "sequence"), which each run checks.
+  std::vector<std::string> dim_names;
 };
 
 // ONNX's names for the datatypes ("FLOAT", "INT64", ...) and KServe's ("FP32", "INT64", ...).
