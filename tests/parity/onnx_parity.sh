@@ -8,7 +8,10 @@ require_onnx_serve
 # PyTorch 2's exporter, as users run it: LOOM_TORCH_PYTHON where it has torch.onnx's dynamo
 # exporter (onnxscript) and transformers, else PyPI's in a peer environment (about 5 GB, made once).
 export_py=${LOOM_TORCH_PYTHON:-}
-if [ -z "$export_py" ] || ! "$export_py" -c 'import torch, onnxscript, transformers' 2>/dev/null; then
+if [ "${LOOM_DISTCHECK:-0}" = 1 ]; then  # not a second 5 GB environment for the tarball's build
+  export_py=""
+  echo "SKIP (part): PyTorch 2's exporter: LOOM_DISTCHECK=1: ran in make check of the same sources"
+elif [ -z "$export_py" ] || ! "$export_py" -c 'import torch, onnxscript, transformers' 2>/dev/null; then
   export_py=""
   venv=$("$LOOM_SRCDIR/contrib/peer-venv.sh" torch-export torch onnx onnxscript transformers 2>"$LOOM_TMP/peer.err") &&
     export_py=$venv/bin/python3 || echo "SKIP (part): PyTorch 2's exporter: $(cat "$LOOM_TMP/peer.err")"
