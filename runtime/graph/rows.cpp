@@ -127,8 +127,12 @@ void Pass::layout_op(const Node& n, const Fact& x) {
       const int64_t d = in(n, i).dims[static_cast<size_t>(axis)];
       sum = d >= 0 ? sum + d : kAnyDim;
     }
-    f.dims[static_cast<size_t>(axis)] = op == "Concat" ? sum : kAnyDim;
-    return set_all(n, f);
+    const std::vector<int64_t> parts = op == "Concat" ? std::vector<int64_t>{sum} : split_parts(n, x.dims[static_cast<size_t>(axis)]);
+    for (size_t i = 0; i < n.out.size(); ++i) {
+      f.dims[static_cast<size_t>(axis)] = parts.size() == n.out.size() ? parts[i] : op == "Concat" ? sum : kAnyDim;
+      set(n, i, f);
+    }
+    return;
   }
   if (op == "Slice") {
     if (!const_ints(n, 3, &axes)) {
@@ -224,6 +228,18 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     return set(n, 0, x);
   }
   throw Refused{"the pass does not follow rows through " + op};
+}
+
+// A Split's parts along its axis of length `len` where the pass knows them: its constant split
+// input (or attribute), else opset 18's num_outputs chunks of ceil(len / k), else k equal parts.
+std::vector<int64_t> Pass::split_parts(const Node& n, int64_t len) const {
+  std::vector<int64_t> parts;
+  if (const_ints(n, 1, &parts) || !(parts = attr_ints(n, "split", {})).empty()) return parts;
+  const int64_t k = static_cast<int64_t>(n.out.size());
+  if (len < 0 || k < 1 || (!has_attr(n, "num_outputs") && len % k != 0)) return parts;
+  const int64_t each = (len + k - 1) / k;
+  for (int64_t i = 0; i < k; ++i) parts.push_back(std::max<int64_t>(0, std::min(each, len - i * each)));
+  return parts;
 }
 
 // An image operator's output dimensions where the pass can name them (a Reshape to [-1, C] or

@@ -178,6 +178,7 @@ class Pass {
   void sizes_node(const Node& n);
   void rows_node(const Node& n);
   std::vector<int64_t> image_dims(const Node& n, const Fact& x) const;
+  std::vector<int64_t> split_parts(const Node& n, int64_t len) const;
   void layout_op(const Node& n, const Fact& x);  // Reshape, Transpose, Squeeze, Flatten, Concat, ...
   void axis_op(const Node& n, const Fact& x);    // Softmax, reductions, norms, Pad, Gemm, Conv, ...
   void elementwise(const Node& n);

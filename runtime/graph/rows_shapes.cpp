@@ -17,7 +17,7 @@ void Pass::uniform_node(const Node& n) {
   Fact f = uniform_unranked();
   static const char* same[] = {"Cast", "Identity", "Relu", "Sqrt", "Erf", "Tanh", "Gelu", "Sigmoid", "Neg", "Exp", "Log",
                                "Reciprocal", "Abs", "Not", "Clip", "Softmax", "LogSoftmax", "Trilu", "QuantizeLinear",
-                               "DequantizeLinear"};
+                               "DequantizeLinear", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "CumSum"};
   if (std::find(std::begin(same), std::end(same), op) != std::end(same)) {
     f = x;
   } else if (op == "Unsqueeze" && x.ranked) {
@@ -47,6 +47,15 @@ void Pass::uniform_node(const Node& n) {
     d.insert(d.end(), in(n, 1).dims.begin(), in(n, 1).dims.end());
     d.insert(d.end(), x.dims.begin() + g + 1, x.dims.end());
     f = uniform(d);
+  } else if (op == "Concat" && x.ranked && x.rank() > 0) {  // the lengths along the axis added (RoPE's cos/sin tables)
+    const int axis = norm(attr_i(n, "axis", 0), x.rank());
+    f = uniform(x.dims);
+    for (size_t i = 1; i < n.in.size() && f.ranked; ++i) {
+      const Fact& a = in(n, i);
+      const int64_t d = a.ranked && a.rank() == x.rank() ? a.dims[static_cast<size_t>(axis)] : kAnyDim;
+      if (!a.ranked || a.rank() != x.rank()) f = uniform_unranked();
+      else f.dims[static_cast<size_t>(axis)] = d >= 0 && f.dims[static_cast<size_t>(axis)] >= 0 ? f.dims[static_cast<size_t>(axis)] + d : kAnyDim;
+    }
   } else if (op == "GatherElements" && in(n, 1).ranked) {  // the indices' shape (BERT's token types)
     f = uniform(in(n, 1).dims);
   } else if (op == "Transpose" && x.ranked) {

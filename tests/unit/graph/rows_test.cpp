@@ -241,6 +241,25 @@ TEST(RowIndependence, OpenDimensionsNamedAlikeAreOneSize) {
   EXPECT_NE(named_sequences("", ""), "");
 }
 
+// GPT-2's fused QKV as PyTorch 2 exports it: Split(num_outputs=3) of [N, S, 3d], then a Reshape
+// whose -1 the part's length gives. Proven where the pass knows the parts (num_outputs, or the
+// constant split); not where they cannot be told (a split that does not divide).
+std::string split_then_reshape(int64_t width, bool num_outputs) {
+  G g;
+  g.input("x", {-1, 6, width}).constant("t", {3}, {-1, 6, 8}).constant("parts", {3}, {8, 8, 8});
+  std::map<std::string, Attr> attrs = {{"axis", ai(2)}};
+  if (num_outputs) attrs["num_outputs"] = ai(3);
+  g.node("Split", num_outputs ? std::vector<std::string>{"x"} : std::vector<std::string>{"x", "parts"}, {"q", "k", "v"}, attrs);
+  g.node("Reshape", {"k", "t"}, {"y"});
+  return g.why();
+}
+
+TEST(RowIndependence, SplitPartsKeepTheirLengths) {
+  EXPECT_EQ(split_then_reshape(24, true), "");
+  EXPECT_EQ(split_then_reshape(24, false), "");
+  EXPECT_NE(split_then_reshape(25, true), "");  // parts of 9, 9, 7
+}
+
 // nn.GRU(batch_first=True) as exported: X transposed to [T, N, I], the initial state zeros of
 // [1, N, H] from N; its batch is the rows. Fed [N, T, I] as if time-major, the rows would be time.
 TEST(RowIndependence, RecurrentLayersFollowTheirBatch) {
