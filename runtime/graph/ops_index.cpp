@@ -297,14 +297,21 @@ void op_tile(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
     ys[static_cast<size_t>(d)] = numel_of({x.dim(d), rep[static_cast<size_t>(d)]});
   }
   Tensor y = Tensor::empty(ys, x.dtype());
+  if (y.numel() == 0) {
+    out[0] = y;
+    return;
+  }
+  // One output row (the last dimension) at a time: the input's row, repeated.
   const auto xs = strides_of(x.shape());
-  const size_t es = dtype_size(x.dtype());
-  std::vector<int64_t> at(static_cast<size_t>(r), 0);
-  for (int64_t i = 0; i < y.numel(); ++i) {
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype()));
+  const int64_t row = r ? x.dim(r - 1) * es : es, times = r ? rep[static_cast<size_t>(r - 1)] : 1;
+  std::vector<int64_t> at(static_cast<size_t>(std::max(r - 1, 0)), 0);
+  char* dst = y.data<char>();
+  for (int64_t i = 0; i < y.numel() / (r ? ys[static_cast<size_t>(r - 1)] : 1); ++i) {
     int64_t src = 0;
-    for (int d = 0; d < r; ++d) src += (at[static_cast<size_t>(d)] % x.dim(d)) * xs[static_cast<size_t>(d)];
-    std::memcpy(y.data<char>() + i * static_cast<int64_t>(es), x.data<char>() + src * static_cast<int64_t>(es), es);
-    for (int d = r; d-- > 0;) {
+    for (int d = 0; d + 1 < r; ++d) src += (at[static_cast<size_t>(d)] % x.dim(d)) * xs[static_cast<size_t>(d)];
+    for (int64_t t = 0; t < times; ++t, dst += row) std::memcpy(dst, x.data<char>() + src * es, static_cast<size_t>(row));
+    for (int d = r - 1; d-- > 0;) {
       if (++at[static_cast<size_t>(d)] < ys[static_cast<size_t>(d)]) break;
       at[static_cast<size_t>(d)] = 0;
     }

@@ -485,6 +485,17 @@ TEST(GraphOps, ShapeRangeConstantOfShapeTriluPad) {
 
 // EyeLike and the window functions write their ones and weights in whatever type the graph
 // asks for (an int64 identity, a float16 window), not only float32 and int32.
+// Tile copies each input row whole, repeated; numpy's tile is the reference.
+TEST(GraphOps, TileRepeatsRows) {
+  expect_f(run1("Tile", {F({2, 3}, {1, 2, 3, 4, 5, 6}), I({2}, {2, 2})}), {4, 6},
+           {1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6, 1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6});
+  expect_f(run1("Tile", {F({2, 1, 2}, {1, 2, 3, 4}), I({3}, {1, 2, 1})}), {2, 2, 2}, {1, 2, 1, 2, 3, 4, 3, 4});
+  const Tensor t = run1("Tile", {I({3}, {7, 8, 9}), I({1}, {2})});
+  EXPECT_EQ(std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel()), (std::vector<int64_t>{7, 8, 9, 7, 8, 9}));
+  EXPECT_EQ(run1("Tile", {F({2, 3}, {1, 2, 3, 4, 5, 6}), I({2}, {0, 2})}).shape(), (std::vector<int64_t>{0, 6}));
+  EXPECT_THROW(run1("Tile", {F({2, 3}, {1, 2, 3, 4, 5, 6}), I({2}, {1, -1})}), loom::rt::Error);
+}
+
 // CumSum as PyTorch's exporter writes torch.cumsum (HF's position ids): along the axis input,
 // exclusive and reverse; integers wrap.
 TEST(GraphOps, CumSumAlongAnAxis) {
