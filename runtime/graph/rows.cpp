@@ -122,14 +122,10 @@ void Pass::layout_op(const Node& n, const Fact& x) {
     }
     const int axis = norm(attr_i(n, "axis", 0), r);
     not_over_rows({axis}, r, x.at, "it");
-    int64_t sum = 0;  // a Concat's length along the axis, where each input's is a number
-    for (size_t i = 0; op == "Concat" && i < n.in.size() && sum >= 0; ++i) {
-      const int64_t d = in(n, i).dims[static_cast<size_t>(axis)];
-      sum = d >= 0 ? sum + d : kAnyDim;
-    }
-    const std::vector<int64_t> parts = op == "Concat" ? std::vector<int64_t>{sum} : split_parts(n, x.dims[static_cast<size_t>(axis)]);
+    const std::vector<int64_t> parts =
+        op == "Concat" ? std::vector<int64_t>{concat_length(n, axis)} : split_parts(n, x.dims[static_cast<size_t>(axis)]);
     for (size_t i = 0; i < n.out.size(); ++i) {
-      f.dims[static_cast<size_t>(axis)] = parts.size() == n.out.size() ? parts[i] : op == "Concat" ? sum : kAnyDim;
+      f.dims[static_cast<size_t>(axis)] = parts.size() == n.out.size() ? parts[i] : kAnyDim;
       set(n, i, f);
     }
     return;
@@ -228,6 +224,18 @@ void Pass::axis_op(const Node& n, const Fact& x) {
     return set(n, 0, x);
   }
   throw Refused{"the pass does not follow rows through " + op};
+}
+
+// A Concat's length along `axis`: its inputs' added, where each is a number (kAnyDim else).
+int64_t Pass::concat_length(const Node& n, int axis) const {
+  int64_t sum = 0;
+  for (int v : n.in) {
+    const Fact& f = facts_[static_cast<size_t>(v)];
+    const int64_t d = f.ranked && axis < f.rank() ? f.dims[static_cast<size_t>(axis)] : kAnyDim;
+    if (d < 0) return kAnyDim;
+    sum += d;
+  }
+  return sum;
 }
 
 // A Split's parts along its axis of length `len` where the pass knows them: its constant split
@@ -450,10 +458,10 @@ std::string rows_independent(const std::vector<Node>& nodes, const std::vector<T
     std::vector<int64_t> dims = inputs[k].shape;
     if (dims.empty()) return "input '" + inputs[k].name + "' is a scalar";
     for (size_t i = 0; i < dims.size(); ++i) {  // open, and shared by joined requests
-      const std::string name = i < inputs[k].dim_names.size() ? inputs[k].dim_names[i] : "";
       if (dims[i] >= 0) continue;
-      dims[i] = name.empty() ? pass.sizes().fresh() : named.emplace(name, kAnyDim).first->second;
-      if (dims[i] == kAnyDim) dims[i] = named[name] = pass.sizes().fresh();
+      const std::string name = i < inputs[k].dim_names.size() ? inputs[k].dim_names[i] : "";
+      if (name.empty()) dims[i] = pass.sizes().fresh();
+      else dims[i] = named.count(name) ? named[name] : (named[name] = pass.sizes().fresh());
     }
     pass.fact(input_ids[k]) = rows(dims, 0);
   }

@@ -8,12 +8,6 @@
 
 namespace loom::rt::graph::rows_pass {
 
-namespace {
-
-bool single(const Fact& f, int64_t v) { return f.valued && f.vals.size() == 1 && f.vals[0] == v; }
-
-}  // namespace
-
 // Range(0, N, 1): the rows' numbers, one a row.
 bool Pass::row_numbers(const Node& n) {
   if (n.op != "Range" || n.in.size() != 3 || !single(in(n, 0), 0) || !single(in(n, 2), 1) || in(n, 1).kind != Fact::kSize ||

@@ -101,6 +101,9 @@ inline Fact rows_like(const Fact& like, std::vector<int64_t> dims, int at) {
   return f;
 }
 
+// Whether f is known to hold the one value v (a scalar or a 1-element vector).
+inline bool single(const Fact& f, int64_t v) { return f.valued && f.vals.size() == 1 && f.vals[0] == v; }
+
 inline Fact int_values(std::vector<int64_t> vals, bool scalar) {
   Fact f = uniform(scalar ? std::vector<int64_t>{} : std::vector<int64_t>{static_cast<int64_t>(vals.size())});
   f.valued = true, f.vals = std::move(vals);
@@ -179,6 +182,7 @@ class Pass {
   void rows_node(const Node& n);
   std::vector<int64_t> image_dims(const Node& n, const Fact& x) const;
   std::vector<int64_t> split_parts(const Node& n, int64_t len) const;
+  int64_t concat_length(const Node& n, int axis) const;  // the inputs' lengths along `axis` added
   void layout_op(const Node& n, const Fact& x);  // Reshape, Transpose, Squeeze, Flatten, Concat, ...
   void axis_op(const Node& n, const Fact& x);    // Softmax, reductions, norms, Pad, Gemm, Conv, ...
   void elementwise(const Node& n);

@@ -50,12 +50,7 @@ void Pass::uniform_node(const Node& n) {
   } else if (op == "Concat" && x.ranked && x.rank() > 0) {  // the lengths along the axis added (RoPE's cos/sin tables)
     const int axis = norm(attr_i(n, "axis", 0), x.rank());
     f = uniform(x.dims);
-    for (size_t i = 1; i < n.in.size() && f.ranked; ++i) {
-      const Fact& a = in(n, i);
-      const int64_t d = a.ranked && a.rank() == x.rank() ? a.dims[static_cast<size_t>(axis)] : kAnyDim;
-      if (!a.ranked || a.rank() != x.rank()) f = uniform_unranked();
-      else f.dims[static_cast<size_t>(axis)] = d >= 0 && f.dims[static_cast<size_t>(axis)] >= 0 ? f.dims[static_cast<size_t>(axis)] + d : kAnyDim;
-    }
+    f.dims[static_cast<size_t>(axis)] = concat_length(n, axis);
   } else if (op == "GatherElements" && in(n, 1).ranked) {  // the indices' shape (BERT's token types)
     f = uniform(in(n, 1).dims);
   } else if (op == "Transpose" && x.ranked) {
@@ -65,9 +60,8 @@ void Pass::uniform_node(const Node& n) {
     for (int64_t p : perm) d.push_back(x.dims[static_cast<size_t>(norm(p, x.rank()))]);
     if (perm.size() == x.dims.size()) f = uniform(d);
   } else if (op == "Range") {  // Range(0, S, 1) holds S elements
-    const Fact &a = in(n, 0), &b = in(n, 1), &d = in(n, 2);
-    const bool counts = a.valued && a.vals == std::vector<int64_t>{0} && d.valued && d.vals == std::vector<int64_t>{1} &&
-                        b.valued && b.vals.size() == 1;
+    const Fact& b = in(n, 1);
+    const bool counts = single(in(n, 0), 0) && single(in(n, 2), 1) && b.valued && b.vals.size() == 1;
     f = uniform({counts ? Sizes::to_dim(b.vals[0]) : kAnyDim});
   } else if (op == "ConstantOfShape" && x.valued) {
     std::vector<int64_t> d;
