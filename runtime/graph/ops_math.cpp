@@ -17,7 +17,7 @@ void matmul_epilogue(const Node& n, const std::vector<const Tensor*>& in, Tensor
   const Tensor* bias = in.size() > 2 ? in[2] : nullptr;
   const bool gelu = attr_i(n, "loom.gelu", 0) != 0;
   if (!bias && !gelu) return;
-  const int64_t cols = y.dim(-1), rows = cols ? y.numel() / cols : 0;
+  const int64_t cols = y.ndim() ? y.dim(-1) : 1, rows = cols ? y.numel() / cols : 0;  // a 1-D by 1-D product: a scalar
   if (bias) {
     if (bias->numel() != cols || bias->dtype() != DType::kF32) op_error(n, "the fused bias does not match the output");
     cpu::bias_act(y.f32(), bias->f32(), rows, cols, gelu ? cpu::Act::kGelu : cpu::Act::kNone);

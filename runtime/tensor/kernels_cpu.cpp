@@ -141,6 +141,22 @@ int threads() { return g_threads; }
 
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
           float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // a product over nothing: beta C (the BLAS refuse the leading dimension 0 of such an operand)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) c[static_cast<int64_t>(i) * ldc + j] = beta == 0.0f ? 0.0f : beta * c[static_cast<int64_t>(i) * ldc + j];
+    return;
+  }
+  // Row-major: each stored row at least as long as the matrix's, or the BLAS refuse the call and
+  // leave C unwritten. A matrix of one stored row never steps by its leading dimension, so any
+  // stride its caller read off a view (a dimension of 1 has any stride) stands as the row's length.
+  if ((ta ? k : m) == 1) lda = std::max(lda, ta ? m : k);
+  if ((tb ? n : k) == 1) ldb = std::max(ldb, tb ? k : n);
+  if (m == 1) ldc = std::max(ldc, n);
+  LOOM_CHECK(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n,
+             "gemm: a leading dimension shorter than its matrix's rows (lda " + std::to_string(lda) + ", ldb " +
+                 std::to_string(ldb) + ", ldc " + std::to_string(ldc) + " for " + std::to_string(m) + "x" + std::to_string(n) +
+                 "x" + std::to_string(k) + ")");
 #ifdef LOOM_HAVE_DNNL
   if (g_onednn) {
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

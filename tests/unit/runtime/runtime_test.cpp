@@ -198,6 +198,19 @@ TEST(Kernels, GemmMatchesNaive) {
     }
 }
 
+// A matrix of one stored row may come with any leading dimension (a view's stride over a
+// dimension of 1), and a product over K = 0 is beta C: both computed, not left unwritten.
+TEST(Kernels, GemmOfOneRowOperandsAndEmptyProducts) {
+  std::vector<float> a = {1, 2, 3}, b = {4, 5, 6}, c(9, -1.0f);
+  cpu::gemm(true, false, 3, 3, 1, 1.0f, a.data(), 1, b.data(), 1, 0.0f, c.data(), 3);  // [3x1] x [1x3], lds of 1
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(c[i * 3 + j], a[i] * b[j]) << i << j;
+  std::vector<float> d(6, 7.0f);
+  cpu::gemm(false, false, 2, 3, 0, 1.0f, a.data(), 0, b.data(), 3, 0.5f, d.data(), 3);
+  for (float v : d) EXPECT_EQ(v, 3.5f);
+  EXPECT_THROW(cpu::gemm(false, false, 2, 3, 2, 1.0f, a.data(), 1, b.data(), 3, 0.0f, d.data(), 3), Error);
+}
+
 TEST(Kernels, SoftmaxXentGradientIsNumericallyRight) {
   std::vector<float> x = {0.1f, -1.0f, 2.0f, 0.5f, 0.0f, 0.3f}, d(6);
   std::vector<int32_t> y = {2, 0};
