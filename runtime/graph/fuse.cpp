@@ -170,19 +170,22 @@ bool weight_matmul(const Graph& g, const Node& m) {
   return w.defined() && w.ndim() == 2 && w.dtype() == DType::kF32;
 }
 
-// MatMul(x, W) then Add of a constant bias row -> the MatMul adds it in its epilogue.
+// MatMul(x, W) then Add of a constant bias row -> the MatMul adds it in its epilogue; ONNX
+// Runtime's BiasGelu of one (its optimizer's MatMul -> BiasGelu) adds it and applies GELU there.
 int fuse_matmul_bias(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& m = g.nodes[i];
     if (!weight_matmul(g, m)) continue;
     Node* a = g.sole_reader(m.out[0], i);
-    if (!a || a->op != "Add" || a->in.size() != 2) continue;
+    const bool gelu = a && a->op == "com.microsoft:BiasGelu" && a->in.size() == 2 && a->in[0] == m.out[0];
+    if (!a || (a->op != "Add" && !gelu) || a->in.size() != 2) continue;
     const int b = a->in[0] == m.out[0] ? a->in[1] : a->in[0];
     const Tensor& bias = b >= 0 ? g.constants[static_cast<size_t>(b)] : Tensor();
     const int64_t cols = g.constants[static_cast<size_t>(m.in[1])].dim(1);
     if (!bias.defined() || bias.ndim() != 1 || bias.numel() != cols || bias.dtype() != DType::kF32) continue;
     m.in.push_back(b);
+    if (gelu) m.attrs["loom.gelu"] = Attr::of(int64_t{1});
     m.out = a->out;
     a->op.clear();
     ++n;
@@ -208,14 +211,15 @@ int fuse_matmul_scale(Graph& g) {
   return n;
 }
 
-// A MatMul whose output only a Loom.Gelu reads applies GELU in its epilogue.
+// A MatMul whose output only a Loom.Gelu (or ONNX Runtime's Gelu, the same erf form) reads
+// applies GELU in its epilogue.
 int fuse_matmul_gelu(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& m = g.nodes[i];
     if (m.op != "MatMul" || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
     Node* e = g.sole_reader(m.out[0], i);
-    if (!e || e->op != "Loom.Gelu") continue;
+    if (!e || (e->op != "Loom.Gelu" && e->op != "com.microsoft:Gelu")) continue;
     m.attrs["loom.gelu"] = Attr::of(int64_t{1});
     m.out = e->out;
     e->op.clear();
@@ -301,10 +305,15 @@ Node* producer(Graph& g, int v, size_t before) {
 }
 
 // A transpose of rank 3 or 4 (the same rank as `rank` once one is set): its perm, and where the
-// last axis goes in the rank-4 view (a leading 1 before a rank-3 one).
+// last axis goes in the rank-4 view (a leading 1 before a rank-3 one). Not a perm that is no
+// permutation (the Transpose's kernel refuses it; fused, it would index past the shape).
 bool fusable_perm(const Node& t, size_t* rank, std::vector<int64_t>* perm, std::vector<int64_t>* perm4) {
   *perm = attr_ints(t, "perm");
   if ((perm->size() != 3 && perm->size() != 4) || (*rank && perm->size() != *rank)) return false;
+  std::vector<int64_t> sorted = *perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    if (sorted[i] != static_cast<int64_t>(i)) return false;
   *perm4 = *perm;
   if (perm->size() == 3) {
     for (auto& p : *perm4) ++p;

@@ -19,6 +19,7 @@
 
 #include "loom/rt/graph/graph.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "ops.hpp"
 
 namespace loom::rt::graph {
 
@@ -144,6 +145,14 @@ Attr attr_of(const onnx::AttributeProto& a, const std::string& model_dir, const 
   return r;
 }
 
+// The executor's name of a node's operator: a default-domain operator by its type, one of ONNX
+// Runtime's domain as "com.microsoft:<type>", any other domain as no operator the registry holds.
+std::string op_name(const onnx::NodeProto& n) {
+  if (n.op_type().find(':') != std::string::npos) return "";
+  if (n.domain().empty() || n.domain() == "ai.onnx") return n.op_type();
+  return n.domain() == kContribDomain ? std::string(kContribDomain) + ":" + n.op_type() : "";
+}
+
 int64_t default_opset(const onnx::ModelProto& m, const std::string& path) {
   int64_t v = -1;
   for (const auto& o : m.opset_import())
@@ -167,11 +176,11 @@ void check_operators(const onnx::GraphProto& g, int64_t opset, const std::string
            (n.name().empty() ? "" : " (node '" + n.name() + "')");
   };
   for (const auto& n : g.node())
-    if ((!n.domain().empty() && n.domain() != "ai.onnx") || !find_op(n.op_type()))
-      throw Error(path + ": operator " + label(n) + " is not supported");
+    if (!find_op(op_name(n))) throw Error(path + ": operator " + label(n) + " is not supported");
   if (opset < 0) throw Error(path + ": the model imports no default-domain (ai.onnx) opset");
   if (opset >= kMinOpset) return;
   for (const auto& n : g.node()) {
+    if (n.domain() == kContribDomain) continue;
     const auto* then = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
     const auto* now = onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(kMinOpset), "");
     if (!then || !now || then->since_version() != now->since_version())
@@ -360,6 +369,7 @@ Model Loader::load(const std::string& path) {
   }
   // Initializers first: their sizes are checked before ONNX's passes read them.
   try {
+    register_contrib_schemas();
     AsLibonnxKnows as_known(m, model.opset_);
     check_with_onnx(m, dir);
     const int strict = as_known.rewritten() ? 0 : 1;  // opset 17's rules fail on some opset 18 shapes
@@ -380,7 +390,7 @@ Model Loader::load(const std::string& path) {
   }
   for (const auto& pn : g.node()) {
     Node n;
-    n.op = pn.op_type();
+    n.op = op_name(pn);
     n.name = pn.name();
     n.fn = find_op(n.op);
     for (const auto& i : pn.input()) n.in.push_back(i.empty() ? -1 : id_of(i));

@@ -156,5 +156,15 @@ void op_clip(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>
 void op_matmul_integer(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_qlinear_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_dynamic_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_contrib.cpp: ONNX Runtime's com.microsoft operators, named "com.microsoft:<op>" in the graph
+// (contrib_schemas.cpp describes them to ONNX's checker).
+void op_ms_attention(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_multi_head_attention(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_embed_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_skip_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // and Simplified
+void op_bias_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // FastGelu, QuickGelu
+void op_fused_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+extern const char* const kContribDomain;  // "com.microsoft"
+void register_contrib_schemas();  // once per process, before ONNX's checker sees a model
 
 }  // namespace loom::rt::graph

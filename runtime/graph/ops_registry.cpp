@@ -49,6 +49,13 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"BlackmanWindow", op_window}, {"RNN", op_rnn}, {"GRU", op_rnn}, {"LSTM", op_rnn},
       {"NonMaxSuppression", op_nms}, {"GridSample", op_grid_sample}, {"Unique", op_unique},
       {"DynamicQuantizeLinear", op_dynamic_quantize_linear}, {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
+      {"com.microsoft:Attention", op_ms_attention}, {"com.microsoft:MultiHeadAttention", op_multi_head_attention},
+      {"com.microsoft:EmbedLayerNormalization", op_embed_layer_norm},
+      {"com.microsoft:SkipLayerNormalization", op_skip_layer_norm},
+      {"com.microsoft:SkipSimplifiedLayerNormalization", op_skip_layer_norm}, {"com.microsoft:Gelu", op_gelu},
+      {"com.microsoft:BiasGelu", op_bias_gelu}, {"com.microsoft:FastGelu", op_bias_gelu},
+      {"com.microsoft:QuickGelu", op_bias_gelu},
+      {"com.microsoft:FusedMatMul", op_fused_matmul},
   };
   return ops;
 }

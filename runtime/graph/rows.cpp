@@ -6,6 +6,7 @@
 // cannot follow (an axis op over the rows, a Reshape that merges them, an operator it does not
 // know) makes the model run one request at a time, and the reason is kept for the log.
 #include <algorithm>
+#include <cstring>
 
 #include "rows_pass.hpp"
 
@@ -59,6 +60,7 @@ void Pass::rows_node(const Node& n) {
   if (op == "GatherND") return gather_nd(n);
   if (op == "Expand") return expand(n);
   if (op == "RNN" || op == "GRU" || op == "LSTM") return recurrent(n);
+  if (op.compare(0, std::strlen(kContribDomain), kContribDomain) == 0) return contrib(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
     if (in(n, i).kind != Fact::kUniform && !(op == "Reshape" && i == 1) && !(op == "Concat"))
       throw Refused{"input " + std::to_string(i) + " depends on the rows"};

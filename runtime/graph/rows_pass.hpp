@@ -197,6 +197,8 @@ class Pass {
   bool row_numbers(const Node& n);  // Range(0, N, 1)
   void carry_numbers(const Node& n);
   void gather_nd(const Node& n);
+  void contrib(const Node& n);  // ONNX Runtime's com.microsoft operators (rows_contrib.cpp)
+  void batch_operand(const Node& n, size_t i, bool broadcast);
 };
 
 inline int norm(int64_t axis, int rank) {

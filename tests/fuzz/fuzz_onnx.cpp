@@ -2,8 +2,10 @@
 // a small graph (one to three nodes from the operators whose shapes come from data — Expand,
 // ConstantOfShape, Range, Pad, Reshape, Slice, Gather, Squeeze, Unsqueeze, Concat,
 // Split, Transpose, Softmax, the Reduce ops, Tile, GatherND, Resize, OneHot, TopK, NonZero,
-// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample, Gelu, CumSum and
-// element-wise ones — with fuzzed attributes — at opset 17 or 20), or hands its bytes to the
+// DepthToSpace, ConvTranspose, NonMaxSuppression, LSTM, Unique, GridSample, Gelu, CumSum,
+// ONNX Runtime's Attention, MultiHeadAttention, EmbedLayerNormalization, SkipLayerNormalization,
+// FastGelu and FusedMatMul, and element-wise ones — with fuzzed attributes — at opset 17 or 20,
+// masks and ids from an INT32 input), or hands its bytes to the
 // loader as a model file; the graph is loaded (ONNX's checker, shape inference, the load's run
 // on zeros) and run once on fuzzed tensors: float data of any rank and
 // small dimensions, and an INT64 vector of any values (shapes, indices, axes, pads, limits).
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,7 +35,9 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Squeeze", "Unsqueeze",      "Concat",    "Split",      "Transpose", "Softmax",   "ReduceSum",
                       "ReduceMean", "Add",         "Mul",       "Relu",       "Flatten",   "Shape",     "Cast",
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
-                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu", "CumSum"};
+                      "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu", "CumSum",
+                      "ms:Attention", "ms:MultiHeadAttention", "ms:EmbedLayerNormalization", "ms:SkipLayerNormalization",
+                      "ms:FastGelu", "ms:FusedMatMul"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -44,12 +49,24 @@ void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
 // One node: its data input is `x` (a float tensor so far), its integer input `b` where the op
 // takes one; the output is named `y`. Returns the op.
 std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::string& x, const std::string& y) {
-  const std::string op = kOps[p.ConsumeIntegralInRange<size_t>(0, sizeof kOps / sizeof kOps[0] - 1)];
+  std::string op = kOps[p.ConsumeIntegralInRange<size_t>(0, sizeof kOps / sizeof kOps[0] - 1)];
   auto* n = g->add_node();
+  if (op.rfind("ms:", 0) == 0) op = op.substr(3), n->set_domain("com.microsoft");
   n->set_op_type(op);
   n->set_name(op + "_" + y);
   n->add_output(y);
-  if (op == "ConstantOfShape") {
+  if (n->domain() == "com.microsoft") {  // masks and ids from the int32 input m
+    const std::map<std::string, std::vector<std::string>> operands = {
+        {"Attention", {x, "a", "", "m"}}, {"MultiHeadAttention", {x, "a", "a", "", "m"}},
+        {"EmbedLayerNormalization", {"m", "", "a", "a", "", "w", "w"}}, {"SkipLayerNormalization", {x, "a", "w"}},
+        {"FastGelu", {x, "w"}}, {"FusedMatMul", {x, "a"}}};
+    for (const auto& in : operands.at(op)) n->add_input(in);
+    if (op == "Attention" || op == "MultiHeadAttention") {
+      add_int_attr(n, "num_heads", p.ConsumeIntegralInRange<int64_t>(-1, 4));
+      add_int_attr(n, "unidirectional", p.ConsumeIntegralInRange(0, 1));
+    }
+    if (op == "FusedMatMul") add_int_attr(n, "transA", p.ConsumeIntegralInRange(0, 1)), add_int_attr(n, "transB", p.ConsumeIntegralInRange(0, 1));
+  } else if (op == "ConstantOfShape") {
     n->add_input("b");
   } else if (op == "Range") {
     for (int i = 0; i < 3; ++i) n->add_input("s" + std::to_string(i));
@@ -155,6 +172,10 @@ std::string model_bytes(FuzzedDataProvider& p, int rank_a, int rank_x) {
   value_info(g->add_input(), "c", onnx::TensorProto::BOOL, rank_a);
   value_info(g->add_input(), "w", onnx::TensorProto::FLOAT, 1);
   for (int i = 0; i < 3; ++i) value_info(g->add_input(), "s" + std::to_string(i), onnx::TensorProto::INT64, 0);
+  value_info(g->add_input(), "m", onnx::TensorProto::INT32, p.ConsumeIntegralInRange(0, 3));
+  auto* ms = m.add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
   const int nodes = p.ConsumeIntegralInRange(1, 3);
   std::string x = "x", last;
   for (int i = 0; i < nodes; ++i) {
@@ -204,6 +225,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         loom::rt::Tensor t = loom::rt::Tensor::empty(shape, loom::rt::DType::kI64);
         for (int64_t i = 0; i < t.numel(); ++i)
           t.data<int64_t>()[i] = p.ConsumeBool() ? p.ConsumeIntegralInRange<int64_t>(-8, 8) : p.ConsumeIntegral<int64_t>();
+        in.push_back(t);
+      } else if (info.dtype == loom::rt::DType::kI32) {  // masks, ids
+        std::vector<int64_t> shape;
+        for (size_t i = 0; i < info.shape.size(); ++i) shape.push_back(p.ConsumeIntegralInRange<int64_t>(0, 6));
+        loom::rt::Tensor t = loom::rt::Tensor::empty(shape, loom::rt::DType::kI32);
+        for (int64_t i = 0; i < t.numel(); ++i)
+          t.data<int32_t>()[i] = p.ConsumeBool() ? p.ConsumeIntegralInRange<int32_t>(-2, 8) : p.ConsumeIntegral<int32_t>();
         in.push_back(t);
       } else if (info.dtype == loom::rt::DType::kBool) {
         std::vector<int64_t> shape;

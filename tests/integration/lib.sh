@@ -122,6 +122,20 @@ peer_venv() {
   peer=$("${LOOM_SRCDIR:-$(dirname "$0")/../..}/contrib/peer-venv.sh" "$@" 2>"$LOOM_TMP/peer.err") || skip "$(cat "$LOOM_TMP/peer.err")"
 }
 
+# Models of tests/parity/onnx_models.py (FAMILY ...), exported by Debian's PyTorch at opset 17 into
+# FAMILY/float.onnx under the current folder with their inputs (FAMILY/inputs, onnx_run's form).
+export_onnx_families() {
+  /usr/bin/python3 - "$LOOM_SRCDIR/tests/parity" "$@" <<'PY' 2>exporter.log || { cat exporter.log; exit 99; }
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import onnx_models as om
+for fam in sys.argv[2:]:
+    os.makedirs(fam, exist_ok=True)
+    om.export(fam, f"{fam}/float.onnx", 17)
+    om.write_inputs(fam, fam)
+PY
+}
+
 # The start of the MPI training tests: loom-train ($T), mpirun and the data set there (else skip;
 # under distcheck they ran in make check already), Open MPI allowed as root, the test's folder, and
 # rankenv.sh: rank r weighs 2r+1 (uneven static shares), and with SLOW set rank 1 is emulated that

@@ -10,18 +10,10 @@
 [ "${LOOM_DISTCHECK:-0}" = 1 ] && skip "LOOM_DISTCHECK=1: ran in make check of the same sources (contrib/check.sh)"
 require_onnx_graph
 /usr/bin/python3 -c 'import torch' 2>/dev/null || skip "python3-torch is needed to export the models"
-peer_venv ortq onnxruntime onnx numpy
+peer_venv ortq onnxruntime onnx numpy sympy
 cd "$LOOM_TMP" || exit 99
 
-/usr/bin/python3 - "$LOOM_SRCDIR/tests/parity" <<'PY' 2>exporter.log || { cat exporter.log; exit 99; }
-import os, sys
-sys.path.insert(0, sys.argv[1])
-import onnx_models as om
-for fam in ("mlp", "bert", "gpt2", "encoder"):
-    os.makedirs(fam, exist_ok=True)
-    om.export(fam, f"{fam}/float.onnx", 17)
-    om.write_inputs(fam, fam)
-PY
+export_onnx_families mlp bert gpt2 encoder
 
 # The quantized models, by ORT's own tools.
 run_cmd "$peer/bin/python" - <<'PY'

@@ -77,7 +77,8 @@ struct Node {
   std::string label() const { return op + (name.empty() ? "" : " '" + name + "'"); }
 };
 
-// The kernel of a default-domain operator, null when this executor does not run it.
+// The kernel of an operator (a default-domain type, or "com.microsoft:<type>" for ONNX Runtime's
+// own), null when this executor does not run it.
 OpFn find_op(const std::string& op);
 
 // A loaded model. run() may be called from several threads at once.
