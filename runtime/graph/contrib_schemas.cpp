@@ -1,6 +1,7 @@
 // contrib_schemas.cpp — the operators of ONNX Runtime's own domain (com.microsoft) that its
 // transformer optimizer writes into the models people ship (EmbedLayerNormalization, Attention,
-// SkipLayerNormalization, BiasGelu, FastGelu, ...), described to Debian's libonnx as ONNX Runtime
+// SkipLayerNormalization, BiasGelu, FastGelu, ...) and its quantizer's QOperator format (QLinearAdd,
+// QGemm, ...), described to Debian's libonnx as ONNX Runtime
 // defines them: their inputs, outputs, attributes and types, so that ONNX's checker verifies such
 // a node (input counts, attribute kinds) and its shape inference carries types past it, as it
 // does for the default domain. Registered once per process, before the first model is checked.
@@ -27,6 +28,7 @@ struct Param {
   const char* name;
   const char* type;
   bool optional;
+  bool variadic = false;  // any number, of mixed types (QLinearConcat's triples)
 };
 
 struct AttrSpec {
@@ -110,6 +112,32 @@ void multi_head(onnx::InferenceContext& ctx) {
 
 void first_type(onnx::InferenceContext& ctx) { onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0); }
 
+// QGemm: float without y_scale, else y_zero_point's type (uint8 without one).
+void qgemm_type(onnx::InferenceContext& ctx) {
+  const auto present = [&](size_t i) { return ctx.getNumInputs() > i && ctx.getInputType(i) != nullptr; };
+  if (!present(7)) onnx::updateOutputElemType(ctx, 0, onnx::TensorProto::FLOAT);
+  else if (present(8)) onnx::propagateElemTypeFromInputToOutput(ctx, 8, 0);
+  else onnx::updateOutputElemType(ctx, 0, onnx::TensorProto::UINT8);
+}
+
+void zero_point_type(onnx::InferenceContext& ctx) { onnx::propagateElemTypeFromInputToOutput(ctx, 1, 0); }
+
+// The QOperator format's one-input operators: X, X_scale, X_zero_point, Y_scale, Y_zero_point.
+Contrib qlinear_unary(const char* name, std::vector<AttrSpec> attrs, bool zero_points_optional = true) {
+  return {name,
+          {{"X", "T", false}, {"X_scale", "tensor(float)", false}, {"X_zero_point", "T", zero_points_optional},
+           {"Y_scale", "tensor(float)", false}, {"Y_zero_point", "T", zero_points_optional}},
+          {{"Y", "T", false}}, std::move(attrs), {{"T", {"tensor(uint8)", "tensor(int8)"}}}, first_type};
+}
+
+Contrib qlinear_binary(const char* name) {
+  return {name,
+          {{"A", "T", false}, {"A_scale", "tensor(float)", false}, {"A_zero_point", "T", true}, {"B", "T", false},
+           {"B_scale", "tensor(float)", false}, {"B_zero_point", "T", true}, {"C_scale", "tensor(float)", false},
+           {"C_zero_point", "T", true}},
+          {{"C", "T", false}}, {}, {{"T", {"tensor(uint8)", "tensor(int8)"}}}, first_type};
+}
+
 const std::vector<Contrib>& contribs() {
   using A = AttributeProto;
   const std::vector<std::pair<std::string, std::vector<std::string>>> t = {{"T", kFloats}};
@@ -155,6 +183,26 @@ const std::vector<Contrib>& contribs() {
        {{"alpha", A::FLOAT, false}, {"transA", A::INT, false}, {"transB", A::INT, false}, {"transBatchA", A::INT, false},
         {"transBatchB", A::INT, false}},
        t, first_type},
+      qlinear_binary("QLinearAdd"), qlinear_binary("QLinearMul"),
+      qlinear_unary("QLinearAveragePool",
+                    {{"kernel_shape", A::INTS, true}, {"strides", A::INTS, false}, {"pads", A::INTS, false},
+                     {"auto_pad", A::STRING, false}, {"ceil_mode", A::INT, false}, {"count_include_pad", A::INT, false},
+                     {"channels_last", A::INT, false}}),
+      qlinear_unary("QLinearGlobalAveragePool", {{"channels_last", A::INT, false}}, false),
+      qlinear_unary("QLinearSoftmax", {{"axis", A::INT, false}, {"opset", A::INT, true}}),
+      qlinear_unary("QLinearSigmoid", {}), qlinear_unary("QLinearLeakyRelu", {{"alpha", A::FLOAT, false}}),
+      {"QLinearConcat", {{"Y_scale", "TF", false}, {"Y_zero_point", "T8", false}, {"inputs", "TV", false, true}},
+       {{"Y", "T8", false}}, {{"axis", A::INT, true}},
+       {{"T8", {"tensor(uint8)", "tensor(int8)"}}, {"TF", {"tensor(float)"}}, {"TV", {"tensor(uint8)", "tensor(int8)", "tensor(float)"}}},
+       zero_point_type},
+      {"QGemm",
+       {{"A", "TA", false}, {"a_scale", "T", false}, {"a_zero_point", "TA", false}, {"B", "TB", false},
+        {"b_scale", "T", false}, {"b_zero_point", "TB", false}, {"C", "TC", true}, {"y_scale", "T", true},
+        {"y_zero_point", "TYZ", true}},
+       {{"Y", "TY", false}}, {{"alpha", A::FLOAT, false}, {"transA", A::INT, false}, {"transB", A::INT, false}},
+       {{"T", {"tensor(float)"}}, {"TA", {"tensor(uint8)", "tensor(int8)"}}, {"TB", {"tensor(uint8)", "tensor(int8)"}},
+        {"TC", {"tensor(int32)"}}, {"TYZ", {"tensor(uint8)", "tensor(int8)"}}, {"TY", {"tensor(float)", "tensor(uint8)", "tensor(int8)"}}},
+       qgemm_type},
   };
   return all;
 }
@@ -173,7 +221,8 @@ void register_contrib_schemas() {
       OpSchema s;
       s.SetName(c.name).SetDomain(kContribDomain).SinceVersion(1);
       for (size_t i = 0; i < c.in.size(); ++i)
-        s.Input(static_cast<int>(i), c.in[i].name, "", c.in[i].type, c.in[i].optional ? OpSchema::Optional : OpSchema::Single);
+        s.Input(static_cast<int>(i), c.in[i].name, "", c.in[i].type,
+                c.in[i].variadic ? OpSchema::Variadic : c.in[i].optional ? OpSchema::Optional : OpSchema::Single, !c.in[i].variadic);
       for (size_t i = 0; i < c.out.size(); ++i)
         s.Output(static_cast<int>(i), c.out[i].name, "", c.out[i].type, c.out[i].optional ? OpSchema::Optional : OpSchema::Single);
       for (const auto& a : c.attrs) s.Attr(a.name, "", a.type, a.required);

@@ -336,7 +336,8 @@ bool parameter_slot(const std::string& op, size_t i) {
       {"Reshape", {1}}, {"Expand", {1}}, {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}},
       {"Pad", {1, 2}}, {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"QuantizeLinear", {1, 2}},
       {"DequantizeLinear", {1, 2}}, {"Clip", {1, 2}}, {"Dropout", {1, 2}}, {"Trilu", {1}}, {"ReduceSum", {1}},
-      {"Tile", {1}}, {"Div", {1}}, {"Mod", {1}}, {"Resize", {1, 2, 3}}};  // Div, Mod: an integer divisor of zero
+      {"Tile", {1}}, {"Div", {1}}, {"Mod", {1}}, {"Resize", {1, 2, 3}},  // Div, Mod: an integer divisor of zero
+      {"QLinearConv", {1, 2, 4, 5, 6, 7}}, {"QLinearMatMul", {1, 2, 4, 5, 6, 7}}};  // scales of 0
   auto it = slots.find(op);
   return it != slots.end() && it->second.count(i) > 0;
 }

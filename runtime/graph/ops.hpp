@@ -164,6 +164,13 @@ void op_embed_layer_norm(const Node&, const std::vector<const Tensor*>&, std::ve
 void op_skip_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // and Simplified
 void op_bias_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // FastGelu, QuickGelu
 void op_fused_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_qlinear.cpp: QLinearConv and the QOperator format's com.microsoft operators (ConvInteger: ops_quant.cpp)
+void op_qlinear_conv(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_conv_integer(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_qlinear_binary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // QLinearAdd, QLinearMul
+void op_qlinear_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // pools, Softmax, Sigmoid, LeakyRelu
+void op_qlinear_concat(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_qgemm(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 extern const char* const kContribDomain;  // "com.microsoft"
 void register_contrib_schemas();  // once per process, before ONNX's checker sees a model
 

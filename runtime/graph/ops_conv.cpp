@@ -248,6 +248,15 @@ void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vec
 void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   if (run_as_2d(n, in, out, op_pool)) return;
   const Tensor& x = need(n, in, 0);
+  if (n.op == "MaxPool" && (x.dtype() == DType::kU8 || x.dtype() == DType::kI8)) {  // the QOperator format's: exact in float
+    Tensor f = Tensor::empty(x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) f.f32()[i] = static_cast<float>(load_as_double(x, i));
+    op_pool(n, {&f}, out);
+    Tensor y = Tensor::empty(out[0].shape(), x.dtype());
+    for (int64_t i = 0; i < y.numel(); ++i) store_from_double(y, i, out[0].f32()[i]);
+    out[0] = y;
+    return;
+  }
   need_nchw(n, x);
   const auto ks = attr_ints(n, "kernel_shape");
   if (ks.size() != 2) op_error(n, "only 2-D pooling is supported");

@@ -1,7 +1,7 @@
 // ops_quant.cpp — the operators of quantized ONNX models: QDQ (QuantizeLinear, DequantizeLinear:
 // per tensor or per axis, uint8 / int8 with ONNX's round-half-to-even and saturation), what
-// onnxruntime's quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger), QLinearMatMul,
-// and Clip. Integer products are summed exactly (int_matmul).
+// onnxruntime's quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger, ConvInteger),
+// QLinearMatMul, and Clip (ops_qlinear.cpp has the QOperator format's others). Integer products are summed exactly (int_matmul).
 #include <algorithm>
 #include <cmath>
 
@@ -105,6 +105,34 @@ Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Te
 const Tensor* opt(const std::vector<const Tensor*>& in, size_t i) { return in.size() > i ? in[i] : nullptr; }
 
 }  // namespace
+
+// ConvInteger(x, w, x_zero_point, w_zero_point): the int32 sums of (x - xz)(w - wz), exactly, as
+// int_matmul sums: the input channels in chunks of at most 258 products per output value (each
+// at most 255 * 255), every float partial sum an exact integer below 2^24.
+void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &x = need(n, in, 0), &w = need(n, in, 1);
+  if (x.ndim() != 4 || w.ndim() != 4) op_error(n, "only 2-D convolution is supported");
+  const Tensor* xz = opt(in, 2);
+  if (xz && xz->numel() != 1) op_error(n, "x_zero_point must be one value");
+  const Tensor fx = centred(n, x, xz, -1, "x"), fw = centred(n, w, opt(in, 3), -4, "w");
+  const int64_t C = x.dim(1), taps = w.dim(2) * w.dim(3);
+  int64_t chunk = taps ? 258 / taps : C;  // input channels per chunk (a grouped one is summed whole)
+  if (attr_i(n, "group", 1) != 1) chunk = w.dim(1) * taps <= 258 ? C : 0;
+  if (chunk < 1) op_error(n, "its sums of more than 258 products per output are not summed exactly");
+  Node conv = n;
+  conv.op = "Conv";
+  Tensor acc;
+  for (int64_t c0 = 0; c0 < C || c0 == 0; c0 += chunk) {
+    const int64_t cc = std::min(chunk, C - c0);
+    const Tensor cx = C <= chunk ? fx : slice_axis(fx, 1, c0, cc), cw = C <= chunk ? fw : slice_axis(fw, 1, c0, cc);
+    std::vector<Tensor> y(1);
+    op_conv(conv, {&cx, &cw}, y);
+    if (c0 == 0) acc = Tensor::zeros(y[0].shape(), DType::kI32);
+    for (int64_t i = 0, total = acc.numel(); i < total; ++i) acc.data<int32_t>()[i] += static_cast<int32_t>(std::lrint(y[0].f32()[i]));
+    if (C <= chunk) break;
+  }
+  out[0] = acc;
+}
 
 void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   out[0] = int_matmul(n, need(n, in, 0), opt(in, 2), need(n, in, 1), opt(in, 3));

@@ -55,7 +55,12 @@ const std::unordered_map<std::string, OpFn>& registry() {
       {"com.microsoft:SkipSimplifiedLayerNormalization", op_skip_layer_norm}, {"com.microsoft:Gelu", op_gelu},
       {"com.microsoft:BiasGelu", op_bias_gelu}, {"com.microsoft:FastGelu", op_bias_gelu},
       {"com.microsoft:QuickGelu", op_bias_gelu},
-      {"com.microsoft:FusedMatMul", op_fused_matmul},
+      {"com.microsoft:FusedMatMul", op_fused_matmul}, {"QLinearConv", op_qlinear_conv}, {"ConvInteger", op_conv_integer},
+      {"com.microsoft:QLinearAdd", op_qlinear_binary}, {"com.microsoft:QLinearMul", op_qlinear_binary},
+      {"com.microsoft:QLinearAveragePool", op_qlinear_unary}, {"com.microsoft:QLinearGlobalAveragePool", op_qlinear_unary},
+      {"com.microsoft:QLinearSoftmax", op_qlinear_unary}, {"com.microsoft:QLinearSigmoid", op_qlinear_unary},
+      {"com.microsoft:QLinearLeakyRelu", op_qlinear_unary}, {"com.microsoft:QLinearConcat", op_qlinear_concat},
+      {"com.microsoft:QGemm", op_qgemm},
   };
   return ops;
 }

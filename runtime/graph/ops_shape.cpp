@@ -436,8 +436,8 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   const int r = x.ndim();
   const std::vector<int64_t> pads = pads_of(n, ints_of(n, need(n, in, 1)), in.size() > 3 && in[3] ? ints_of(n, *in[3]) : std::vector<int64_t>{}, r);
   if (static_cast<int>(pads.size()) != 2 * r) op_error(n, "pads needs 2 x rank values");
-  if (x.dtype() != DType::kF32) op_error(n, "Pad of a non-float tensor is not supported");
-  const float value = in.size() > 2 && in[2] && in[2]->numel() ? in[2]->f32()[0] : 0.0f;
+  const Tensor* value = in.size() > 2 && in[2] && in[2]->numel() ? in[2] : nullptr;
+  if (value && value->dtype() != x.dtype()) op_error(n, "its constant_value is not of the data's type");
   Shape s(static_cast<size_t>(r));
   for (int d = 0; d < r; ++d) {
     int64_t& v = s[static_cast<size_t>(d)];
@@ -447,11 +447,16 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
                               std::to_string(pads[static_cast<size_t>(d + r)]) + " overflow a dimension");
     if (v < 0) op_error(n, "pads cut away more than the tensor");
   }
-  Tensor y = Tensor::empty(s);
-  float* py = y.f32();
-  for (int64_t i = 0; i < y.numel(); ++i) py[i] = value;
+  // Any element type (uint8 in the QOperator format, padded with its zero point), byte-wise.
+  const size_t es = dtype_size(x.dtype());
+  Tensor y = Tensor::zeros(s, x.dtype());
+  char* py = y.data<char>();
+  const char* px = x.data<char>();
+  if (value && x.dtype() == DType::kF32) std::fill_n(y.f32(), y.numel(), value->f32()[0]);
+  else if (value)
+    for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(py + static_cast<size_t>(i) * es, value->data<char>(), es);
   if (r == 0) {  // a scalar: nothing to pad (pads is empty)
-    py[0] = x.f32()[0];
+    std::memcpy(py, px, es);
     out[0] = y;
     return;
   }
@@ -473,7 +478,8 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
       o += c * ys[static_cast<size_t>(d)];
     }
     if (in_out)
-      std::memcpy(py + o + lo + keep_lo, x.f32() + i + keep_lo, static_cast<size_t>(keep_hi - keep_lo) * sizeof(float));
+      std::memcpy(py + static_cast<size_t>(o + lo + keep_lo) * es, px + static_cast<size_t>(i + keep_lo) * es,
+                  static_cast<size_t>(keep_hi - keep_lo) * es);
     for (int d = r - 1; d-- > 0;) {
       if (++idx[static_cast<size_t>(d)] < x.shape()[static_cast<size_t>(d)]) break;
       idx[static_cast<size_t>(d)] = 0;

@@ -61,6 +61,7 @@ void Pass::rows_node(const Node& n) {
   if (op == "Expand") return expand(n);
   if (op == "RNN" || op == "GRU" || op == "LSTM") return recurrent(n);
   if (op.compare(0, std::strlen(kContribDomain), kContribDomain) == 0) return contrib(n);
+  if (op == "QLinearConv" || op == "ConvInteger") return quantized(n);
   for (size_t i = 1; i < n.in.size(); ++i)  // below: the rows come in as input 0 only
     if (in(n, i).kind != Fact::kUniform && !(op == "Reshape" && i == 1) && !(op == "Concat"))
       throw Refused{"input " + std::to_string(i) + " depends on the rows"};

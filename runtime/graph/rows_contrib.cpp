@@ -3,7 +3,9 @@
 // their last axis, FusedMatMul as the MatMul it is, and the batch operators (Attention,
 // MultiHeadAttention, EmbedLayerNormalization) whose every operand holding rows holds them, whole,
 // on its batch dimension, and whose others are the same for every row.
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "rows_pass.hpp"
 
@@ -25,7 +27,42 @@ void Pass::batch_operand(const Node& n, size_t i, bool broadcast) {
   throw Refused{"input " + std::to_string(i) + " does not hold the rows on its batch dimension"};
 }
 
+// A quantized operator as the float one it stands for, over its data operands; its scales and
+// zero points the same for every row, and an activation's one value each.
+void Pass::quantized(const Node& n) {
+  static const std::map<std::string, std::pair<const char*, std::vector<size_t>>> as_float = {
+      {"QLinearConv", {"Conv", {0, 3}}}, {"ConvInteger", {"Conv", {0, 1}}}, {"com.microsoft:QLinearAdd", {"Add", {0, 3}}},
+      {"com.microsoft:QLinearMul", {"Mul", {0, 3}}}, {"com.microsoft:QLinearAveragePool", {"AveragePool", {0}}},
+      {"com.microsoft:QLinearGlobalAveragePool", {"GlobalAveragePool", {0}}}, {"com.microsoft:QGemm", {"Gemm", {0, 3}}},
+      {"com.microsoft:QLinearSoftmax", {"Softmax", {0}}}, {"com.microsoft:QLinearSigmoid", {"Sigmoid", {0}}},
+      {"com.microsoft:QLinearLeakyRelu", {"LeakyRelu", {0}}}};
+  std::vector<size_t> data;
+  const char* op = "Concat";
+  if (n.op == "com.microsoft:QLinearConcat") {
+    for (size_t i = 2; i < n.in.size(); i += 3) data.push_back(i);
+  } else {
+    const auto& f = as_float.at(n.op);
+    op = f.first, data = f.second;
+  }
+  for (size_t i = 0; i < n.in.size(); ++i) {
+    if (n.in[i] < 0 || std::find(data.begin(), data.end(), i) != data.end()) continue;
+    const Fact& f = in(n, i);
+    if (f.kind != Fact::kUniform) throw Refused{"input " + std::to_string(i) + " depends on the rows"};
+    const bool weight = (n.op == "QLinearConv" || n.op == "com.microsoft:QGemm") && (i == 4 || i == 5);  // per output channel
+    const bool bias = (n.op == "QLinearConv" && i == 8) || (n.op == "com.microsoft:QGemm" && i == 6) || (n.op == "ConvInteger" && i == 3);
+    if (!weight && !bias && (!f.ranked || std::any_of(f.dims.begin(), f.dims.end(), [](int64_t d) { return d != 1; })))
+      throw Refused{"input " + std::to_string(i) + " (a scale or zero point) is not one value"};
+  }
+  Node m = n;
+  m.op = op, m.in.clear();
+  for (size_t i : data) m.in.push_back(i < n.in.size() ? n.in[i] : -1);
+  rows_node(m);
+}
+
 void Pass::contrib(const Node& n) {
+  if (n.op.compare(0, std::strlen(kContribDomain) + 8, std::string(kContribDomain) + ":QLinear") == 0 ||
+      n.op == "com.microsoft:QGemm")
+    return quantized(n);
   const std::string op = n.op.substr(std::strlen(kContribDomain) + 1);
   auto dim = [&](size_t i, int d) {
     const Fact& f = in(n, i);

@@ -199,6 +199,7 @@ class Pass {
   void gather_nd(const Node& n);
   void contrib(const Node& n);  // ONNX Runtime's com.microsoft operators (rows_contrib.cpp)
   void batch_operand(const Node& n, size_t i, bool broadcast);
+  void quantized(const Node& n);  // QLinearConv, ConvInteger and ORT's QOperator operators, as their float ones
 };
 
 inline int norm(int64_t axis, int rank) {
