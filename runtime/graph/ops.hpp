@@ -23,6 +23,8 @@ bool has_attr(const Node& n, const char* name);
 
 // Input i, which the node must have (throws naming the node otherwise).
 const Tensor& need(const Node& n, const std::vector<const Tensor*>& in, size_t i);
+// Optional input i, null when the node omits it.
+inline const Tensor* optional_input(const std::vector<const Tensor*>& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
 // An int64 or int32 tensor's values (shapes, axes, pads, indices).
 std::vector<int64_t> ints_of(const Node& n, const Tensor& t);
 // Pad's pads for every dimension, from pads for `axes` (opset 18's input 3; empty: all of them).

@@ -25,8 +25,6 @@ const Tensor& float_in(const Node& n, const std::vector<const Tensor*>& in, size
   return t;
 }
 
-const Tensor* optional_in(const std::vector<const Tensor*>& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
-
 bool wanted(const Node& n, size_t k) { return k < n.out.size() && n.out[k] >= 0; }
 
 // The additive mask of the attention scores, [B, 1 or heads, S, T], as ONNX Runtime builds it: a
@@ -142,7 +140,7 @@ int64_t heads_of(const Node& n) {
 
 void refuse_present(const Node& n, const std::vector<const Tensor*>& in, std::initializer_list<size_t> slots, const char* what) {
   for (size_t i : slots)
-    if (optional_in(in, i)) op_error(n, std::string(what) + " (input " + std::to_string(i) + ") is not supported");
+    if (optional_input(in, i)) op_error(n, std::string(what) + " (input " + std::to_string(i) + ") is not supported");
 }
 
 }  // namespace
@@ -151,7 +149,7 @@ void refuse_present(const Node& n, const std::vector<const Tensor*>& in, std::in
 // GEMM for Q, K and V, then attention over num_heads heads; `present` is K and V stacked.
 void op_ms_attention(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &x = float_in(n, in, 0), &w = float_in(n, in, 1);
-  const Tensor* bias = optional_in(in, 2);
+  const Tensor* bias = optional_input(in, 2);
   refuse_present(n, in, {4, 6}, "a past state");
   if (attr_i(n, "do_rotary", 0) != 0) op_error(n, "rotary embeddings are not supported");
   const int64_t heads = heads_of(n);
@@ -170,7 +168,7 @@ void op_ms_attention(const Node& n, const std::vector<const Tensor*>& in, std::v
   const Tensor q = columns(qkv, B * S, cols, 0, sizes[0], pb).reshape({B, S, sizes[0]});
   const Tensor k = columns(qkv, B * S, cols, sizes[0], sizes[1], pb).reshape({B, S, sizes[1]});
   const Tensor v = columns(qkv, B * S, cols, 2 * sizes[0], sizes[2], pb).reshape({B, S, sizes[2]});
-  const Tensor mask = scores_mask(n, optional_in(in, 3), optional_in(in, 5), attr_i(n, "unidirectional", 0) != 0, B, heads, S, S);
+  const Tensor mask = scores_mask(n, optional_input(in, 3), optional_input(in, 5), attr_i(n, "unidirectional", 0) != 0, B, heads, S, S);
   const float scale = attr_f(n, "scale", 1.0f / std::sqrt(static_cast<float>(sizes[0] / heads)));
   out[0] = attend(n, q, k, v, mask, heads, scale);
   if (wanted(n, 1)) {
@@ -186,7 +184,7 @@ void op_ms_attention(const Node& n, const std::vector<const Tensor*>& in, std::v
 // key_padding_mask, attention_bias): the packed and past forms are refused.
 void op_multi_head_attention(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& q0 = float_in(n, in, 0);
-  if (!optional_in(in, 1) || !optional_in(in, 2)) op_error(n, "packed query, key and value are not supported (give key and value)");
+  if (!optional_input(in, 1) || !optional_input(in, 2)) op_error(n, "packed query, key and value are not supported (give key and value)");
   const Tensor &k0 = float_in(n, in, 1), &v0 = float_in(n, in, 2);
   refuse_present(n, in, {6, 7, 8, 9}, "a past state");
   if (wanted(n, 3)) op_error(n, "its qk output is not supported");
@@ -196,13 +194,13 @@ void op_multi_head_attention(const Node& n, const std::vector<const Tensor*>& in
     op_error(n, "query " + q0.shape_str() + ", key " + k0.shape_str() + " and value " + v0.shape_str() +
                     " are not [B, S, D], [B, T, D] and [B, T, Dv] of num_heads heads");
   const int64_t B = q0.dim(0), S = q0.dim(1), T = k0.dim(1), D = q0.dim(2), Dv = v0.dim(2);
-  const Tensor* bias = optional_in(in, 3);
+  const Tensor* bias = optional_input(in, 3);
   if (bias && (bias->dtype() != DType::kF32 || bias->numel() != 2 * D + Dv)) op_error(n, "its bias is not [D + D + Dv]");
   const float* pb = bias ? bias->f32() : nullptr;
   const Tensor q = pb ? columns(q0, B * S, D, 0, D, pb).reshape(q0.shape()) : q0;
   const Tensor k = pb ? columns(k0.reshape({B * T, D}), B * T, D, 0, D, pb + D).reshape(k0.shape()) : k0;
   const Tensor v = pb ? columns(v0.reshape({B * T, Dv}), B * T, Dv, 0, Dv, pb + 2 * D).reshape(v0.shape()) : v0;
-  const Tensor mask = scores_mask(n, optional_in(in, 4), optional_in(in, 5), attr_i(n, "unidirectional", 0) != 0, B, heads, S, T);
+  const Tensor mask = scores_mask(n, optional_input(in, 4), optional_input(in, 5), attr_i(n, "unidirectional", 0) != 0, B, heads, S, T);
   out[0] = attend(n, q, k, v, mask, heads, attr_f(n, "scale", 1.0f / std::sqrt(static_cast<float>(D / heads))));
   if (wanted(n, 1)) out[1] = heads_first(k, heads);
   if (wanted(n, 2)) out[2] = heads_first(v, heads);
@@ -212,7 +210,7 @@ void op_multi_head_attention(const Node& n, const std::vector<const Tensor*>& in
 // ids]); mask_index is each row's count of 1s in the mask (0 without one).
 void op_embed_layer_norm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& ids = need(n, in, 0);
-  const Tensor *seg = optional_in(in, 1), *seg_table = optional_in(in, 4), *mask = optional_in(in, 7), *pos_ids = optional_in(in, 8);
+  const Tensor *seg = optional_input(in, 1), *seg_table = optional_input(in, 4), *mask = optional_input(in, 7), *pos_ids = optional_input(in, 8);
   const Tensor &word = float_in(n, in, 2), &pos = float_in(n, in, 3), &gamma = float_in(n, in, 5), &beta = float_in(n, in, 6);
   if (ids.dtype() != DType::kI32 || ids.ndim() != 2) op_error(n, "input_ids must be int32 [B, S]");
   const int64_t B = ids.dim(0), S = ids.dim(1), H = word.ndim() == 2 ? word.dim(1) : -1;
@@ -255,8 +253,8 @@ void op_embed_layer_norm(const Node& n, const std::vector<const Tensor*>& in, st
 void op_skip_layer_norm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const bool simplified = n.op.find("Simplified") != std::string::npos;
   const Tensor &x = float_in(n, in, 0), &skip = float_in(n, in, 1), &gamma = float_in(n, in, 2);
-  const Tensor* beta = simplified ? nullptr : optional_in(in, 3);
-  const Tensor* bias = optional_in(in, simplified ? 3 : 4);
+  const Tensor* beta = simplified ? nullptr : optional_input(in, 3);
+  const Tensor* bias = optional_input(in, simplified ? 3 : 4);
   if (x.ndim() < 1) op_error(n, "its input is a scalar");
   const int64_t H = x.dim(-1), rows = H ? x.numel() / H : 0;
   if (skip.ndim() < 1 || skip.numel() == 0 || skip.dim(-1) != H || x.numel() % skip.numel() != 0 || skip.ndim() > x.ndim() ||
@@ -300,14 +298,13 @@ void op_skip_layer_norm(const Node& n, const std::vector<const Tensor*>& in, std
 void op_bias_gelu(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = float_in(n, in, 0);
   std::vector<Tensor> sum(1, x);
-  if (optional_in(in, 1)) op_add(n, {&x, &float_in(n, in, 1)}, sum);
+  if (optional_input(in, 1)) op_add(n, {&x, &float_in(n, in, 1)}, sum);
   if (n.op == "com.microsoft:QuickGelu") {
     const float alpha = attr_f(n, "alpha", 1.702f);
     Tensor y = Tensor::empty(sum[0].shape());
-    for (int64_t i = 0; i < y.numel(); ++i) {
-      const float v = sum[0].f32()[i];
-      y.f32()[i] = v / (1.0f + std::exp(-alpha * v));
-    }
+    const float* px = sum[0].f32();
+    float* py = y.f32();
+    for (int64_t i = 0; i < y.numel(); ++i) py[i] = px[i] / (1.0f + std::exp(-alpha * px[i]));
     out[0] = y;
     return;
   }

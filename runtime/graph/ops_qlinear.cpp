@@ -13,8 +13,6 @@ namespace loom::rt::graph {
 
 namespace {
 
-const Tensor* opt(const std::vector<const Tensor*>& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
-
 // x (uint8 or int8) as float: (x - zero) * scale, per tensor or (scale of several values) along `axis`.
 Tensor dequantized(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zero, int64_t axis = 1) {
   if (x.dtype() != DType::kU8 && x.dtype() != DType::kI8) op_error(n, std::string("a quantized operand is ") + dtype_name(x.dtype()) + ", not uint8 or int8");
@@ -71,19 +69,19 @@ float one_scale(const Node& n, const Tensor& s, const char* what) {
 // QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B).
 void op_qlinear_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &x = need(n, in, 0), &xs = need(n, in, 1), &w = need(n, in, 3), &ws = need(n, in, 4), &ys = need(n, in, 6);
-  const Tensor fx = dequantized(n, x, xs, opt(in, 2)), fw = dequantized(n, w, ws, opt(in, 5), 0);
-  const Tensor* b = opt(in, 8);
+  const Tensor fx = dequantized(n, x, xs, optional_input(in, 2)), fw = dequantized(n, w, ws, optional_input(in, 5), 0);
+  const Tensor* b = optional_input(in, 8);
   const Tensor fb = b ? float_bias(n, *b, one_scale(n, xs, "x_scale"), ws, w.ndim() ? w.dim(0) : 0) : Tensor();
   const std::vector<Tensor> y = run_float(as_float(n, "Conv"), op_conv, {&fx, &fw, b ? &fb : nullptr});
-  out[0] = quantized(n, y[0], ys, opt(in, 7));
+  out[0] = quantized(n, y[0], ys, optional_input(in, 7));
 }
 
 // QLinearAdd / QLinearMul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point).
 void op_qlinear_binary(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  const Tensor fa = dequantized(n, need(n, in, 0), need(n, in, 1), opt(in, 2)), fb = dequantized(n, need(n, in, 3), need(n, in, 4), opt(in, 5));
+  const Tensor fa = dequantized(n, need(n, in, 0), need(n, in, 1), optional_input(in, 2)), fb = dequantized(n, need(n, in, 3), need(n, in, 4), optional_input(in, 5));
   const bool add = n.op == "com.microsoft:QLinearAdd";
   const std::vector<Tensor> y = run_float(as_float(n, add ? "Add" : "Mul"), add ? op_add : op_mul, {&fa, &fb});
-  out[0] = quantized(n, y[0], need(n, in, 6), opt(in, 7));
+  out[0] = quantized(n, y[0], need(n, in, 6), optional_input(in, 7));
 }
 
 // QLinearAveragePool, QLinearGlobalAveragePool, QLinearSoftmax, QLinearSigmoid, QLinearLeakyRelu
@@ -92,21 +90,21 @@ void op_qlinear_unary(const Node& n, const std::vector<const Tensor*>& in, std::
   if (attr_i(n, "channels_last", 0) != 0) op_error(n, "channels_last is not supported");
   const std::string op = n.op.substr(std::strlen(kContribDomain) + 1 + std::strlen("QLinear"));
   if (op == "Softmax" && attr_i(n, "opset", 13) < 13) op_error(n, "opset " + std::to_string(attr_i(n, "opset", 13)) + "'s softmax (before 13) is not supported");
-  const Tensor fx = dequantized(n, need(n, in, 0), need(n, in, 1), opt(in, 2));
+  const Tensor fx = dequantized(n, need(n, in, 0), need(n, in, 1), optional_input(in, 2));
   const OpFn fn = op == "AveragePool" ? op_pool : op == "GlobalAveragePool" ? op_global_avg_pool : op == "Softmax" ? op_softmax : op_unary;
   const std::vector<Tensor> y = run_float(as_float(n, op.c_str()), fn, {&fx});
-  out[0] = quantized(n, y[0], need(n, in, 3), opt(in, 4));
+  out[0] = quantized(n, y[0], need(n, in, 3), optional_input(in, 4));
 }
 
 // QLinearConcat(Y_scale, Y_zero_point, (X, X_scale, X_zero_point)...).
 void op_qlinear_concat(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   if (in.size() < 5 || (in.size() - 2) % 3) op_error(n, "its inputs are not Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples");
   std::vector<Tensor> parts;
-  for (size_t i = 2; i < in.size(); i += 3) parts.push_back(dequantized(n, need(n, in, i), need(n, in, i + 1), opt(in, i + 2)));
+  for (size_t i = 2; i < in.size(); i += 3) parts.push_back(dequantized(n, need(n, in, i), need(n, in, i + 1), optional_input(in, i + 2)));
   std::vector<const Tensor*> ptrs;
   for (const Tensor& t : parts) ptrs.push_back(&t);
   const std::vector<Tensor> y = run_float(as_float(n, "Concat"), op_concat, ptrs);
-  out[0] = quantized(n, y[0], need(n, in, 0), opt(in, 1));
+  out[0] = quantized(n, y[0], need(n, in, 0), optional_input(in, 1));
 }
 
 // QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point): float
@@ -114,16 +112,16 @@ void op_qlinear_concat(const Node& n, const std::vector<const Tensor*>& in, std:
 void op_qgemm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a = need(n, in, 0), &as = need(n, in, 1), &b = need(n, in, 3), &bs = need(n, in, 4);
   const bool tb = attr_i(n, "transB", 0) != 0;
-  const Tensor fa = dequantized(n, a, as, opt(in, 2)), fb = dequantized(n, b, bs, opt(in, 5), tb ? 0 : 1);
-  const Tensor* c = opt(in, 6);
+  const Tensor fa = dequantized(n, a, as, optional_input(in, 2)), fb = dequantized(n, b, bs, optional_input(in, 5), tb ? 0 : 1);
+  const Tensor* c = optional_input(in, 6);
   const int64_t cols = b.ndim() == 2 ? b.dim(tb ? 0 : 1) : 0;
   const float alpha = attr_f(n, "alpha", 1.0f);
   Tensor fc = c ? float_bias(n, *c, one_scale(n, as, "a_scale") * alpha, bs, cols) : Tensor();
   Node g = as_float(n, "Gemm");
   g.attrs.erase("beta");
   const std::vector<Tensor> y = run_float(g, op_gemm, {&fa, &fb, c ? &fc : nullptr});
-  const Tensor* ys = opt(in, 7);
-  out[0] = ys ? quantized(n, y[0], *ys, opt(in, 8)) : y[0];
+  const Tensor* ys = optional_input(in, 7);
+  out[0] = ys ? quantized(n, y[0], *ys, optional_input(in, 8)) : y[0];
 }
 
 }  // namespace loom::rt::graph

@@ -102,8 +102,6 @@ Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Te
   return acc;
 }
 
-const Tensor* opt(const std::vector<const Tensor*>& in, size_t i) { return in.size() > i ? in[i] : nullptr; }
-
 }  // namespace
 
 // ConvInteger(x, w, x_zero_point, w_zero_point): the int32 sums of (x - xz)(w - wz), exactly, as
@@ -112,9 +110,9 @@ const Tensor* opt(const std::vector<const Tensor*>& in, size_t i) { return in.si
 void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &x = need(n, in, 0), &w = need(n, in, 1);
   if (x.ndim() != 4 || w.ndim() != 4) op_error(n, "only 2-D convolution is supported");
-  const Tensor* xz = opt(in, 2);
+  const Tensor* xz = optional_input(in, 2);
   if (xz && xz->numel() != 1) op_error(n, "x_zero_point must be one value");
-  const Tensor fx = centred(n, x, xz, -1, "x"), fw = centred(n, w, opt(in, 3), -4, "w");
+  const Tensor fx = centred(n, x, xz, -1, "x"), fw = centred(n, w, optional_input(in, 3), -4, "w");
   const int64_t C = x.dim(1), taps = w.dim(2) * w.dim(3);
   int64_t chunk = taps ? 258 / taps : C;  // input channels per chunk (a grouped one is summed whole)
   if (attr_i(n, "group", 1) != 1) chunk = w.dim(1) * taps <= 258 ? C : 0;
@@ -135,7 +133,7 @@ void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::v
 }
 
 void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  out[0] = int_matmul(n, need(n, in, 0), opt(in, 2), need(n, in, 1), opt(in, 3));
+  out[0] = int_matmul(n, need(n, in, 0), optional_input(in, 2), need(n, in, 1), optional_input(in, 3));
 }
 
 // y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero): a_scale one value or one
@@ -144,7 +142,7 @@ void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std:
 void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a = need(n, in, 0), &as = need(n, in, 1), &az = need(n, in, 2), &b = need(n, in, 3), &bs = need(n, in, 4),
                &bz = need(n, in, 5), &ys = need(n, in, 6);
-  const Tensor* yz = opt(in, 7);
+  const Tensor* yz = optional_input(in, 7);
   for (const Tensor* s : {&as, &bs, &ys})
     if (s->dtype() != DType::kF32) op_error(n, "the scales must be float32");
   if (ys.numel() != 1 || (yz && yz->numel() != 1)) op_error(n, "y_scale and y_zero_point must be one value each");

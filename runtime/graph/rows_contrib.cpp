@@ -60,10 +60,8 @@ void Pass::quantized(const Node& n) {
 }
 
 void Pass::contrib(const Node& n) {
-  if (n.op.compare(0, std::strlen(kContribDomain) + 8, std::string(kContribDomain) + ":QLinear") == 0 ||
-      n.op == "com.microsoft:QGemm")
-    return quantized(n);
   const std::string op = n.op.substr(std::strlen(kContribDomain) + 1);
+  if (op.rfind("QLinear", 0) == 0 || op == "QGemm") return quantized(n);
   auto dim = [&](size_t i, int d) {
     const Fact& f = in(n, i);
     return f.ranked && d < f.rank() ? f.dims[static_cast<size_t>(d)] : kAnyDim;
