@@ -7,33 +7,10 @@
 // MatMul as one kernel. A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
-#include "ops.hpp"
+#include "fuse.hpp"
 
 namespace loom::rt::graph {
 namespace {
-
-struct Graph {
-  std::vector<Node>& nodes;
-  const std::vector<Tensor>& constants;
-  std::vector<int> uses;  // readers of each value (+1000 for the graph's outputs)
-
-  // The only node that reads value v, when exactly one does (and it is not a graph output).
-  Node* sole_reader(int v, size_t after) {
-    if (v < 0 || uses[static_cast<size_t>(v)] != 1) return nullptr;
-    for (size_t j = after + 1; j < nodes.size(); ++j)
-      for (int i : nodes[j].in)
-        if (i == v) return nodes[j].op.empty() ? nullptr : &nodes[j];
-    return nullptr;
-  }
-  // The float value of a one-element float constant, else false.
-  bool scalar(int v, float* out) const {
-    if (v < 0) return false;
-    const Tensor& t = constants[static_cast<size_t>(v)];
-    if (!t.defined() || t.numel() != 1 || t.dtype() != DType::kF32) return false;
-    *out = t.f32()[0];
-    return true;
-  }
-};
 
 int fuse_relu(Graph& g) {
   int n = 0;
@@ -211,13 +188,13 @@ int fuse_matmul_scale(Graph& g) {
   return n;
 }
 
-// A MatMul whose output only a Loom.Gelu (or ONNX Runtime's Gelu, the same erf form) reads
+// A MatMul (or quantize_dynamic's fused chain) whose output only a Loom.Gelu (or ONNX Runtime's Gelu, the same erf form) reads
 // applies GELU in its epilogue.
 int fuse_matmul_gelu(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& m = g.nodes[i];
-    if (m.op != "MatMul" || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
+    if ((m.op != "MatMul" && m.op != "Loom.MatMulIntegerToFloat") || m.out.size() != 1 || has_attr(m, "loom.gelu")) continue;
     Node* e = g.sole_reader(m.out[0], i);
     if (!e || (e->op != "Loom.Gelu" && e->op != "com.microsoft:Gelu")) continue;
     m.attrs["loom.gelu"] = Attr::of(int64_t{1});
@@ -226,15 +203,6 @@ int fuse_matmul_gelu(Graph& g) {
     ++n;
   }
   return n;
-}
-
-// Every node after `after` that reads value v.
-std::vector<Node*> readers(Graph& g, int v, size_t after) {
-  std::vector<Node*> r;
-  for (size_t j = after + 1; j < g.nodes.size(); ++j)
-    if (!g.nodes[j].op.empty() && std::find(g.nodes[j].in.begin(), g.nodes[j].in.end(), v) != g.nodes[j].in.end())
-      r.push_back(&g.nodes[j]);
-  return r;
 }
 
 bool last_axis_mean(const Node& n) {
@@ -261,7 +229,7 @@ int fuse_layer_norm(Graph& g) {
     Node* s = g.sole_reader(r1.out[0], i);
     if (!s || s->op != "Sub" || s->in.size() != 2 || s->in[0] != x || s->in[1] != r1.out[0]) continue;
     const int d = s->out[0];
-    const auto rd = readers(g, d, i);
+    const auto rd = g.readers(d, i);
     if (g.uses[static_cast<size_t>(d)] != 2 || rd.size() != 2) continue;
     Node* p = rd[0]->op == "Pow" ? rd[0] : rd[1];
     Node* dv = rd[0]->op == "Pow" ? rd[1] : rd[0];
@@ -433,6 +401,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   fused += fuse_affine(g);
   fused += fuse_gelu(g);
   fused += fuse_layer_norm(g);
+  fused += fuse_quantized(g);
   fused += fuse_matmul_bias(g);
   fused += fuse_matmul_scale(g);
   fused += fuse_matmul_gelu(g);

@@ -158,6 +158,13 @@ void op_clip(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>
 void op_matmul_integer(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_qlinear_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_dynamic_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// The fused forms of quantized models' patterns (fuse_quant.cpp): a QDQ pair in one pass;
+// quantize_dynamic's MatMulInteger chain as one GEMM, its constant weight W (W_zero: absent, one
+// value or one per column) set into the fused node's attributes by matmul_integer_weights.
+void op_quantize_dequantize(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void op_matmul_integer_to_float(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+void matmul_integer_weights(const Node& n, const Tensor& w, const Tensor* zero, std::map<std::string, Attr>* attrs);
+int64_t exact_chunk(const Tensor& centred);
 // ops_contrib.cpp: ONNX Runtime's com.microsoft operators, named "com.microsoft:<op>" in the graph
 // (contrib_schemas.cpp describes them to ONNX's checker).
 void op_ms_attention(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);

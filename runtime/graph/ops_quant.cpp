@@ -1,11 +1,14 @@
-// ops_quant.cpp — the operators of quantized ONNX models: QDQ (QuantizeLinear, DequantizeLinear:
-// per tensor or per axis, uint8 / int8 with ONNX's round-half-to-even and saturation), what
-// onnxruntime's quantize_dynamic writes (DynamicQuantizeLinear, MatMulInteger, ConvInteger),
-// QLinearMatMul, and Clip (ops_qlinear.cpp has the QOperator format's others). Integer products are summed exactly (int_matmul).
+// ops_quant.cpp — the element-wise operators of quantized ONNX models: QDQ (QuantizeLinear,
+// DequantizeLinear: per tensor or per axis, uint8 / int8 with ONNX's round-half-to-even and
+// saturation), a QDQ pair fused into one pass, DynamicQuantizeLinear, and Clip; vectorised loops
+// (ops_integer.cpp has the integer GEMMs, ops_qlinear.cpp the QOperator format's others).
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
+#include "quant.hpp"
 
 namespace loom::rt::graph {
 namespace {
@@ -39,6 +42,78 @@ PerAxis per_axis(const Node& n, const Tensor& x, const Tensor& scale, const Tens
   return p;
 }
 
+// fn(offset, count, c) over the runs of elements that share the scale and zero point c.
+template <class Fn>
+void for_axis_runs(const PerAxis& p, int64_t total, Fn fn) {
+  if (p.scale.size() == 1) return fn(int64_t{0}, total, size_t{0});
+  for (int64_t o = 0, c = 0; o < total; o += p.inner, c = (c + 1) % p.dim) fn(o, std::min(p.inner, total - o), static_cast<size_t>(c));
+}
+
+// saturate(round(x / scale) + zero) in [lo, hi], as a float, NaN to lo. x / scale is clamped to
+// +-2^20 first (past the reach of any zero point), so that adding and taking away 1.5 * 2^23
+// rounds it half to even (the default rounding mode) without a libm call, and the loop widens.
+__attribute__((always_inline)) inline float quantized(float x, float scale, float zero, float lo, float hi) {
+  float v = x / scale;
+  v = v > -1048576.0f ? v : -1048576.0f;
+  v = v < 1048576.0f ? v : 1048576.0f;
+  float q = ((v + 12582912.0f) - 12582912.0f) + zero;
+  q = q > lo ? q : lo;
+  return q < hi ? q : hi;
+}
+
+LOOM_VEC void quantize_u8(const float* x, int64_t n, float scale, float zero, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<uint8_t>(static_cast<int32_t>(quantized(x[i], scale, zero, 0.0f, 255.0f)));
+}
+
+LOOM_VEC void quantize_s8(const float* x, int64_t n, float scale, float zero, int8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int32_t>(quantized(x[i], scale, zero, -128.0f, 127.0f)));
+}
+
+// A QuantizeLinear and the DequantizeLinear of its output in one pass: (q - zero) * scale.
+LOOM_VEC void quantize_dequantize(const float* x, int64_t n, float scale, float zero, float lo, float hi, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (quantized(x[i], scale, zero, lo, hi) - zero) * scale;
+}
+
+// (x - zero) * scale for integers x (scale 1: the centred values of an integer GEMM's operand).
+template <class T>
+__attribute__((always_inline)) inline void dequantize_span(const T* x, int64_t n, float zero, float scale, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (static_cast<float>(x[i]) - zero) * scale;
+}
+LOOM_VEC void dequantize_u8(const uint8_t* x, int64_t n, float zero, float scale, float* y) { dequantize_span(x, n, zero, scale, y); }
+LOOM_VEC void dequantize_s8(const int8_t* x, int64_t n, float zero, float scale, float* y) { dequantize_span(x, n, zero, scale, y); }
+
+// The smallest and largest of n floats with 0 (DynamicQuantizeLinear's range); false when one is
+// NaN. In 16 lanes, so that the compares become vector min and max (a reduction of one lane does
+// not widen: the order of NaNs and signed zeros would change).
+LOOM_VEC bool range_with_zero(const float* x, int64_t n, float* lo, float* hi) {
+  constexpr int kLanes = 16;
+  float l[kLanes] = {}, h[kLanes] = {};
+  int nan[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = x[i + j];
+      l[j] = v < l[j] ? v : l[j];
+      h[j] = v > h[j] ? v : h[j];
+      nan[j] |= v != v;
+    }
+  for (; i < n; ++i) {
+    const float v = x[i];
+    l[0] = v < l[0] ? v : l[0];
+    h[0] = v > h[0] ? v : h[0];
+    nan[0] |= v != v;
+  }
+  int bad = 0;
+  for (int j = 0; j < kLanes; ++j) {
+    l[0] = std::min(l[0], l[j]), h[0] = std::max(h[0], h[j]);
+    bad |= nan[j];
+  }
+  *lo = l[0], *hi = h[0];
+  return bad == 0;
+}
+
+}  // namespace
+
 int32_t int_at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kU8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
 }
@@ -47,8 +122,6 @@ void need_int8(const Node& n, const Tensor& t, const char* what) {
   if (t.dtype() != DType::kU8 && t.dtype() != DType::kI8) op_error(n, std::string(what) + " must be uint8 or int8, not " + dtype_name(t.dtype()));
 }
 
-// t - zero as float32 (exact: |t - zero| <= 255). zero: absent, one value, or one per index of
-// t's dimension `axis` (a's rows: -2; b's columns: -1).
 Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, const char* what) {
   need_int8(n, t, what);
   int64_t dim = 1, inner = 1;
@@ -61,105 +134,14 @@ Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, con
   }
   if (zero) need_int8(n, *zero, "a zero point");
   Tensor f = Tensor::empty(t.shape());
-  for (int64_t i = 0, total = t.numel(); i < total; ++i)
-    f.f32()[i] = static_cast<float>(int_at(t, i) - (zero ? int_at(*zero, (i / inner) % dim) : 0));
+  const int64_t total = t.numel(), run = dim == 1 ? total : inner;
+  for (int64_t o = 0, c = 0; o < total; o += run, c = (c + 1) % dim) {
+    const float z = zero ? static_cast<float>(int_at(*zero, c)) : 0.0f;
+    const int64_t count = std::min(run, total - o);
+    if (t.dtype() == DType::kU8) dequantize_u8(t.data<uint8_t>() + o, count, z, 1.0f, f.f32() + o);
+    else dequantize_s8(t.data<int8_t>() + o, count, z, 1.0f, f.f32() + o);
+  }
   return f;
-}
-
-// The copy of t's elements [k0, k0 + kc) along `axis`.
-Tensor slice_axis(const Tensor& t, int axis, int64_t k0, int64_t kc) {
-  Shape s = t.shape();
-  const int64_t K = s[static_cast<size_t>(axis)];
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
-  for (int d = axis + 1; d < t.ndim(); ++d) inner *= s[static_cast<size_t>(d)];
-  s[static_cast<size_t>(axis)] = kc;
-  Tensor y = Tensor::empty(s);
-  for (int64_t o = 0; o < outer; ++o) std::copy_n(t.f32() + (o * K + k0) * inner, kc * inner, y.f32() + o * kc * inner);
-  return y;
-}
-
-// (a - a_zero) x (b - b_zero) in int32, exactly: the operands as floats and the contracted
-// dimension in chunks of 256, so that no float sum exceeds 255 * 255 * 256 < 2^24 (every partial
-// sum an exact integer), each chunk's float GEMM added into int32.
-Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Tensor& b, const Tensor* b_zero) {
-  if (a.ndim() < 2 || b.ndim() < 2) op_error(n, "1-D operands are not supported");
-  const Tensor fa = centred(n, a, a_zero, -2, "A"), fb = centred(n, b, b_zero, -1, "B");
-  const int64_t K = a.dim(-1);
-  constexpr int64_t kChunk = 256;
-  Node mm;
-  mm.op = "MatMul", mm.name = n.name;
-  Tensor acc;
-  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kChunk) {
-    const int64_t kc = std::min(kChunk, K - k0);
-    const Tensor ca = K <= kChunk ? fa : slice_axis(fa, a.ndim() - 1, k0, kc), cb = K <= kChunk ? fb : slice_axis(fb, b.ndim() - 2, k0, kc);
-    std::vector<Tensor> y(1);
-    op_matmul(mm, {&ca, &cb}, y);
-    if (k0 == 0) acc = Tensor::zeros(y[0].shape(), DType::kI32);
-    for (int64_t i = 0, total = acc.numel(); i < total; ++i) acc.data<int32_t>()[i] += static_cast<int32_t>(y[0].f32()[i]);
-    if (K <= kChunk) break;
-  }
-  return acc;
-}
-
-}  // namespace
-
-// ConvInteger(x, w, x_zero_point, w_zero_point): the int32 sums of (x - xz)(w - wz), exactly, as
-// int_matmul sums: the input channels in chunks of at most 258 products per output value (each
-// at most 255 * 255), every float partial sum an exact integer below 2^24.
-void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  const Tensor &x = need(n, in, 0), &w = need(n, in, 1);
-  if (x.ndim() != 4 || w.ndim() != 4) op_error(n, "only 2-D convolution is supported");
-  const Tensor* xz = optional_input(in, 2);
-  if (xz && xz->numel() != 1) op_error(n, "x_zero_point must be one value");
-  const Tensor fx = centred(n, x, xz, -1, "x"), fw = centred(n, w, optional_input(in, 3), -4, "w");
-  const int64_t C = x.dim(1), taps = w.dim(2) * w.dim(3);
-  int64_t chunk = taps ? 258 / taps : C;  // input channels per chunk (a grouped one is summed whole)
-  if (attr_i(n, "group", 1) != 1) chunk = w.dim(1) * taps <= 258 ? C : 0;
-  if (chunk < 1) op_error(n, "its sums of more than 258 products per output are not summed exactly");
-  Node conv = n;
-  conv.op = "Conv";
-  Tensor acc;
-  for (int64_t c0 = 0; c0 < C || c0 == 0; c0 += chunk) {
-    const int64_t cc = std::min(chunk, C - c0);
-    const Tensor cx = C <= chunk ? fx : slice_axis(fx, 1, c0, cc), cw = C <= chunk ? fw : slice_axis(fw, 1, c0, cc);
-    std::vector<Tensor> y(1);
-    op_conv(conv, {&cx, &cw}, y);
-    if (c0 == 0) acc = Tensor::zeros(y[0].shape(), DType::kI32);
-    for (int64_t i = 0, total = acc.numel(); i < total; ++i) acc.data<int32_t>()[i] += static_cast<int32_t>(std::lrint(y[0].f32()[i]));
-    if (C <= chunk) break;
-  }
-  out[0] = acc;
-}
-
-void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  out[0] = int_matmul(n, need(n, in, 0), optional_input(in, 2), need(n, in, 1), optional_input(in, 3));
-}
-
-// y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero): a_scale one value or one
-// per row, b_scale one or one per column, as ONNX's reference computes it (the factor in
-// float32, the product in double).
-void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  const Tensor &a = need(n, in, 0), &as = need(n, in, 1), &az = need(n, in, 2), &b = need(n, in, 3), &bs = need(n, in, 4),
-               &bz = need(n, in, 5), &ys = need(n, in, 6);
-  const Tensor* yz = optional_input(in, 7);
-  for (const Tensor* s : {&as, &bs, &ys})
-    if (s->dtype() != DType::kF32) op_error(n, "the scales must be float32");
-  if (ys.numel() != 1 || (yz && yz->numel() != 1)) op_error(n, "y_scale and y_zero_point must be one value each");
-  const Tensor acc = int_matmul(n, a, &az, b, &bz);
-  const int64_t N = acc.dim(-1), M = acc.dim(-2);
-  if ((as.numel() != 1 && as.numel() != M) || (bs.numel() != 1 && bs.numel() != N)) op_error(n, "a_scale or b_scale does not match the operands");
-  const DType to = yz ? yz->dtype() : DType::kU8;
-  if (to != DType::kU8 && to != DType::kI8) op_error(n, "y_zero_point must be uint8 or int8");
-  const double lo = to == DType::kU8 ? 0 : -128, hi = to == DType::kU8 ? 255 : 127, zp = yz ? int_at(*yz, 0) : 0;
-  Tensor y = Tensor::empty(acc.shape(), to);
-  for (int64_t i = 0, total = acc.numel(); i < total; ++i) {
-    const float f = as.f32()[as.numel() == 1 ? 0 : (i / N) % M] * bs.f32()[bs.numel() == 1 ? 0 : i % N] / ys.f32()[0];
-    const double v = std::clamp(std::nearbyint(static_cast<double>(acc.data<int32_t>()[i]) * static_cast<double>(f) + zp), lo, hi);
-    if (to == DType::kU8) y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
-    else y.data<int8_t>()[i] = static_cast<int8_t>(v);
-  }
-  out[0] = y;
 }
 
 // ONNX's formula: the range widened to hold 0 over 255 steps (1/255 for an all-zero tensor), the
@@ -169,16 +151,11 @@ void op_dynamic_quantize_linear(const Node& n, const std::vector<const Tensor*>&
   const Tensor& x = need(n, in, 0);
   if (x.dtype() != DType::kF32) op_error(n, "DynamicQuantizeLinear takes float32");
   float lo = 0, hi = 0;
-  for (int64_t i = 0, total = x.numel(); i < total; ++i) {
-    const float v = x.f32()[i];
-    if (std::isnan(v)) op_error(n, "the input holds a NaN");
-    lo = std::min(lo, v), hi = std::max(hi, v);
-  }
+  if (!range_with_zero(x.f32(), x.numel(), &lo, &hi)) op_error(n, "the input holds a NaN");
   const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
   Tensor y = Tensor::empty(x.shape(), DType::kU8), s = Tensor::empty({}), z = Tensor::empty({}, DType::kU8);
-  for (int64_t i = 0, total = x.numel(); i < total; ++i)
-    y.data<uint8_t>()[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(x.f32()[i] / scale) + zp, 0.0f, 255.0f));
+  quantize_u8(x.f32(), x.numel(), scale, zp, y.data<uint8_t>());
   s.f32()[0] = scale;
   z.data<uint8_t>()[0] = static_cast<uint8_t>(zp);
   out[0] = y;
@@ -193,15 +170,12 @@ void op_quantize_linear(const Node& n, const std::vector<const Tensor*>& in, std
   const DType to = zero && zero->dtype() == DType::kI8 ? DType::kI8 : DType::kU8;
   if (zero && zero->dtype() != DType::kI8 && zero->dtype() != DType::kU8) op_error(n, "the zero point must be uint8 or int8");
   const PerAxis p = per_axis(n, x, scale, zero);
-  const int lo = to == DType::kU8 ? 0 : -128, hi = to == DType::kU8 ? 255 : 127;
   Tensor y = Tensor::empty(x.shape(), to);
-  for (int64_t i = 0, total = x.numel(); i < total; ++i) {
-    const size_t c = static_cast<size_t>((i / p.inner) % p.dim);
-    const float q = std::nearbyint(x.f32()[i] / p.scale[c]) + static_cast<float>(p.zero[c]);
-    const int v = static_cast<int>(std::clamp(q, static_cast<float>(lo), static_cast<float>(hi)));
-    if (to == DType::kU8) y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
-    else y.data<int8_t>()[i] = static_cast<int8_t>(v);
-  }
+  for_axis_runs(p, x.numel(), [&](int64_t o, int64_t count, size_t c) {
+    const float z = static_cast<float>(p.zero[c]);
+    if (to == DType::kU8) quantize_u8(x.f32() + o, count, p.scale[c], z, y.data<uint8_t>() + o);
+    else quantize_s8(x.f32() + o, count, p.scale[c], z, y.data<int8_t>() + o);
+  });
   out[0] = y;
 }
 
@@ -212,11 +186,29 @@ void op_dequantize_linear(const Node& n, const std::vector<const Tensor*>& in, s
     op_error(n, std::string("DequantizeLinear takes uint8, int8 or int32, not ") + dtype_name(x.dtype()));
   const PerAxis p = per_axis(n, x, scale, x.dtype() == DType::kI32 ? nullptr : zero);
   Tensor y = Tensor::empty(x.shape());
-  for (int64_t i = 0, total = x.numel(); i < total; ++i) {
-    const size_t c = static_cast<size_t>((i / p.inner) % p.dim);
-    const int32_t v = x.dtype() == DType::kU8 ? x.data<uint8_t>()[i] : x.dtype() == DType::kI8 ? x.data<int8_t>()[i] : x.data<int32_t>()[i];
-    y.f32()[i] = static_cast<float>(v - p.zero[c]) * p.scale[c];
-  }
+  for_axis_runs(p, x.numel(), [&](int64_t o, int64_t count, size_t c) {
+    const float z = static_cast<float>(p.zero[c]), s = p.scale[c];
+    if (x.dtype() == DType::kU8) return dequantize_u8(x.data<uint8_t>() + o, count, z, s, y.f32() + o);
+    if (x.dtype() == DType::kI8) return dequantize_s8(x.data<int8_t>() + o, count, z, s, y.f32() + o);
+    for (int64_t i = 0; i < count; ++i) y.f32()[o + i] = static_cast<float>(x.data<int32_t>()[o + i]) * s;
+  });
+  out[0] = y;
+}
+
+// Loom.QuantizeDequantize (fuse_quant.cpp): a QuantizeLinear whose output only DequantizeLinear
+// nodes of the same scale and zero point read, as one pass: y = (saturate(round(x / scale) + zero)
+// - zero) * scale, per tensor or per axis, the attributes and inputs QuantizeLinear's.
+void op_quantize_dequantize(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor &x = need(n, in, 0), &scale = need(n, in, 1);
+  const Tensor* zero = optional_input(in, 2);
+  if (x.dtype() != DType::kF32) op_error(n, "QuantizeLinear takes float32");
+  if (zero && zero->dtype() != DType::kI8 && zero->dtype() != DType::kU8) op_error(n, "the zero point must be uint8 or int8");
+  const bool s8 = zero && zero->dtype() == DType::kI8;
+  const PerAxis p = per_axis(n, x, scale, zero);
+  Tensor y = Tensor::empty(x.shape());
+  for_axis_runs(p, x.numel(), [&](int64_t o, int64_t count, size_t c) {
+    quantize_dequantize(x.f32() + o, count, p.scale[c], static_cast<float>(p.zero[c]), s8 ? -128.0f : 0.0f, s8 ? 127.0f : 255.0f, y.f32() + o);
+  });
   out[0] = y;
 }
 

@@ -168,6 +168,28 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
               ldb, beta, c, ldc);
 }
 
+bool exact_int8_gemm() {
+#ifdef LOOM_HAVE_DNNL
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  return vnni;
+#else
+  return false;
+#endif
+}
+
+bool gemm_u8s8(int m, int n, int k, const uint8_t* a, uint8_t a_zero, const int8_t* b, int8_t b_zero, int32_t* c) {
+  if (!exact_int8_gemm() || m <= 0 || n <= 0 || k <= 0) return false;
+#ifdef LOOM_HAVE_DNNL
+  const int32_t c_offset = 0;
+  const dnnl_status_t st = dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a, k, a_zero, b, n, b_zero, 0.0f, c, n, &c_offset);
+  LOOM_CHECK(st == dnnl_success, "dnnl_gemm_u8s8s32 failed with status " + std::to_string(static_cast<int>(st)));
+  return true;
+#else
+  (void)a, (void)a_zero, (void)b, (void)b_zero, (void)c;
+  return false;
+#endif
+}
+
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, Act act) {
   const int64_t min_rows = vec::kParallelValues / std::max<int64_t>(cols, 1);
   vec::for_range(rows, min_rows, [&](int64_t lo, int64_t hi) { bias_act_rows(y, bias, cols, act, lo, hi); });

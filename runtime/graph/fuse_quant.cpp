@@ -1,0 +1,92 @@
+// fuse_quant.cpp — the load-time fusions of onnxruntime.quantization's models: quantize_dynamic's
+// MatMulInteger -> Cast -> Mul by the scales (-> Add of the bias) as one GEMM whose weight is held
+// centred in floats, and quantize_static's QDQ pairs (a QuantizeLinear read by DequantizeLinear
+// nodes alone) as one pass each. The fused kernels round every step as the nodes they replace.
+#include "fuse.hpp"
+
+namespace loom::rt::graph {
+namespace {
+
+const Tensor* constant(const Graph& g, int v) {
+  return v >= 0 && g.constants[static_cast<size_t>(v)].defined() ? &g.constants[static_cast<size_t>(v)] : nullptr;
+}
+
+bool int8(const Tensor* t) { return t && (t->dtype() == DType::kU8 || t->dtype() == DType::kI8); }
+
+// The constant float bias row of N values beside value x in an Add, or -1.
+int bias_row(const Graph& g, const Node& add, int x, int64_t N) {
+  if (add.op != "Add" || add.in.size() != 2) return -1;
+  const int b = add.in[0] == x ? add.in[1] : add.in[0];
+  const Tensor* t = constant(g, b);
+  return t && b != x && t->dtype() == DType::kF32 && t->ndim() == 1 && t->numel() == N ? b : -1;
+}
+
+// MatMulInteger(a, W, a_zero, W_zero), W and W_zero constants, read by a Cast to float alone, read
+// by a Mul alone (the product of the activation's and the weight's scales), then maybe an Add of a
+// bias row: Loom.MatMulIntegerToFloat in the place of the last of them (where every input is ready).
+int fuse_matmul_integer(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& m = g.nodes[i];
+    if (m.op != "MatMulInteger" || m.in.size() < 2 || m.out.size() != 1) continue;
+    const Tensor *w = constant(g, m.in[1]), *wz = m.in.size() > 3 ? constant(g, m.in[3]) : nullptr;
+    if (!int8(w) || w->ndim() != 2 || (m.in.size() > 3 && m.in[3] >= 0 && (!int8(wz) || (wz->numel() != 1 && wz->numel() != w->dim(1)))))
+      continue;
+    Node* c = g.sole_reader(m.out[0], i);
+    if (!c || c->op != "Cast" || attr_i(*c, "to", 0) != onnx_dtype(DType::kF32)) continue;
+    Node* mul = g.sole_reader(c->out[0], i);
+    if (!mul || mul->op != "Mul" || mul->in.size() != 2 || mul->in[0] == mul->in[1]) continue;
+    Node f;
+    f.op = "Loom.MatMulIntegerToFloat";
+    f.name = m.name;
+    f.fn = op_matmul_integer_to_float;
+    f.in = {m.in[0], m.in.size() > 2 ? m.in[2] : -1, mul->in[0] == c->out[0] ? mul->in[1] : mul->in[0]};
+    matmul_integer_weights(m, *w, wz, &f.attrs);
+    Node* last = mul;
+    if (Node* add = g.sole_reader(mul->out[0], i); add && bias_row(g, *add, mul->out[0], w->dim(1)) >= 0) {
+      f.in.push_back(bias_row(g, *add, mul->out[0], w->dim(1)));
+      mul->op.clear();
+      last = add;
+      ++n;
+    }
+    f.out = last->out;
+    m.op.clear();
+    c->op.clear();
+    *last = std::move(f);
+    n += 2;
+  }
+  return n;
+}
+
+// QuantizeLinear(x, scale, zero) whose output DequantizeLinear nodes of the same scale, zero
+// point and axis alone read: each of them Loom.QuantizeDequantize(x, scale, zero).
+int fuse_quantize_dequantize(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& q = g.nodes[i];
+    if (q.op != "QuantizeLinear" || q.in.size() < 2 || q.out.size() != 1 || q.out[0] < 0) continue;
+    if (has_attr(q, "output_dtype") || has_attr(q, "block_size") || has_attr(q, "saturate")) continue;
+    const int v = q.out[0];
+    const std::vector<Node*> rd = g.readers(v, i);
+    const auto same = [&](const Node* d) {
+      return d->op == "DequantizeLinear" && d->in.size() == q.in.size() && d->in[0] == v && d->in[1] == q.in[1] &&
+             (q.in.size() < 3 || d->in[2] == q.in[2]) && attr_i(*d, "axis", 1) == attr_i(q, "axis", 1) && !has_attr(*d, "block_size");
+    };
+    if (rd.empty() || static_cast<int>(rd.size()) != g.uses[static_cast<size_t>(v)] || !std::all_of(rd.begin(), rd.end(), same)) continue;
+    for (Node* d : rd) {
+      d->op = "Loom.QuantizeDequantize";
+      d->fn = op_quantize_dequantize;
+      d->in = q.in;
+      d->attrs = q.attrs;
+    }
+    q.op.clear();
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+int fuse_quantized(Graph& g) { return fuse_matmul_integer(g) + fuse_quantize_dequantize(g); }
+
+}  // namespace loom::rt::graph

@@ -1,0 +1,19 @@
+// quant.hpp — what the quantized operators share (ops_quant.cpp, ops_integer.cpp): int8
+// tensors' elements and checks, and an integer operand centred on its zero point as floats.
+#pragma once
+
+#include <cstdint>
+
+#include "ops.hpp"
+
+namespace loom::rt::graph {
+
+// Element i of a uint8 or int8 tensor.
+int32_t int_at(const Tensor& t, int64_t i);
+// Throws naming the node unless t is uint8 or int8.
+void need_int8(const Node& n, const Tensor& t, const char* what);
+// t - zero as float32 (exact: |t - zero| <= 255). zero: absent, one value, or one per index of
+// t's dimension `axis` (a's rows: -2; b's columns: -1).
+Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, const char* what);
+
+}  // namespace loom::rt::graph

@@ -1,0 +1,245 @@
+// quant_test.cpp — the kernels and fusions of quantized models: QuantizeLinear, DequantizeLinear
+// and DynamicQuantizeLinear against ONNX's formulas computed naively (ties rounded half to even,
+// saturation, per-axis scales), and the fused forms of onnxruntime.quantization's patterns against
+// the nodes they replace, bit for bit: quantize_dynamic's MatMulInteger -> Cast -> Mul -> Add
+// chain (sums past 2^24 in chunks) and QDQ pairs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "loom/rt/graph/graph.hpp"
+#include "loom/rt/tensor/kernels.hpp"
+#include "ops.hpp"
+
+namespace {
+
+using loom::rt::DType;
+using loom::rt::Tensor;
+using loom::rt::graph::Attr;
+using loom::rt::graph::Node;
+
+Tensor noisy(std::vector<int64_t> shape, float scale, float phase = 0.37f) {
+  Tensor t = Tensor::empty(std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std::sin(static_cast<float>(i) * phase + 0.1f) * scale;
+  return t;
+}
+
+template <class T>
+Tensor ints_of(std::vector<int64_t> shape, DType dt, int lo, int hi) {
+  Tensor t = Tensor::empty(std::move(shape), dt);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(lo + (i * 7919 + 13) % (hi - lo + 1));
+  return t;
+}
+
+Node node(const std::string& op, std::vector<int> in, std::vector<int> out) {
+  Node n;
+  n.op = op, n.name = op, n.in = std::move(in), n.out = std::move(out);
+  n.fn = loom::rt::graph::find_op(op);
+  return n;
+}
+
+// The nodes run in order over values that start as `vals` (the constants and the inputs).
+std::vector<Tensor> run_nodes(const std::vector<Node>& nodes, std::vector<Tensor> vals) {
+  for (const Node& n : nodes) {
+    if (n.op.empty()) continue;
+    std::vector<const Tensor*> in;
+    for (int v : n.in) in.push_back(v >= 0 ? &vals[static_cast<size_t>(v)] : nullptr);
+    std::vector<Tensor> out(n.out.size());
+    n.fn(n, in, out);
+    for (size_t i = 0; i < out.size(); ++i) vals[static_cast<size_t>(n.out[i])] = out[i];
+  }
+  return vals;
+}
+
+void expect_same_bits(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  ASSERT_EQ(a.dtype(), b.dtype());
+  const size_t es = a.bytes() / static_cast<size_t>(std::max<int64_t>(1, a.numel()));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(a.data<char>() + i * es, b.data<char>() + i * es, es) != 0) {
+      ADD_FAILURE() << "first difference at " << i << (a.dtype() == DType::kF32 ? ": " + std::to_string(a.f32()[i]) + " against " + std::to_string(b.f32()[i]) : "");
+      return;
+    }
+}
+
+// ONNX's QuantizeLinear, one value: saturate(round half to even(x / scale) + zero).
+int quantize_ref(float x, float scale, int zero, int lo, int hi) {
+  return static_cast<int>(std::clamp(std::nearbyint(x / scale) + static_cast<float>(zero), static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+TEST(GraphQuant, QuantizeAndDequantizeAsOnnxWritesThem) {
+  // Ties (k + 0.5 steps) go to the even neighbour; values far past the range saturate.
+  Tensor x = Tensor::empty({2, 3, 7});
+  const float step = 0.25f;
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = (static_cast<float>(i) - 20.5f) * step * (i % 5 == 0 ? 1000.0f : 1.0f);
+  Tensor scale = Tensor::empty({3}), zero = Tensor::empty({3}, DType::kI8);
+  const float scales[3] = {step, 0.1f, 3.0f};
+  const int8_t zeros[3] = {0, -7, 100};
+  std::copy(scales, scales + 3, scale.f32());
+  std::copy(zeros, zeros + 3, zero.data<int8_t>());
+  std::vector<const Tensor*> in{&x, &scale, &zero};
+  Node q = node("QuantizeLinear", {}, {});
+  q.attrs["axis"] = Attr::of(int64_t{1});
+  std::vector<Tensor> out(1);
+  q.fn(q, in, out);
+  const Tensor y = out[0];
+  ASSERT_EQ(y.dtype(), DType::kI8);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int c = static_cast<int>((i / 7) % 3);
+    ASSERT_EQ(y.data<int8_t>()[i], quantize_ref(x.f32()[i], scales[c], zeros[c], -128, 127)) << "at " << i;
+  }
+  Node d = node("DequantizeLinear", {}, {});
+  d.attrs["axis"] = Attr::of(int64_t{1});
+  std::vector<const Tensor*> din{&y, &scale, &zero};
+  d.fn(d, din, out);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int c = static_cast<int>((i / 7) % 3);
+    ASSERT_EQ(out[0].f32()[i], static_cast<float>(y.data<int8_t>()[i] - zeros[c]) * scales[c]) << "at " << i;
+  }
+}
+
+TEST(GraphQuant, DynamicQuantizeLinearAsOnnxWritesIt) {
+  for (float shift : {0.0f, 3.0f, -3.0f}) {  // both signs, all positive, all negative
+    Tensor x = noisy({5, 33}, 2.0f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] += shift;
+    std::vector<const Tensor*> in{&x};
+    std::vector<Tensor> out(3);
+    Node n = node("DynamicQuantizeLinear", {}, {});
+    n.fn(n, in, out);
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) lo = std::min(lo, x.f32()[i]), hi = std::max(hi, x.f32()[i]);
+    const float scale = (hi - lo) / 255.0f, zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
+    EXPECT_EQ(out[1].f32()[0], scale);
+    EXPECT_EQ(out[2].data<uint8_t>()[0], static_cast<uint8_t>(zp));
+    for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(out[0].data<uint8_t>()[i], quantize_ref(x.f32()[i], scale, static_cast<int>(zp), 0, 255));
+  }
+  Tensor nan = noisy({4}, 1.0f);
+  nan.f32()[2] = NAN;
+  std::vector<const Tensor*> in{&nan};
+  std::vector<Tensor> out(3);
+  Node n = node("DynamicQuantizeLinear", {}, {});
+  EXPECT_THROW(n.fn(n, in, out), loom::rt::Error);
+}
+
+// quantize_dynamic's chain, as ORT writes it: values 0 x, 1 W, 2 W_zero, 3 W_scale, 4 bias;
+// DQL(x) -> 5 q, 6 x_scale, 7 x_zero; Mul(x_scale, W_scale) -> 8; MatMulInteger -> 9; Cast -> 10;
+// Mul(10, 8) -> 11; Add(bias, 11) -> 12.
+TEST(GraphFuse, QuantizeDynamicChainIsOneGemmAnsweringAsItsNodes) {
+  for (int64_t K : {5, 40, 600}) {  // 600: the int8 weight's sums in two chunks
+    for (bool u8 : {false, true}) {
+      const int64_t N = 6;
+      std::vector<Tensor> vals(13);
+      vals[0] = noisy({2, 3, K}, 1.5f);
+      vals[1] = u8 ? ints_of<uint8_t>({K, N}, DType::kU8, 0, 255) : ints_of<int8_t>({K, N}, DType::kI8, -127, 127);
+      vals[2] = u8 ? ints_of<uint8_t>({N}, DType::kU8, 100, 140) : ints_of<int8_t>({}, DType::kI8, 0, 0);
+      vals[3] = noisy({N}, 0.01f, 1.1f);
+      for (int64_t i = 0; i < N; ++i) vals[3].f32()[i] = std::fabs(vals[3].f32()[i]) + 1e-3f;
+      vals[4] = noisy({N}, 0.5f, 0.7f);
+      std::vector<Node> nodes{node("DynamicQuantizeLinear", {0}, {5, 6, 7}), node("Mul", {6, 3}, {8}),
+                              node("MatMulInteger", {5, 1, 7, 2}, {9}), node("Cast", {9}, {10}), node("Mul", {10, 8}, {11}),
+                              node("Add", {4, 11}, {12})};
+      nodes[3].attrs["to"] = Attr::of(int64_t{1});
+      const Tensor want = run_nodes(nodes, vals)[12];
+      std::vector<Tensor> constants = vals;
+      constants[0] = Tensor();  // the input
+      ASSERT_EQ(loom::rt::graph::fuse_nodes(nodes, constants, {12}), 3) << "K " << K;
+      nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
+      ASSERT_EQ(nodes.size(), 3u);
+      EXPECT_EQ(nodes[2].op, "Loom.MatMulIntegerToFloat");
+      // uint8 weights with a zero point per column: the float GEMM; int8 ones: the int8 GEMM where exact.
+      const bool int8_gemm = !u8 && loom::rt::cpu::exact_int8_gemm();
+      EXPECT_EQ(nodes[2].attrs.count("loom.weights_s8"), int8_gemm ? 1u : 0u);
+      if (K == 600 && !int8_gemm) {
+        EXPECT_LT(nodes[2].attrs.at("loom.chunk").i, 600);
+      }
+      expect_same_bits(run_nodes(nodes, vals)[12], want);
+    }
+  }
+}
+
+// Sums past 2^24, where a float GEMM of the whole row would round: every product 255 * 127.
+TEST(GraphFuse, IntegerSumsPastTwoToTheTwentyFourAreExact) {
+  const int64_t K = 600, N = 2;
+  std::vector<Tensor> vals(13);
+  vals[0] = Tensor::empty({1, K});
+  vals[0].fill(1.0f);  // quantized to 255 with zero point 0
+  vals[1] = Tensor::empty({K, N}, DType::kI8);
+  std::fill_n(vals[1].data<int8_t>(), K * N, int8_t{127});
+  vals[1].data<int8_t>()[0] = 126;  // an odd sum: 2^24 < 600 * 255 * 127 - 255 < 2^25
+  vals[2] = ints_of<int8_t>({}, DType::kI8, 0, 0);
+  vals[3] = Tensor::empty({});
+  vals[3].fill(1.0f);
+  vals[4] = Tensor::zeros({N}, DType::kF32);
+  std::vector<Node> nodes{node("DynamicQuantizeLinear", {0}, {5, 6, 7}), node("Mul", {6, 3}, {8}),
+                          node("MatMulInteger", {5, 1, 7, 2}, {9}), node("Cast", {9}, {10}), node("Mul", {10, 8}, {11}),
+                          node("Add", {4, 11}, {12})};
+  nodes[3].attrs["to"] = Attr::of(int64_t{1});
+  const std::vector<Tensor> want = run_nodes(nodes, vals);
+  EXPECT_EQ(want[9].data<int32_t>()[0], 600 * 255 * 127 - 255);
+  EXPECT_EQ(want[9].data<int32_t>()[1], 600 * 255 * 127);
+  std::vector<Tensor> constants = vals;
+  constants[0] = Tensor();
+  ASSERT_EQ(loom::rt::graph::fuse_nodes(nodes, constants, {12}), 3);
+  expect_same_bits(run_nodes(nodes, vals)[12], want[12]);
+}
+
+// int8 activations (a hand-written model; DynamicQuantizeLinear writes uint8) with int8 weights:
+// the fused kernel takes its float path from weights held for the int8 GEMM.
+TEST(GraphFuse, MatMulIntegerChainOfInt8ActivationsAnswersAsItsNodes) {
+  std::vector<Tensor> vals(9);
+  vals[0] = ints_of<int8_t>({3, 300}, DType::kI8, -128, 127);
+  vals[1] = ints_of<int8_t>({300, 4}, DType::kI8, -128, 127);
+  vals[2] = ints_of<int8_t>({}, DType::kI8, 5, 5);
+  vals[3] = ints_of<int8_t>({}, DType::kI8, -3, -3);
+  vals[4] = Tensor::empty({});
+  vals[4].fill(0.0625f);
+  std::vector<Node> nodes{node("MatMulInteger", {0, 1, 2, 3}, {5}), node("Cast", {5}, {6}), node("Mul", {6, 4}, {7})};
+  nodes[1].attrs["to"] = Attr::of(int64_t{1});
+  const Tensor want = run_nodes(nodes, vals)[7];
+  std::vector<Tensor> constants = vals;
+  constants[0] = Tensor();
+  ASSERT_EQ(loom::rt::graph::fuse_nodes(nodes, constants, {7}), 2);
+  expect_same_bits(run_nodes(nodes, vals)[7], want);
+}
+
+// A second reader of the integer sums keeps the chain as it is.
+TEST(GraphFuse, QuantizeDynamicChainWithAnotherReaderStays) {
+  std::vector<Node> nodes{node("MatMulInteger", {0, 1, 2, 3}, {4}), node("Cast", {4}, {5}), node("Mul", {5, 6}, {7}),
+                          node("Identity", {4}, {8})};
+  nodes[1].attrs["to"] = Attr::of(int64_t{1});
+  std::vector<Tensor> constants(9);
+  constants[1] = ints_of<int8_t>({4, 3}, DType::kI8, -5, 5);
+  EXPECT_EQ(loom::rt::graph::fuse_nodes(nodes, constants, {7, 8}), 0);
+}
+
+// QuantizeLinear -> DequantizeLinear (two of them), per axis, int8 and uint8: one pass each,
+// the same bits; a DequantizeLinear of another scale keeps the pair.
+TEST(GraphFuse, QdqPairIsOnePassAnsweringAsItsNodes) {
+  for (DType dt : {DType::kU8, DType::kI8}) {
+    std::vector<Tensor> vals(7);
+    vals[0] = noisy({2, 4, 9}, 3.0f);
+    vals[1] = noisy({4}, 0.05f, 0.9f);
+    for (int64_t i = 0; i < 4; ++i) vals[1].f32()[i] = std::fabs(vals[1].f32()[i]) + 0.01f;
+    vals[2] = dt == DType::kU8 ? ints_of<uint8_t>({4}, dt, 120, 135) : ints_of<int8_t>({4}, dt, -9, 9);
+    std::vector<Node> nodes{node("QuantizeLinear", {0, 1, 2}, {3}), node("DequantizeLinear", {3, 1, 2}, {4}),
+                            node("DequantizeLinear", {3, 1, 2}, {5}), node("Add", {4, 5}, {6})};
+    for (int i = 0; i < 3; ++i) nodes[static_cast<size_t>(i)].attrs["axis"] = Attr::of(int64_t{1});
+    const Tensor want = run_nodes(nodes, vals)[6];
+    std::vector<Tensor> constants = vals;
+    constants[0] = Tensor();
+    std::vector<Node> other = nodes;
+    other[2].in[1] = 0;  // another scale
+    ASSERT_EQ(loom::rt::graph::fuse_nodes(other, constants, {6}), 0);
+    ASSERT_EQ(loom::rt::graph::fuse_nodes(nodes, constants, {6}), 1);
+    nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
+    ASSERT_EQ(nodes.size(), 3u);
+    EXPECT_EQ(nodes[0].op, "Loom.QuantizeDequantize");
+    expect_same_bits(run_nodes(nodes, vals)[6], want);
+  }
+}
+
+}  // namespace
