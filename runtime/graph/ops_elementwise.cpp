@@ -358,6 +358,19 @@ bool castable(DType t) {
          t == DType::kI8 || t == DType::kF16;
 }
 
+// An integer tensor's elements as floats in one typed loop; false for another element type.
+template <class T>
+void widen(const T* x, int64_t n, float* y) { for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]); }
+bool widen_to_float(const Tensor& a, float* y) {
+  switch (a.dtype()) {
+    case DType::kI64: return widen(a.data<int64_t>(), a.numel(), y), true;
+    case DType::kI32: return widen(a.data<int32_t>(), a.numel(), y), true;
+    case DType::kU8: return widen(a.data<uint8_t>(), a.numel(), y), true;
+    case DType::kI8: return widen(a.data<int8_t>(), a.numel(), y), true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
@@ -373,11 +386,8 @@ void op_cast(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
     return;
   }
   Tensor y = Tensor::empty(a.shape(), to);
-  if (a.dtype() == DType::kI64 && to == DType::kF32) {
-    for (int64_t i = 0; i < a.numel(); ++i) y.data<float>()[i] = static_cast<float>(a.data<int64_t>()[i]);
-  } else {
+  if (to != DType::kF32 || !widen_to_float(a, y.f32()))
     for (int64_t i = 0; i < a.numel(); ++i) store_from_double(y, i, load_as_double(a, i));
-  }
   out[0] = y;
 }
 

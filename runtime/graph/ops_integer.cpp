@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/vec.hpp"
@@ -39,6 +40,30 @@ Tensor slice_axis(const Tensor& t, int axis, int64_t k0, int64_t kc) {
   return y;
 }
 
+// saturate(round(acc * f + zero)) in [lo, hi], the product in double (as ONNX's reference), rounded
+// half to even by adding and taking away 1.5 * 2^52 once clamped within 2^40. The products go
+// through a block of their own: in one expression GCC would contract the product and the sum into
+// a fused multiply-add, rounding once where the reference rounds twice.
+template <class T>
+__attribute__((always_inline)) inline void requantize_span(const int32_t* acc, const float* f, double zero, double lo, double hi, T* y, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  double p[kBlock];
+  for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - c0);
+    for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[c0 + c]);
+    for (int64_t c = 0; c < m; ++c) {
+      double v = p[c] + zero;
+      v = v > -1e12 ? v : -1e12;
+      v = v < 1e12 ? v : 1e12;
+      v = (v + 6755399441055744.0) - 6755399441055744.0;
+      v = v > lo ? v : lo;
+      y[c0 + c] = static_cast<T>(static_cast<int32_t>(v < hi ? v : hi));
+    }
+  }
+}
+LOOM_VEC void requantize_u8(const int32_t* acc, const float* f, double zero, uint8_t* y, int64_t n) { requantize_span(acc, f, zero, 0.0, 255.0, y, n); }
+LOOM_VEC void requantize_s8(const int32_t* acc, const float* f, double zero, int8_t* y, int64_t n) { requantize_span(acc, f, zero, -128.0, 127.0, y, n); }
+
 // y[M, N] = a[M, K] b[K, N] for floats that hold integers, exactly: each float sum of `chunk`
 // products stays an integer of at most 2^24 and the chunks are added in int32 (wrapping, as ORT's
 // int32 sums do). The sums go to `sums` when given (y then a scratch), else to y as Cast int32 ->
@@ -67,8 +92,29 @@ constexpr int64_t kExactChunk = 258;
 
 // (a - a_zero) x (b - b_zero) in int32, exactly (exact_gemm; a batched b: each chunk's float
 // GEMM added into int32).
+// (a - a_zero) x (b - b_zero) on oneDNN's int8 GEMM into *acc: b int8, each zero point one value,
+// b one matrix or as many as a (no broadcast); false where that does not apply.
+bool int8_matmul(const Tensor& a, const Tensor* a_zero, const Tensor& b, const Tensor* b_zero, Tensor* acc) {
+  if (b.dtype() != DType::kI8 || (a_zero && a_zero->numel() != 1) || (b_zero && b_zero->numel() != 1) || !cpu::exact_int8_gemm()) return false;
+  const int64_t M = a.dim(-2), K = a.dim(-1), N = b.dim(-1);
+  const Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  if (b.dim(-2) != K || (!bb.empty() && ab != bb)) return false;
+  Shape os = ab;
+  os.push_back(M), os.push_back(N);
+  *acc = Tensor::empty(os, DType::kI32);
+  const int64_t count = bb.empty() ? 1 : numel_of(ab), rows = bb.empty() ? numel_of(ab) * M : M;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  for (int64_t j = 0; j < count; ++j)
+    if (!cpu::gemm_int8(i(rows), i(N), i(K), a.data<uint8_t>() + j * rows * K, a.dtype() == DType::kI8, a_zero ? int_at(*a_zero, 0) : 0,
+                        b.data<int8_t>() + j * K * N, b_zero ? int_at(*b_zero, 0) : 0, acc->data<int32_t>() + j * rows * N))
+      return false;
+  return true;
+}
+
 Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Tensor& b, const Tensor* b_zero) {
   if (a.ndim() < 2 || b.ndim() < 2) op_error(n, "1-D operands are not supported");
+  need_int8(n, a, "A");
+  if (Tensor acc; int8_matmul(a, a_zero, b, b_zero, &acc)) return acc;
   const Tensor fa = centred(n, a, a_zero, -2, "A"), fb = centred(n, b, b_zero, -1, "B");
   const int64_t K = a.dim(-1);
   if (b.ndim() == 2) {  // a weight: every row of a in one GEMM
@@ -144,13 +190,14 @@ void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std:
   if ((as.numel() != 1 && as.numel() != M) || (bs.numel() != 1 && bs.numel() != N)) op_error(n, "a_scale or b_scale does not match the operands");
   const DType to = yz ? yz->dtype() : DType::kU8;
   if (to != DType::kU8 && to != DType::kI8) op_error(n, "y_zero_point must be uint8 or int8");
-  const double lo = to == DType::kU8 ? 0 : -128, hi = to == DType::kU8 ? 255 : 127, zp = yz ? int_at(*yz, 0) : 0;
+  const double zp = yz ? int_at(*yz, 0) : 0;
   Tensor y = Tensor::empty(acc.shape(), to);
-  for (int64_t i = 0, total = acc.numel(); i < total; ++i) {
-    const float f = as.f32()[as.numel() == 1 ? 0 : (i / N) % M] * bs.f32()[bs.numel() == 1 ? 0 : i % N] / ys.f32()[0];
-    const double v = std::clamp(std::nearbyint(static_cast<double>(acc.data<int32_t>()[i]) * static_cast<double>(f) + zp), lo, hi);
-    if (to == DType::kU8) y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
-    else y.data<int8_t>()[i] = static_cast<int8_t>(v);
+  std::vector<float> f(static_cast<size_t>(N));
+  for (int64_t r = 0, rows = N ? acc.numel() / N : 0; r < rows; ++r) {
+    if (r == 0 || as.numel() != 1)
+      for (int64_t c = 0; c < N; ++c) f[static_cast<size_t>(c)] = as.f32()[as.numel() == 1 ? 0 : r % M] * bs.f32()[bs.numel() == 1 ? 0 : c] / ys.f32()[0];
+    if (to == DType::kU8) requantize_u8(acc.data<int32_t>() + r * N, f.data(), zp, y.data<uint8_t>() + r * N, N);
+    else requantize_s8(acc.data<int32_t>() + r * N, f.data(), zp, y.data<int8_t>() + r * N, N);
   }
   out[0] = y;
 }
@@ -214,8 +261,8 @@ bool int8_matmul_to_float(const Node& n, const Tensor& a, const Tensor* az, cons
   if (w == n.attrs.end() || a.dtype() != DType::kU8 || (az && (az->numel() != 1 || az->dtype() != DType::kU8))) return false;
   const int64_t K = w->second.t.dim(0), N = w->second.t.dim(1), rows = y->numel() / std::max<int64_t>(N, 1);
   Tensor acc = Tensor::empty(y->shape(), DType::kI32);
-  if (!cpu::gemm_u8s8(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), a.data<uint8_t>(), az ? az->data<uint8_t>()[0] : 0,
-                      w->second.t.data<int8_t>(), static_cast<int8_t>(attr_i(n, "loom.weights_zero", 0)), acc.data<int32_t>()))
+  if (!cpu::gemm_int8(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), a.data<uint8_t>(), false, az ? az->data<uint8_t>()[0] : 0,
+                      w->second.t.data<int8_t>(), static_cast<int>(attr_i(n, "loom.weights_zero", 0)), acc.data<int32_t>()))
     return false;
   const int64_t step = scale.numel() == 1 ? 0 : 1;
   vec::for_items(rows, N, [&](int64_t lo, int64_t hi) {

@@ -5,9 +5,11 @@
 // (DequantizeLinear's kernel), runs the float operator it stands for, and quantizes the answer
 // (QuantizeLinear's: round half to even, saturated), as ORT's reference kernels define them.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ops.hpp"
+#include "quant.hpp"
 
 namespace loom::rt::graph {
 
@@ -77,7 +79,43 @@ void op_qlinear_conv(const Node& n, const std::vector<const Tensor*>& in, std::v
 }
 
 // QLinearAdd / QLinearMul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point).
+namespace {
+
+// Whether r repeats over a shape every r.numel() values: its dimensions (leading 1s aside) the
+// shape's trailing ones.
+bool repeats_over(const Tensor& r, const Shape& shape) {
+  Shape rs = r.shape();
+  while (!rs.empty() && rs.front() == 1) rs.erase(rs.begin());
+  return rs.size() <= shape.size() && std::equal(rs.begin(), rs.end(), shape.end() - static_cast<std::ptrdiff_t>(rs.size()));
+}
+
+// QLinearAdd / QLinearMul in one pass where one operand has the output's shape, the other repeats
+// over it, both of one int8 type, every scale and zero point one value; false otherwise.
+bool qlinear_binary_fast(const Node& n, const std::vector<const Tensor*>& in, Tensor* y) {
+  const Tensor *a = in[0], *b = in.size() > 3 ? in[3] : nullptr;
+  if (!a || !b || a->dtype() != b->dtype() || (a->dtype() != DType::kU8 && a->dtype() != DType::kI8)) return false;
+  float q[3][2];
+  for (int k = 0; k < 3; ++k) {
+    const size_t si = k < 2 ? static_cast<size_t>(1 + 3 * k) : 6, zi = si + 1;  // A's, B's, then the output's
+    const Tensor *s = si < in.size() ? in[si] : nullptr, *z = zi < in.size() ? in[zi] : nullptr;
+    if (!s || s->dtype() != DType::kF32 || s->numel() != 1 || !(s->f32()[0] > 0) || !std::isfinite(s->f32()[0])) return false;
+    if (z && (z->numel() != 1 || z->dtype() != a->dtype())) return false;
+    q[k][0] = s->f32()[0], q[k][1] = z ? static_cast<float>(z->dtype() == DType::kU8 ? z->data<uint8_t>()[0] : z->data<int8_t>()[0]) : 0.0f;
+  }
+  const Shape shape = broadcast_shape(n, a->shape(), b->shape());
+  const bool a_full = a->shape() == shape, b_full = b->shape() == shape;
+  if (!(a_full && repeats_over(*b, shape)) && !(b_full && repeats_over(*a, shape))) return false;
+  *y = Tensor::empty(shape, a->dtype());
+  const bool add = n.op == "com.microsoft:QLinearAdd";
+  if (a_full) qlinear_binary(add, *a, q[0], *b, q[1], q[2], y);
+  else qlinear_binary(add, *b, q[1], *a, q[0], q[2], y);
+  return true;
+}
+
+}  // namespace
+
 void op_qlinear_binary(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  if (qlinear_binary_fast(n, in, &out[0])) return;
   const Tensor fa = dequantized(n, need(n, in, 0), need(n, in, 1), optional_input(in, 2)), fb = dequantized(n, need(n, in, 3), need(n, in, 4), optional_input(in, 5));
   const bool add = n.op == "com.microsoft:QLinearAdd";
   const std::vector<Tensor> y = run_float(as_float(n, add ? "Add" : "Mul"), add ? op_add : op_mul, {&fa, &fb});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
@@ -82,6 +83,41 @@ __attribute__((always_inline)) inline void dequantize_span(const T* x, int64_t n
 LOOM_VEC void dequantize_u8(const uint8_t* x, int64_t n, float zero, float scale, float* y) { dequantize_span(x, n, zero, scale, y); }
 LOOM_VEC void dequantize_s8(const int8_t* x, int64_t n, float zero, float scale, float* y) { dequantize_span(x, n, zero, scale, y); }
 
+// QLinearAdd (add) or QLinearMul of x and r over `rows` rows of n values, r one row of n (r's step
+// 0: one value) read by each; every operand dequantized as DequantizeLinear does, the float sum
+// or product quantized as QuantizeLinear does. The dequantized operands go through blocks of
+// their own, so that no multiply-add is contracted.
+template <class T>
+__attribute__((always_inline)) inline void qbinary_rows(bool add, const T* x, const float* xq, const T* r, int64_t r_step, const float* rq,
+                                                        const float* yq, T* y, int64_t rows, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  const float lo = std::is_signed<T>::value ? -128.0f : 0.0f, hi = std::is_signed<T>::value ? 127.0f : 255.0f;
+  float fx[kBlock], fr[kBlock];
+  for (int64_t row = 0; row < rows; ++row, x += n, y += n)
+    for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
+      const int64_t m = std::min(kBlock, n - c0);
+      for (int64_t c = 0; c < m; ++c) fx[c] = (static_cast<float>(x[c0 + c]) - xq[1]) * xq[0];
+      if (r_step) {
+        for (int64_t c = 0; c < m; ++c) fr[c] = (static_cast<float>(r[c0 + c]) - rq[1]) * rq[0];
+      } else {
+        std::fill_n(fr, m, (static_cast<float>(r[0]) - rq[1]) * rq[0]);
+      }
+      if (add) {
+        for (int64_t c = 0; c < m; ++c) y[c0 + c] = static_cast<T>(static_cast<int32_t>(quantized(fx[c] + fr[c], yq[0], yq[1], lo, hi)));
+      } else {
+        for (int64_t c = 0; c < m; ++c) y[c0 + c] = static_cast<T>(static_cast<int32_t>(quantized(fx[c] * fr[c], yq[0], yq[1], lo, hi)));
+      }
+    }
+}
+LOOM_VEC void qbinary_u8(bool add, const uint8_t* x, const float* xq, const uint8_t* r, int64_t r_step, const float* rq, const float* yq, uint8_t* y,
+                         int64_t rows, int64_t n) {
+  qbinary_rows(add, x, xq, r, r_step, rq, yq, y, rows, n);
+}
+LOOM_VEC void qbinary_s8(bool add, const int8_t* x, const float* xq, const int8_t* r, int64_t r_step, const float* rq, const float* yq, int8_t* y,
+                         int64_t rows, int64_t n) {
+  qbinary_rows(add, x, xq, r, r_step, rq, yq, y, rows, n);
+}
+
 // The smallest and largest of n floats with 0 (DynamicQuantizeLinear's range); false when one is
 // NaN. In 16 lanes, so that the compares become vector min and max (a reduction of one lane does
 // not widen: the order of NaNs and signed zeros would change).
@@ -142,6 +178,12 @@ Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, con
     else dequantize_s8(t.data<int8_t>() + o, count, z, 1.0f, f.f32() + o);
   }
   return f;
+}
+
+void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r, const float* rq, const float* yq, Tensor* y) {
+  const int64_t n = x.numel(), rn = r.numel(), step = rn == 1 ? 0 : 1, row = rn == 1 ? n : rn, rows = row ? n / row : 0;
+  if (x.dtype() == DType::kU8) qbinary_u8(add, x.data<uint8_t>(), xq, r.data<uint8_t>(), step, rq, yq, y->data<uint8_t>(), rows, row);
+  else qbinary_s8(add, x.data<int8_t>(), xq, r.data<int8_t>(), step, rq, yq, y->data<int8_t>(), rows, row);
 }
 
 // ONNX's formula: the range widened to hold 0 over 255 steps (1/255 for an all-zero tensor), the

@@ -15,5 +15,9 @@ void need_int8(const Node& n, const Tensor& t, const char* what);
 // t - zero as float32 (exact: |t - zero| <= 255). zero: absent, one value, or one per index of
 // t's dimension `axis` (a's rows: -2; b's columns: -1).
 Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, const char* what);
+// QLinearAdd (add) or QLinearMul into y (x's shape and type): x and r uint8 or int8 of one type, r
+// repeating over x every r.numel() values (x's trailing dimensions, or one value); each of xq, rq
+// and yq the scale and the zero point.
+void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r, const float* rq, const float* yq, Tensor* y);
 
 }  // namespace loom::rt::graph

@@ -177,15 +177,19 @@ bool exact_int8_gemm() {
 #endif
 }
 
-bool gemm_u8s8(int m, int n, int k, const uint8_t* a, uint8_t a_zero, const int8_t* b, int8_t b_zero, int32_t* c) {
+bool gemm_int8(int m, int n, int k, const void* a, bool a_signed, int a_zero, const int8_t* b, int b_zero, int32_t* c) {
   if (!exact_int8_gemm() || m <= 0 || n <= 0 || k <= 0) return false;
+  if (a_zero < (a_signed ? -128 : 0) || a_zero > (a_signed ? 127 : 255) || b_zero < -128 || b_zero > 127) return false;
 #ifdef LOOM_HAVE_DNNL
   const int32_t c_offset = 0;
-  const dnnl_status_t st = dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, a, k, a_zero, b, n, b_zero, 0.0f, c, n, &c_offset);
-  LOOM_CHECK(st == dnnl_success, "dnnl_gemm_u8s8s32 failed with status " + std::to_string(static_cast<int>(st)));
+  const auto bo = static_cast<int8_t>(b_zero);
+  const dnnl_status_t st =
+      a_signed ? dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const int8_t*>(a), k, static_cast<int8_t>(a_zero), b, n, bo, 0.0f, c, n, &c_offset)
+               : dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const uint8_t*>(a), k, static_cast<uint8_t>(a_zero), b, n, bo, 0.0f, c, n, &c_offset);
+  LOOM_CHECK(st == dnnl_success, "oneDNN's int8 GEMM failed with status " + std::to_string(static_cast<int>(st)));
   return true;
 #else
-  (void)a, (void)a_zero, (void)b, (void)b_zero, (void)c;
+  (void)a, (void)b, (void)c;
   return false;
 #endif
 }

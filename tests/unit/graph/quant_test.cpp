@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "loom/rt/graph/graph.hpp"
@@ -123,6 +124,45 @@ TEST(GraphQuant, DynamicQuantizeLinearAsOnnxWritesIt) {
   std::vector<Tensor> out(3);
   Node n = node("DynamicQuantizeLinear", {}, {});
   EXPECT_THROW(n.fn(n, in, out), loom::rt::Error);
+}
+
+// ORT's QLinearAdd and QLinearMul in one pass against the formula (each operand dequantized, the
+// float sum or product quantized): same shapes, a row repeated, one value, the repeated operand
+// first; uint8 and int8.
+TEST(GraphQuant, QLinearAddAndMulAsTheirFormula) {
+  for (const char* op : {"com.microsoft:QLinearAdd", "com.microsoft:QLinearMul"})
+    for (DType dt : {DType::kU8, DType::kI8})
+      for (std::vector<int64_t> rshape : std::vector<std::vector<int64_t>>{{3, 4, 5}, {5}, {1, 1, 5}, {}}) {
+        const bool u8 = dt == DType::kU8, add = std::string(op).find("Add") != std::string::npos;
+        const Tensor x = u8 ? ints_of<uint8_t>({3, 4, 5}, dt, 0, 255) : ints_of<int8_t>({3, 4, 5}, dt, -128, 127);
+        const Tensor r = u8 ? ints_of<uint8_t>(rshape, dt, 3, 250) : ints_of<int8_t>(rshape, dt, -100, 120);
+        const float sx = 0.05f, sr = 0.02f, sy = add ? 0.07f : 0.3f;
+        const int zx = u8 ? 128 : 3, zr = u8 ? 100 : -5, zy = u8 ? 120 : -2;
+        auto scalar = [](float v) { Tensor t = Tensor::empty({}); t.fill(v); return t; };
+        auto zero = [&](int v) {
+          Tensor t = Tensor::empty({}, dt);
+          if (u8) t.data<uint8_t>()[0] = static_cast<uint8_t>(v);
+          else t.data<int8_t>()[0] = static_cast<int8_t>(v);
+          return t;
+        };
+        const Tensor tsx = scalar(sx), tsr = scalar(sr), tsy = scalar(sy), tzx = zero(zx), tzr = zero(zr), tzy = zero(zy);
+        for (bool r_first : {false, true}) {
+          std::vector<const Tensor*> in = r_first ? std::vector<const Tensor*>{&r, &tsr, &tzr, &x, &tsx, &tzx, &tsy, &tzy}
+                                                  : std::vector<const Tensor*>{&x, &tsx, &tzx, &r, &tsr, &tzr, &tsy, &tzy};
+          std::vector<Tensor> out(1);
+          Node n = node(op, {}, {});
+          n.fn(n, in, out);
+          ASSERT_EQ(out[0].shape(), x.shape());
+          ASSERT_EQ(out[0].dtype(), dt);
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const int64_t j = r.numel() == 1 ? 0 : i % r.numel();
+            const auto at = [&](const Tensor& t, int64_t k) { return u8 ? t.data<uint8_t>()[k] : t.data<int8_t>()[k]; };
+            const float fx = static_cast<float>(at(x, i) - zx) * sx, fr = static_cast<float>(at(r, j) - zr) * sr;
+            const float v = add ? (r_first ? fr + fx : fx + fr) : (r_first ? fr * fx : fx * fr);
+            ASSERT_EQ(at(out[0], i), quantize_ref(v, sy, zy, u8 ? 0 : -128, u8 ? 255 : 127)) << op << " at " << i;
+          }
+        }
+      }
 }
 
 // quantize_dynamic's chain, as ORT writes it: values 0 x, 1 W, 2 W_zero, 3 W_scale, 4 bias;

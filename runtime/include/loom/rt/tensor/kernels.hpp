@@ -41,11 +41,11 @@ bool openmp_loops();
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
           int ldb, float beta, float* c, int ldc);
 
-// C[M,N] = (A - a_zero)(B - b_zero) in int32 (wrapping) for A uint8 [M,K] and B int8 [K,N],
-// row-major, on oneDNN's int8 GEMM. False, with nothing done, where that would not be exact
-// (exact_int8_gemm): a build without oneDNN, or a CPU without VNNI, whose u8 x s8 multiply-adds
-// sum pairs of products in int16 and saturate.
-bool gemm_u8s8(int m, int n, int k, const uint8_t* a, uint8_t a_zero, const int8_t* b, int8_t b_zero, int32_t* c);
+// C[M,N] = (A - a_zero)(B - b_zero) in int32 (wrapping) for A uint8 or int8 (a_signed) [M,K] and
+// B int8 [K,N], row-major, on oneDNN's int8 GEMM. False, with nothing done, where that would not
+// be exact (exact_int8_gemm): a build without oneDNN, or a CPU without VNNI, whose u8 x s8
+// multiply-adds sum pairs of products in int16 and saturate; or a zero point outside its type.
+bool gemm_int8(int m, int n, int k, const void* a, bool a_signed, int a_zero, const int8_t* b, int b_zero, int32_t* c);
 bool exact_int8_gemm();
 
 // y[r, c] = act(y[r, c] + bias[c]) in place
