@@ -85,8 +85,26 @@ int fuse_quantize_dequantize(Graph& g) {
   return n;
 }
 
+// QLinearConv whose weight, its scale and zero point, x_scale and bias are constants: its float
+// weight and bias made once (qlinear_conv_weights), so that each call neither makes them nor
+// prepares a convolution for them.
+int prepare_qlinear_conv(Graph& g) {
+  for (Node& c : g.nodes) {
+    if (c.op != "QLinearConv" || c.in.size() < 8 || c.attrs.count("loom.weights")) continue;
+    std::vector<const Tensor*> in(c.in.size(), nullptr);
+    bool constants = true;
+    for (size_t k : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
+      if (k >= c.in.size() || c.in[k] < 0) continue;
+      in[k] = constant(g, c.in[k]);
+      constants = constants && in[k];
+    }
+    if (constants && in[1] && in[3] && in[4]) qlinear_conv_weights(c, in, &c.attrs);
+  }
+  return 0;  // no node went
+}
+
 }  // namespace
 
-int fuse_quantized(Graph& g) { return fuse_matmul_integer(g) + fuse_quantize_dequantize(g); }
+int fuse_quantized(Graph& g) { return fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + prepare_qlinear_conv(g); }
 
 }  // namespace loom::rt::graph

@@ -174,7 +174,11 @@ void op_skip_layer_norm(const Node&, const std::vector<const Tensor*>&, std::vec
 void op_bias_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // FastGelu, QuickGelu
 void op_fused_matmul(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 // ops_qlinear.cpp: QLinearConv and the QOperator format's com.microsoft operators (ConvInteger: ops_quant.cpp)
+void qlinear_conv_weights(const Node& n, const std::vector<const Tensor*>& in, std::map<std::string, Attr>* attrs);
 void op_qlinear_conv(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// ops_conv.cpp: ConvInteger's int32 sums on the int8 GEMM (x uint8, w int8); false where that
+// does not apply. "loom.transient_weights" on a Conv keeps weights made for one call out of oneDNN's cache.
+bool conv_integer_int8(const Node& n, const Tensor& x, int x_zero, const Tensor& w, int w_zero, Tensor* acc);
 void op_conv_integer(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
 void op_qlinear_binary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // QLinearAdd, QLinearMul
 void op_qlinear_unary(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // pools, Softmax, Sigmoid, LeakyRelu

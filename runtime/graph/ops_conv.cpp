@@ -5,11 +5,13 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "conv_onednn.hpp"
 #include "loom/rt/tensor/kernels.hpp"
 #include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
+#include "quant.hpp"
 
 namespace loom::rt::graph {
 namespace {
@@ -68,28 +70,30 @@ Span inside(int64_t n, int64_t stride, int64_t offset, int64_t size) {
 
 // `ld`: the floats from one row of `col` to the next (ohw for one image; N * ohw when the
 // images of a batch lie side by side, one GEMM for all).
-void im2col(const float* x, int64_t c, int64_t h, int64_t w, const Window& k, float* col, int64_t ld) {
+// `pad`: the value outside the image (0; a quantized input's zero point).
+template <class T>
+void im2col(const T* x, int64_t c, int64_t h, int64_t w, const Window& k, T* col, int64_t ld, T pad = T(0)) {
   for (int64_t ch = 0; ch < c; ++ch)
     for (int64_t i = 0; i < k.kh; ++i)
       for (int64_t j = 0; j < k.kw; ++j) {
-        float* row = col + ((ch * k.kh + i) * k.kw + j) * ld;
+        T* row = col + ((ch * k.kh + i) * k.kw + j) * ld;
         // The outputs whose input column lies inside the image: [lo, hi); zeros either side.
         const Span cols = inside(k.out_w, k.sw, j * k.dw - k.pl, w);
         for (int64_t oy = 0; oy < k.out_h; ++oy) {
           const int64_t iy = oy * k.sh - k.pt + i * k.dh;
-          float* r = row + oy * k.out_w;
+          T* r = row + oy * k.out_w;
           // Plain loops, not memcpy and memset: rows of 16 values spent their time in the calls.
           if (iy < 0 || iy >= h || cols.lo >= cols.hi) {
-            for (int64_t ox = 0; ox < k.out_w; ++ox) r[ox] = 0.0f;
+            for (int64_t ox = 0; ox < k.out_w; ++ox) r[ox] = pad;
             continue;
           }
-          const float* src = x + (ch * h + iy) * w + j * k.dw - k.pl;
-          for (int64_t ox = 0; ox < cols.lo; ++ox) r[ox] = 0.0f;
+          const T* src = x + (ch * h + iy) * w + j * k.dw - k.pl;
+          for (int64_t ox = 0; ox < cols.lo; ++ox) r[ox] = pad;
           if (k.sw == 1)
             for (int64_t ox = cols.lo; ox < cols.hi; ++ox) r[ox] = src[ox];
           else
             for (int64_t ox = cols.lo; ox < cols.hi; ++ox) r[ox] = src[ox * k.sw];
-          for (int64_t ox = cols.hi; ox < k.out_w; ++ox) r[ox] = 0.0f;
+          for (int64_t ox = cols.hi; ox < k.out_w; ++ox) r[ox] = pad;
         }
       }
 }
@@ -189,7 +193,8 @@ void op_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   const bool relu = attr_i(n, "loom.relu", 0) != 0;
   const ConvShape shape{N, C, H, W, M, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw, k.pt, k.pl, k.pb, k.pr, k.out_h, k.out_w, g, relu};
   if (bias && bias->dtype() != DType::kF32) op_error(n, "the bias must be float32");
-  if (wt.dtype() == DType::kF32 && y.numel() > 0 && conv_onednn(shape, x, wt, bias, y)) {
+  // oneDNN's primitives are cached by the weights' address: weights made for one call go around it.
+  if (wt.dtype() == DType::kF32 && y.numel() > 0 && attr_i(n, "loom.transient_weights", 0) == 0 && conv_onednn(shape, x, wt, bias, y)) {
     out[0] = y;
     return;
   }
@@ -225,6 +230,48 @@ void op_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   out[0] = y;
 }
 
+// The int32 sums of ConvInteger / QLinearConv (x - x_zero)(w - w_zero) on oneDNN's int8 GEMM:
+// per image and group, w [M/g, C/g kh kw] (int8) times x's columns (a uint8 x moved into int8 by
+// taking 128 away, and from x_zero: the difference stands); pads hold x_zero, so they add nothing.
+// False where the int8 GEMM is not exact here or the operands are not of its kinds.
+bool conv_integer_int8(const Node& n, const Tensor& x, int x_zero, const Tensor& w, int w_zero, Tensor* acc) {
+  const bool u8 = x.dtype() == DType::kU8;
+  if (!cpu::exact_int8_gemm() || x.ndim() != 4 || w.ndim() != 4 || (!u8 && x.dtype() != DType::kI8) || w.dtype() != DType::kI8) return false;
+  const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), M = w.dim(0), g = attr_i(n, "group", 1);
+  if (g < 1 || C % g || M % g || w.dim(1) != C / g)
+    op_error(n, "weight " + w.shape_str() + " does not fit input " + x.shape_str() + " in " + std::to_string(g) + " groups");
+  const Window k = window_of(n, H, W, w.dim(2), w.dim(3));
+  const int64_t cg = C / g, mg = M / g, ohw = k.out_h * k.out_w, kk = cg * k.kh * k.kw;
+  *acc = Tensor::empty({N, M, k.out_h, k.out_w}, DType::kI32);
+  if (acc->numel() == 0 || kk == 0) return false;
+  std::vector<int8_t> shifted(u8 ? static_cast<size_t>(x.numel()) : 0);
+  for (size_t i = 0; i < shifted.size(); ++i) shifted[i] = static_cast<int8_t>(x.data<uint8_t>()[i] - 128);
+  const int8_t* xs = u8 ? shifted.data() : x.data<int8_t>();
+  const auto pad = static_cast<int8_t>(u8 ? x_zero - 128 : x_zero);
+  const auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  if (g == 1 && N > 1 && kk * N * ohw <= kBatchedColumns) {  // the images side by side: one GEMM
+    const int64_t cols = N * ohw;
+    std::vector<int8_t> col(static_cast<size_t>(kk * cols));
+    std::vector<int32_t> prod(static_cast<size_t>(M * cols));
+    vec::for_items(N, kk * ohw, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) im2col(xs + b * C * H * W, C, H, W, k, col.data() + b * ohw, cols, pad);
+    });
+    if (!cpu::gemm_int8(i32(M), i32(cols), i32(kk), w.data<int8_t>(), true, w_zero, col.data(), pad, prod.data())) return false;
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t m = 0; m < M; ++m) std::copy_n(prod.data() + m * cols + b * ohw, ohw, acc->data<int32_t>() + (b * M + m) * ohw);
+    return true;
+  }
+  std::vector<int8_t> col(static_cast<size_t>(kk * ohw));
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t gi = 0; gi < g; ++gi) {
+      im2col(xs + (b * C + gi * cg) * H * W, cg, H, W, k, col.data(), ohw, pad);
+      if (!cpu::gemm_int8(i32(mg), i32(ohw), i32(kk), w.data<int8_t>() + gi * mg * kk, true, w_zero, col.data(), pad,
+                          acc->data<int32_t>() + (b * M + gi * mg) * ohw))
+        return false;
+    }
+  return true;
+}
+
 void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
   if (attr_i(n, "training_mode", 0)) op_error(n, "training_mode BatchNormalization is not supported (inference only)");
@@ -249,11 +296,14 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   if (run_as_2d(n, in, out, op_pool)) return;
   const Tensor& x = need(n, in, 0);
   if (n.op == "MaxPool" && (x.dtype() == DType::kU8 || x.dtype() == DType::kI8)) {  // the QOperator format's: exact in float
-    Tensor f = Tensor::empty(x.shape());
-    for (int64_t i = 0; i < x.numel(); ++i) f.f32()[i] = static_cast<float>(load_as_double(x, i));
+    const Tensor f = centred(n, x, nullptr, -1, "x");
     op_pool(n, {&f}, out);
     Tensor y = Tensor::empty(out[0].shape(), x.dtype());
-    for (int64_t i = 0; i < y.numel(); ++i) store_from_double(y, i, out[0].f32()[i]);
+    const float* v = out[0].f32();
+    if (x.dtype() == DType::kU8)
+      for (int64_t i = 0; i < y.numel(); ++i) y.data<uint8_t>()[i] = static_cast<uint8_t>(v[i]);
+    else
+      for (int64_t i = 0; i < y.numel(); ++i) y.data<int8_t>()[i] = static_cast<int8_t>(v[i]);
     out[0] = y;
     return;
   }

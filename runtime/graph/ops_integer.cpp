@@ -45,12 +45,17 @@ Tensor slice_axis(const Tensor& t, int axis, int64_t k0, int64_t kc) {
 // through a block of their own: in one expression GCC would contract the product and the sum into
 // a fused multiply-add, rounding once where the reference rounds twice.
 template <class T>
-__attribute__((always_inline)) inline void requantize_span(const int32_t* acc, const float* f, double zero, double lo, double hi, T* y, int64_t n) {
+__attribute__((always_inline)) inline void requantize_span(const int32_t* acc, const float* f, int64_t f_step, double zero, double lo, double hi, T* y,
+                                                           int64_t n) {
   constexpr int64_t kBlock = 64;
   double p[kBlock];
   for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
     const int64_t m = std::min(kBlock, n - c0);
-    for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[c0 + c]);
+    if (f_step) {
+      for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[c0 + c]);
+    } else {
+      for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[0]);
+    }
     for (int64_t c = 0; c < m; ++c) {
       double v = p[c] + zero;
       v = v > -1e12 ? v : -1e12;
@@ -61,8 +66,12 @@ __attribute__((always_inline)) inline void requantize_span(const int32_t* acc, c
     }
   }
 }
-LOOM_VEC void requantize_u8(const int32_t* acc, const float* f, double zero, uint8_t* y, int64_t n) { requantize_span(acc, f, zero, 0.0, 255.0, y, n); }
-LOOM_VEC void requantize_s8(const int32_t* acc, const float* f, double zero, int8_t* y, int64_t n) { requantize_span(acc, f, zero, -128.0, 127.0, y, n); }
+LOOM_VEC void requantize_u8(const int32_t* acc, const float* f, int64_t f_step, double zero, uint8_t* y, int64_t n) {
+  requantize_span(acc, f, f_step, zero, 0.0, 255.0, y, n);
+}
+LOOM_VEC void requantize_s8(const int32_t* acc, const float* f, int64_t f_step, double zero, int8_t* y, int64_t n) {
+  requantize_span(acc, f, f_step, zero, -128.0, 127.0, y, n);
+}
 
 // y[M, N] = a[M, K] b[K, N] for floats that hold integers, exactly: each float sum of `chunk`
 // products stays an integer of at most 2^24 and the chunks are added in int32 (wrapping, as ORT's
@@ -143,14 +152,36 @@ Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Te
 
 }  // namespace
 
-// ConvInteger(x, w, x_zero_point, w_zero_point): the int32 sums of (x - xz)(w - wz), exactly, as
-// int_matmul sums: the input channels in chunks of at most 258 products per output value (each
-// at most 255 * 255), every float partial sum an exact integer below 2^24.
+void requantize(const int32_t* acc, const float* f, int64_t f_step, double zero, Tensor* y, int64_t at, int64_t n) {
+  if (y->dtype() == DType::kU8) requantize_u8(acc, f, f_step, zero, y->data<uint8_t>() + at, n);
+  else requantize_s8(acc, f, f_step, zero, y->data<int8_t>() + at, n);
+}
+
+bool int8_conv(const Node& n, const Tensor& x, const Tensor* x_zero, const Tensor& w, const Tensor* w_zero, Tensor* acc) {
+  const int64_t zn = w_zero ? w_zero->numel() : 0;
+  for (int64_t i = 1; i < zn; ++i)
+    if (int_at(*w_zero, i) != int_at(*w_zero, 0)) return false;
+  if ((x_zero && x_zero->numel() != 1) || (w.dtype() != DType::kU8 && w.dtype() != DType::kI8) || !cpu::exact_int8_gemm()) return false;
+  const int shift = w.dtype() == DType::kU8 ? 128 : 0;
+  Tensor w8 = w;
+  if (shift) {
+    w8 = Tensor::empty(w.shape(), DType::kI8);
+    for (int64_t i = 0; i < w.numel(); ++i) w8.data<int8_t>()[i] = static_cast<int8_t>(w.data<uint8_t>()[i] - 128);
+  }
+  return conv_integer_int8(n, x, x_zero ? int_at(*x_zero, 0) : 0, w8, (zn ? int_at(*w_zero, 0) : 0) - shift, acc);
+}
+
+// ConvInteger(x, w, x_zero_point, w_zero_point): the int32 sums of (x - xz)(w - wz), exactly: on
+// the int8 GEMM (int8_conv), else as int_matmul sums: the input channels in chunks of at most 258
+// products per output value (each at most 255 * 255), every float partial sum an exact integer
+// below 2^24.
 void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &x = need(n, in, 0), &w = need(n, in, 1);
   if (x.ndim() != 4 || w.ndim() != 4) op_error(n, "only 2-D convolution is supported");
   const Tensor* xz = optional_input(in, 2);
   if (xz && xz->numel() != 1) op_error(n, "x_zero_point must be one value");
+  need_int8(n, x, "x");
+  if (int8_conv(n, x, xz, w, optional_input(in, 3), &out[0])) return;
   const Tensor fx = centred(n, x, xz, -1, "x"), fw = centred(n, w, optional_input(in, 3), -4, "w");
   const int64_t C = x.dim(1), taps = w.dim(2) * w.dim(3);
   int64_t chunk = taps ? 258 / taps : C;  // input channels per chunk (a grouped one is summed whole)
@@ -158,6 +189,7 @@ void op_conv_integer(const Node& n, const std::vector<const Tensor*>& in, std::v
   if (chunk < 1) op_error(n, "its sums of more than 258 products per output are not summed exactly");
   Node conv = n;
   conv.op = "Conv";
+  conv.attrs["loom.transient_weights"] = Attr::of(int64_t{1});
   Tensor acc;
   for (int64_t c0 = 0; c0 < C || c0 == 0; c0 += chunk) {
     const int64_t cc = std::min(chunk, C - c0);
@@ -196,8 +228,7 @@ void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std:
   for (int64_t r = 0, rows = N ? acc.numel() / N : 0; r < rows; ++r) {
     if (r == 0 || as.numel() != 1)
       for (int64_t c = 0; c < N; ++c) f[static_cast<size_t>(c)] = as.f32()[as.numel() == 1 ? 0 : r % M] * bs.f32()[bs.numel() == 1 ? 0 : c] / ys.f32()[0];
-    if (to == DType::kU8) requantize_u8(acc.data<int32_t>() + r * N, f.data(), zp, y.data<uint8_t>() + r * N, N);
-    else requantize_s8(acc.data<int32_t>() + r * N, f.data(), zp, y.data<int8_t>() + r * N, N);
+    requantize(acc.data<int32_t>() + r * N, f.data(), 1, zp, &y, r * N, N);
   }
   out[0] = y;
 }

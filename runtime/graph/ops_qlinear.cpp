@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "ops.hpp"
 #include "quant.hpp"
@@ -18,6 +20,12 @@ namespace {
 // x (uint8 or int8) as float: (x - zero) * scale, per tensor or (scale of several values) along `axis`.
 Tensor dequantized(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zero, int64_t axis = 1) {
   if (x.dtype() != DType::kU8 && x.dtype() != DType::kI8) op_error(n, std::string("a quantized operand is ") + dtype_name(x.dtype()) + ", not uint8 or int8");
+  Tensor spread;  // one zero point for a scale per channel (QLinearConv allows it; DequantizeLinear does not)
+  if (zero && zero->numel() == 1 && scale.numel() > 1) {
+    spread = Tensor::empty({scale.numel()}, zero->dtype());
+    std::fill_n(spread.data<char>(), scale.numel(), zero->data<char>()[0]);
+    zero = &spread;
+  }
   Node d;
   d.op = "DequantizeLinear", d.name = n.name;
   d.attrs["axis"] = Attr::of(axis);
@@ -68,13 +76,69 @@ float one_scale(const Node& n, const Tensor& s, const char* what) {
 
 }  // namespace
 
-// QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B).
-void op_qlinear_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+namespace {
+
+// QLinearConv on the int8 GEMM: the int32 sums (int8_conv) plus the int32 bias, requantized per
+// output channel by x_scale * w_scale[m] / y_scale as QLinearMatMul is; false where the int8
+// GEMM does not apply.
+bool qlinear_conv_int8(const Node& n, const std::vector<const Tensor*>& in, Tensor* y) {
   const Tensor &x = need(n, in, 0), &xs = need(n, in, 1), &w = need(n, in, 3), &ws = need(n, in, 4), &ys = need(n, in, 6);
-  const Tensor fx = dequantized(n, x, xs, optional_input(in, 2)), fw = dequantized(n, w, ws, optional_input(in, 5), 0);
+  const Tensor *yz = optional_input(in, 7), *b = optional_input(in, 8);
+  const float x_scale = one_scale(n, xs, "x_scale"), y_scale = one_scale(n, ys, "y_scale");
+  if (yz && (yz->numel() != 1 || (yz->dtype() != DType::kU8 && yz->dtype() != DType::kI8))) return false;
+  Tensor acc;
+  if (ws.dtype() != DType::kF32 || !int8_conv(n, x, optional_input(in, 2), w, optional_input(in, 5), &acc)) return false;
+  const int64_t N = acc.dim(0), M = acc.dim(1), ohw = acc.dim(2) * acc.dim(3);
+  if ((ws.numel() != 1 && ws.numel() != M) || (b && (b->dtype() != DType::kI32 || b->numel() != M)))
+    op_error(n, "the weight's scale or the bias does not match its " + std::to_string(M) + " output channels");
+  *y = Tensor::empty(acc.shape(), yz ? yz->dtype() : DType::kU8);
+  const double zero = yz ? (yz->dtype() == DType::kU8 ? yz->data<uint8_t>()[0] : yz->data<int8_t>()[0]) : 0;
+  for (int64_t i = 0; i < N * M; ++i) {
+    const int64_t m = i % M;
+    int32_t* row = acc.data<int32_t>() + i * ohw;
+    if (b)
+      for (int64_t p = 0; p < ohw; ++p) row[p] = static_cast<int32_t>(static_cast<uint32_t>(row[p]) + static_cast<uint32_t>(b->data<int32_t>()[m]));
+    const float f = x_scale * ws.f32()[ws.numel() == 1 ? 0 : m] / y_scale;
+    requantize(row, &f, 0, zero, y, i * ohw, ohw);
+  }
+  return true;
+}
+
+}  // namespace
+
+// QLinearConv's weight and bias as floats, made once where they and the scales they need are
+// constants (fuse_quant.cpp): "loom.weights", "loom.bias" (absent: no bias).
+void qlinear_conv_weights(const Node& n, const std::vector<const Tensor*>& in, std::map<std::string, Attr>* attrs) {
+  const Tensor &xs = need(n, in, 1), &w = need(n, in, 3), &ws = need(n, in, 4);
   const Tensor* b = optional_input(in, 8);
-  const Tensor fb = b ? float_bias(n, *b, one_scale(n, xs, "x_scale"), ws, w.ndim() ? w.dim(0) : 0) : Tensor();
-  const std::vector<Tensor> y = run_float(as_float(n, "Conv"), op_conv, {&fx, &fw, b ? &fb : nullptr});
+  Attr fw, fb;
+  fw.kind = fb.kind = Attr::kTensor;
+  fw.t = dequantized(n, w, ws, optional_input(in, 5), 0);
+  if (b) fb.t = float_bias(n, *b, one_scale(n, xs, "x_scale"), ws, w.ndim() ? w.dim(0) : 0), (*attrs)["loom.bias"] = std::move(fb);
+  (*attrs)["loom.weights"] = std::move(fw);
+}
+
+// QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B):
+// through the float Conv, its weights made once at load where they are constants (oneDNN's
+// primitive then kept for them); else on the int8 GEMM where that is exact, else with weights
+// made for the call.
+void op_qlinear_conv(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const auto made = n.attrs.find("loom.weights");
+  if (made == n.attrs.end() && qlinear_conv_int8(n, in, &out[0])) return;
+  const Tensor &x = need(n, in, 0), &xs = need(n, in, 1), &ys = need(n, in, 6);
+  const Tensor fx = dequantized(n, x, xs, optional_input(in, 2));
+  Node conv = as_float(n, "Conv");
+  std::vector<Tensor> y;
+  if (made != n.attrs.end()) {
+    const auto bias = n.attrs.find("loom.bias");
+    conv.attrs.erase("loom.weights"), conv.attrs.erase("loom.bias");
+    y = run_float(conv, op_conv, {&fx, &made->second.t, bias != n.attrs.end() ? &bias->second.t : nullptr});
+  } else {
+    std::map<std::string, Attr> attrs;
+    qlinear_conv_weights(n, in, &attrs);
+    conv.attrs["loom.transient_weights"] = Attr::of(int64_t{1});
+    y = run_float(conv, op_conv, {&fx, &attrs["loom.weights"].t, attrs.count("loom.bias") ? &attrs["loom.bias"].t : nullptr});
+  }
   out[0] = quantized(n, y[0], ys, optional_input(in, 7));
 }
 

@@ -453,6 +453,7 @@ void op_pad(const Node& n, const std::vector<const Tensor*>& in, std::vector<Ten
   char* py = y.data<char>();
   const char* px = x.data<char>();
   if (value && x.dtype() == DType::kF32) std::fill_n(y.f32(), y.numel(), value->f32()[0]);
+  else if (value && es == 1) std::memset(py, value->data<char>()[0], static_cast<size_t>(y.numel()));
   else if (value)
     for (int64_t i = 0; i < y.numel(); ++i) std::memcpy(py + static_cast<size_t>(i) * es, value->data<char>(), es);
   if (r == 0) {  // a scalar: nothing to pad (pads is empty)

@@ -19,5 +19,11 @@ Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, con
 // repeating over x every r.numel() values (x's trailing dimensions, or one value); each of xq, rq
 // and yq the scale and the zero point.
 void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r, const float* rq, const float* yq, Tensor* y);
+// y's values [at, at + n) = saturate(round(acc[i] * f[i * f_step] + zero)), the product in double
+// (ONNX's reference), y uint8 or int8.
+void requantize(const int32_t* acc, const float* f, int64_t f_step, double zero, Tensor* y, int64_t at, int64_t n);
+// ConvInteger's sums into *acc on the int8 GEMM (conv_integer_int8; uint8 weights moved into int8,
+// one zero point each, or w_zero's all equal); false where that does not apply.
+bool int8_conv(const Node& n, const Tensor& x, const Tensor* x_zero, const Tensor& w, const Tensor* w_zero, Tensor* acc);
 
 }  // namespace loom::rt::graph

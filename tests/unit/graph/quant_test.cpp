@@ -165,6 +165,87 @@ TEST(GraphQuant, QLinearAddAndMulAsTheirFormula) {
       }
 }
 
+// ConvInteger's sums against a naive loop: pads (which hold the zero point, so add nothing),
+// strides, dilations, groups, one image and several (one GEMM for all), uint8 and int8 weights.
+TEST(GraphQuant, ConvIntegerSumsAsANaiveLoop) {
+  struct Case {
+    int64_t n, c, m, k, stride, dil, pad, group;
+    bool u8_weights;
+  };
+  for (const Case& t : {Case{1, 3, 4, 3, 1, 1, 1, 1, false}, Case{3, 4, 6, 3, 2, 1, 1, 1, true}, Case{2, 4, 4, 3, 1, 2, 2, 2, false},
+                        Case{2, 40, 5, 3, 1, 1, 1, 1, false}})
+    for (bool per_channel : {false, true}) {  // a zero point per output channel: the float GEMMs in chunks
+    const int64_t H = 7, W = 6;
+    const Tensor x = ints_of<uint8_t>({t.n, t.c, H, W}, DType::kU8, 0, 255);
+    const Tensor w = t.u8_weights ? ints_of<uint8_t>({t.m, t.c / t.group, t.k, t.k}, DType::kU8, 0, 255)
+                                  : ints_of<int8_t>({t.m, t.c / t.group, t.k, t.k}, DType::kI8, -128, 127);
+    const Tensor xz = ints_of<uint8_t>({}, DType::kU8, 131, 131);
+    Tensor wz = t.u8_weights ? ints_of<uint8_t>({}, DType::kU8, 120, 120) : ints_of<int8_t>({}, DType::kI8, -3, -3);
+    if (per_channel) wz = t.u8_weights ? ints_of<uint8_t>({t.m}, DType::kU8, 100, 140) : ints_of<int8_t>({t.m}, DType::kI8, -20, 20);
+    const auto w_zero = [&](int64_t m) {
+      const int64_t at = per_channel ? m : 0;
+      return t.u8_weights ? wz.data<uint8_t>()[at] : wz.data<int8_t>()[at];
+    };
+    Node n = node("ConvInteger", {}, {});
+    n.attrs["strides"] = Attr::of(std::vector<int64_t>{t.stride, t.stride});
+    n.attrs["dilations"] = Attr::of(std::vector<int64_t>{t.dil, t.dil});
+    n.attrs["pads"] = Attr::of(std::vector<int64_t>{t.pad, t.pad, t.pad, t.pad});
+    n.attrs["group"] = Attr::of(t.group);
+    std::vector<const Tensor*> in{&x, &w, &xz, &wz};
+    std::vector<Tensor> out(1);
+    n.fn(n, in, out);
+    const Tensor& y = out[0];
+    ASSERT_EQ(y.dtype(), DType::kI32);
+    const int64_t oh = y.dim(2), ow = y.dim(3), cg = t.c / t.group, mg = t.m / t.group;
+    ASSERT_EQ(oh, (H + 2 * t.pad - (t.k - 1) * t.dil - 1) / t.stride + 1);
+    const auto wv = [&](int64_t i, int64_t m) { return (t.u8_weights ? w.data<uint8_t>()[i] : w.data<int8_t>()[i]) - w_zero(m); };
+    for (int64_t b = 0; b < t.n; ++b)
+      for (int64_t m = 0; m < t.m; ++m)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            int64_t sum = 0;
+            for (int64_t c = 0; c < cg; ++c)
+              for (int64_t i = 0; i < t.k; ++i)
+                for (int64_t j = 0; j < t.k; ++j) {
+                  const int64_t iy = oy * t.stride - t.pad + i * t.dil, ix = ox * t.stride - t.pad + j * t.dil;
+                  if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                  const int64_t ch = (m / mg) * cg + c;
+                  sum += (x.data<uint8_t>()[((b * t.c + ch) * H + iy) * W + ix] - 131) * wv(((m * cg + c) * t.k + i) * t.k + j, m);
+                }
+            ASSERT_EQ(y.data<int32_t>()[((b * t.m + m) * oh + oy) * ow + ox], sum) << "case c " << t.c << " at " << b << "," << m << "," << oy << "," << ox;
+          }
+    }
+}
+
+// QLinearConv: with weights given per call, the int32 sums (as ConvInteger's) plus the bias
+// requantized by x_scale * w_scale[m] / y_scale; with its float weights made at load, the float
+// Conv, within one quantization step of that.
+TEST(GraphQuant, QLinearConvRequantizesItsSums) {
+  const Tensor x = ints_of<int8_t>({2, 3, 6, 5}, DType::kI8, -128, 127), w = ints_of<int8_t>({4, 3, 3, 3}, DType::kI8, -128, 127);
+  const Tensor xz = ints_of<int8_t>({}, DType::kI8, 4, 4), wz = ints_of<int8_t>({}, DType::kI8, 0, 0), yz = ints_of<int8_t>({}, DType::kI8, -7, -7);
+  Tensor xs = Tensor::empty({}), ys = Tensor::empty({}), ws = noisy({4}, 0.01f, 0.8f), b = ints_of<int32_t>({4}, DType::kI32, -900, 900);
+  xs.fill(0.02f), ys.fill(0.9f);
+  for (int64_t m = 0; m < 4; ++m) ws.f32()[m] = std::fabs(ws.f32()[m]) + 1e-3f;
+  const std::map<std::string, Attr> attrs{{"pads", Attr::of(std::vector<int64_t>{1, 1, 1, 1})}};
+  Node ci = node("ConvInteger", {}, {}), qc = node("QLinearConv", {}, {});
+  ci.attrs = qc.attrs = attrs;
+  std::vector<Tensor> sums(1), y(1), y_made(1);
+  ci.fn(ci, {&x, &w, &xz, &wz}, sums);
+  const std::vector<const Tensor*> in{&x, &xs, &xz, &w, &ws, &wz, &ys, &yz, &b};
+  qc.fn(qc, in, y);
+  loom::rt::graph::qlinear_conv_weights(qc, in, &qc.attrs);
+  qc.fn(qc, in, y_made);
+  ASSERT_EQ(y[0].shape(), sums[0].shape());
+  const int64_t ohw = y[0].dim(2) * y[0].dim(3);
+  for (int64_t i = 0; i < y[0].numel(); ++i) {
+    const int64_t m = (i / ohw) % 4;
+    const float f = 0.02f * ws.f32()[m] / 0.9f;
+    const double v = std::nearbyint(static_cast<double>(sums[0].data<int32_t>()[i] + b.data<int32_t>()[m]) * static_cast<double>(f) - 7);
+    ASSERT_EQ(y[0].data<int8_t>()[i], static_cast<int8_t>(std::clamp(v, -128.0, 127.0))) << "at " << i;
+    ASSERT_LE(std::abs(y_made[0].data<int8_t>()[i] - y[0].data<int8_t>()[i]), 1) << "at " << i;
+  }
+}
+
 // quantize_dynamic's chain, as ORT writes it: values 0 x, 1 W, 2 W_zero, 3 W_scale, 4 bias;
 // DQL(x) -> 5 q, 6 x_scale, 7 x_zero; Mul(x_scale, W_scale) -> 8; MatMulInteger -> 9; Cast -> 10;
 // Mul(10, 8) -> 11; Add(bias, 11) -> 12.
