@@ -2,6 +2,8 @@
 // MatMulInteger -> Cast -> Mul by the scales (-> Add of the bias) as one GEMM whose weight is held
 // centred in floats, and quantize_static's QDQ pairs (a QuantizeLinear read by DequantizeLinear
 // nodes alone) as one pass each. The fused kernels round every step as the nodes they replace.
+#include <utility>
+
 #include "fuse.hpp"
 
 namespace loom::rt::graph {
@@ -21,9 +23,29 @@ int bias_row(const Graph& g, const Node& add, int x, int64_t N) {
   return t && b != x && t->dtype() == DType::kF32 && t->ndim() == 1 && t->numel() == N ? b : -1;
 }
 
+// The Mul that makes value v, read by nothing else, when it multiplies a value by a float constant
+// of one value or N (the activation's scale by the weight's), the constant put second; else null.
+Node* scales_product(Graph& g, int v, int64_t N) {
+  if (v < 0 || g.uses[static_cast<size_t>(v)] != 1) return nullptr;
+  for (Node& p : g.nodes) {
+    if (p.op.empty() || std::find(p.out.begin(), p.out.end(), v) == p.out.end()) continue;
+    if (p.op != "Mul" || p.in.size() != 2 || p.out.size() != 1) return nullptr;
+    for (int k : {1, 0}) {
+      const Tensor* c = constant(g, p.in[static_cast<size_t>(k)]);
+      if (c && c->dtype() == DType::kF32 && (c->numel() == 1 || c->numel() == N) && !constant(g, p.in[static_cast<size_t>(1 - k)])) {
+        if (k == 0) std::swap(p.in[0], p.in[1]);
+        return &p;
+      }
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
 // MatMulInteger(a, W, a_zero, W_zero), W and W_zero constants, read by a Cast to float alone, read
 // by a Mul alone (the product of the activation's and the weight's scales), then maybe an Add of a
-// bias row: Loom.MatMulIntegerToFloat in the place of the last of them (where every input is ready).
+// bias row: Loom.MatMulIntegerToFloat in the place of the last of them (where every input is ready),
+// taking in the Mul of the two scales too.
 int fuse_matmul_integer(Graph& g) {
   int n = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -40,13 +62,20 @@ int fuse_matmul_integer(Graph& g) {
     f.op = "Loom.MatMulIntegerToFloat";
     f.name = m.name;
     f.fn = op_matmul_integer_to_float;
-    f.in = {m.in[0], m.in.size() > 2 ? m.in[2] : -1, mul->in[0] == c->out[0] ? mul->in[1] : mul->in[0]};
+    const int scale = mul->in[0] == c->out[0] ? mul->in[1] : mul->in[0];
+    f.in = {m.in[0], m.in.size() > 2 ? m.in[2] : -1, scale};
     matmul_integer_weights(m, *w, wz, &f.attrs);
     Node* last = mul;
     if (Node* add = g.sole_reader(mul->out[0], i); add && bias_row(g, *add, mul->out[0], w->dim(1)) >= 0) {
       f.in.push_back(bias_row(g, *add, mul->out[0], w->dim(1)));
       mul->op.clear();
       last = add;
+      ++n;
+    }
+    f.in.resize(4, -1);
+    if (Node* s = scales_product(g, scale, w->dim(1))) {  // the activation's scale by the weight's, in the kernel
+      f.in[2] = s->in[0], f.in.push_back(s->in[1]);
+      s->op.clear();
       ++n;
     }
     f.out = last->out;

@@ -319,11 +319,21 @@ std::pair<Tensor, int64_t> float_weights(const Node& n) {
 // Loom.MatMulIntegerToFloat (fuse_quant.cpp): quantize_dynamic's MatMulInteger(a, W, a_zero,
 // W_zero) -> Cast to float -> Mul by the scales -> Add of a bias row (optional) -> GELU (optional,
 // "loom.gelu"), as one GEMM: inputs a, a_zero (or absent), the scales (one value or one per
-// column), the bias (or absent); the weight in its attributes (matmul_integer_weights). The sums
-// are exact and each step after rounds as the node it replaces.
+// column), the bias (or absent), and the weight's scale where the kernel multiplies the scales
+// itself (input 2 then a's); the weight in its attributes (matmul_integer_weights). The sums are
+// exact and each step after rounds as the node it replaces.
 void op_matmul_integer_to_float(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  const Tensor &a = need(n, in, 0), &scale = need(n, in, 2);
-  const Tensor *az = optional_input(in, 1), *bias = optional_input(in, 3);
+  const Tensor& a = need(n, in, 0);
+  const Tensor *az = optional_input(in, 1), *bias = optional_input(in, 3), *w_scale = optional_input(in, 4);
+  Tensor product;  // the activation's scale times the weight's, as the Mul it stands for
+  if (w_scale) {
+    Node mul;
+    mul.op = "Mul", mul.name = n.name;
+    std::vector<Tensor> y(1);
+    op_mul(mul, {&need(n, in, 2), w_scale}, y);
+    product = y[0];
+  }
+  const Tensor& scale = w_scale ? product : need(n, in, 2);
   const auto w8 = n.attrs.find("loom.weights_s8");
   const Tensor& w = w8 != n.attrs.end() ? w8->second.t : n.attrs.at("loom.weights").t;
   const int64_t K = w.dim(0), N = w.dim(1);

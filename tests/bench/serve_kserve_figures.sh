@@ -5,8 +5,10 @@
 # server at a time, driven by wrk with one Lua script for both (HTTP, KServe v2 JSON): a tiny MLP
 # (784-64-32-10, one row) at concurrency 1 and 16, a 4-layer BERT (d 256, batch 1, sequence 128,
 # pooler_output asked for) and an encoder of PyTorch's own nn.TransformerEncoderLayer (d 256, 4
-# heads, 2 layers, sequence 32, a key padding mask; opset 14) at concurrency 1 and 8. MODELS
-# picks some of them (default "mlp bert encoder"). Target: >= 1.0x in every row, and loom's
+# heads, 2 layers, sequence 32, a key padding mask; opset 14) at concurrency 1 and 8, and the BERT
+# as onnxruntime.quantization's quantize_dynamic writes it (bert_int8: int8 weights, uint8
+# activations quantized per request) at 1 and 8. MODELS picks some of them (default "mlp bert
+# bert_int8 encoder"). Target: >= 1.0x in every row, and loom's
 # p50 at concurrency 1 <= KServe's. loom-serve with --max-batch-size 1 (batching off) is measured
 # too: the default batcher's p50 at concurrency 1 within 10% of it, and on BERT at concurrency 8
 # >= 1.3x its throughput. Each cell is the median of REPS runs of SECONDS.
@@ -24,7 +26,7 @@ peer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" kserve kserve onnxruntime nump
 echo "peer: $("$peer/bin/python" -c 'import kserve, onnxruntime as o; from importlib.metadata import version as v; print("kserve", v("kserve"), "+ onnxruntime", o.__version__)' 2>/dev/null)"
 
 # The models (torch.onnx.export by Debian's PyTorch) and the request bodies.
-MODELS=${MODELS:-mlp bert encoder}
+MODELS=${MODELS:-mlp bert bert_int8 encoder}
 mkdir -p "$work/repo/mlp/1" "$work/repo/bert/1" "$work/repo/encoder/1"
 /usr/bin/python3 - "$S/tests/parity" "$work" <<'PY'
 import json, os, sys
@@ -68,6 +70,17 @@ json.dump({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 32, 256], "
                       {"name": "mask", "datatype": "BOOL", "shape": [1, 32], "data": pad.flatten().tolist()}]},
           open(f"{w}/encoder.json", "w"))
 PY
+if [[ " $MODELS " == *" bert_int8 "* ]]; then  # by ORT's own quantizer, from the BERT above
+  if qpeer=$(LOOM_BUILDDIR=$B "$S/contrib/peer-venv.sh" ortq onnxruntime onnx numpy sympy); then
+    mkdir -p "$work/repo/bert_int8/1"
+    "$qpeer/bin/python" -c 'import sys; from onnxruntime.quantization import QuantType, quantize_dynamic
+quantize_dynamic(sys.argv[1], sys.argv[2], weight_type=QuantType.QInt8)' "$work/repo/bert/1/model.onnx" "$work/repo/bert_int8/1/model.onnx" 2>/dev/null
+    cp "$work/bert.json" "$work/bert_int8.json"
+  else
+    echo "serve_kserve_figures: no ONNX Runtime quantizer, bert_int8 not measured"
+    MODELS=$(echo ${MODELS/bert_int8/})
+  fi
+fi
 cat >"$work/post.lua" <<'LUA'
 -- One request body for every server: KServe v2 JSON, POSTed as is.
 wrk.method = "POST"
@@ -102,7 +115,7 @@ measure() {
 ms() {  # wrk's 512.00us / 1.20ms / 1.01s in milliseconds
   echo "$1" | awk '/us$/ {sub("us",""); print $1/1000; next} /ms$/ {sub("ms",""); print $1; next} /s$/ {sub("s",""); print $1*1000}'
 }
-declare -A concurrencies=([mlp]="1 16" [bert]="1 8" [encoder]="1 8")
+declare -A concurrencies=([mlp]="1 16" [bert]="1 8" [bert_int8]="1 8" [encoder]="1 8")
 rows=()
 for model in $MODELS; do
   for c in ${concurrencies[$model]}; do rows+=("$model $c"); done
@@ -141,12 +154,12 @@ run_loom off --max-batch-size 1
 run_kserve
 
 echo "== loom-serve (--threads $THREADS, default batcher) against KServe $("$peer/bin/python" -c "from importlib.metadata import version; print(version('kserve'))") + ONNX Runtime ($THREADS intra-op threads); wrk, HTTP JSON, median of $REPS x ${SECONDS_PER}s"
-printf '%-6s %4s | %10s %8s %8s | %10s %8s %8s | %7s %s\n' model conc "loom req/s" "p50 ms" "p99 ms" "KServe" "p50 ms" "p99 ms" ratio "p50 <= KServe's"
+printf '%-9s %4s | %10s %8s %8s | %10s %8s %8s | %7s %s\n' model conc "loom req/s" "p50 ms" "p99 ms" "KServe" "p50 ms" "p99 ms" ratio "p50 <= KServe's"
 for r in "${rows[@]}"; do
   set -- $r
   read -r lr lp50 lp99 <<<"${got[loom,$1,$2]}"
   read -r kr kp50 kp99 <<<"${got[kserve,$1,$2]}"
-  printf '%-6s %4s | %10.0f %8.2f %8.2f | %10.0f %8.2f %8.2f | %6.2fx %s\n' "$1" "$2" "$lr" "$lp50" "$lp99" "$kr" "$kp50" "$kp99" \
+  printf '%-9s %4s | %10.0f %8.2f %8.2f | %10.0f %8.2f %8.2f | %6.2fx %s\n' "$1" "$2" "$lr" "$lp50" "$lp99" "$kr" "$kp50" "$kp99" \
     "$(echo "$lr $kr" | awk '{print $1/$2}')" "$(echo "$lp50 $kp50" | awk '{print ($1 <= $2) ? "yes" : "no (missed)"}')"
 done
 echo "== the batcher against batching off (loom-serve --max-batch-size 1), same runs"
@@ -154,14 +167,14 @@ for r in "${rows[@]}"; do
   set -- $r
   read -r lr lp50 _ <<<"${got[loom,$1,$2]}"
   read -r orr op50 _ <<<"${got[off,$1,$2]}"
-  printf '%-6s %4s | batcher %8.0f req/s p50 %6.2f ms | off %8.0f req/s p50 %6.2f ms | throughput %5.2fx, p50 %5.2fx\n' \
+  printf '%-9s %4s | batcher %8.0f req/s p50 %6.2f ms | off %8.0f req/s p50 %6.2f ms | throughput %5.2fx, p50 %5.2fx\n' \
     "$1" "$2" "$lr" "$lp50" "$orr" "$op50" "$(echo "$lr $orr" | awk '{print $1/$2}')" "$(echo "$lp50 $op50" | awk '{print $1/$2}')"
 done
 echo "targets: p50 at concurrency 1 within 1.10x of batching off; mlp at 16 >= 1.0x batching off; bert at 8 >= 1.3x batching off"
 
-# The executor alone against ONNX Runtime in-process (no server): BERT (sequence 128) and the
-# encoder (sequence 32) at batch 1 and 8, best of 30 runs each, the same threads (target: loom >= 1.0x).
-declare -A seqs=([bert]=128 [encoder]=32) vocabs=([bert]=1000 [encoder]=1)
+# The executor alone against ONNX Runtime in-process (no server): BERT and its int8 form
+# (sequence 128) and the encoder (sequence 32) at batch 1 and 8, best of 30 runs each, the same threads (target: loom >= 1.0x).
+declare -A seqs=([bert]=128 [bert_int8]=128 [encoder]=32) vocabs=([bert]=1000 [bert_int8]=1000 [encoder]=1)
 for model in $MODELS; do
   [ "$model" = mlp ] && continue
   echo "== $model in-process (sequence ${seqs[$model]}): loom's executor (loom-bench infer) against ONNX Runtime, $THREADS threads"

@@ -37,7 +37,7 @@ const char* kOps[] = {"Expand", "ConstantOfShape", "Range",     "Pad",        "R
                       "Where",   "MatMul",         "LayerNormalization", "Trilu", "Identity", "Tile", "GatherND",
                       "Resize",  "OneHot",         "TopK",      "NonZero",    "DepthToSpace", "ConvTranspose", "NonMaxSuppression", "LSTM", "Unique", "GridSample", "Gelu", "CumSum",
                       "ms:Attention", "ms:MultiHeadAttention", "ms:EmbedLayerNormalization", "ms:SkipLayerNormalization",
-                      "ms:FastGelu", "ms:FusedMatMul"};
+                      "ms:FastGelu", "ms:FusedMatMul", "q:MatMulInteger"};
 
 void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   auto* a = n->add_attribute();
@@ -46,10 +46,46 @@ void add_int_attr(onnx::NodeProto* n, const char* name, int64_t v) {
   a->set_i(v);
 }
 
+// quantize_dynamic's chain from x to y (the executor fuses it): DynamicQuantizeLinear, MatMulInteger
+// by the constant int8 weight "q8" (its zero point "q8z"), Cast to float, Mul by the scales; the
+// weight's shape, values and scales fuzzed.
+void add_quantized_matmul(FuzzedDataProvider& p, onnx::GraphProto* g, const std::string& x, const std::string& y) {
+  const int64_t k = p.ConsumeIntegralInRange<int64_t>(0, 6), cols = p.ConsumeIntegralInRange<int64_t>(0, 6);
+  auto* w = g->add_initializer();
+  w->set_name("q8" + y), w->set_data_type(p.ConsumeBool() ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
+  w->add_dims(k), w->add_dims(cols);
+  std::string bytes;
+  for (int64_t i = 0; i < k * cols; ++i) bytes.push_back(static_cast<char>(p.ConsumeIntegral<uint8_t>()));
+  w->set_raw_data(bytes);
+  auto* z = g->add_initializer();
+  z->set_name("q8z" + y), z->set_data_type(w->data_type()), z->set_raw_data(std::string(1, static_cast<char>(p.ConsumeIntegral<uint8_t>())));
+  auto* s = g->add_initializer();
+  s->set_name("q8s" + y), s->set_data_type(onnx::TensorProto::FLOAT);
+  const bool per_column = p.ConsumeBool();
+  if (per_column) s->add_dims(cols);
+  for (int64_t i = 0; i < (per_column ? cols : 1); ++i) s->add_float_data(p.ConsumeFloatingPointInRange<float>(-1, 1));
+  const auto node = [&](const char* op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* n = g->add_node();
+    n->set_op_type(op), n->set_name(std::string(op) + "_" + out[0]);
+    for (const auto& i : in) n->add_input(i);
+    for (const auto& o : out) n->add_output(o);
+    return n;
+  };
+  node("DynamicQuantizeLinear", {x}, {y + "_q", y + "_s", y + "_z"});
+  node("Mul", {y + "_s", "q8s" + y}, {y + "_scale"});
+  node("MatMulInteger", {y + "_q", "q8" + y, y + "_z", "q8z" + y}, {y + "_acc"});
+  add_int_attr(node("Cast", {y + "_acc"}, {y + "_f"}), "to", onnx::TensorProto::FLOAT);
+  node("Mul", {y + "_f", y + "_scale"}, {y});
+}
+
 // One node: its data input is `x` (a float tensor so far), its integer input `b` where the op
 // takes one; the output is named `y`. Returns the op.
 std::string add_node(FuzzedDataProvider& p, onnx::GraphProto* g, const std::string& x, const std::string& y) {
   std::string op = kOps[p.ConsumeIntegralInRange<size_t>(0, sizeof kOps / sizeof kOps[0] - 1)];
+  if (op == "q:MatMulInteger") {
+    add_quantized_matmul(p, g, x, y);
+    return "MatMul";
+  }
   auto* n = g->add_node();
   if (op.rfind("ms:", 0) == 0) op = op.substr(3), n->set_domain("com.microsoft");
   n->set_op_type(op);
