@@ -96,6 +96,14 @@ void Model::prepare() {
   for (size_t i = 0; i < nodes_.size(); ++i)
     for (int v : nodes_[i].in)
       if (v >= 0) last[static_cast<size_t>(v)] = static_cast<int>(i);
+  // Constants no node reads any more (folded into others, or taken into a fused node) are let go.
+  std::vector<bool> read(names_.size(), false);
+  for (const Node& n : nodes_)
+    for (int v : n.in)
+      if (v >= 0) read[static_cast<size_t>(v)] = true;
+  for (int v : output_ids_) read[static_cast<size_t>(v)] = true;
+  for (size_t v = 0; v < names_.size(); ++v)
+    if (!read[v]) constants_[v] = Tensor();
   for (int v : output_ids_) last[static_cast<size_t>(v)] = -1;
   release_.assign(nodes_.size(), {});
   for (size_t v = 0; v < names_.size(); ++v)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
@@ -44,9 +45,18 @@ PerAxis per_axis(const Node& n, const Tensor& x, const Tensor& scale, const Tens
 }
 
 // fn(offset, count, c) over the runs of elements that share the scale and zero point c.
+// fn(chunk, offset, count) over [0, total) in chunks of 16k values, spread over the threads.
+constexpr int64_t kChunk = int64_t{1} << 14;
+template <class Fn>
+void for_chunks(int64_t total, Fn fn) {
+  vec::for_items((total + kChunk - 1) / kChunk, kChunk, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) fn(c, c * kChunk, std::min(kChunk, total - c * kChunk));
+  });
+}
+
 template <class Fn>
 void for_axis_runs(const PerAxis& p, int64_t total, Fn fn) {
-  if (p.scale.size() == 1) return fn(int64_t{0}, total, size_t{0});
+  if (p.scale.size() == 1) return for_chunks(total, [&](int64_t, int64_t o, int64_t count) { fn(o, count, size_t{0}); });
   for (int64_t o = 0, c = 0; o < total; o += p.inner, c = (c + 1) % p.dim) fn(o, std::min(p.inner, total - o), static_cast<size_t>(c));
 }
 
@@ -192,12 +202,22 @@ void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r,
 void op_dynamic_quantize_linear(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = need(n, in, 0);
   if (x.dtype() != DType::kF32) op_error(n, "DynamicQuantizeLinear takes float32");
+  const int64_t chunks = (x.numel() + kChunk - 1) / kChunk;
+  std::vector<float> los(static_cast<size_t>(chunks)), his(static_cast<size_t>(chunks));
+  std::vector<char> finite(static_cast<size_t>(chunks));
+  for_chunks(x.numel(), [&](int64_t c, int64_t o, int64_t count) {
+    const auto k = static_cast<size_t>(c);
+    finite[k] = range_with_zero(x.f32() + o, count, &los[k], &his[k]);
+  });
   float lo = 0, hi = 0;
-  if (!range_with_zero(x.f32(), x.numel(), &lo, &hi)) op_error(n, "the input holds a NaN");
+  for (size_t k = 0; k < los.size(); ++k) {
+    if (!finite[k]) op_error(n, "the input holds a NaN");
+    lo = std::min(lo, los[k]), hi = std::max(hi, his[k]);
+  }
   const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
   const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
   Tensor y = Tensor::empty(x.shape(), DType::kU8), s = Tensor::empty({}), z = Tensor::empty({}, DType::kU8);
-  quantize_u8(x.f32(), x.numel(), scale, zp, y.data<uint8_t>());
+  for_chunks(x.numel(), [&](int64_t, int64_t o, int64_t count) { quantize_u8(x.f32() + o, count, scale, zp, y.data<uint8_t>() + o); });
   s.f32()[0] = scale;
   z.data<uint8_t>()[0] = static_cast<uint8_t>(zp);
   out[0] = y;
