@@ -141,6 +141,49 @@ int fuse_gelu(Graph& g) {
   return n;
 }
 
+// The node that makes value v, or null.
+Node* producer(Graph& g, int v) {
+  for (Node& n : g.nodes)
+    if (!n.op.empty() && std::find(n.out.begin(), n.out.end(), v) != n.out.end()) return &n;
+  return nullptr;
+}
+
+// GPT-2's tanh GELU as PyTorch exports it (Hugging Face's NewGELUActivation, torch.pow spelled
+// out): Pow(x, 3) -> Mul 0.044715 -> Add x -> Mul sqrt(2/pi) -> Tanh -> Add 1 -> Mul by Mul(x, 0.5)
+// -> Gelu(x, approximate tanh), one vectorised pass.
+int fuse_gelu_tanh(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& p = g.nodes[i];
+    float c;
+    if (p.op != "Pow" || p.in.size() != 2 || !g.scalar(p.in[1], &c) || c != 3.0f) continue;
+    const int x = p.in[0];
+    const auto next = [&](const Node* from, const char* op, float k) -> Node* {  // its sole reader, op by a scalar near k
+      Node* r = from ? g.sole_reader(from->out[0], i) : nullptr;
+      float v;
+      return r && r->op == op && other_scalar(g, *r, from->out[0], &v) && near(v, k) ? r : nullptr;
+    };
+    Node* cube = next(&p, "Mul", 0.044715f);
+    Node* sum = cube ? g.sole_reader(cube->out[0], i) : nullptr;
+    if (!sum || sum->op != "Add" || sum->in.size() != 2 || (sum->in[0] == cube->out[0] ? sum->in[1] : sum->in[0]) != x) continue;
+    Node* scaled = next(sum, "Mul", 0.7978845608f);
+    Node* t = scaled ? g.sole_reader(scaled->out[0], i) : nullptr;
+    Node* one = t && t->op == "Tanh" ? next(t, "Add", 1.0f) : nullptr;
+    Node* out = one ? g.sole_reader(one->out[0], i) : nullptr;
+    if (!out || out->op != "Mul" || out->in.size() != 2) continue;
+    Node* half = producer(g, out->in[0] == one->out[0] ? out->in[1] : out->in[0]);
+    if (!half || half->op != "Mul" || g.sole_reader(half->out[0], 0) != out || !other_scalar(g, *half, x, &c) || !near(c, 0.5f)) continue;
+    Node f;
+    f.op = "Gelu", f.name = t->name, f.fn = op_gelu, f.in = {x}, f.out = out->out;
+    f.attrs["approximate"] = Attr::of(std::string("tanh"));
+    for (Node* d : {&p, cube, sum, scaled, t, one, half}) d->op.clear();
+    *out = std::move(f);
+    g.uses[static_cast<size_t>(x)] -= 2;
+    n += 7;
+  }
+  return n;
+}
+
 bool weight_matmul(const Graph& g, const Node& m) {
   if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1) return false;
   const Tensor& w = g.constants[static_cast<size_t>(m.in[1])];
@@ -400,6 +443,7 @@ int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, c
   fused += fuse_relu(g);
   fused += fuse_affine(g);
   fused += fuse_gelu(g);
+  fused += fuse_gelu_tanh(g);
   fused += fuse_layer_norm(g);
   fused += fuse_quantized(g);
   fused += fuse_matmul_bias(g);

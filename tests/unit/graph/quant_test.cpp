@@ -2,7 +2,8 @@
 // and DynamicQuantizeLinear against ONNX's formulas computed naively (ties rounded half to even,
 // saturation, per-axis scales), and the fused forms of onnxruntime.quantization's patterns against
 // the nodes they replace, bit for bit: quantize_dynamic's MatMulInteger -> Cast -> Mul -> Add
-// chain (sums past 2^24 in chunks) and QDQ pairs.
+// chain (sums past 2^24 in chunks) and QDQ pairs; and GPT-2's spelled-out tanh GELU (what those
+// GEMMs feed in a quantized GPT-2 as in a float one) fused into one node.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -360,6 +361,35 @@ TEST(GraphFuse, QdqPairIsOnePassAnsweringAsItsNodes) {
     ASSERT_EQ(nodes.size(), 3u);
     EXPECT_EQ(nodes[0].op, "Loom.QuantizeDequantize");
     expect_same_bits(run_nodes(nodes, vals)[6], want);
+  }
+}
+
+// GPT-2's tanh GELU spelled out as PyTorch exports it: one Gelu (approximate tanh) node answering
+// as the seven it replaces, within float rounding; a second reader of an inner value keeps them.
+TEST(GraphFuse, SpelledOutTanhGeluIsOneNode) {
+  for (bool shared : {false, true}) {
+    std::vector<Tensor> vals(20);
+    vals[0] = noisy({3, 37}, 4.0f);
+    const float k[6] = {0.5f, 3.0f, 0.044715f, 0.7978845608f, 1.0f, 0.0f};
+    for (int i = 0; i < 5; ++i) vals[static_cast<size_t>(1 + i)] = Tensor::empty({}), vals[static_cast<size_t>(1 + i)].fill(k[i]);
+    std::vector<Node> nodes{node("Mul", {0, 1}, {6}),   node("Pow", {0, 2}, {7}),  node("Mul", {7, 3}, {8}), node("Add", {0, 8}, {9}),
+                            node("Mul", {9, 4}, {10}), node("Tanh", {10}, {11}), node("Add", {11, 5}, {12}), node("Mul", {6, 12}, {13})};
+    std::vector<int> outputs{13};
+    if (shared) nodes.push_back(node("Identity", {10}, {14})), outputs.push_back(14);
+    const Tensor want = run_nodes(nodes, vals)[13];
+    std::vector<Tensor> constants = vals;
+    constants[0] = Tensor();
+    const int fused = loom::rt::graph::fuse_nodes(nodes, constants, outputs);
+    if (shared) {
+      EXPECT_EQ(fused, 0);
+      continue;
+    }
+    ASSERT_EQ(fused, 7);
+    nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op.empty(); }), nodes.end());
+    ASSERT_EQ(nodes.size(), 1u);
+    EXPECT_EQ(nodes[0].attrs.at("approximate").s, "tanh");
+    const Tensor got = run_nodes(nodes, vals)[13];
+    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.f32()[i], want.f32()[i], 2e-6f * std::max(1.0f, std::fabs(want.f32()[i])));
   }
 }
 
