@@ -1,7 +1,8 @@
 // fuse_quant.cpp — the load-time fusions of onnxruntime.quantization's models: quantize_dynamic's
 // MatMulInteger -> Cast -> Mul by the scales (-> Add of the bias) as one GEMM whose weight is held
-// centred in floats, and quantize_static's QDQ pairs (a QuantizeLinear read by DequantizeLinear
-// nodes alone) as one pass each. The fused kernels round every step as the nodes they replace.
+// in the layout its kernel takes, quantize_static's QDQ pairs (a QuantizeLinear read by
+// DequantizeLinear nodes alone) as one pass each, and QLinearConv's float weights made once. The
+// fused kernels round every step as the nodes they replace.
 #include <utility>
 
 #include "fuse.hpp"
@@ -119,7 +120,7 @@ int fuse_quantize_dequantize(Graph& g) {
 // prepares a convolution for them.
 int prepare_qlinear_conv(Graph& g) {
   for (Node& c : g.nodes) {
-    if (c.op != "QLinearConv" || c.in.size() < 8 || c.attrs.count("loom.weights")) continue;
+    if (c.op != "QLinearConv" || c.in.size() < 7 || c.attrs.count("loom.weights")) continue;
     std::vector<const Tensor*> in(c.in.size(), nullptr);
     bool constants = true;
     for (size_t k : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {

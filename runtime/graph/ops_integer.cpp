@@ -1,7 +1,7 @@
 // ops_integer.cpp — integer products of quantized ONNX models, summed exactly: MatMulInteger,
-// ConvInteger and QLinearMatMul (float GEMMs over integers in chunks whose sums stay below 2^24,
-// added in int32), and quantize_dynamic's fused MatMulInteger chain on oneDNN's int8 GEMM where
-// the CPU makes it exact (VNNI), else on those float GEMMs.
+// ConvInteger, QLinearMatMul and quantize_dynamic's fused MatMulInteger chain, on oneDNN's int8
+// GEMM where the CPU makes it exact (VNNI), else as float GEMMs over integers in chunks whose
+// sums stay below 2^24, added in int32; QLinearMatMul's requantization.
 #include <algorithm>
 #include <cmath>
 #include <map>
