@@ -117,7 +117,7 @@ int fuse_quantize_dequantize(Graph& g) {
 
 // QLinearConv whose weight, its scale and zero point, x_scale and bias are constants: its float
 // weight and bias made once (qlinear_conv_weights), so that each call neither makes them nor
-// prepares a convolution for them.
+// prepares a convolution for them; the node no longer reads the int8 ones.
 int prepare_qlinear_conv(Graph& g) {
   for (Node& c : g.nodes) {
     if (c.op != "QLinearConv" || c.in.size() < 7 || c.attrs.count("loom.weights")) continue;
@@ -128,7 +128,10 @@ int prepare_qlinear_conv(Graph& g) {
       in[k] = constant(g, c.in[k]);
       constants = constants && in[k];
     }
-    if (constants && in[1] && in[3] && in[4]) qlinear_conv_weights(c, in, &c.attrs);
+    if (!constants || !in[1] || !in[3] || !in[4]) continue;
+    qlinear_conv_weights(c, in, &c.attrs);
+    for (size_t k : {size_t{3}, size_t{4}, size_t{5}, size_t{8}})  // held as floats now: the int8 ones can go
+      if (k < c.in.size() && c.in[k] >= 0) --g.uses[static_cast<size_t>(c.in[k])], c.in[k] = -1;
   }
   return 0;  // no node went
 }
