@@ -141,13 +141,6 @@ int fuse_gelu(Graph& g) {
   return n;
 }
 
-// The node that makes value v, or null.
-Node* producer(Graph& g, int v) {
-  for (Node& n : g.nodes)
-    if (!n.op.empty() && std::find(n.out.begin(), n.out.end(), v) != n.out.end()) return &n;
-  return nullptr;
-}
-
 // GPT-2's tanh GELU as PyTorch exports it (Hugging Face's NewGELUActivation, torch.pow spelled
 // out): Pow(x, 3) -> Mul 0.044715 -> Add x -> Mul sqrt(2/pi) -> Tanh -> Add 1 -> Mul by Mul(x, 0.5)
 // -> Gelu(x, approximate tanh), one vectorised pass.
@@ -171,7 +164,7 @@ int fuse_gelu_tanh(Graph& g) {
     Node* one = t && t->op == "Tanh" ? next(t, "Add", 1.0f) : nullptr;
     Node* out = one ? g.sole_reader(one->out[0], i) : nullptr;
     if (!out || out->op != "Mul" || out->in.size() != 2) continue;
-    Node* half = producer(g, out->in[0] == one->out[0] ? out->in[1] : out->in[0]);
+    Node* half = g.producer(out->in[0] == one->out[0] ? out->in[1] : out->in[0], g.nodes.size());
     if (!half || half->op != "Mul" || g.sole_reader(half->out[0], 0) != out || !other_scalar(g, *half, x, &c) || !near(c, 0.5f)) continue;
     Node f;
     f.op = "Gelu", f.name = t->name, f.fn = op_gelu, f.in = {x}, f.out = out->out;
@@ -308,13 +301,6 @@ int fuse_layer_norm(Graph& g) {
   return n;
 }
 
-// The node that writes value v, when its one output is v (null otherwise).
-Node* producer(Graph& g, int v, size_t before) {
-  for (size_t j = 0; j < before; ++j)
-    if (!g.nodes[j].op.empty() && g.nodes[j].out.size() == 1 && g.nodes[j].out[0] == v) return &g.nodes[j];
-  return nullptr;
-}
-
 // A transpose of rank 3 or 4 (the same rank as `rank` once one is set): its perm, and where the
 // last axis goes in the rank-4 view (a leading 1 before a rank-3 one). Not a perm that is no
 // permutation (the Transpose's kernel refuses it; fused, it would index past the shape).
@@ -347,7 +333,7 @@ int fuse_matmul_transposes(Graph& g) {
     std::vector<int64_t> perm, perm4;
     size_t rank = 0;
     for (int k = 0; k < 2; ++k) {
-      Node* t = producer(g, m.in[static_cast<size_t>(k)], i);
+      Node* t = g.producer(m.in[static_cast<size_t>(k)], i);
       const size_t before = rank;
       if (!t || t->op != "Transpose" || g.uses[static_cast<size_t>(t->out[0])] != 1 || !fusable_perm(*t, &rank, &perm, &perm4))
         continue;
@@ -379,7 +365,7 @@ int fuse_matmul_prescale(Graph& g) {
     Node& m = g.nodes[i];
     if (m.op != "MatMul" || m.in.size() != 2 || m.out.size() != 1) continue;
     for (size_t k = 0; k < 2; ++k) {
-      Node* d = producer(g, m.in[k], i);
+      Node* d = g.producer(m.in[k], i);
       float c;
       if (!d || (d->op != "Div" && d->op != "Mul") || g.uses[static_cast<size_t>(m.in[k])] != 1) continue;
       const int x = d->in.size() == 2 ? d->in[0] : -1, s = d->in.size() == 2 ? d->in[1] : -1;

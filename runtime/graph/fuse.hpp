@@ -29,6 +29,12 @@ struct Graph {
       if (!nodes[j].op.empty() && std::find(nodes[j].in.begin(), nodes[j].in.end(), v) != nodes[j].in.end()) r.push_back(&nodes[j]);
     return r;
   }
+  // The node before `before` that writes value v, when its one output is v (null otherwise).
+  Node* producer(int v, size_t before) {
+    for (size_t j = 0; j < before && j < nodes.size(); ++j)
+      if (!nodes[j].op.empty() && nodes[j].out.size() == 1 && nodes[j].out[0] == v) return &nodes[j];
+    return nullptr;
+  }
   // The float value of a one-element float constant, else false.
   bool scalar(int v, float* out) const {
     if (v < 0) return false;

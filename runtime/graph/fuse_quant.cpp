@@ -27,18 +27,14 @@ int bias_row(const Graph& g, const Node& add, int x, int64_t N) {
 // The Mul that makes value v, read by nothing else, when it multiplies a value by a float constant
 // of one value or N (the activation's scale by the weight's), the constant put second; else null.
 Node* scales_product(Graph& g, int v, int64_t N) {
-  if (v < 0 || g.uses[static_cast<size_t>(v)] != 1) return nullptr;
-  for (Node& p : g.nodes) {
-    if (p.op.empty() || std::find(p.out.begin(), p.out.end(), v) == p.out.end()) continue;
-    if (p.op != "Mul" || p.in.size() != 2 || p.out.size() != 1) return nullptr;
-    for (int k : {1, 0}) {
-      const Tensor* c = constant(g, p.in[static_cast<size_t>(k)]);
-      if (c && c->dtype() == DType::kF32 && (c->numel() == 1 || c->numel() == N) && !constant(g, p.in[static_cast<size_t>(1 - k)])) {
-        if (k == 0) std::swap(p.in[0], p.in[1]);
-        return &p;
-      }
+  Node* p = v >= 0 && g.uses[static_cast<size_t>(v)] == 1 ? g.producer(v, g.nodes.size()) : nullptr;
+  if (!p || p->op != "Mul" || p->in.size() != 2) return nullptr;
+  for (int k : {1, 0}) {
+    const Tensor* c = constant(g, p->in[static_cast<size_t>(k)]);
+    if (c && c->dtype() == DType::kF32 && (c->numel() == 1 || c->numel() == N) && !constant(g, p->in[static_cast<size_t>(1 - k)])) {
+      if (k == 0) std::swap(p->in[0], p->in[1]);
+      return p;
     }
-    return nullptr;
   }
   return nullptr;
 }
