@@ -5,6 +5,7 @@
 // four times (the MatMul, the mask's Add, the Softmax, the second MatMul).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "loom/rt/tensor/kernels.hpp"
@@ -102,9 +103,20 @@ void matmul_strided(const Node& n, const Tensor& a, const Tensor& b, float alpha
 
 namespace {
 
+// Whether `m` (of dtype `dt`) broadcasts to the scores without growing them.
+bool broadcasts_to(const Tensor& m, DType dt, const Shape& scores) {
+  if (m.dtype() != dt || m.ndim() > 4) return false;
+  for (int d = 0; d < m.ndim(); ++d) {
+    const int64_t e = m.shape()[static_cast<size_t>(d)], s = scores[static_cast<size_t>(4 - m.ndim() + d)];
+    if (e != 1 && e != s) return false;
+  }
+  return true;
+}
+
 // Whether Loom.Attention's operands fit its one pass: q, k, v of one rank (3 or 4) as their
-// perms, matching matrices, and a float mask that broadcasts to the scores without growing them.
-bool attention_fits(const Node& n, const Tensor& q, const Tensor& k, const Tensor* mask, const Tensor& v) {
+// perms, matching matrices, and a float mask and a bool condition that broadcast to the scores
+// without growing them.
+bool attention_fits(const Node& n, const Tensor& q, const Tensor& k, const Tensor* mask, const Tensor* cond, const Tensor& v) {
   const auto r = static_cast<size_t>(q.ndim());
   if ((r != 3 && r != 4) || k.ndim() != q.ndim() || v.ndim() != q.ndim()) return false;
   if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32) return false;
@@ -115,14 +127,27 @@ bool attention_fits(const Node& n, const Tensor& q, const Tensor& k, const Tenso
   if (B.shape[2] != A.shape[3] || V.shape[2] != B.shape[3]) return false;
   for (size_t d = 0; d < 2; ++d)
     if (B.shape[d] != A.shape[d] || V.shape[d] != A.shape[d]) return false;
-  if (!mask) return true;
-  if (mask->dtype() != DType::kF32 || mask->ndim() > q.ndim()) return false;
   const Shape scores = {A.shape[0], A.shape[1], A.shape[2], B.shape[3]};
-  for (int d = 0; d < mask->ndim(); ++d) {
-    const int64_t m = mask->shape()[static_cast<size_t>(d)], s = scores[static_cast<size_t>(4 - mask->ndim() + d)];
-    if (m != 1 && m != s) return false;
-  }
-  return true;
+  if (mask && (mask->ndim() > q.ndim() || !broadcasts_to(*mask, DType::kF32, scores))) return false;
+  return !cond || (cond->ndim() <= q.ndim() && broadcasts_to(*cond, DType::kBool, scores));
+}
+
+// The scores' Where: the condition's own node and the fill value as a tensor.
+void where_step(const Node& n, const Tensor& cond, std::vector<Tensor>& s) {
+  Tensor fill = Tensor::empty({});
+  fill.fill(attr_f(n, "loom.fill", 0.0f));
+  const bool keep = attr_i(n, "loom.keep", 1) != 0;
+  Node w = n;
+  w.op = "Where";
+  w.attrs.clear();
+  std::vector<Tensor> r(1);
+  op_where(w, {&cond, keep ? &s[0] : &fill, keep ? &fill : &s[0]}, r);
+  s = r;
+}
+
+// p[i] = c where p[i] is NaN.
+LOOM_VEC void nan_to(float* p, int64_t count, float c) {
+  for (int64_t i = 0; i < count; ++i) p[i] = p[i] != p[i] ? c : p[i];
 }
 
 // The four operators Loom.Attention stands for, one after another (operands the one pass
@@ -136,6 +161,7 @@ void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::v
   if (has_attr(n, "loom.qk_perm_b")) mm.attrs["loom.perm_b"] = n.attrs.at("loom.qk_perm_b");
   std::vector<Tensor> s(1);
   op_matmul(mm, {in[0], in[1]}, s);
+  if (in.size() > 4 && in[4]) where_step(n, *in[4], s);
   if (in[2]) {
     std::vector<Tensor> sum(1);
     op_add(n, {&s[0], in[2]}, sum);
@@ -146,6 +172,7 @@ void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::v
   sm.attrs.clear();
   std::vector<Tensor> p(1);
   op_softmax(sm, {&s[0]}, p);
+  if (has_attr(n, "loom.nan_fill")) nan_to(p[0].f32(), p[0].numel(), attr_f(n, "loom.nan_fill", 0.0f));
   mm.attrs.clear();
   if (has_attr(n, "loom.perm_v")) mm.attrs["loom.perm_b"] = n.attrs.at("loom.perm_v");
   if (has_attr(n, "loom.perm_y")) mm.attrs["loom.perm_y"] = n.attrs.at("loom.perm_y");
@@ -166,35 +193,114 @@ LOOM_VEC void add_mask(float* s, const float* mask, int64_t M, int64_t N, int64_
   }
 }
 
+// scores[m][c] = cond[m * row + c * col] == keep ? scores[m][c] : fill.
+LOOM_VEC void where_cond(float* s, const uint8_t* cond, int64_t M, int64_t N, int64_t row, int64_t col, bool keep, float fill) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* sr = s + m * N;
+    const uint8_t* cr = cond + m * row;
+    for (int64_t c = 0; c < N; ++c) sr[c] = (cr[c * col] != 0) == keep ? sr[c] : fill;
+  }
+}
+
+// Rows [0, R) of C[:, j0 : j0 + jn] = alpha A B for one small batch matrix, B packed as [K, NP]
+// (NP a multiple of 16, zero past N): R x 16 sums held in registers over the whole of K.
+typedef float f8 __attribute__((vector_size(32)));
+__attribute__((always_inline)) inline void store_row(const f8* lo, const f8* hi, float alpha, float* c, int64_t jn) {
+  float row[16];
+  std::memcpy(row, lo, sizeof *lo);
+  std::memcpy(row + 8, hi, sizeof *hi);
+  for (int64_t j = 0; j < jn; ++j) c[j] = alpha * row[j];
+}
+template <int R>
+__attribute__((always_inline)) inline void small_block(const float* a, int64_t a_row, int64_t a_col, const float* bt, int64_t NP,
+                                                       int64_t K, int64_t jn, float alpha, float* c, int64_t ldc) {
+  static_assert(R == 1 || R == 4, "blocks of 1 or 4 rows");
+  f8 c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
+  for (int64_t k = 0; k < K; ++k) {
+    f8 b0, b1;
+    std::memcpy(&b0, bt + k * NP, sizeof b0);
+    std::memcpy(&b1, bt + k * NP + 8, sizeof b1);
+    const float* ak = a + k * a_col;
+    c00 += ak[0] * b0, c01 += ak[0] * b1;
+    if (R == 4) {
+      c10 += ak[a_row] * b0, c11 += ak[a_row] * b1;
+      c20 += ak[2 * a_row] * b0, c21 += ak[2 * a_row] * b1;
+      c30 += ak[3 * a_row] * b0, c31 += ak[3 * a_row] * b1;
+    }
+  }
+  store_row(&c00, &c01, alpha, c, jn);
+  if (R == 4) {
+    store_row(&c10, &c11, alpha, c + ldc, jn);
+    store_row(&c20, &c21, alpha, c + 2 * ldc, jn);
+    store_row(&c30, &c31, alpha, c + 3 * ldc, jn);
+  }
+}
+
+// C[M, N] = alpha A B for one small batch matrix (a few thousand products, as short sequences
+// have), A and B read through their element strides, where a BLAS call costs more than its
+// arithmetic: B packed into `bt` [K, N rounded up to 16], then blocks of 4 rows by 16 columns.
+LOOM_VEC void gemm_small(const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t b_row, int64_t b_col, int64_t M,
+                         int64_t N, int64_t K, float alpha, float* c, int64_t ldc, float* bt) {
+  const int64_t NP = (N + 15) / 16 * 16;
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t j = 0; j < N; ++j) bt[k * NP + j] = b[k * b_row + j * b_col];
+    for (int64_t j = N; j < NP; ++j) bt[k * NP + j] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < N; j0 += 16) {
+    const int64_t jn = std::min<int64_t>(16, N - j0);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) small_block<4>(a + m * a_row, a_row, a_col, bt + j0, NP, K, jn, alpha, c + m * ldc + j0, ldc);
+    for (; m < M; ++m) small_block<1>(a + m * a_row, a_row, a_col, bt + j0, NP, K, jn, alpha, c + m * ldc + j0, ldc);
+  }
+}
+
+// The element strides of `t` broadcast to the scores [b0, b1, M, N].
+std::vector<int64_t> strides_in(const Tensor* t, const Shape& scores) {
+  if (!t) return std::vector<int64_t>(4, 0);
+  Shape s = t->shape();
+  while (s.size() < 4) s.insert(s.begin(), 1);
+  return broadcast_strides(s, scores);
+}
+
 }  // namespace
 
-// Loom.Attention(q, k, mask or absent, v): MatMul(q, k) scaled by alpha, + mask, Softmax over the
-// last axis, MatMul by v, each operand through its fused transpose.
+// Loom.Attention(q, k, mask or absent, v[, cond]): MatMul(q, k) scaled by alpha, + mask, Softmax over the
+// last axis, MatMul by v, each operand through its fused transpose; with cond, the scores go
+// through Where(cond, scores, loom.fill) first (Where(cond, loom.fill, scores) when loom.keep is 0),
+// and with loom.nan_fill the probabilities' NaNs (a row masked whole) become that value.
 void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &q = need(n, in, 0), &k = need(n, in, 1), &v = need(n, in, 3);
   const Tensor* mask = in.size() > 2 ? in[2] : nullptr;
-  if (!attention_fits(n, q, k, mask, v)) return attention_steps(n, in, out);
+  const Tensor* cond = in.size() > 4 ? in[4] : nullptr;
+  if (!attention_fits(n, q, k, mask, cond, v)) return attention_steps(n, in, out);
   const Operand4 A = operand4(n, q, attr_ints(n, "loom.qk_perm_a")), B = operand4(n, k, attr_ints(n, "loom.qk_perm_b")),
                  V = operand4(n, v, attr_ints(n, "loom.perm_v"));
   const int64_t b1 = A.shape[1], M = A.shape[2], K = A.shape[3], N = B.shape[3], D = V.shape[3];
-  const float alpha = attr_f(n, "loom.alpha", 1.0f);
+  const float alpha = attr_f(n, "loom.alpha", 1.0f), fill = attr_f(n, "loom.fill", 0.0f);
+  const bool keep = attr_i(n, "loom.keep", 1) != 0, nan_guard = has_attr(n, "loom.nan_fill");
+  const float nan_fill = attr_f(n, "loom.nan_fill", 0.0f);
   const Placed y = place(n, {A.shape[0], b1, M, D}, q.ndim() == 3);
-  std::vector<int64_t> mst(4, 0);
-  if (mask) {
-    Shape m4 = mask->shape();
-    while (m4.size() < 4) m4.insert(m4.begin(), 1);
-    mst = broadcast_strides(m4, {A.shape[0], b1, M, N});
-  }
+  const std::vector<int64_t> mst = strides_in(mask, {A.shape[0], b1, M, N}), cst = strides_in(cond, {A.shape[0], b1, M, N});
+  const bool small = M * N * (K + D) <= (int64_t{1} << 16);
   each_matrix(A.shape[0] * b1, A.shape[0] * b1 * M * N * (K + D), [&](int64_t lo, int64_t hi) {
-    std::vector<float> s(static_cast<size_t>(M * N));
+    std::vector<float> s(static_cast<size_t>(M * N)), packed(small ? static_cast<size_t>((std::max(N, D) + 15) / 16 * 16 * std::max(K, N)) : 0);
     for (int64_t ij = lo; ij < hi; ++ij) {
       const int64_t i = ij / b1, j = ij % b1;
-      cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.at(q, i, j),
-                static_cast<int>(A.ld), B.at(k, i, j), static_cast<int>(B.ld), 0.0f, s.data(), static_cast<int>(N));
+      if (small)
+        gemm_small(A.at(q, i, j), A.stride[2], A.stride[3], B.at(k, i, j), B.stride[2], B.stride[3], M, N, K, alpha, s.data(), N,
+                   packed.data());
+      else
+        cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.at(q, i, j),
+                  static_cast<int>(A.ld), B.at(k, i, j), static_cast<int>(B.ld), 0.0f, s.data(), static_cast<int>(N));
+      if (cond) where_cond(s.data(), cond->data<uint8_t>() + i * cst[0] + j * cst[1], M, N, cst[2], cst[3], keep, fill);
       if (mask) add_mask(s.data(), mask->f32() + i * mst[0] + j * mst[1], M, N, mst[2], mst[3]);
       softmax_rows_here(s.data(), s.data(), M, N);
-      cpu::gemm(false, V.trans, static_cast<int>(M), static_cast<int>(D), static_cast<int>(N), 1.0f, s.data(),
-                static_cast<int>(N), V.at(v, i, j), static_cast<int>(V.ld), 0.0f, y.at(i, j), static_cast<int>(y.st[2]));
+      if (nan_guard) nan_to(s.data(), M * N, nan_fill);
+      if (small)
+        gemm_small(s.data(), N, 1, V.at(v, i, j), V.stride[2], V.stride[3], M, D, N, 1.0f, y.at(i, j), y.st[2], packed.data());
+      else
+        cpu::gemm(false, V.trans, static_cast<int>(M), static_cast<int>(D), static_cast<int>(N), 1.0f, s.data(),
+                  static_cast<int>(N), V.at(v, i, j), static_cast<int>(V.ld), 0.0f, y.at(i, j), static_cast<int>(y.st[2]));
     }
   });
   out[0] = y.y;

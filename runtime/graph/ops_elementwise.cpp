@@ -470,10 +470,9 @@ void op_is_special(const Node& n, const std::vector<const Tensor*>& in, std::vec
   if (a.dtype() != DType::kF32) op_error(n, std::string(n.op) + " of " + dtype_name(a.dtype()) + " is not supported");
   const bool nan = n.op == "IsNaN", neg = attr_i(n, "detect_negative", 1) != 0, pos = attr_i(n, "detect_positive", 1) != 0;
   Tensor y = Tensor::empty(a.shape(), DType::kBool);
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const float v = a.f32()[i];
-    y.data<uint8_t>()[i] = nan ? std::isnan(v) : std::isinf(v) && (v < 0 ? neg : pos);
-  }
+  const float* x = a.f32();
+  uint8_t* r = y.data<uint8_t>();
+  for (int64_t i = 0; i < a.numel(); ++i) r[i] = nan ? std::isnan(x[i]) : std::isinf(x[i]) && (x[i] < 0 ? neg : pos);
   out[0] = y;
 }
 

@@ -15,6 +15,7 @@
 
 #include "loom/rt/graph/graph.hpp"
 #include "loom/rt/tensor/kernels.hpp"
+#include "nodes.hpp"
 #include "ops.hpp"
 
 namespace {
@@ -23,38 +24,15 @@ using loom::rt::DType;
 using loom::rt::Tensor;
 using loom::rt::graph::Attr;
 using loom::rt::graph::Node;
-
-Tensor noisy(std::vector<int64_t> shape, float scale, float phase = 0.37f) {
-  Tensor t = Tensor::empty(std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std::sin(static_cast<float>(i) * phase + 0.1f) * scale;
-  return t;
-}
+using loom_test::node;
+using loom_test::noisy;
+using loom_test::run_nodes;
 
 template <class T>
 Tensor ints_of(std::vector<int64_t> shape, DType dt, int lo, int hi) {
   Tensor t = Tensor::empty(std::move(shape), dt);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(lo + (i * 7919 + 13) % (hi - lo + 1));
   return t;
-}
-
-Node node(const std::string& op, std::vector<int> in, std::vector<int> out) {
-  Node n;
-  n.op = op, n.name = op, n.in = std::move(in), n.out = std::move(out);
-  n.fn = loom::rt::graph::find_op(op);
-  return n;
-}
-
-// The nodes run in order over values that start as `vals` (the constants and the inputs).
-std::vector<Tensor> run_nodes(const std::vector<Node>& nodes, std::vector<Tensor> vals) {
-  for (const Node& n : nodes) {
-    if (n.op.empty()) continue;
-    std::vector<const Tensor*> in;
-    for (int v : n.in) in.push_back(v >= 0 ? &vals[static_cast<size_t>(v)] : nullptr);
-    std::vector<Tensor> out(n.out.size());
-    n.fn(n, in, out);
-    for (size_t i = 0; i < out.size(); ++i) vals[static_cast<size_t>(n.out[i])] = out[i];
-  }
-  return vals;
 }
 
 void expect_same_bits(const Tensor& a, const Tensor& b) {
