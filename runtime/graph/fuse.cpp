@@ -3,8 +3,8 @@
 // -> float, Mul by a constant, Add of a constant: the pixel preprocessing) as one pass; the erf
 // GELU subgraph and opset 13's spelled-out LayerNorm as one node each; MatMul + bias row, MatMul / scalar (attention's scale) and
 // MatMul + GELU into the GEMM and its epilogue; a scalar scale of an operand into its alpha;
-// transposes of rank 3 and 4 around a MatMul as strides; attention's MatMul, mask, Softmax and
-// MatMul as one kernel. A value that several nodes read, or that the graph returns, is never fused away.
+// transposes of rank 3 and 4 around a MatMul as strides (attention's own pattern in fuse_attention.cpp,
+// quantized models' in fuse_quant.cpp). A value that several nodes read, or that the graph returns, is never fused away.
 #include <algorithm>
 
 #include "fuse.hpp"
@@ -377,85 +377,6 @@ int fuse_matmul_prescale(Graph& g) {
       d->op.clear();
       ++n;
     }
-  }
-  return n;
-}
-
-// The scores' Where(cond, scores, c) or Where(cond, c, scores) with c a scalar constant (GPT-2's
-// causal mask through a lower-triangular buffer): the Where, or null; *keep whether a true
-// condition keeps the score.
-Node* causal_where(Graph& g, int scores, size_t after, float* fill, bool* keep) {
-  Node* w = g.sole_reader(scores, after);
-  if (!w || w->op != "Where" || w->in.size() != 3 || w->out.size() != 1 || w->in[0] == scores) return nullptr;
-  *keep = w->in[1] == scores;
-  return g.scalar(*keep ? w->in[2] : w->in[1], fill) && w->in[1] != w->in[2] ? w : nullptr;
-}
-
-// Softmax's probabilities p through Where(IsNaN(p), c, p) with c a scalar constant (PyTorch 2's
-// exporter writes SDPA so: a row masked whole becomes c): the Where, or null; *isnan the IsNaN.
-Node* nan_guard(Graph& g, int p, size_t after, float* fill, Node** isnan) {
-  if (p < 0 || g.uses[static_cast<size_t>(p)] != 2) return nullptr;
-  const std::vector<Node*> rd = g.readers(p, after);
-  if (rd.size() != 2) return nullptr;
-  Node* in = rd[0]->op == "IsNaN" ? rd[0] : rd[1];
-  Node* w = in == rd[0] ? rd[1] : rd[0];
-  if (in->op != "IsNaN" || in->out.size() != 1 || w->op != "Where" || w->in.size() != 3 || w->out.size() != 1) return nullptr;
-  if (g.sole_reader(in->out[0], after) != w || w->in[0] != in->out[0] || w->in[2] != p || !g.scalar(w->in[1], fill)) return nullptr;
-  *isnan = in;
-  return w;
-}
-
-// MatMul (scores, through its fused transposes and scale) [-> Where a causal condition]
-// [-> Add a mask] -> Softmax over the last axis [-> Where(IsNaN, c, probabilities)] -> MatMul
-// by V -> Loom.Attention, whatever exporter wrote the pieces (nn.MultiheadAttention, SDPA,
-// BERT's, GPT-2's); each intermediate read by the next alone.
-int fuse_attention(Graph& g) {
-  int n = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& qk = g.nodes[i];
-    if (qk.op != "MatMul" || qk.in.size() != 2 || qk.out.size() != 1 || has_attr(qk, "loom.gelu") || has_attr(qk, "loom.perm_y"))
-      continue;
-    float fill = 0.0f;
-    bool keep = true;
-    Node* where = causal_where(g, qk.out[0], i, &fill, &keep);
-    const int scores = where ? where->out[0] : qk.out[0];
-    Node* add = g.sole_reader(scores, i);
-    Node* sm = add && add->op == "Add" && add->in.size() == 2 ? g.sole_reader(add->out[0], i) : add;
-    if (!sm || sm->op != "Softmax" || attr_i(*sm, "axis", -1) != -1 || (sm != add && add->out.size() != 1)) continue;
-    float nan_fill = 0.0f;
-    Node* isnan = nullptr;
-    Node* guard = nan_guard(g, sm->out[0], i, &nan_fill, &isnan);
-    const int probs = guard ? guard->out[0] : sm->out[0];
-    Node* pv = g.sole_reader(probs, i);
-    if (!pv || pv->op != "MatMul" || pv->in.size() != 2 || pv->in[0] != probs || has_attr(*pv, "loom.perm_a") ||
-        has_attr(*pv, "loom.gelu") || has_attr(*pv, "loom.alpha"))
-      continue;
-    const int mask = sm == add ? -1 : add->in[0] == scores ? add->in[1] : add->in[0];
-    if (mask == scores || (sm != add && add->in[0] != scores && add->in[1] != scores)) continue;
-    Node f = *pv;
-    f.op = "Loom.Attention";
-    f.fn = op_attention;
-    f.in = {qk.in[0], qk.in[1], mask, pv->in[1]};
-    f.attrs.clear();
-    if (where) {
-      f.in.push_back(where->in[0]);
-      f.attrs["loom.fill"] = Attr::of(fill);
-      f.attrs["loom.keep"] = Attr::of(int64_t{keep});
-      where->op.clear();
-    }
-    if (guard) {
-      f.attrs["loom.nan_fill"] = Attr::of(nan_fill);
-      guard->op.clear(), isnan->op.clear();
-    }
-    auto carry = [&](const Node& from, const char* key, const char* as) {
-      if (has_attr(from, key)) f.attrs[as] = from.attrs.at(key);
-    };
-    carry(qk, "loom.alpha", "loom.alpha"), carry(qk, "loom.perm_a", "loom.qk_perm_a"), carry(qk, "loom.perm_b", "loom.qk_perm_b");
-    carry(*pv, "loom.perm_b", "loom.perm_v"), carry(*pv, "loom.perm_y", "loom.perm_y");
-    *pv = std::move(f);
-    qk.op.clear(), sm->op.clear();
-    if (add != sm) add->op.clear();
-    ++n;
   }
   return n;
 }

@@ -1,5 +1,5 @@
-// fuse.hpp — what the load-time fusions share (fuse.cpp; fuse_quant.cpp for the quantized
-// models' patterns): the nodes in execution order, the folded constants and each value's readers.
+// fuse.hpp — what the load-time fusions share (fuse.cpp; fuse_attention.cpp; fuse_quant.cpp for
+// the quantized models' patterns): the nodes in execution order, the folded constants and each value's readers.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +35,10 @@ struct Graph {
       if (!nodes[j].op.empty() && nodes[j].out.size() == 1 && nodes[j].out[0] == v) return &nodes[j];
     return nullptr;
   }
+  // The constant value v, or null.
+  const Tensor* constant(int v) const {
+    return v >= 0 && constants[static_cast<size_t>(v)].defined() ? &constants[static_cast<size_t>(v)] : nullptr;
+  }
   // The float value of a one-element float constant, else false.
   bool scalar(int v, float* out) const {
     if (v < 0) return false;
@@ -44,6 +48,10 @@ struct Graph {
     return true;
   }
 };
+
+// fuse_attention.cpp: attention's MatMul, mask, Softmax and MatMul as one Loom.Attention node,
+// whatever exporter wrote them; returns how many patterns went.
+int fuse_attention(Graph& g);
 
 // fuse_quant.cpp: onnxruntime.quantization's patterns (quantize_dynamic's MatMulInteger chain,
 // QDQ pairs); returns how many nodes went.

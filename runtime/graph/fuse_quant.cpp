@@ -1,7 +1,8 @@
 // fuse_quant.cpp — the load-time fusions of onnxruntime.quantization's models: quantize_dynamic's
 // MatMulInteger -> Cast -> Mul by the scales (-> Add of the bias) as one GEMM whose weight is held
 // in the layout its kernel takes, quantize_static's QDQ pairs (a QuantizeLinear read by
-// DequantizeLinear nodes alone) as one pass each, and QLinearConv's float weights made once. The
+// DequantizeLinear nodes alone) as one pass each, moved past the transposes beside them, and
+// QLinearConv's float weights made once. The
 // fused kernels round every step as the nodes they replace.
 #include <utility>
 
@@ -10,17 +11,13 @@
 namespace loom::rt::graph {
 namespace {
 
-const Tensor* constant(const Graph& g, int v) {
-  return v >= 0 && g.constants[static_cast<size_t>(v)].defined() ? &g.constants[static_cast<size_t>(v)] : nullptr;
-}
-
 bool int8(const Tensor* t) { return t && (t->dtype() == DType::kU8 || t->dtype() == DType::kI8); }
 
 // The constant float bias row of N values beside value x in an Add, or -1.
 int bias_row(const Graph& g, const Node& add, int x, int64_t N) {
   if (add.op != "Add" || add.in.size() != 2) return -1;
   const int b = add.in[0] == x ? add.in[1] : add.in[0];
-  const Tensor* t = constant(g, b);
+  const Tensor* t = g.constant(b);
   return t && b != x && t->dtype() == DType::kF32 && t->ndim() == 1 && t->numel() == N ? b : -1;
 }
 
@@ -30,8 +27,8 @@ Node* scales_product(Graph& g, int v, int64_t N) {
   Node* p = v >= 0 && g.uses[static_cast<size_t>(v)] == 1 ? g.producer(v, g.nodes.size()) : nullptr;
   if (!p || p->op != "Mul" || p->in.size() != 2) return nullptr;
   for (int k : {1, 0}) {
-    const Tensor* c = constant(g, p->in[static_cast<size_t>(k)]);
-    if (c && c->dtype() == DType::kF32 && (c->numel() == 1 || c->numel() == N) && !constant(g, p->in[static_cast<size_t>(1 - k)])) {
+    const Tensor* c = g.constant(p->in[static_cast<size_t>(k)]);
+    if (c && c->dtype() == DType::kF32 && (c->numel() == 1 || c->numel() == N) && !g.constant(p->in[static_cast<size_t>(1 - k)])) {
       if (k == 0) std::swap(p->in[0], p->in[1]);
       return p;
     }
@@ -48,7 +45,7 @@ int fuse_matmul_integer(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& m = g.nodes[i];
     if (m.op != "MatMulInteger" || m.in.size() < 2 || m.out.size() != 1) continue;
-    const Tensor *w = constant(g, m.in[1]), *wz = m.in.size() > 3 ? constant(g, m.in[3]) : nullptr;
+    const Tensor *w = g.constant(m.in[1]), *wz = m.in.size() > 3 ? g.constant(m.in[3]) : nullptr;
     if (!int8(w) || w->ndim() != 2 || (m.in.size() > 3 && m.in[3] >= 0 && (!int8(wz) || (wz->numel() != 1 && wz->numel() != w->dim(1)))))
       continue;
     Node* c = g.sole_reader(m.out[0], i);
@@ -104,11 +101,48 @@ int fuse_quantize_dequantize(Graph& g) {
       d->fn = op_quantize_dequantize;
       d->in = q.in;
       d->attrs = q.attrs;
+      ++g.uses[static_cast<size_t>(q.in[0])];
     }
-    q.op.clear();
+    for (int in : q.in)  // read by the DequantizeLinear nodes now, not by the QuantizeLinear
+      if (in >= 0) --g.uses[static_cast<size_t>(in)];
+    g.uses[static_cast<size_t>(v)] = 0;
+    q.op.clear(), q.in.clear();
     ++n;
   }
   return n;
+}
+
+// Whether d is a Loom.QuantizeDequantize of one scale (so that it commutes with a transpose).
+bool per_tensor_qdq(const Graph& g, const Node& d) {
+  const Tensor* s = d.in.size() > 1 ? g.constant(d.in[1]) : nullptr;
+  return d.op == "Loom.QuantizeDequantize" && d.out.size() == 1 && s && s->numel() == 1;
+}
+
+// The nodes a (writing value v, read by b alone) and b swapped in the chain x -a-> v -b-> y:
+// x -b-> v -a-> y, each node keeping its other inputs and attributes.
+void swap_in_chain(Node& a, Node& b) {
+  const int x = a.in[0], v = a.out[0], y = b.out[0];
+  std::swap(a, b);
+  a.in[0] = x, a.out[0] = v;
+  b.in[0] = v, b.out[0] = y;
+}
+
+// A QDQ model puts a fake quantization of one scale between a Transpose and the MatMul that reads
+// it, or between a MatMul and the Transpose of its product (attention's heads): the two swapped,
+// so that the transposes meet the MatMuls and become their strides (fuse_matmul_transposes).
+int commute_qdq_transposes(Graph& g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& d = g.nodes[i];
+    if (!per_tensor_qdq(g, d) || d.in[0] < 0) continue;
+    Node* t = g.producer(d.in[0], i);
+    Node* r = g.sole_reader(d.out[0], i);
+    if (t && t->op == "Transpose" && t->in.size() == 1 && g.uses[static_cast<size_t>(d.in[0])] == 1 && r && r->op == "MatMul") {
+      swap_in_chain(*t, d);  // Transpose -> QDQ -> MatMul: QDQ -> Transpose -> MatMul
+    } else if (t && t->op == "MatMul" && g.uses[static_cast<size_t>(d.in[0])] == 1 && r && r->op == "Transpose" && r->in.size() == 1) {
+      swap_in_chain(d, *r);  // MatMul -> QDQ -> Transpose: MatMul -> Transpose -> QDQ
+    }
+  }
+  return 0;  // no node went
 }
 
 // QLinearConv whose weight, its scale and zero point, x_scale and bias are constants: its float
@@ -121,7 +155,7 @@ int prepare_qlinear_conv(Graph& g) {
     bool constants = true;
     for (size_t k : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
       if (k >= c.in.size() || c.in[k] < 0) continue;
-      in[k] = constant(g, c.in[k]);
+      in[k] = g.constant(c.in[k]);
       constants = constants && in[k];
     }
     if (!constants || !in[1] || !in[3] || !in[4]) continue;
@@ -134,6 +168,9 @@ int prepare_qlinear_conv(Graph& g) {
 
 }  // namespace
 
-int fuse_quantized(Graph& g) { return fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + prepare_qlinear_conv(g); }
+int fuse_quantized(Graph& g) {
+  const int n = fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + prepare_qlinear_conv(g);
+  return n + commute_qdq_transposes(g);
+}
 
 }  // namespace loom::rt::graph

@@ -12,6 +12,7 @@
 #include "loom/rt/tensor/vec.hpp"
 #include "ops.hpp"
 #include "ops_fused.hpp"
+#include "quant.hpp"
 
 namespace loom::rt::graph {
 
@@ -150,6 +151,45 @@ LOOM_VEC void nan_to(float* p, int64_t count, float c) {
   for (int64_t i = 0; i < count; ++i) p[i] = p[i] != p[i] ? c : p[i];
 }
 
+// s[i] / c (div) or s[i] * c, as the Div or Mul node did.
+LOOM_VEC void scale_by(float* s, int64_t count, float c, bool div) {
+  if (div) {
+    for (int64_t i = 0; i < count; ++i) s[i] = s[i] / c;
+  } else {
+    for (int64_t i = 0; i < count; ++i) s[i] = s[i] * c;
+  }
+}
+
+// What Loom.Attention does elementwise to its scores before the condition and the mask (the
+// fake quantization, then the Div or Mul by a scalar, that followed the MatMul in a QDQ model),
+// and to the probabilities after the Softmax (NaN made a value, the fake quantization).
+class Elementwise {
+ public:
+  explicit Elementwise(const Node& n) : s_q_(qdq(n, "loom.s_qdq")), p_q_(qdq(n, "loom.p_qdq")) {
+    div_ = has_attr(n, "loom.post_div"), mul_ = has_attr(n, "loom.post_mul"), nan_ = has_attr(n, "loom.nan_fill");
+    c_ = attr_f(n, div_ ? "loom.post_div" : "loom.post_mul", 1.0f), nan_fill_ = attr_f(n, "loom.nan_fill", 0.0f);
+  }
+  void scores(float* s, int64_t count) const {
+    if (s_q_) quantize_dequantize(s, count, s_q_[0], s_q_[1], s_q_[2], s_q_[3], s);
+    if (div_ || mul_) scale_by(s, count, c_, div_);
+  }
+  void probs(float* p, int64_t count) const {
+    if (nan_) nan_to(p, count, nan_fill_);
+    if (p_q_) quantize_dequantize(p, count, p_q_[0], p_q_[1], p_q_[2], p_q_[3], p);
+  }
+
+ private:
+  static const float* qdq(const Node& n, const char* key) {
+    if (!has_attr(n, key)) return nullptr;
+    const std::vector<float>& q = n.attrs.at(key).floats;
+    if (q.size() != 4) op_error(n, std::string(key) + " must hold a scale, a zero point and the range");
+    return q.data();
+  }
+  const float *s_q_, *p_q_;
+  bool div_ = false, mul_ = false, nan_ = false;
+  float c_ = 1.0f, nan_fill_ = 0.0f;
+};
+
 // The four operators Loom.Attention stands for, one after another (operands the one pass
 // cannot take: another rank, a mask that grows the scores).
 void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
@@ -159,8 +199,10 @@ void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::v
   if (has_attr(n, "loom.alpha")) mm.attrs["loom.alpha"] = n.attrs.at("loom.alpha");
   if (has_attr(n, "loom.qk_perm_a")) mm.attrs["loom.perm_a"] = n.attrs.at("loom.qk_perm_a");
   if (has_attr(n, "loom.qk_perm_b")) mm.attrs["loom.perm_b"] = n.attrs.at("loom.qk_perm_b");
+  const Elementwise each(n);
   std::vector<Tensor> s(1);
   op_matmul(mm, {in[0], in[1]}, s);
+  each.scores(s[0].f32(), s[0].numel());
   if (in.size() > 4 && in[4]) where_step(n, *in[4], s);
   if (in[2]) {
     std::vector<Tensor> sum(1);
@@ -172,7 +214,7 @@ void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::v
   sm.attrs.clear();
   std::vector<Tensor> p(1);
   op_softmax(sm, {&s[0]}, p);
-  if (has_attr(n, "loom.nan_fill")) nan_to(p[0].f32(), p[0].numel(), attr_f(n, "loom.nan_fill", 0.0f));
+  each.probs(p[0].f32(), p[0].numel());
   mm.attrs.clear();
   if (has_attr(n, "loom.perm_v")) mm.attrs["loom.perm_b"] = n.attrs.at("loom.perm_v");
   if (has_attr(n, "loom.perm_y")) mm.attrs["loom.perm_y"] = n.attrs.at("loom.perm_y");
@@ -267,7 +309,9 @@ std::vector<int64_t> strides_in(const Tensor* t, const Shape& scores) {
 // Loom.Attention(q, k, mask or absent, v[, cond]): MatMul(q, k) scaled by alpha, + mask, Softmax over the
 // last axis, MatMul by v, each operand through its fused transpose; with cond, the scores go
 // through Where(cond, scores, loom.fill) first (Where(cond, loom.fill, scores) when loom.keep is 0),
-// and with loom.nan_fill the probabilities' NaNs (a row masked whole) become that value.
+// and with loom.nan_fill the probabilities' NaNs (a row masked whole) become that value; a QDQ
+// model's fake quantization of the scores (loom.s_qdq, then loom.post_div or loom.post_mul) and
+// of the probabilities (loom.p_qdq) as Elementwise does them.
 void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &q = need(n, in, 0), &k = need(n, in, 1), &v = need(n, in, 3);
   const Tensor* mask = in.size() > 2 ? in[2] : nullptr;
@@ -277,8 +321,8 @@ void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vect
                  V = operand4(n, v, attr_ints(n, "loom.perm_v"));
   const int64_t b1 = A.shape[1], M = A.shape[2], K = A.shape[3], N = B.shape[3], D = V.shape[3];
   const float alpha = attr_f(n, "loom.alpha", 1.0f), fill = attr_f(n, "loom.fill", 0.0f);
-  const bool keep = attr_i(n, "loom.keep", 1) != 0, nan_guard = has_attr(n, "loom.nan_fill");
-  const float nan_fill = attr_f(n, "loom.nan_fill", 0.0f);
+  const bool keep = attr_i(n, "loom.keep", 1) != 0;
+  const Elementwise each(n);
   const Placed y = place(n, {A.shape[0], b1, M, D}, q.ndim() == 3);
   const std::vector<int64_t> mst = strides_in(mask, {A.shape[0], b1, M, N}), cst = strides_in(cond, {A.shape[0], b1, M, N});
   const bool small = M * N * (K + D) <= (int64_t{1} << 16);
@@ -292,10 +336,11 @@ void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vect
       else
         cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.at(q, i, j),
                   static_cast<int>(A.ld), B.at(k, i, j), static_cast<int>(B.ld), 0.0f, s.data(), static_cast<int>(N));
+      each.scores(s.data(), M * N);
       if (cond) where_cond(s.data(), cond->data<uint8_t>() + i * cst[0] + j * cst[1], M, N, cst[2], cst[3], keep, fill);
       if (mask) add_mask(s.data(), mask->f32() + i * mst[0] + j * mst[1], M, N, mst[2], mst[3]);
       softmax_rows_here(s.data(), s.data(), M, N);
-      if (nan_guard) nan_to(s.data(), M * N, nan_fill);
+      each.probs(s.data(), M * N);
       if (small)
         gemm_small(s.data(), N, 1, V.at(v, i, j), V.stride[2], V.stride[3], M, D, N, 1.0f, y.at(i, j), y.st[2], packed.data());
       else

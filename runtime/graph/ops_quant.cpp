@@ -80,11 +80,6 @@ LOOM_VEC void quantize_s8(const float* x, int64_t n, float scale, float zero, in
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int8_t>(static_cast<int32_t>(quantized(x[i], scale, zero, -128.0f, 127.0f)));
 }
 
-// A QuantizeLinear and the DequantizeLinear of its output in one pass: (q - zero) * scale.
-LOOM_VEC void quantize_dequantize(const float* x, int64_t n, float scale, float zero, float lo, float hi, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = (quantized(x[i], scale, zero, lo, hi) - zero) * scale;
-}
-
 // (x - zero) * scale for integers x (scale 1: the centred values of an integer GEMM's operand).
 template <class T>
 __attribute__((always_inline)) inline void dequantize_span(const T* x, int64_t n, float zero, float scale, float* y) {
@@ -159,6 +154,11 @@ LOOM_VEC bool range_with_zero(const float* x, int64_t n, float* lo, float* hi) {
 }
 
 }  // namespace
+
+// A QuantizeLinear and the DequantizeLinear of its output in one pass: (q - zero) * scale.
+LOOM_VEC void quantize_dequantize(const float* x, int64_t n, float scale, float zero, float lo, float hi, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (quantized(x[i], scale, zero, lo, hi) - zero) * scale;
+}
 
 int32_t int_at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kU8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];

@@ -1,5 +1,6 @@
-// quant.hpp — what the quantized operators share (ops_quant.cpp, ops_integer.cpp): int8
-// tensors' elements and checks, and an integer operand centred on its zero point as floats.
+// quant.hpp — what the quantized operators share (ops_quant.cpp, ops_integer.cpp; the fake
+// quantization inside attention, ops_attention.cpp): int8 tensors' elements and checks, and an
+// integer operand centred on its zero point as floats.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r,
 // y's values [at, at + n) = saturate(round(acc[i] * f[i * f_step] + zero)), the product in double
 // (ONNX's reference), y uint8 or int8.
 void requantize(const int32_t* acc, const float* f, int64_t f_step, double zero, Tensor* y, int64_t at, int64_t n);
+// A QuantizeLinear and the DequantizeLinear of its output in one pass over n values (y may be x):
+// (saturate(round half to even(x / scale) + zero) to [lo, hi] - zero) * scale.
+void quantize_dequantize(const float* x, int64_t n, float scale, float zero, float lo, float hi, float* y);
 // ConvInteger's sums into *acc on the int8 GEMM (conv_integer_int8; uint8 weights moved into int8,
 // one zero point each, or w_zero's all equal); false where that does not apply.
 bool int8_conv(const Node& n, const Tensor& x, const Tensor* x_zero, const Tensor& w, const Tensor* w_zero, Tensor* acc);

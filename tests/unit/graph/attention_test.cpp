@@ -3,7 +3,8 @@
 // padding mask] -> Softmax [-> Where(IsNaN(p), 0, p)] -> MatMul by V becomes one Loom.Attention
 // node answering as the nodes it replaces: on short sequences (its own small GEMMs) and long ones
 // (the BLAS), the condition either way round, rows masked whole, and through the operators one
-// after another where the condition would grow the scores.
+// after another where the condition would grow the scores; and a QDQ model's attention, its fake
+// quantizations moved past the transposes and into the one node.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -114,6 +115,56 @@ TEST(GraphFuse, WhereOfAnotherKindKeepsItsNodes) {
     EXPECT_TRUE(std::none_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.op == "Loom.Attention"; })) << variant;
     EXPECT_TRUE(std::any_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.op == "Where"; })) << variant;
   }
+}
+
+// A quantize_static QDQ model's attention: each operand's Transpose then its fake quantization
+// (QuantizeLinear -> DequantizeLinear), the scores and the probabilities fake-quantized too, the
+// product's Transpose after its own: the transposes go into the MatMuls' strides and the rest into
+// one Loom.Attention, answering as the nodes (operands on a grid of 1/4, so the scores are exact).
+TEST(GraphFuse, QdqAttentionIsOneNodeAnsweringAsItsNodes) {
+  const int64_t B = 2, T = 6, H = 2, d = 4;
+  std::vector<Tensor> vals(33);
+  for (int i = 0; i < 3; ++i) vals[static_cast<size_t>(i)] = noisy({B, T, H, d}, 2.0f, 0.3f + 0.2f * static_cast<float>(i));
+  auto scalar = [&](int id, float v) { vals[static_cast<size_t>(id)] = Tensor::empty({}), vals[static_cast<size_t>(id)].fill(v); };
+  auto zero = [&](int id, uint8_t z) {
+    vals[static_cast<size_t>(id)] = Tensor::empty({}, DType::kU8);
+    vals[static_cast<size_t>(id)].data<uint8_t>()[0] = z;
+  };
+  scalar(4, 0.25f), zero(5, 128), scalar(6, 0.1f), zero(7, 128), scalar(8, 2.0f), scalar(9, 1.0f / 255.0f), zero(10, 0);
+  scalar(11, 0.05f), zero(12, 128);
+  auto transpose = [](int in, int out, std::vector<int64_t> perm) {
+    Node t = node("Transpose", {in}, {out});
+    t.attrs["perm"] = Attr::of(std::move(perm));
+    return t;
+  };
+  auto qdq = [](std::vector<Node>& n, int in, int s, int z, int out) {
+    n.push_back(node("QuantizeLinear", {in, s, z}, {out}));
+    n.push_back(node("DequantizeLinear", {out, s, z}, {out + 1}));
+  };
+  std::vector<Node> nodes{transpose(0, 13, {0, 2, 1, 3})};
+  qdq(nodes, 13, 4, 5, 14);
+  nodes.push_back(transpose(1, 16, {0, 2, 3, 1}));
+  qdq(nodes, 16, 4, 5, 17);
+  nodes.push_back(transpose(2, 19, {0, 2, 1, 3}));
+  qdq(nodes, 19, 4, 5, 20);
+  nodes.push_back(node("MatMul", {15, 18}, {22}));
+  qdq(nodes, 22, 6, 7, 23);
+  nodes.push_back(node("Div", {24, 8}, {25}));
+  nodes.push_back(node("Softmax", {25}, {26}));
+  qdq(nodes, 26, 9, 10, 27);
+  nodes.push_back(node("MatMul", {28, 21}, {29}));
+  qdq(nodes, 29, 11, 12, 30);
+  nodes.push_back(transpose(31, 32, {0, 2, 1, 3}));
+  const Tensor want = run_nodes(nodes, vals)[32];
+  std::vector<Tensor> constants(vals.size());
+  for (int id = 4; id <= 12; ++id) constants[static_cast<size_t>(id)] = vals[static_cast<size_t>(id)];
+  ASSERT_GT(loom::rt::graph::fuse_nodes(nodes, constants, {32}), 0);
+  std::vector<std::string> ops;
+  for (const Node& n : nodes) ops.push_back(n.op);
+  const std::vector<std::string> fused{"Loom.QuantizeDequantize", "Loom.QuantizeDequantize", "Loom.QuantizeDequantize",
+                                       "Loom.Attention", "Loom.QuantizeDequantize"};
+  ASSERT_EQ(ops, fused);
+  expect_close(run_nodes(nodes, vals)[32], want);
 }
 
 }  // namespace
