@@ -6,13 +6,14 @@
 
 #ifdef LOOM_HAVE_DNNL
 #include <dnnl.hpp>
-
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "loom/rt/tensor/kernels.hpp"
 
 namespace loom::rt::graph {
 
@@ -94,6 +95,7 @@ bool conv_onednn(const ConvShape& c, const Tensor& x, const Tensor& w, const Ten
   } catch (const dnnl::error&) {
     return false;  // a shape oneDNN has no primitive for: the caller's im2col path runs it
   }
+  const cpu::AloneBelow small(c.n * c.m * c.oh * c.ow * (c.c / c.groups) * c.kh * c.kw);
   dnnl::engine& eng = engine();
   dnnl::stream s(eng);
   dnnl::memory user_src({{c.n, c.c, c.h, c.w}, dt::f32, tag::nchw}, eng, const_cast<float*>(x.f32()));

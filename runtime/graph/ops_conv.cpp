@@ -292,6 +292,42 @@ void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vec
   out[0] = y;
 }
 
+namespace {
+
+// Per output row and column of a pooling window, its taps inside the image and inside image +
+// pads (count_include_pad counts the latter; ceil_mode windows may reach past both).
+struct Taps {
+  int64_t lo, hi, padded;
+};
+struct PoolPlan {
+  const Window& k;
+  const std::vector<Taps>& rows;
+  const std::vector<Taps>& cols;
+  int64_t W;
+  bool include;
+};
+
+// One plane of MaxPool (MX) or AveragePool, each output its window's taps inside the image.
+template <bool MX>
+void pool_plane(const PoolPlan& p, const float* xp, float* yp) {
+  const Window& k = p.k;
+  for (int64_t oy = 0; oy < k.out_h; ++oy) {
+    const Taps& r = p.rows[static_cast<size_t>(oy)];
+    for (int64_t ox = 0; ox < k.out_w; ++ox) {
+      const Taps& c = p.cols[static_cast<size_t>(ox)];
+      float acc = MX ? -INFINITY : 0.0f;
+      for (int64_t i = r.lo; i < r.hi; ++i) {
+        const float* line = xp + (oy * k.sh - k.pt + i * k.dh) * p.W + (ox * k.sw - k.pl);
+        for (int64_t j = c.lo; j < c.hi; ++j) acc = MX ? std::max(acc, line[j * k.dw]) : acc + line[j * k.dw];
+      }
+      const int64_t cnt = (r.hi - r.lo) * (c.hi - c.lo), padded = r.padded * c.padded;
+      yp[oy * k.out_w + ox] = MX ? acc : acc / static_cast<float>(std::max<int64_t>(1, p.include ? padded : cnt));
+    }
+  }
+}
+
+}  // namespace
+
 void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   if (run_as_2d(n, in, out, op_pool)) return;
   const Tensor& x = need(n, in, 0);
@@ -315,11 +351,6 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   const bool mx = n.op == "MaxPool", include = attr_i(n, "count_include_pad", 0) != 0;
   if (out.size() > 1) op_error(n, "MaxPool's Indices output is not supported");
   Tensor y = Tensor::empty({N, C, k.out_h, k.out_w});
-  // Per output row and column, the window's taps inside the image and inside image + pads
-  // (count_include_pad counts the latter; ceil_mode windows may reach past both).
-  struct Taps {
-    int64_t lo, hi, padded;
-  };
   auto taps = [](int64_t start, int64_t kn, int64_t dil, int64_t size, int64_t pad_lo, int64_t pad_hi) {
     Taps t{kn, 0, 0};
     for (int64_t i = 0; i < kn; ++i) {
@@ -333,24 +364,12 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   std::vector<Taps> rows, cols;
   for (int64_t oy = 0; oy < k.out_h; ++oy) rows.push_back(taps(oy * k.sh - k.pt, k.kh, k.dh, H, k.pt, k.pb));
   for (int64_t ox = 0; ox < k.out_w; ++ox) cols.push_back(taps(ox * k.sw - k.pl, k.kw, k.dw, W, k.pl, k.pr));
+  const PoolPlan plan{k, rows, cols, W, include};
+  const float* xf = x.f32();
+  float* yf = y.f32();
   vec::for_items(N * C, H * W, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p) {
-      const float* xp = x.f32() + p * H * W;
-      float* yp = y.f32() + p * k.out_h * k.out_w;
-      for (int64_t oy = 0; oy < k.out_h; ++oy) {
-        const Taps& r = rows[static_cast<size_t>(oy)];
-        for (int64_t ox = 0; ox < k.out_w; ++ox) {
-          const Taps& c = cols[static_cast<size_t>(ox)];
-          float acc = mx ? -INFINITY : 0.0f;
-          for (int64_t i = r.lo; i < r.hi; ++i) {
-            const float* line = xp + (oy * k.sh - k.pt + i * k.dh) * W + (ox * k.sw - k.pl);
-            for (int64_t j = c.lo; j < c.hi; ++j) acc = mx ? std::max(acc, line[j * k.dw]) : acc + line[j * k.dw];
-          }
-          const int64_t cnt = (r.hi - r.lo) * (c.hi - c.lo), padded = r.padded * c.padded;
-          yp[oy * k.out_w + ox] = mx ? acc : acc / static_cast<float>(std::max<int64_t>(1, include ? padded : cnt));
-        }
-      }
-    }
+    for (int64_t p = lo; p < hi; ++p)
+      mx ? pool_plane<true>(plan, xf + p * H * W, yf + p * k.out_h * k.out_w) : pool_plane<false>(plan, xf + p * H * W, yf + p * k.out_h * k.out_w);
   });
   out[0] = y;
 }
@@ -364,12 +383,12 @@ void op_global_avg_pool(const Node& n, const std::vector<const Tensor*>& in, std
   for (int d = 2; d < x.ndim(); ++d) s.push_back(1);
   Tensor y = Tensor::empty(s);
   const bool max = n.op == "GlobalMaxPool";
-  for (int64_t p = 0; p < N * C; ++p) {
-    const float* px = x.f32() + p * inner;
-    float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
-    for (int64_t q = 0; q < inner; ++q) acc = max ? std::max(acc, px[q]) : acc + px[q];
-    y.f32()[p] = max ? acc : acc / static_cast<float>(std::max<int64_t>(1, inner));
-  }
+  const float* xf = x.f32();
+  float* yf = y.f32();
+  vec::for_items(N * C, inner, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = lo; p < hi; ++p)
+      yf[p] = max ? vec::max(xf + p * inner, inner, -INFINITY) : vec::sum(xf + p * inner, inner) / static_cast<float>(std::max<int64_t>(1, inner));
+  });
   out[0] = y;
 }
 

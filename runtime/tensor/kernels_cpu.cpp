@@ -168,6 +168,17 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
               ldb, beta, c, ldc);
 }
 
+AloneBelow::AloneBelow(int64_t macs) {
+  const int threads = omp_get_max_threads();
+  if (macs >= (int64_t{1} << 20) || threads <= 1) return;
+  threads_ = threads;
+  omp_set_num_threads(1);
+}
+
+AloneBelow::~AloneBelow() {
+  if (threads_) omp_set_num_threads(threads_);
+}
+
 bool exact_int8_gemm() {
 #ifdef LOOM_HAVE_DNNL
   static const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
@@ -183,6 +194,7 @@ bool gemm_int8(int m, int n, int k, const void* a, bool a_signed, int a_zero, co
 #ifdef LOOM_HAVE_DNNL
   const int32_t c_offset = 0;
   const auto bo = static_cast<int8_t>(b_zero);
+  const AloneBelow small(int64_t{m} * n * k);
   const dnnl_status_t st =
       a_signed ? dnnl_gemm_s8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const int8_t*>(a), k, static_cast<int8_t>(a_zero), b, n, bo, 0.0f, c, n, &c_offset)
                : dnnl_gemm_u8s8s32('N', 'N', 'F', m, n, k, 1.0f, static_cast<const uint8_t*>(a), k, static_cast<uint8_t>(a_zero), b, n, bo, 0.0f, c, n, &c_offset);

@@ -8,7 +8,8 @@
 # has no static forms), at batch 1 and 32, on 1 and 2 threads (ORT's intra_op_num_threads the same,
 # inter-op 1), each side the best of 40 runs on the same input shapes. Target: loom >= ORT in
 # every row: 1.0x for BERT and the encoder, 0.8x for ResNet and GPT-2, 0.9x for the quantized
-# models (ratio = ORT's time / loom's).
+# models (ratio = ORT's time / loom's). Loom's side runs with the allocator loom-serve links
+# (tcmalloc, where configure found it), as ORT's runs with its own arena.
 # Usage: LOOM_BUILDDIR=_build LOOM_SRCDIR=. tests/bench/ort_figures.sh   (about two minutes)
 set -euo pipefail
 B=$(cd "${LOOM_BUILDDIR:-.}" && pwd)
@@ -66,14 +67,16 @@ target_of() {
     *) echo 1.0 ;;
   esac
 }
-echo "== loom's executor against ONNX Runtime $("$peer/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)'), best of 40 runs (ms)"
+# The allocator loom-serve runs the executor with, where it links one.
+allocator=$(ldd "$B/loom-serve" 2>/dev/null | awk '/libtcmalloc/ {print $3; exit}')
+echo "== loom's executor (allocator: ${allocator:-glibc's}) against ONNX Runtime $("$peer/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)'), best of 40 runs (ms)"
 printf '%-14s %5s %7s | %9s %9s | %6s\n' model batch threads loom ORT ratio
 for fam in resnet bert gpt2 encoder bert-ortopt gpt2-ortopt encoder-ortopt \
   resnet-dyn resnet-qdq resnet-qop bert-dyn bert-qdq bert-qop gpt2-dyn gpt2-qdq gpt2-qop encoder-dyn; do
   [ -f "$work/$fam.onnx" ] || { echo "$fam: not written (the quantizer failed), not measured"; continue; }
   for batch in 1 32; do
     for threads in 1 2; do
-      loom_ms=$("$B/loom-bench" infer --onnx "$work/$fam.onnx" --batch $batch --seq 16 --int-max "$(vocab_of $fam)" --threads $threads \
+      loom_ms=$(LD_PRELOAD=$allocator "$B/loom-bench" infer --onnx "$work/$fam.onnx" --batch $batch --seq 16 --int-max "$(vocab_of $fam)" --threads $threads \
         --reps 40 --format json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["onnx_ms"])')
       ort_ms=$("$peer/bin/python" "$S/tests/bench/ort_time.py" "$work/$fam.onnx" $batch 16 $threads "$(vocab_of $fam)" 40)
       printf '%-14s %5d %7d | %9.3f %9.3f | %5.2fx%s\n' $fam $batch $threads "$loom_ms" "$ort_ms" \

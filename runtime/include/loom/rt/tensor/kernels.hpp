@@ -37,6 +37,21 @@ const char* gemm_backend();
 // (oneDNN). Beside OpenBLAS's own pthreads, spinning OpenMP workers would steal its cores.
 bool openmp_loops();
 
+// The scope runs oneDNN's parallel work on the calling thread alone when `macs` (its multiply-adds)
+// are below about a million: oneDNN spreads even a one-sequence product or a 16 x 16 image's
+// convolution over every thread, where waking them costs more than the work (an int8 GEMM of
+// 16 x 96 x 32 took 2.6 times its one-thread time on two threads).
+class AloneBelow {
+ public:
+  explicit AloneBelow(int64_t macs);
+  ~AloneBelow();
+  AloneBelow(const AloneBelow&) = delete;
+  AloneBelow& operator=(const AloneBelow&) = delete;
+
+ private:
+  int threads_ = 0;  // the threads to give back; 0: nothing was changed
+};
+
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
           int ldb, float beta, float* c, int ldc);
