@@ -69,7 +69,7 @@ target_of() {
 }
 # The allocator loom-serve runs the executor with, where it links one.
 allocator=$(ldd "$B/loom-serve" 2>/dev/null | awk '/libtcmalloc/ {print $3; exit}')
-echo "== loom's executor (allocator: ${allocator:-glibc's}) against ONNX Runtime $("$peer/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)'), best of 40 runs (ms)"
+echo "== loom's executor (allocator: ${allocator:-glibc malloc}) against ONNX Runtime $("$peer/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)'), best of 40 runs (ms)"
 printf '%-14s %5s %7s | %9s %9s | %6s\n' model batch threads loom ORT ratio
 for fam in resnet bert gpt2 encoder bert-ortopt gpt2-ortopt encoder-ortopt \
   resnet-dyn resnet-qdq resnet-qop bert-dyn bert-qdq bert-qop gpt2-dyn gpt2-qdq gpt2-qop encoder-dyn; do
