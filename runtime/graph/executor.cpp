@@ -76,13 +76,14 @@ void Model::prepare() {
   for (size_t v = 0; v < names_.size(); ++v) avail[v] = constants_[v].defined();
   for (int id : input_ids_) avail[static_cast<size_t>(id)] = true;
   nodes_ = topological(std::move(nodes_), avail, names_);
-  // Fold every node whose inputs are all constants.
-  std::vector<Node> kept;
+  // Fold every node whose inputs are all constants (a DequantizeLinear's kept for the fusions).
+  std::vector<Node> kept, dequantized;
   for (Node& n : nodes_) {
     bool constant = true;
     for (int v : n.in) constant = constant && (v < 0 || constants_[static_cast<size_t>(v)].defined());
     if (constant) {
       run_node(n, constants_);
+      if (n.op == "DequantizeLinear") dequantized.push_back(n);
       ++folded_;
     } else {
       kept.push_back(std::move(n));
@@ -90,7 +91,7 @@ void Model::prepare() {
   }
   nodes_ = std::move(kept);
   not_row_independent_ = rows_independent(nodes_, constants_, input_ids_, inputs_, output_ids_, names_);
-  fused_ = fuse_nodes(nodes_, constants_, output_ids_);
+  fused_ = fuse_nodes(nodes_, constants_, output_ids_, dequantized);
   // Each value's last reader releases it, unless it is an output or a constant.
   std::vector<int> last(names_.size(), -1);
   for (size_t i = 0; i < nodes_.size(); ++i)

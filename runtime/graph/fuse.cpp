@@ -383,8 +383,9 @@ int fuse_matmul_prescale(Graph& g) {
 
 }  // namespace
 
-int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids) {
-  Graph g{nodes, constants, std::vector<int>(constants.size(), 0)};
+int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids,
+               const std::vector<Node>& folded) {
+  Graph g{nodes, constants, std::vector<int>(constants.size(), 0), folded};
   for (const Node& n : nodes)
     for (int v : n.in)
       if (v >= 0) ++g.uses[static_cast<size_t>(v)];

@@ -13,6 +13,14 @@ struct Graph {
   std::vector<Node>& nodes;
   const std::vector<Tensor>& constants;
   std::vector<int> uses;  // readers of each value (+1000 for the graph's outputs)
+  const std::vector<Node>& folded;  // nodes folded into constants at load
+
+  // The folded node that made constant v, or null.
+  const Node* folded_producer(int v) const {
+    for (const Node& n : folded)
+      if (n.out.size() == 1 && n.out[0] == v) return &n;
+    return nullptr;
+  }
 
   // The only node that reads value v, when exactly one does (and it is not a graph output).
   Node* sole_reader(int v, size_t after) {

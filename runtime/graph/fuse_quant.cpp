@@ -145,6 +145,71 @@ int commute_qdq_transposes(Graph& g) {
   return 0;  // no node went
 }
 
+// An int8 weight that a folded DequantizeLinear made into constant v: the weight, its zero point
+// (null: 0) and its scale's value id; false unless one scale or one per column (axis 1).
+struct Int8Weight {
+  const Tensor *w = nullptr, *zero = nullptr;
+  int scale = -1;
+};
+bool int8_weight(const Graph& g, int v, Int8Weight* d) {
+  const Node* dq = g.folded_producer(v);
+  if (!dq || dq->op != "DequantizeLinear" || dq->in.size() < 2 || attr_i(*dq, "block_size", 0) != 0) return false;
+  const Tensor *w = g.constant(dq->in[0]), *s = g.constant(dq->in[1]);
+  const bool has_zero = dq->in.size() > 2 && dq->in[2] >= 0;
+  const Tensor* z = has_zero ? g.constant(dq->in[2]) : nullptr;
+  if (!int8(w) || w->ndim() != 2 || !s || s->dtype() != DType::kF32 || (has_zero && (!int8(z) || z->numel() != s->numel()))) return false;
+  const int64_t axis = attr_i(*dq, "axis", 1);
+  if (s->numel() != 1 && (s->ndim() != 1 || s->numel() != w->dim(1) || (axis != 1 && axis != -1))) return false;
+  *d = {w, z, dq->in[1]};
+  return true;
+}
+
+// Whether d fake-quantizes with one scale and one 8-bit zero point (or none), constants.
+bool scalar_qdq(const Graph& g, const Node& d) {
+  const Tensor* z = d.in.size() > 2 && d.in[2] >= 0 ? g.constant(d.in[2]) : nullptr;
+  return per_tensor_qdq(g, d) && (d.in.size() < 3 || d.in[2] < 0 || (int8(z) && z->numel() == 1));
+}
+
+// Weights of fewer values stay on the float GEMM: below about 128 x 128 (a GPT-2 block 32 wide:
+// 1.2x the time at batch 32), quantizing the activation and the int8 GEMM's packing cost more
+// than its faster products save; a BERT 256 wide runs 1.8x faster on int8 GEMMs.
+constexpr int64_t kInt8GemmWeights = 1 << 14;
+
+// A QDQ model's MatMul of a fake-quantized activation (one scale and zero point) by the int8
+// weight of a folded DequantizeLinear: Loom.MatMulIntegerToFloat on the int8 GEMM, as ONNX Runtime
+// runs it, quantizing the activation itself (loom.quantize_a); the QuantizeDequantize stays for
+// its other readers (a residual Add), or goes when none is left.
+int fuse_qdq_matmuls(Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& a = g.nodes[i];
+    if (a.op != "Loom.QuantizeDequantize" || a.out.size() != 1 || !scalar_qdq(g, a) || a.in[0] < 0) continue;
+    const int x = a.out[0];
+    for (Node* m : g.readers(x, i)) {
+      Int8Weight w;
+      if (m->op != "MatMul" || m->in.size() != 2 || m->in[0] != x || m->in[1] == x || m->out.size() != 1 || !int8_weight(g, m->in[1], &w))
+        continue;
+      if (w.w->numel() < kInt8GemmWeights) continue;  // the float GEMM it is
+      Node f;
+      f.op = "Loom.MatMulIntegerToFloat", f.name = m->name, f.fn = op_matmul_integer_to_float, f.out = m->out;
+      f.in = {a.in[0], a.in.size() > 2 ? a.in[2] : -1, a.in[1], -1, w.scale};
+      matmul_integer_weights(*m, *w.w, w.zero, &f.attrs);
+      f.attrs["loom.quantize_a"] = Attr::of(int64_t{1});
+      for (int v : f.in)
+        if (v >= 0) ++g.uses[static_cast<size_t>(v)];
+      for (int v : m->in) --g.uses[static_cast<size_t>(v)];
+      *m = std::move(f);
+    }
+    if (g.uses[static_cast<size_t>(x)] == 0) {
+      for (int v : a.in)
+        if (v >= 0) --g.uses[static_cast<size_t>(v)];
+      a.op.clear(), a.in.clear();
+      ++n;
+    }
+  }
+  return n;
+}
+
 // QLinearConv whose weight, its scale and zero point, x_scale and bias are constants: its float
 // weight and bias made once (qlinear_conv_weights), so that each call neither makes them nor
 // prepares a convolution for them; the node no longer reads the int8 ones.
@@ -169,7 +234,7 @@ int prepare_qlinear_conv(Graph& g) {
 }  // namespace
 
 int fuse_quantized(Graph& g) {
-  const int n = fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + prepare_qlinear_conv(g);
+  const int n = fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + fuse_qdq_matmuls(g) + prepare_qlinear_conv(g);
   return n + commute_qdq_transposes(g);
 }
 

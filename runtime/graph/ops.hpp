@@ -56,7 +56,10 @@ double load_as_double(const Tensor& t, int64_t i);
 void store_from_double(Tensor& t, int64_t i, double v);
 
 // fuse.cpp: the load-time fusions over nodes in execution order; returns how many nodes went.
-int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids);
+// `folded`: nodes that constant folding ran at load (a QDQ model's DequantizeLinear of its int8
+// weights), for the fusions that would rather take the weights as they were.
+int fuse_nodes(std::vector<Node>& nodes, const std::vector<Tensor>& constants, const std::vector<int>& output_ids,
+               const std::vector<Node>& folded = {});
 // rows.cpp: "" when row i of every output provably depends on row i of the inputs alone (the
 // folded graph, before fusion), else the first reason it does not or may not.
 std::string rows_independent(const std::vector<Node>& nodes, const std::vector<Tensor>& constants,

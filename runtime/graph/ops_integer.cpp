@@ -285,14 +285,16 @@ LOOM_VEC void scale_sums(const int32_t* acc, const float* s, int64_t step, const
 }
 
 // The int8 GEMM of a Loom.MatMulIntegerToFloat, its scales and bias applied on the way out; false
-// where it does not apply (weights held as floats, an int8 or per-row zero-pointed a, a CPU
+// where it does not apply (weights held as floats, a per-row zero-pointed a, a CPU
 // without the exact int8 GEMM).
 bool int8_matmul_to_float(const Node& n, const Tensor& a, const Tensor* az, const Tensor& scale, const Tensor* bias, Tensor* y) {
   const auto w = n.attrs.find("loom.weights_s8");
-  if (w == n.attrs.end() || a.dtype() != DType::kU8 || (az && (az->numel() != 1 || az->dtype() != DType::kU8))) return false;
+  const bool s8 = a.dtype() == DType::kI8;
+  if (w == n.attrs.end() || (a.dtype() != DType::kU8 && !s8) || (az && (az->numel() != 1 || az->dtype() != a.dtype()))) return false;
   const int64_t K = w->second.t.dim(0), N = w->second.t.dim(1), rows = y->numel() / std::max<int64_t>(N, 1);
   Tensor acc = Tensor::empty(y->shape(), DType::kI32);
-  if (!cpu::gemm_int8(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), a.data<uint8_t>(), false, az ? az->data<uint8_t>()[0] : 0,
+  const int zero = !az ? 0 : int_at(*az, 0);
+  if (!cpu::gemm_int8(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), a.data<char>(), s8, zero,
                       w->second.t.data<int8_t>(), static_cast<int>(attr_i(n, "loom.weights_zero", 0)), acc.data<int32_t>()))
     return false;
   const int64_t step = scale.numel() == 1 ? 0 : 1;
@@ -323,8 +325,14 @@ std::pair<Tensor, int64_t> float_weights(const Node& n) {
 // itself (input 2 then a's); the weight in its attributes (matmul_integer_weights). The sums are
 // exact and each step after rounds as the node it replaces.
 void op_matmul_integer_to_float(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  const Tensor& a = need(n, in, 0);
   const Tensor *az = optional_input(in, 1), *bias = optional_input(in, 3), *w_scale = optional_input(in, 4);
+  std::vector<Tensor> quantized(1);  // loom.quantize_a: the float activation as QuantizeLinear(a, scale, zero)
+  if (attr_i(n, "loom.quantize_a", 0)) {
+    Node q;
+    q.op = "QuantizeLinear", q.name = n.name;
+    op_quantize_linear(q, {&need(n, in, 0), &need(n, in, 2), az}, quantized);
+  }
+  const Tensor& a = quantized[0].defined() ? quantized[0] : need(n, in, 0);
   Tensor product;  // the activation's scale times the weight's, as the Mul it stands for
   if (w_scale) {
     Node mul;

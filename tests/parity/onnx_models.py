@@ -183,7 +183,7 @@ class Encoder(nn.Module):
 
 
 def build(name):
-    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5, "unet": 6, "rnn": 7}[name])
+    torch.manual_seed({"mlp": 1, "resnet": 2, "bert": 3, "gpt2": 4, "encoder": 5, "unet": 6, "rnn": 7, "bert_wide": 8}[name])
     if name == "mlp":
         return Mlp().eval(), {"input": torch.randn(3, 1, 28, 28)}
     if name == "resnet":
@@ -202,11 +202,11 @@ def build(name):
         return m.eval(), {"image": torch.randn(2, 3, 16, 16)}
     if name == "rnn":
         return Recurrent().eval(), {"x": torch.randn(2, 7, 6)}
-    if name == "bert":
+    if name in ("bert", "bert_wide"):  # bert_wide: one layer 128 wide, weights the int8 GEMMs take
         ids = torch.randint(0, 100, (2, 12))
         mask = torch.ones(2, 12, dtype=torch.long)
         mask[1, 8:] = 0
-        return Bert().eval(), {"input_ids": ids, "attention_mask": mask}
+        return (Bert() if name == "bert" else Bert(d=128, layers=1)).eval(), {"input_ids": ids, "attention_mask": mask}
     if name == "encoder":
         pad = torch.zeros(2, 12, dtype=torch.bool)
         pad[1, 9:] = True
@@ -215,6 +215,7 @@ def build(name):
 
 
 OUTPUTS = {"mlp": ["logits"], "resnet": ["log_probs"], "bert": ["last_hidden_state", "pooler_output"],
+           "bert_wide": ["last_hidden_state", "pooler_output"],
            "gpt2": ["logits"], "encoder": ["y"], "unet": ["mask"], "rnn": ["tags"]}
 
 

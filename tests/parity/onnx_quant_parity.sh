@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # onnx_quant_parity.sh — quantized ONNX as onnxruntime.quantization writes it, through the graph
 # executor against ONNX Runtime: the MLP, BERT, GPT-2 block, nn.TransformerEncoderLayer and ResNet
-# models of tests/parity/onnx_models.py (torch.onnx.export, opset 17) quantized by quantize_dynamic
+# models of tests/parity/onnx_models.py (torch.onnx.export, opset 17; and a BERT 128 wide in QDQ, whose
+# MatMuls run on the int8 GEMMs) quantized by quantize_dynamic
 # (DynamicQuantizeLinear + MatMulInteger / ConvInteger; int8 and uint8 weights, per tensor and per
 # channel), by quantize_static in the QDQ format, and (but the encoder, whose masked scores
 # calibrate to an infinite range) in the QOperator format (QLinearConv, QLinearMatMul and ORT's
@@ -15,7 +16,7 @@ require_onnx_graph
 peer_venv ortq onnxruntime onnx numpy sympy
 cd "$LOOM_TMP" || exit 99
 
-export_onnx_families mlp bert gpt2 encoder resnet
+export_onnx_families mlp bert gpt2 encoder resnet bert_wide
 
 # The quantized models, by ORT's own tools.
 run_cmd "$peer/bin/python" - <<'PY'
@@ -44,11 +45,15 @@ for fam in ("mlp", "bert", "gpt2", "encoder", "resnet"):
         quantize_static(f, f"{fam}/qop_s8_channel.onnx", Feeds(fam), quant_format=QuantFormat.QOperator,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True)
     print(fam, "quantized")
+# A BERT wide enough for the int8 GEMMs to take its QDQ MatMuls, int8 and uint8 activations.
+f = "bert_wide/float.onnx"
+quantize_static(f, "bert_wide/qdq.onnx", Feeds("bert_wide"), quant_format=QuantFormat.QDQ)
+quantize_static(f, "bert_wide/qdq_u8.onnx", Feeds("bert_wide"), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8)
 PY
 expect_eq "onnxruntime.quantization writes the models" 0 "$rc"
 [ "$rc" = 0 ] || echo "$err" | tail -5
 
-for model in */dyn_*.onnx */qdq.onnx */qop_*.onnx */float.onnx; do
+for model in */dyn_*.onnx */qdq*.onnx */qop_*.onnx */float.onnx; do
   fam=${model%%/*}
   out=${model%.onnx}
   mkdir -p "$out"
@@ -66,7 +71,7 @@ NP = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
 def run(path, feeds):
     s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     return s.get_outputs(), s.run(None, feeds)
-for model in sorted(glob.glob("*/dyn_*.onnx") + glob.glob("*/qdq.onnx") + glob.glob("*/qop_*.onnx")):
+for model in sorted(glob.glob("*/dyn_*.onnx") + glob.glob("*/qdq*.onnx") + glob.glob("*/qop_*.onnx")):
     fam = model.split("/")[0]
     feeds = {}
     for spec in open(f"{fam}/inputs").read().split():
@@ -89,7 +94,7 @@ for model in sorted(glob.glob("*/dyn_*.onnx") + glob.glob("*/qdq.onnx") + glob.g
 PY
 [ "$rc" = 0 ] || echo "$err" | tail -5
 echo "$out"
-expect_eq "every quantized output compared (5 families x 4 quantizations, 4 x 2 QOperator)" 28 "$(echo "$out" | grep -E '^[a-z0-9]+/' | cut -d' ' -f1 | sort -u | wc -l)"
+expect_eq "every quantized output compared (5 families x 4 quantizations, 4 x 2 QOperator, 2 wide QDQ)" 30 "$(echo "$out" | grep -E '^[a-z0-9_]+/' | cut -d' ' -f1 | sort -u | wc -l)"
 expect_no_match "every output equals ONNX Runtime's within its rounding" "DIFFERENT" "$out"
 
 # A scale that is not finite is refused at load, naming the node.

@@ -342,6 +342,48 @@ TEST(GraphFuse, QdqPairIsOnePassAnsweringAsItsNodes) {
   }
 }
 
+// A QDQ model's MatMul: the activation through QuantizeLinear -> DequantizeLinear (uint8 or int8),
+// the weight an int8 constant through a DequantizeLinear folded at load (one scale, or one per
+// column): Loom.MatMulIntegerToFloat quantizing the activation itself, answering as the nodes
+// within the float sum's rounding (the int8 GEMM's sum is exact, the float one is not); a second
+// reader of the fake-quantized activation (a residual Add) keeps its QuantizeDequantize.
+TEST(GraphFuse, QdqMatMulRunsOnTheInt8Gemm) {
+  const int64_t K = 160, N = 128;
+  for (DType act : {DType::kU8, DType::kI8})
+    for (bool per_column : {false, true})
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(std::string(act == DType::kU8 ? "uint8" : "int8") + (per_column ? ", per column" : "") + (residual ? ", residual" : ""));
+        std::vector<Tensor> vals(12);
+        vals[0] = noisy({2, 5, K}, 2.0f);
+        vals[1] = Tensor::empty({}), vals[1].fill(0.02f);
+        vals[2] = act == DType::kU8 ? ints_of<uint8_t>({}, act, 131, 131) : ints_of<int8_t>({}, act, -3, -3);
+        vals[5] = ints_of<int8_t>({K, N}, DType::kI8, -127, 127);
+        vals[6] = noisy({per_column ? N : 1}, 0.004f, 0.9f);
+        for (int64_t i = 0; i < vals[6].numel(); ++i) vals[6].f32()[i] = std::fabs(vals[6].f32()[i]) + 1e-3f;
+        if (!per_column) vals[6] = vals[6].reshape({});
+        vals[7] = per_column ? ints_of<int8_t>({N}, DType::kI8, 0, 0) : ints_of<int8_t>({}, DType::kI8, 0, 0);
+        const Node weight = node("DequantizeLinear", {5, 6, 7}, {8});  // folded at load
+        vals[8] = run_nodes({weight}, vals)[8];
+        std::vector<Node> nodes{node("QuantizeLinear", {0, 1, 2}, {3}), node("DequantizeLinear", {3, 1, 2}, {4}),
+                                node("MatMul", {4, 8}, {9})};
+        std::vector<int> outputs{9};
+        if (residual) nodes.push_back(node("Add", {4, 0}, {10})), outputs.push_back(10);
+        const std::vector<Tensor> want = run_nodes(nodes, vals);
+        std::vector<Tensor> constants = vals;
+        constants[0] = Tensor();
+        loom::rt::graph::fuse_nodes(nodes, constants, outputs, {weight});
+        std::vector<std::string> ops;
+        for (const Node& n : nodes) ops.push_back(n.op);
+        const std::vector<std::string> fused = residual ? std::vector<std::string>{"Loom.QuantizeDequantize", "Loom.MatMulIntegerToFloat", "Add"}
+                                                        : std::vector<std::string>{"Loom.MatMulIntegerToFloat"};
+        ASSERT_EQ(ops, fused);
+        const std::vector<Tensor> got = run_nodes(nodes, vals);
+        for (int64_t i = 0; i < want[9].numel(); ++i)
+          ASSERT_NEAR(got[9].f32()[i], want[9].f32()[i], 1e-5f * std::max(1.0f, std::fabs(want[9].f32()[i]))) << "at " << i;
+        if (residual) expect_same_bits(got[10], want[10]);
+      }
+}
+
 // GPT-2's tanh GELU spelled out as PyTorch exports it: one Gelu (approximate tanh) node answering
 // as the seven it replaces, within float rounding; a second reader of an inner value keeps them.
 TEST(GraphFuse, SpelledOutTanhGeluIsOneNode) {
