@@ -68,7 +68,7 @@ Tensor scores_mask(const Node& n, const Tensor* index, const Tensor* bias, bool 
   if (causal)
     for (int64_t p = 0; p < B * planes; ++p)
       for (int64_t s = 0; s < S; ++s)
-        for (int64_t t = s + 1 + (T - S); t < T; ++t) pm[(p * S + s) * T + t] = std::numeric_limits<float>::lowest();
+        for (int64_t t = std::max<int64_t>(0, s + 1 + (T - S)); t < T; ++t) pm[(p * S + s) * T + t] = std::numeric_limits<float>::lowest();
   if (bias) {
     if (bias->dtype() != DType::kF32 || bias->ndim() != 4 || (bias->dim(0) != B && bias->dim(0) != 1) ||
         (bias->dim(1) != heads && bias->dim(1) != 1) || bias->dim(2) != S || bias->dim(3) != T)
