@@ -62,35 +62,53 @@ Node* scalar_scale(Graph& g, int v, size_t after, float* c) {
   return t && t->ndim() <= 1 && g.scalar(other, c) ? d : nullptr;
 }
 
-// What lies between the scores' MatMul and the product by V, each optional but the Softmax.
+// What lies between the scores' MatMul and the product by V: the score steps (AttentionStep, each
+// optional, in any order, one Where and one mask at most), the Softmax, then its steps.
 struct Chain {
-  Node *qdq_s = nullptr, *scale = nullptr, *where = nullptr, *add = nullptr, *softmax = nullptr;
-  Node *isnan = nullptr, *guard = nullptr, *qdq_p = nullptr, *pv = nullptr;
-  std::vector<float> s_q, p_q;
-  float scale_c = 1.0f, fill = 0.0f, nan_fill = 0.0f;
+  std::vector<Node*> gone;  // the nodes the fused one stands for, but the MatMuls
+  std::vector<int64_t> steps;
+  std::vector<float> consts, p_q;
+  Node *where = nullptr, *add = nullptr, *guard = nullptr, *qdq_p = nullptr, *pv = nullptr;
+  float fill = 0.0f, nan_fill = 0.0f;
   bool keep = true;
   int mask = -1;
 };
 
+// The score step that reads value v, recorded in c: the node, or null.
+Node* score_step(Graph& g, int v, size_t i, Chain* c) {
+  std::vector<float> q;
+  float k = 1.0f;
+  if (Node* d = per_tensor_qdq(g, v, i, &q)) {
+    c->steps.push_back(kStepQdq), c->consts.insert(c->consts.end(), q.begin(), q.end());
+    return d;
+  }
+  if (Node* d = scalar_scale(g, v, i, &k)) {
+    c->steps.push_back(d->op == "Div" ? kStepDiv : kStepMul), c->consts.push_back(k);
+    return d;
+  }
+  if (!c->where && (c->where = causal_where(g, v, i, &c->fill, &c->keep))) {
+    c->steps.push_back(kStepWhere);
+    return c->where;
+  }
+  Node* n = c->add ? nullptr : g.sole_reader(v, i);
+  if (n && n->op == "Add" && n->in.size() == 2 && n->out.size() == 1 && n->in[0] != n->in[1]) {
+    c->add = n, c->mask = n->in[0] == v ? n->in[1] : n->in[0];
+    c->steps.push_back(kStepMask);
+    return n;
+  }
+  return nullptr;
+}
+
 // The chain from qk (node i) to the MatMul by V: true when it is all there.
 bool attention_chain(Graph& g, const Node& qk, size_t i, Chain* c) {
   int v = qk.out[0];
-  auto step = [&](Node* n) {
-    if (n) v = n->out[0];
-    return n;
-  };
-  step(c->qdq_s = per_tensor_qdq(g, v, i, &c->s_q));
-  step(c->scale = scalar_scale(g, v, i, &c->scale_c));
-  step(c->where = causal_where(g, v, i, &c->fill, &c->keep));
-  Node* n = g.sole_reader(v, i);
-  if (n && n->op == "Add" && n->in.size() == 2 && n->out.size() == 1 && n->in[0] != n->in[1]) {
-    c->add = n, c->mask = n->in[0] == v ? n->in[1] : n->in[0];
-    n = g.sole_reader(step(n)->out[0], i);
-  }
-  if (!n || n->op != "Softmax" || attr_i(*n, "axis", -1) != -1 || n->in[0] != v || n->out.size() != 1) return false;
-  step(c->softmax = n);
-  step(c->guard = nan_guard(g, v, i, &c->nan_fill, &c->isnan));
-  step(c->qdq_p = per_tensor_qdq(g, v, i, &c->p_q));
+  while (Node* n = score_step(g, v, i, c)) c->gone.push_back(n), v = n->out[0];
+  Node* sm = g.sole_reader(v, i);
+  if (!sm || sm->op != "Softmax" || attr_i(*sm, "axis", -1) != -1 || sm->in[0] != v || sm->out.size() != 1) return false;
+  c->gone.push_back(sm), v = sm->out[0];
+  Node* isnan = nullptr;
+  if ((c->guard = nan_guard(g, v, i, &c->nan_fill, &isnan))) c->gone.push_back(isnan), c->gone.push_back(c->guard), v = c->guard->out[0];
+  if ((c->qdq_p = per_tensor_qdq(g, v, i, &c->p_q))) c->gone.push_back(c->qdq_p), v = c->qdq_p->out[0];
   Node* pv = g.sole_reader(v, i);
   if (!pv || pv->op != "MatMul" || pv->in.size() != 2 || pv->in[0] != v || has_attr(*pv, "loom.perm_a") ||
       has_attr(*pv, "loom.gelu") || has_attr(*pv, "loom.alpha"))
@@ -117,8 +135,8 @@ Node attention_node(const Node& qk, const Chain& c) {
   };
   carry(qk, "loom.alpha", "loom.alpha"), carry(qk, "loom.perm_a", "loom.qk_perm_a"), carry(qk, "loom.perm_b", "loom.qk_perm_b");
   carry(*c.pv, "loom.perm_b", "loom.perm_v"), carry(*c.pv, "loom.perm_y", "loom.perm_y");
-  if (c.qdq_s) f.attrs["loom.s_qdq"] = floats(c.s_q);
-  if (c.scale) f.attrs[c.scale->op == "Div" ? "loom.post_div" : "loom.post_mul"] = Attr::of(c.scale_c);
+  f.attrs["loom.score_steps"] = Attr::of(c.steps);
+  if (!c.consts.empty()) f.attrs["loom.score_consts"] = floats(c.consts);
   if (c.where) {
     f.in.push_back(c.where->in[0]);
     f.attrs["loom.fill"] = Attr::of(c.fill);
@@ -141,8 +159,8 @@ int fuse_attention(Graph& g) {
     if (!attention_chain(g, qk, i, &c)) continue;
     Node f = attention_node(qk, c);
     *c.pv = std::move(f);
-    for (Node* gone : {&qk, c.qdq_s, c.scale, c.where, c.add, c.softmax, c.isnan, c.guard, c.qdq_p})
-      if (gone) gone->op.clear();
+    qk.op.clear();
+    for (Node* gone : c.gone) gone->op.clear();
     ++n;
   }
   return n;

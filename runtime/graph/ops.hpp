@@ -153,6 +153,11 @@ void op_gelu(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>
 // both operands of that rank), and Loom.Attention.
 void matmul_strided(const Node& n, const Tensor& a, const Tensor& b, float alpha, Tensor* out);
 void op_attention(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);
+// What Loom.Attention does to its scores between the MatMul and the Softmax, in the order of its
+// loom.score_steps (fuse_attention.cpp writes them): a fake quantization (four of
+// loom.score_consts: scale, zero point, range), a Div or a Mul by a scalar (one), the Where over
+// its condition input (loom.fill, loom.keep), the Add of its mask input.
+enum AttentionStep : int64_t { kStepQdq = 1, kStepDiv = 2, kStepMul = 3, kStepWhere = 4, kStepMask = 5 };
 void op_affine(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);  // Loom.Affine (fused)
 // ops_quant.cpp
 void op_quantize_linear(const Node&, const std::vector<const Tensor*>&, std::vector<Tensor>&);

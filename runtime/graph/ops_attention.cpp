@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "loom/rt/tensor/kernels.hpp"
@@ -160,34 +162,61 @@ LOOM_VEC void scale_by(float* s, int64_t count, float c, bool div) {
   }
 }
 
-// What Loom.Attention does elementwise to its scores before the condition and the mask (the
-// fake quantization, then the Div or Mul by a scalar, that followed the MatMul in a QDQ model),
-// and to the probabilities after the Softmax (NaN made a value, the fake quantization).
-class Elementwise {
+// Loom.Attention's steps: those on the scores (loom.score_steps; without it, the Where over a
+// condition input and the Add of a mask input, as given), and those on the probabilities after
+// the Softmax (NaN made a value, a fake quantization).
+class Steps {
  public:
-  explicit Elementwise(const Node& n) : s_q_(qdq(n, "loom.s_qdq")), p_q_(qdq(n, "loom.p_qdq")) {
-    div_ = has_attr(n, "loom.post_div"), mul_ = has_attr(n, "loom.post_mul"), nan_ = has_attr(n, "loom.nan_fill");
-    c_ = attr_f(n, div_ ? "loom.post_div" : "loom.post_mul", 1.0f), nan_fill_ = attr_f(n, "loom.nan_fill", 0.0f);
+  Steps(const Node& n, bool cond, bool mask) : p_q_(qdq_of(n)) {
+    if (has_attr(n, "loom.score_steps")) {
+      steps_ = n.attrs.at("loom.score_steps").ints;
+      if (has_attr(n, "loom.score_consts")) consts_ = n.attrs.at("loom.score_consts").floats;
+    } else {
+      if (cond) steps_.push_back(kStepWhere);
+      if (mask) steps_.push_back(kStepMask);
+    }
+    size_t need = 0;
+    for (int64_t s : steps_) {
+      need += s == kStepQdq ? 4 : s == kStepDiv || s == kStepMul ? 1 : 0;
+      if (s < kStepQdq || s > kStepMask || (s == kStepWhere && !cond) || (s == kStepMask && !mask)) op_error(n, "a score step without its operand");
+    }
+    if (need != consts_.size()) op_error(n, "the score steps need " + std::to_string(need) + " constants");
+    nan_ = has_attr(n, "loom.nan_fill"), nan_fill_ = attr_f(n, "loom.nan_fill", 0.0f);
   }
-  void scores(float* s, int64_t count) const {
-    if (s_q_) quantize_dequantize(s, count, s_q_[0], s_q_[1], s_q_[2], s_q_[3], s);
-    if (div_ || mul_) scale_by(s, count, c_, div_);
+  // Each score step in order over `count` scores at s; where() and mask() do those two and
+  // return where the scores are then and how many.
+  template <class Where, class Mask>
+  void scores(float* s, int64_t count, Where&& where, Mask&& mask) const {
+    const float* c = consts_.data();
+    for (int64_t step : steps_) {
+      if (step == kStepQdq) {
+        quantize_dequantize(s, count, c[0], c[1], c[2], c[3], s);
+        c += 4;
+      } else if (step == kStepDiv || step == kStepMul) {
+        scale_by(s, count, *c++, step == kStepDiv);
+      } else {
+        std::tie(s, count) = step == kStepWhere ? where() : mask();
+      }
+    }
   }
+  // The steps of the probabilities.
   void probs(float* p, int64_t count) const {
     if (nan_) nan_to(p, count, nan_fill_);
     if (p_q_) quantize_dequantize(p, count, p_q_[0], p_q_[1], p_q_[2], p_q_[3], p);
   }
 
  private:
-  static const float* qdq(const Node& n, const char* key) {
-    if (!has_attr(n, key)) return nullptr;
-    const std::vector<float>& q = n.attrs.at(key).floats;
-    if (q.size() != 4) op_error(n, std::string(key) + " must hold a scale, a zero point and the range");
+  static const float* qdq_of(const Node& n) {
+    if (!has_attr(n, "loom.p_qdq")) return nullptr;
+    const std::vector<float>& q = n.attrs.at("loom.p_qdq").floats;
+    if (q.size() != 4) op_error(n, "loom.p_qdq must hold a scale, a zero point and the range");
     return q.data();
   }
-  const float *s_q_, *p_q_;
-  bool div_ = false, mul_ = false, nan_ = false;
-  float c_ = 1.0f, nan_fill_ = 0.0f;
+  std::vector<int64_t> steps_;
+  std::vector<float> consts_;
+  const float* p_q_;
+  bool nan_ = false;
+  float nan_fill_ = 0.0f;
 };
 
 // The four operators Loom.Attention stands for, one after another (operands the one pass
@@ -199,16 +228,22 @@ void attention_steps(const Node& n, const std::vector<const Tensor*>& in, std::v
   if (has_attr(n, "loom.alpha")) mm.attrs["loom.alpha"] = n.attrs.at("loom.alpha");
   if (has_attr(n, "loom.qk_perm_a")) mm.attrs["loom.perm_a"] = n.attrs.at("loom.qk_perm_a");
   if (has_attr(n, "loom.qk_perm_b")) mm.attrs["loom.perm_b"] = n.attrs.at("loom.qk_perm_b");
-  const Elementwise each(n);
+  const Tensor* cond = in.size() > 4 ? in[4] : nullptr;
+  const Steps each(n, cond, in[2]);
   std::vector<Tensor> s(1);
   op_matmul(mm, {in[0], in[1]}, s);
-  each.scores(s[0].f32(), s[0].numel());
-  if (in.size() > 4 && in[4]) where_step(n, *in[4], s);
-  if (in[2]) {
+  // The Where and the Add may grow the scores (broadcast): each step over the scores as they are then.
+  auto where = [&] {
+    where_step(n, *cond, s);
+    return std::make_pair(s[0].f32(), s[0].numel());
+  };
+  auto mask = [&] {
     std::vector<Tensor> sum(1);
     op_add(n, {&s[0], in[2]}, sum);
     s = sum;
-  }
+    return std::make_pair(s[0].f32(), s[0].numel());
+  };
+  each.scores(s[0].f32(), s[0].numel(), where, mask);
   Node sm = n;
   sm.op = "Softmax";
   sm.attrs.clear();
@@ -306,12 +341,12 @@ std::vector<int64_t> strides_in(const Tensor* t, const Shape& scores) {
 
 }  // namespace
 
-// Loom.Attention(q, k, mask or absent, v[, cond]): MatMul(q, k) scaled by alpha, + mask, Softmax over the
-// last axis, MatMul by v, each operand through its fused transpose; with cond, the scores go
-// through Where(cond, scores, loom.fill) first (Where(cond, loom.fill, scores) when loom.keep is 0),
-// and with loom.nan_fill the probabilities' NaNs (a row masked whole) become that value; a QDQ
-// model's fake quantization of the scores (loom.s_qdq, then loom.post_div or loom.post_mul) and
-// of the probabilities (loom.p_qdq) as Elementwise does them.
+// Loom.Attention(q, k, mask or absent, v[, cond]): MatMul(q, k) scaled by alpha, the score steps
+// (by default Where(cond, scores, loom.fill) -- Where(cond, loom.fill, scores) when loom.keep is
+// 0 -- then + mask; loom.score_steps sets their order and adds a QDQ model's fake quantizations and
+// scalings between them), Softmax over the last axis (loom.nan_fill: NaNs, a row masked whole,
+// become that value; loom.p_qdq: fake-quantized), MatMul by v, each operand through its fused
+// transpose.
 void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &q = need(n, in, 0), &k = need(n, in, 1), &v = need(n, in, 3);
   const Tensor* mask = in.size() > 2 ? in[2] : nullptr;
@@ -322,7 +357,7 @@ void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vect
   const int64_t b1 = A.shape[1], M = A.shape[2], K = A.shape[3], N = B.shape[3], D = V.shape[3];
   const float alpha = attr_f(n, "loom.alpha", 1.0f), fill = attr_f(n, "loom.fill", 0.0f);
   const bool keep = attr_i(n, "loom.keep", 1) != 0;
-  const Elementwise each(n);
+  const Steps each(n, cond, mask);
   const Placed y = place(n, {A.shape[0], b1, M, D}, q.ndim() == 3);
   const std::vector<int64_t> mst = strides_in(mask, {A.shape[0], b1, M, N}), cst = strides_in(cond, {A.shape[0], b1, M, N});
   const bool small = M * N * (K + D) <= (int64_t{1} << 16);
@@ -336,9 +371,16 @@ void op_attention(const Node& n, const std::vector<const Tensor*>& in, std::vect
       else
         cpu::gemm(A.trans, B.trans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A.at(q, i, j),
                   static_cast<int>(A.ld), B.at(k, i, j), static_cast<int>(B.ld), 0.0f, s.data(), static_cast<int>(N));
-      each.scores(s.data(), M * N);
-      if (cond) where_cond(s.data(), cond->data<uint8_t>() + i * cst[0] + j * cst[1], M, N, cst[2], cst[3], keep, fill);
-      if (mask) add_mask(s.data(), mask->f32() + i * mst[0] + j * mst[1], M, N, mst[2], mst[3]);
+      each.scores(
+          s.data(), M * N,
+          [&] {
+            where_cond(s.data(), cond->data<uint8_t>() + i * cst[0] + j * cst[1], M, N, cst[2], cst[3], keep, fill);
+            return std::make_pair(s.data(), M * N);
+          },
+          [&] {
+            add_mask(s.data(), mask->f32() + i * mst[0] + j * mst[1], M, N, mst[2], mst[3]);
+            return std::make_pair(s.data(), M * N);
+          });
       softmax_rows_here(s.data(), s.data(), M, N);
       each.probs(s.data(), M * N);
       if (small)

@@ -3,8 +3,9 @@
 // padding mask] -> Softmax [-> Where(IsNaN(p), 0, p)] -> MatMul by V becomes one Loom.Attention
 // node answering as the nodes it replaces: on short sequences (its own small GEMMs) and long ones
 // (the BLAS), the condition either way round, rows masked whole, and through the operators one
-// after another where the condition would grow the scores; and a QDQ model's attention, its fake
-// quantizations moved past the transposes and into the one node.
+// after another where the condition would grow the scores; a QDQ model's attention, its fake
+// quantizations moved past the transposes and into the one node; and ORT's causal
+// MultiHeadAttention with fewer keys than queries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,53 +119,86 @@ TEST(GraphFuse, WhereOfAnotherKindKeepsItsNodes) {
 }
 
 // A quantize_static QDQ model's attention: each operand's Transpose then its fake quantization
-// (QuantizeLinear -> DequantizeLinear), the scores and the probabilities fake-quantized too, the
-// product's Transpose after its own: the transposes go into the MatMuls' strides and the rest into
-// one Loom.Attention, answering as the nodes (operands on a grid of 1/4, so the scores are exact).
+// (QuantizeLinear -> DequantizeLinear), the scores and the probabilities fake-quantized too (and,
+// as quantize_static writes it when every operator is quantized, the scaled and the masked scores
+// too), the product's Transpose after its own: the transposes go into the MatMuls' strides and the
+// rest into one Loom.Attention, answering as the nodes (operands on a grid of 1/4, so the scores
+// are exact).
 TEST(GraphFuse, QdqAttentionIsOneNodeAnsweringAsItsNodes) {
   const int64_t B = 2, T = 6, H = 2, d = 4;
-  std::vector<Tensor> vals(33);
-  for (int i = 0; i < 3; ++i) vals[static_cast<size_t>(i)] = noisy({B, T, H, d}, 2.0f, 0.3f + 0.2f * static_cast<float>(i));
-  auto scalar = [&](int id, float v) { vals[static_cast<size_t>(id)] = Tensor::empty({}), vals[static_cast<size_t>(id)].fill(v); };
-  auto zero = [&](int id, uint8_t z) {
-    vals[static_cast<size_t>(id)] = Tensor::empty({}, DType::kU8);
-    vals[static_cast<size_t>(id)].data<uint8_t>()[0] = z;
-  };
-  scalar(4, 0.25f), zero(5, 128), scalar(6, 0.1f), zero(7, 128), scalar(8, 2.0f), scalar(9, 1.0f / 255.0f), zero(10, 0);
-  scalar(11, 0.05f), zero(12, 128);
-  auto transpose = [](int in, int out, std::vector<int64_t> perm) {
-    Node t = node("Transpose", {in}, {out});
-    t.attrs["perm"] = Attr::of(std::move(perm));
-    return t;
-  };
-  auto qdq = [](std::vector<Node>& n, int in, int s, int z, int out) {
-    n.push_back(node("QuantizeLinear", {in, s, z}, {out}));
-    n.push_back(node("DequantizeLinear", {out, s, z}, {out + 1}));
-  };
-  std::vector<Node> nodes{transpose(0, 13, {0, 2, 1, 3})};
-  qdq(nodes, 13, 4, 5, 14);
-  nodes.push_back(transpose(1, 16, {0, 2, 3, 1}));
-  qdq(nodes, 16, 4, 5, 17);
-  nodes.push_back(transpose(2, 19, {0, 2, 1, 3}));
-  qdq(nodes, 19, 4, 5, 20);
-  nodes.push_back(node("MatMul", {15, 18}, {22}));
-  qdq(nodes, 22, 6, 7, 23);
-  nodes.push_back(node("Div", {24, 8}, {25}));
-  nodes.push_back(node("Softmax", {25}, {26}));
-  qdq(nodes, 26, 9, 10, 27);
-  nodes.push_back(node("MatMul", {28, 21}, {29}));
-  qdq(nodes, 29, 11, 12, 30);
-  nodes.push_back(transpose(31, 32, {0, 2, 1, 3}));
-  const Tensor want = run_nodes(nodes, vals)[32];
-  std::vector<Tensor> constants(vals.size());
-  for (int id = 4; id <= 12; ++id) constants[static_cast<size_t>(id)] = vals[static_cast<size_t>(id)];
-  ASSERT_GT(loom::rt::graph::fuse_nodes(nodes, constants, {32}), 0);
-  std::vector<std::string> ops;
-  for (const Node& n : nodes) ops.push_back(n.op);
-  const std::vector<std::string> fused{"Loom.QuantizeDequantize", "Loom.QuantizeDequantize", "Loom.QuantizeDequantize",
-                                       "Loom.Attention", "Loom.QuantizeDequantize"};
-  ASSERT_EQ(ops, fused);
-  expect_close(run_nodes(nodes, vals)[32], want);
+  for (bool every_operator : {false, true}) {
+    SCOPED_TRACE(every_operator ? "every operator quantized" : "MatMuls quantized");
+    std::vector<Tensor> vals(13);
+    for (int i = 0; i < 3; ++i) vals[static_cast<size_t>(i)] = noisy({B, T, H, d}, 2.0f, 0.3f + 0.2f * static_cast<float>(i));
+    auto scalar = [&](int id, float v) { vals[static_cast<size_t>(id)] = Tensor::empty({}), vals[static_cast<size_t>(id)].fill(v); };
+    auto zero = [&](int id, uint8_t z) {
+      vals[static_cast<size_t>(id)] = Tensor::empty({}, DType::kU8);
+      vals[static_cast<size_t>(id)].data<uint8_t>()[0] = z;
+    };
+    scalar(4, 0.25f), zero(5, 128), scalar(6, 0.1f), zero(7, 128), scalar(8, 2.0f), scalar(9, 1.0f / 255.0f), zero(10, 0);
+    scalar(11, 0.05f), zero(12, 128);
+    vals.push_back(Tensor::zeros({B, 1, 1, T}));  // 13: the padding mask, the last key of batch 1 masked
+    vals[13].f32()[2 * T - 1] = -10000.0f;
+    std::vector<Node> nodes;
+    int next = 14;
+    auto add = [&](const std::string& op, std::vector<int> in) {
+      nodes.push_back(node(op, std::move(in), {next}));
+      vals.emplace_back();
+      return next++;
+    };
+    auto transpose = [&](int in, std::vector<int64_t> perm) {
+      const int t = add("Transpose", {in});
+      nodes.back().attrs["perm"] = Attr::of(std::move(perm));
+      return t;
+    };
+    auto qdq = [&](int in, int s, int z) { return add("DequantizeLinear", {add("QuantizeLinear", {in, s, z}), s, z}); };
+    const int q = qdq(transpose(0, {0, 2, 1, 3}), 4, 5), k = qdq(transpose(1, {0, 2, 3, 1}), 4, 5), v = qdq(transpose(2, {0, 2, 1, 3}), 4, 5);
+    int scores = add("Div", {qdq(add("MatMul", {q, k}), 6, 7), 8});
+    if (every_operator) scores = qdq(add("Add", {qdq(scores, 6, 7), 13}), 6, 7);
+    const int probs = qdq(add("Softmax", {scores}), 9, 10);
+    const int y = transpose(qdq(add("MatMul", {probs, v}), 11, 12), {0, 2, 1, 3});
+    const Tensor want = run_nodes(nodes, vals)[static_cast<size_t>(y)];
+    std::vector<Tensor> constants(vals.size());
+    for (int id = 4; id <= 12; ++id) constants[static_cast<size_t>(id)] = vals[static_cast<size_t>(id)];
+    ASSERT_GT(loom::rt::graph::fuse_nodes(nodes, constants, {y}), 0);
+    std::vector<std::string> ops;
+    for (const Node& n : nodes) ops.push_back(n.op);
+    const std::vector<std::string> fused{"Loom.QuantizeDequantize", "Loom.QuantizeDequantize", "Loom.QuantizeDequantize",
+                                         "Loom.Attention", "Loom.QuantizeDequantize"};
+    ASSERT_EQ(ops, fused);
+    expect_close(run_nodes(nodes, vals)[static_cast<size_t>(y)], want);
+  }
+}
+
+// ORT's MultiHeadAttention, causal (unidirectional) with fewer keys than queries: query s sees
+// keys t <= s + T - S, none for the first queries (their scores all the lowest float, so they
+// average V); the mask of one batch never reaches into another's.
+TEST(GraphOps, CausalMultiHeadAttentionWithFewerKeysThanQueries) {
+  const int64_t B = 2, S = 4, T = 2, D = 4;
+  const Tensor q = noisy({B, S, D}, 1.0f, 0.41f), k = noisy({B, T, D}, 1.0f, 0.77f), v = noisy({B, T, D}, 3.0f, 0.19f);
+  Node n = node("com.microsoft:MultiHeadAttention", {0, 1, 2}, {3});
+  n.attrs["num_heads"] = Attr::of(int64_t{1});
+  n.attrs["unidirectional"] = Attr::of(int64_t{1});
+  const Tensor y = run_nodes({n}, {q, k, v, Tensor()})[3];
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{B, S, D}));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t seen = std::max<int64_t>(0, i + 1 + T - S);  // keys [0, seen); none: all of them, evenly
+      std::vector<float> w(static_cast<size_t>(T), 0.0f);
+      float top = -INFINITY, sum = 0.0f;
+      for (int64_t t = 0; t < (seen ? seen : T); ++t) {
+        float dot = 0.0f;
+        for (int64_t c = 0; c < D; ++c) dot += q.f32()[(b * S + i) * D + c] * k.f32()[(b * T + t) * D + c];
+        w[static_cast<size_t>(t)] = seen ? dot / 2.0f : 0.0f;  // scale 1/sqrt(4)
+        top = std::max(top, w[static_cast<size_t>(t)]);
+      }
+      for (int64_t t = 0; t < (seen ? seen : T); ++t) sum += w[static_cast<size_t>(t)] = std::exp(w[static_cast<size_t>(t)] - top);
+      for (int64_t c = 0; c < D; ++c) {
+        float want = 0.0f;
+        for (int64_t t = 0; t < (seen ? seen : T); ++t) want += w[static_cast<size_t>(t)] / sum * v.f32()[(b * T + t) * D + c];
+        EXPECT_NEAR(y.f32()[(b * S + i) * D + c], want, 1e-5f) << "batch " << b << " query " << i;
+      }
+    }
 }
 
 }  // namespace
