@@ -61,6 +61,11 @@ struct Graph {
 // whatever exporter wrote them; returns how many patterns went.
 int fuse_attention(Graph& g);
 
+// Whether d is a Loom.QuantizeDequantize of one float scale and one 8-bit zero point (or none),
+// constants (so that it commutes with a transpose and runs inside attention's pass); *q, when
+// given, its {scale, zero, lo, hi} (fuse_quant.cpp).
+bool scalar_qdq(const Graph& g, const Node& d, std::vector<float>* q = nullptr);
+
 // fuse_quant.cpp: onnxruntime.quantization's patterns (quantize_dynamic's MatMulInteger chain,
 // QDQ pairs); returns how many nodes went.
 int fuse_quantized(Graph& g);

@@ -36,19 +36,11 @@ Node* nan_guard(Graph& g, int p, size_t after, float* fill, Node** isnan) {
   return w;
 }
 
-// The node that reads value v alone when it is a Loom.QuantizeDequantize of one scale and one
-// zero point (constants): the node, *q its {scale, zero, lo, hi}; else null.
-Node* per_tensor_qdq(Graph& g, int v, size_t after, std::vector<float>* q) {
+// The node that reads value v alone when it fake-quantizes with one scale (scalar_qdq): the
+// node, *q its {scale, zero, lo, hi}; else null.
+Node* qdq_reader(Graph& g, int v, size_t after, std::vector<float>* q) {
   Node* d = g.sole_reader(v, after);
-  if (!d || d->op != "Loom.QuantizeDequantize" || d->in.size() < 2 || d->in[0] != v || d->out.size() != 1) return nullptr;
-  const Tensor* s = g.constant(d->in[1]);
-  const Tensor* z = d->in.size() > 2 && d->in[2] >= 0 ? g.constant(d->in[2]) : nullptr;
-  if (!s || s->dtype() != DType::kF32 || s->numel() != 1 || (d->in.size() > 2 && d->in[2] >= 0 && !z)) return nullptr;
-  if (z && (z->numel() != 1 || (z->dtype() != DType::kU8 && z->dtype() != DType::kI8))) return nullptr;
-  const bool s8 = z && z->dtype() == DType::kI8;
-  const float zero = !z ? 0.0f : s8 ? static_cast<float>(z->data<int8_t>()[0]) : static_cast<float>(z->data<uint8_t>()[0]);
-  *q = {s->f32()[0], zero, s8 ? -128.0f : 0.0f, s8 ? 127.0f : 255.0f};
-  return d;
+  return d && d->in[0] == v && scalar_qdq(g, *d, q) ? d : nullptr;
 }
 
 // A Div of value v by a scalar constant, or a Mul of it by one, read from v alone: the node,
@@ -78,7 +70,7 @@ struct Chain {
 Node* score_step(Graph& g, int v, size_t i, Chain* c) {
   std::vector<float> q;
   float k = 1.0f;
-  if (Node* d = per_tensor_qdq(g, v, i, &q)) {
+  if (Node* d = qdq_reader(g, v, i, &q)) {
     c->steps.push_back(kStepQdq), c->consts.insert(c->consts.end(), q.begin(), q.end());
     return d;
   }
@@ -108,7 +100,7 @@ bool attention_chain(Graph& g, const Node& qk, size_t i, Chain* c) {
   c->gone.push_back(sm), v = sm->out[0];
   Node* isnan = nullptr;
   if ((c->guard = nan_guard(g, v, i, &c->nan_fill, &isnan))) c->gone.push_back(isnan), c->gone.push_back(c->guard), v = c->guard->out[0];
-  if ((c->qdq_p = per_tensor_qdq(g, v, i, &c->p_q))) c->gone.push_back(c->qdq_p), v = c->qdq_p->out[0];
+  if ((c->qdq_p = qdq_reader(g, v, i, &c->p_q))) c->gone.push_back(c->qdq_p), v = c->qdq_p->out[0];
   Node* pv = g.sole_reader(v, i);
   if (!pv || pv->op != "MatMul" || pv->in.size() != 2 || pv->in[0] != v || has_attr(*pv, "loom.perm_a") ||
       has_attr(*pv, "loom.gelu") || has_attr(*pv, "loom.alpha"))

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "fuse.hpp"
+#include "quant.hpp"
 
 namespace loom::rt::graph {
 namespace {
@@ -112,12 +113,6 @@ int fuse_quantize_dequantize(Graph& g) {
   return n;
 }
 
-// Whether d is a Loom.QuantizeDequantize of one scale (so that it commutes with a transpose).
-bool per_tensor_qdq(const Graph& g, const Node& d) {
-  const Tensor* s = d.in.size() > 1 ? g.constant(d.in[1]) : nullptr;
-  return d.op == "Loom.QuantizeDequantize" && d.out.size() == 1 && s && s->numel() == 1;
-}
-
 // The nodes a (writing value v, read by b alone) and b swapped in the chain x -a-> v -b-> y:
 // x -b-> v -a-> y, each node keeping its other inputs and attributes.
 void swap_in_chain(Node& a, Node& b) {
@@ -133,7 +128,7 @@ void swap_in_chain(Node& a, Node& b) {
 int commute_qdq_transposes(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& d = g.nodes[i];
-    if (!per_tensor_qdq(g, d) || d.in[0] < 0) continue;
+    if (!scalar_qdq(g, d) || d.in[0] < 0) continue;
     Node* t = g.producer(d.in[0], i);
     Node* r = g.sole_reader(d.out[0], i);
     if (t && t->op == "Transpose" && t->in.size() == 1 && g.uses[static_cast<size_t>(d.in[0])] == 1 && r && r->op == "MatMul") {
@@ -162,12 +157,6 @@ bool int8_weight(const Graph& g, int v, Int8Weight* d) {
   if (s->numel() != 1 && (s->ndim() != 1 || s->numel() != w->dim(1) || (axis != 1 && axis != -1))) return false;
   *d = {w, z, dq->in[1]};
   return true;
-}
-
-// Whether d fake-quantizes with one scale and one 8-bit zero point (or none), constants.
-bool scalar_qdq(const Graph& g, const Node& d) {
-  const Tensor* z = d.in.size() > 2 && d.in[2] >= 0 ? g.constant(d.in[2]) : nullptr;
-  return per_tensor_qdq(g, d) && (d.in.size() < 3 || d.in[2] < 0 || (int8(z) && z->numel() == 1));
 }
 
 // Weights of fewer values stay on the float GEMM: below about 128 x 128 (a GPT-2 block 32 wide:
@@ -232,6 +221,17 @@ int prepare_qlinear_conv(Graph& g) {
 }
 
 }  // namespace
+
+bool scalar_qdq(const Graph& g, const Node& d, std::vector<float>* q) {
+  if (d.op != "Loom.QuantizeDequantize" || d.in.size() < 2 || d.out.size() != 1) return false;
+  const Tensor* s = g.constant(d.in[1]);
+  const bool has_zero = d.in.size() > 2 && d.in[2] >= 0;
+  const Tensor* z = has_zero ? g.constant(d.in[2]) : nullptr;
+  if (!s || s->dtype() != DType::kF32 || s->numel() != 1 || (has_zero && (!int8(z) || z->numel() != 1))) return false;
+  const bool s8 = z && z->dtype() == DType::kI8;
+  if (q) *q = {s->f32()[0], z ? static_cast<float>(int_at(*z, 0)) : 0.0f, s8 ? -128.0f : 0.0f, s8 ? 127.0f : 255.0f};
+  return true;
+}
 
 int fuse_quantized(Graph& g) {
   const int n = fuse_matmul_integer(g) + fuse_quantize_dequantize(g) + fuse_qdq_matmuls(g) + prepare_qlinear_conv(g);
