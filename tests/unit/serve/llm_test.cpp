@@ -324,11 +324,14 @@ std::vector<int32_t> gpt_greedy(loom::rt::Gpt& g, std::vector<int32_t> ids, int 
   return out;
 }
 
-std::vector<int32_t> engine_tokens(loom::serve::llm::Engine& e, const std::vector<int32_t>& prompt, int n) {
+std::shared_ptr<loom::serve::llm::Stream> greedy_stream(loom::serve::llm::Engine& e, const std::vector<int32_t>& prompt, int n) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = n;
-  auto s = e.submit(prompt, p, loom::serve::Clock::now() + std::chrono::seconds(60));
+  return e.submit(prompt, p, loom::serve::Clock::now() + std::chrono::seconds(60));
+}
+
+std::vector<int32_t> stream_tokens(const std::shared_ptr<loom::serve::llm::Stream>& s) {
   std::vector<int32_t> out;
   for (;;) {
     loom::serve::llm::TokenEvent ev;
@@ -338,6 +341,10 @@ std::vector<int32_t> engine_tokens(loom::serve::llm::Engine& e, const std::vecto
     if (ev.done) break;
   }
   return out;
+}
+
+std::vector<int32_t> engine_tokens(loom::serve::llm::Engine& e, const std::vector<int32_t>& prompt, int n) {
+  return stream_tokens(greedy_stream(e, prompt, n));
 }
 
 TEST(Engine, EqualsTheGptsOwnForwardPassWithPreemptionAndPrefixHits) {
@@ -356,10 +363,12 @@ TEST(Engine, EqualsTheGptsOwnForwardPassWithPreemptionAndPrefixHits) {
       o.kv_cache_bytes = blocks * loom::rt::KvCache::bytes_per_block(loom::rt::decoder_from_gpt(g).c, 4);
       o.prefix_caching = prefix;
       loom::serve::llm::Engine e(loom::rt::Decoder(loom::rt::decoder_from_gpt(g)), nullptr, {}, o);
-      std::vector<std::thread> ts;
-      std::vector<std::vector<int32_t>> got(prompts.size());
-      for (size_t i = 0; i < prompts.size(); ++i) ts.emplace_back([&, i] { got[i] = engine_tokens(e, prompts[i], 20); });
-      for (auto& t : ts) t.join();
+      // All four are submitted before any is read, so they run together whatever the load:
+      // the streams keep their tokens until they are read.
+      std::vector<std::shared_ptr<loom::serve::llm::Stream>> streams;
+      for (const auto& p : prompts) streams.push_back(greedy_stream(e, p, 20));
+      std::vector<std::vector<int32_t>> got;
+      for (const auto& s : streams) got.push_back(stream_tokens(s));
       for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << "blocks " << blocks << " prefix " << prefix << " prompt " << i;
       if (blocks == 8) {
         EXPECT_GT(e.stats().preemptions, 0u);
