@@ -299,31 +299,67 @@ namespace {
 struct Taps {
   int64_t lo, hi, padded;
 };
-struct PoolPlan {
-  const Window& k;
-  const std::vector<Taps>& rows;
-  const std::vector<Taps>& cols;
-  int64_t W;
-  bool include;
+
+// A plane copied into a frame as large as its windows reach (pads, ceil_mode's overhang), the
+// outside filled with `fill` (-inf for MaxPool, 0 for AveragePool), so every window lies inside
+// it, and split by the strides into sh x sw phases: phase (a, b) holds the frame's rows a, a + sh,
+// ... and columns b, b + sw, ..., so that a strided window's taps are unstrided in their phases.
+// Frame row r is the image's row r - pt, column c its column c - pl.
+struct Frame {
+  int64_t h, w;   // a phase's rows and columns
+  int64_t phase;  // floats from one phase to the next
 };
 
-// One plane of MaxPool (MX) or AveragePool, each output its window's taps inside the image.
-template <bool MX>
-void pool_plane(const PoolPlan& p, const float* xp, float* yp) {
-  const Window& k = p.k;
-  for (int64_t oy = 0; oy < k.out_h; ++oy) {
-    const Taps& r = p.rows[static_cast<size_t>(oy)];
-    for (int64_t ox = 0; ox < k.out_w; ++ox) {
-      const Taps& c = p.cols[static_cast<size_t>(ox)];
-      float acc = MX ? -INFINITY : 0.0f;
-      for (int64_t i = r.lo; i < r.hi; ++i) {
-        const float* line = xp + (oy * k.sh - k.pt + i * k.dh) * p.W + (ox * k.sw - k.pl);
-        for (int64_t j = c.lo; j < c.hi; ++j) acc = MX ? std::max(acc, line[j * k.dw]) : acc + line[j * k.dw];
+LOOM_VEC void frame_plane(const Frame& f, const Window& k, const float* xp, int64_t H, int64_t W, float fill, float* fp) {
+  for (int64_t a = 0; a < k.sh; ++a)
+    for (int64_t b = 0; b < k.sw; ++b) {
+      const Span in = inside(f.w, k.sw, b - k.pl, W);
+      for (int64_t r = 0; r < f.h; ++r) {
+        const int64_t iy = r * k.sh + a - k.pt;
+        float* row = fp + (a * k.sw + b) * f.phase + r * f.w;
+        if (iy < 0 || iy >= H) {
+          for (int64_t c = 0; c < f.w; ++c) row[c] = fill;
+          continue;
+        }
+        const float* src = xp + iy * W + b - k.pl;
+        for (int64_t c = 0; c < in.lo; ++c) row[c] = fill;
+        if (k.sw == 1)
+          for (int64_t c = in.lo; c < in.hi; ++c) row[c] = src[c];
+        else
+          for (int64_t c = in.lo; c < in.hi; ++c) row[c] = src[c * k.sw];
+        for (int64_t c = in.hi; c < f.w; ++c) row[c] = fill;
       }
-      const int64_t cnt = (r.hi - r.lo) * (c.hi - c.lo), padded = r.padded * c.padded;
-      yp[oy * k.out_w + ox] = MX ? acc : acc / static_cast<float>(std::max<int64_t>(1, p.include ? padded : cnt));
     }
-  }
+}
+
+// MaxPool (mx) or AveragePool over `planes` frames laid end to end, tap by tap over every window
+// start of them all at once: z[p] is the window starting at position p of the phase (0, 0), and a
+// plane's outputs are its part of z (windows that start in one frame and run into the next are
+// computed and never read). One long loop a tap vectorises; loops along rows of six outputs, or
+// along each window, spent their time in loop overhead. The taps in the order of the window's
+// rows and columns. Each phase holds one frame more than `planes`, of `fill`, for the last
+// windows' overrun; `z`: planes frames; `div`: AveragePool's divisor of each output.
+LOOM_VEC void pool_frames(bool mx, const Window& k, const Frame& f, int64_t planes, const float* fp, const float* div, float* z, float* yp) {
+  const int64_t len = planes * f.h * f.w;
+  for (int64_t p = 0; p < len; ++p) z[p] = mx ? -INFINITY : 0.0f;
+  for (int64_t i = 0; i < k.kh; ++i)
+    for (int64_t j = 0; j < k.kw; ++j) {
+      const int64_t r = i * k.dh, c = j * k.dw;
+      const float* src = fp + (r % k.sh * k.sw + c % k.sw) * f.phase + r / k.sh * f.w + c / k.sw;
+      if (mx)
+        for (int64_t p = 0; p < len; ++p) z[p] = std::max(z[p], src[p]);
+      else
+        for (int64_t p = 0; p < len; ++p) z[p] += src[p];
+    }
+  for (int64_t q = 0; q < planes; ++q)
+    for (int64_t oy = 0; oy < k.out_h; ++oy) {
+      const float* zr = z + (q * f.h + oy) * f.w;
+      float* y = yp + (q * k.out_h + oy) * k.out_w;
+      if (mx)
+        for (int64_t ox = 0; ox < k.out_w; ++ox) y[ox] = zr[ox];
+      else
+        for (int64_t ox = 0; ox < k.out_w; ++ox) y[ox] = zr[ox] / div[oy * k.out_w + ox];
+    }
 }
 
 }  // namespace
@@ -364,12 +400,35 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   std::vector<Taps> rows, cols;
   for (int64_t oy = 0; oy < k.out_h; ++oy) rows.push_back(taps(oy * k.sh - k.pt, k.kh, k.dh, H, k.pt, k.pb));
   for (int64_t ox = 0; ox < k.out_w; ++ox) cols.push_back(taps(ox * k.sw - k.pl, k.kw, k.dw, W, k.pl, k.pr));
-  const PoolPlan plan{k, rows, cols, W, include};
+  std::vector<float> div(static_cast<size_t>(mx ? 0 : k.out_h * k.out_w));
+  for (int64_t oy = 0; oy < k.out_h && !mx; ++oy)
+    for (int64_t ox = 0; ox < k.out_w; ++ox) {
+      const Taps &r = rows[static_cast<size_t>(oy)], &c = cols[static_cast<size_t>(ox)];
+      const int64_t cnt = (r.hi - r.lo) * (c.hi - c.lo), padded = r.padded * c.padded;
+      div[static_cast<size_t>(oy * k.out_w + ox)] = static_cast<float>(std::max<int64_t>(1, include ? padded : cnt));
+    }
+  // A single output row or column has no stride: one phase there.
+  Window kp = k;
+  if (kp.out_h == 1) kp.sh = 1;
+  if (kp.out_w == 1) kp.sw = 1;
+  const int64_t fh = (kp.out_h - 1) * kp.sh + (kp.kh - 1) * kp.dh + 1, fw = (kp.out_w - 1) * kp.sw + (kp.kw - 1) * kp.dw + 1;
+  if (static_cast<double>(fh) * static_cast<double>(fw) > std::max(16.0 * static_cast<double>(H * W), double{1 << 20}))
+    op_error(n, "pads of " + std::to_string(fh) + " x " + std::to_string(fw) + " around a " + std::to_string(H) + " x " + std::to_string(W) +
+                    " image are not supported");
+  const int64_t fs = ((fh + kp.sh - 1) / kp.sh) * ((fw + kp.sw - 1) / kp.sw);
+  const int64_t group = std::max<int64_t>(1, 4096 / fs);  // planes a run: 16 KiB of frames in each phase
+  const Frame f{(fh + kp.sh - 1) / kp.sh, (fw + kp.sw - 1) / kp.sw, (group + 1) * fs};
   const float* xf = x.f32();
   float* yf = y.f32();
-  vec::for_items(N * C, H * W, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = lo; p < hi; ++p)
-      mx ? pool_plane<true>(plan, xf + p * H * W, yf + p * k.out_h * k.out_w) : pool_plane<false>(plan, xf + p * H * W, yf + p * k.out_h * k.out_w);
+  const float fill = mx ? -INFINITY : 0.0f;
+  vec::for_items(N * C, fs * kp.sh * kp.sw + fs * k.kh * k.kw, [&](int64_t lo, int64_t hi) {
+    const auto frames = scratch(kp.sh * kp.sw * f.phase), z = scratch(group * fs);
+    for (int64_t p = lo; p < hi; p += group) {
+      const int64_t planes = std::min(group, hi - p);
+      for (int64_t q = 0; q < planes; ++q) frame_plane(f, kp, xf + (p + q) * H * W, H, W, fill, frames.get() + q * fs);
+      for (int64_t ph = 0; ph < kp.sh * kp.sw; ++ph) std::fill_n(frames.get() + ph * f.phase + planes * fs, fs, fill);
+      pool_frames(mx, kp, f, planes, frames.get(), div.data(), z.get(), yf + p * k.out_h * k.out_w);
+    }
   });
   out[0] = y;
 }

@@ -432,6 +432,54 @@ TEST(GraphOps, BatchNormAndPools) {
   expect_f(run1("GlobalAveragePool", {x}), {1, 2, 1, 1}, {4, 13});
 }
 
+// Max and average pools against their definition, window by window, over strides, dilations,
+// uneven pads, ceil_mode and count_include_pad, with more planes than one run of frames holds.
+float pool_reference(const Tensor& x, int64_t plane, int64_t oy, int64_t ox, bool mx, const std::vector<int64_t>& k,
+                     const std::vector<int64_t>& s, const std::vector<int64_t>& d, const std::vector<int64_t>& p, bool include) {
+  const int64_t H = x.dim(2), W = x.dim(3);
+  float acc = mx ? -INFINITY : 0.0f;
+  int64_t inside = 0, padded = 0;
+  for (int64_t i = 0; i < k[0]; ++i)
+    for (int64_t j = 0; j < k[1]; ++j) {
+      const int64_t iy = oy * s[0] - p[0] + i * d[0], ix = ox * s[1] - p[1] + j * d[1];
+      if (iy >= -p[0] && iy < H + p[2] && ix >= -p[1] && ix < W + p[3]) ++padded;
+      if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+      const float v = x.f32()[(plane * H + iy) * W + ix];
+      acc = mx ? std::max(acc, v) : acc + v;
+      ++inside;
+    }
+  return mx ? acc : acc / static_cast<float>(std::max<int64_t>(1, include ? padded : inside));
+}
+
+TEST(GraphOps, PoolsAnswerAsTheirDefinition) {
+  struct Case {
+    std::vector<int64_t> shape, k, s, d, p;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, false}, {{2, 3, 5, 5}, {2, 2}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false},
+      {{1, 2, 9, 11}, {3, 2}, {3, 2}, {2, 1}, {2, 0, 1, 1}, true},   {{40, 9, 7, 6}, {2, 3}, {1, 3}, {1, 2}, {0, 1, 1, 0}, true},
+      {{1, 1, 1, 8}, {1, 3}, {5, 2}, {1, 1}, {0, 2, 0, 2}, false},   {{3, 2, 6, 6}, {6, 6}, {1, 1}, {1, 1}, {0, 0, 0, 0}, false}};
+  for (const Case& c : cases) {
+    const Tensor x = iota(c.shape, 0.37f);
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = std::sin(x.f32()[i] * 7.0f);  // no window sorted
+    for (const char* op : {"MaxPool", "AveragePool"})
+      for (int include : {0, 1}) {
+        std::map<std::string, Attr> a = {{"kernel_shape", ints(c.k)}, {"strides", ints(c.s)}, {"pads", ints(c.p)}, {"ceil_mode", ai(c.ceil)}};
+        const bool mx = std::string(op) == "MaxPool";
+        if (mx) a["dilations"] = ints(c.d);
+        if (!mx) a["count_include_pad"] = ai(include);
+        const std::vector<int64_t> d = mx ? c.d : std::vector<int64_t>{1, 1};
+        const Tensor y = run1(op, {x}, a);
+        for (int64_t pl = 0; pl < y.dim(0) * y.dim(1); ++pl)
+          for (int64_t oy = 0; oy < y.dim(2); ++oy)
+            for (int64_t ox = 0; ox < y.dim(3); ++ox)
+              ASSERT_EQ(y.f32()[(pl * y.dim(2) + oy) * y.dim(3) + ox], pool_reference(x, pl, oy, ox, mx, c.k, c.s, d, c.p, include))
+                  << op << " " << x.shape_str() << " plane " << pl << " at " << oy << ", " << ox;
+      }
+  }
+}
+
 TEST(GraphOps, ReshapeFlattenSqueezeUnsqueeze) {
   const Tensor x = iota({2, 3, 4});
   EXPECT_EQ(run1("Reshape", {x, I({3}, {0, -1, 2})}).shape(), (std::vector<int64_t>{2, 6, 2}));
