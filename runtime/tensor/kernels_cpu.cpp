@@ -168,9 +168,9 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
               ldb, beta, c, ldc);
 }
 
-AloneBelow::AloneBelow(int64_t macs) {
+AloneBelow::AloneBelow(int64_t macs, int64_t below) {
   const int threads = omp_get_max_threads();
-  if (macs >= (int64_t{1} << 20) || threads <= 1) return;
+  if (macs >= below || threads <= 1) return;
   threads_ = threads;
   omp_set_num_threads(1);
 }

@@ -38,12 +38,12 @@ const char* gemm_backend();
 bool openmp_loops();
 
 // The scope runs oneDNN's parallel work on the calling thread alone when `macs` (its multiply-adds)
-// are below about a million: oneDNN spreads even a one-sequence product or a 16 x 16 image's
+// are below `below`, about a million unless said: oneDNN spreads even a one-sequence product or a 16 x 16 image's
 // convolution over every thread, where waking them costs more than the work (an int8 GEMM of
 // 16 x 96 x 32 took 2.6 times its one-thread time on two threads).
 class AloneBelow {
  public:
-  explicit AloneBelow(int64_t macs);
+  explicit AloneBelow(int64_t macs, int64_t below = int64_t{1} << 20);
   ~AloneBelow();
   AloneBelow(const AloneBelow&) = delete;
   AloneBelow& operator=(const AloneBelow&) = delete;
