@@ -40,37 +40,31 @@ Tensor slice_axis(const Tensor& t, int axis, int64_t k0, int64_t kc) {
   return y;
 }
 
-// saturate(round(acc * f + zero)) in [lo, hi], the product in double (as ONNX's reference), rounded
-// half to even by adding and taking away 1.5 * 2^52 once clamped within 2^40. The products go
-// through a block of their own: in one expression GCC would contract the product and the sum into
-// a fused multiply-add, rounding once where the reference rounds twice.
+// saturate(round(acc * f) + zero) in [lo, hi] as ONNX Runtime's requantization (MLAS) computes
+// it: the int32 sum made a float, the product in float, clamped to [lo - zero, hi - zero], rounded
+// half to even by adding and taking away 1.5 * 2^23, then moved by the zero point. Eight lanes a
+// step where the double product the ONNX reference spells took four.
 template <class T>
-__attribute__((always_inline)) inline void requantize_span(const int32_t* acc, const float* f, int64_t f_step, double zero, double lo, double hi, T* y,
+__attribute__((always_inline)) inline void requantize_span(const int32_t* acc, const float* f, int64_t f_step, float zero, float lo, float hi, T* y,
                                                            int64_t n) {
-  constexpr int64_t kBlock = 64;
-  double p[kBlock];
-  for (int64_t c0 = 0; c0 < n; c0 += kBlock) {
-    const int64_t m = std::min(kBlock, n - c0);
-    if (f_step) {
-      for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[c0 + c]);
-    } else {
-      for (int64_t c = 0; c < m; ++c) p[c] = static_cast<double>(acc[c0 + c]) * static_cast<double>(f[0]);
-    }
-    for (int64_t c = 0; c < m; ++c) {
-      double v = p[c] + zero;
-      v = v > -1e12 ? v : -1e12;
-      v = v < 1e12 ? v : 1e12;
-      v = (v + 6755399441055744.0) - 6755399441055744.0;
-      v = v > lo ? v : lo;
-      y[c0 + c] = static_cast<T>(static_cast<int32_t>(v < hi ? v : hi));
-    }
-  }
+  const float below = lo - zero, above = hi - zero;
+  auto one = [&](int64_t c, float factor) {
+    float v = static_cast<float>(acc[c]) * factor;
+    v = v > below ? v : below;  // NaN (an infinite scale times 0) to the bottom, as MAXPS does
+    v = v < above ? v : above;
+    v = (v + 12582912.0f) - 12582912.0f;
+    y[c] = static_cast<T>(static_cast<int32_t>(v + zero));
+  };
+  if (f_step)
+    for (int64_t c = 0; c < n; ++c) one(c, f[c]);
+  else
+    for (int64_t c = 0; c < n; ++c) one(c, f[0]);
 }
-LOOM_VEC void requantize_u8(const int32_t* acc, const float* f, int64_t f_step, double zero, uint8_t* y, int64_t n) {
-  requantize_span(acc, f, f_step, zero, 0.0, 255.0, y, n);
+LOOM_VEC void requantize_u8(const int32_t* acc, const float* f, int64_t f_step, float zero, uint8_t* y, int64_t n) {
+  requantize_span(acc, f, f_step, zero, 0.0f, 255.0f, y, n);
 }
-LOOM_VEC void requantize_s8(const int32_t* acc, const float* f, int64_t f_step, double zero, int8_t* y, int64_t n) {
-  requantize_span(acc, f, f_step, zero, -128.0, 127.0, y, n);
+LOOM_VEC void requantize_s8(const int32_t* acc, const float* f, int64_t f_step, float zero, int8_t* y, int64_t n) {
+  requantize_span(acc, f, f_step, zero, -128.0f, 127.0f, y, n);
 }
 
 // y[M, N] = a[M, K] b[K, N] for floats that hold integers, exactly: each float sum of `chunk`
@@ -152,7 +146,7 @@ Tensor int_matmul(const Node& n, const Tensor& a, const Tensor* a_zero, const Te
 
 }  // namespace
 
-void requantize(const int32_t* acc, const float* f, int64_t f_step, double zero, Tensor* y, int64_t at, int64_t n) {
+void requantize(const int32_t* acc, const float* f, int64_t f_step, float zero, Tensor* y, int64_t at, int64_t n) {
   if (y->dtype() == DType::kU8) requantize_u8(acc, f, f_step, zero, y->data<uint8_t>() + at, n);
   else requantize_s8(acc, f, f_step, zero, y->data<int8_t>() + at, n);
 }
@@ -208,8 +202,8 @@ void op_matmul_integer(const Node& n, const std::vector<const Tensor*>& in, std:
 }
 
 // y = saturate(round(acc * (a_scale * b_scale / y_scale)) + y_zero): a_scale one value or one
-// per row, b_scale one or one per column, as ONNX's reference computes it (the factor in
-// float32, the product in double).
+// per row, b_scale one or one per column, the factor and the product in float32 as ONNX
+// Runtime computes them.
 void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor &a = need(n, in, 0), &as = need(n, in, 1), &az = need(n, in, 2), &b = need(n, in, 3), &bs = need(n, in, 4),
                &bz = need(n, in, 5), &ys = need(n, in, 6);
@@ -222,14 +216,16 @@ void op_qlinear_matmul(const Node& n, const std::vector<const Tensor*>& in, std:
   if ((as.numel() != 1 && as.numel() != M) || (bs.numel() != 1 && bs.numel() != N)) op_error(n, "a_scale or b_scale does not match the operands");
   const DType to = yz ? yz->dtype() : DType::kU8;
   if (to != DType::kU8 && to != DType::kI8) op_error(n, "y_zero_point must be uint8 or int8");
-  const double zp = yz ? int_at(*yz, 0) : 0;
+  const auto zp = static_cast<float>(yz ? int_at(*yz, 0) : 0);
   Tensor y = Tensor::empty(acc.shape(), to);
-  std::vector<float> f(static_cast<size_t>(N));
-  for (int64_t r = 0, rows = N ? acc.numel() / N : 0; r < rows; ++r) {
-    if (r == 0 || as.numel() != 1)
-      for (int64_t c = 0; c < N; ++c) f[static_cast<size_t>(c)] = as.f32()[as.numel() == 1 ? 0 : r % M] * bs.f32()[bs.numel() == 1 ? 0 : c] / ys.f32()[0];
-    requantize(acc.data<int32_t>() + r * N, f.data(), 1, zp, &y, r * N, N);
-  }
+  vec::for_items(N ? acc.numel() / N : 0, N, [&](int64_t lo, int64_t hi) {
+    std::vector<float> f(static_cast<size_t>(N));
+    for (int64_t r = lo; r < hi; ++r) {
+      if (r == lo || as.numel() != 1)
+        for (int64_t c = 0; c < N; ++c) f[static_cast<size_t>(c)] = as.f32()[as.numel() == 1 ? 0 : r % M] * bs.f32()[bs.numel() == 1 ? 0 : c] / ys.f32()[0];
+      requantize(acc.data<int32_t>() + r * N, f.data(), 1, zp, &y, r * N, N);
+    }
+  });
   out[0] = y;
 }
 

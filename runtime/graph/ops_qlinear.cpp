@@ -92,7 +92,7 @@ bool qlinear_conv_int8(const Node& n, const std::vector<const Tensor*>& in, Tens
   if ((ws.numel() != 1 && ws.numel() != M) || (b && (b->dtype() != DType::kI32 || b->numel() != M)))
     op_error(n, "the weight's scale or the bias does not match its " + std::to_string(M) + " output channels");
   *y = Tensor::empty(acc.shape(), yz ? yz->dtype() : DType::kU8);
-  const double zero = yz ? (yz->dtype() == DType::kU8 ? yz->data<uint8_t>()[0] : yz->data<int8_t>()[0]) : 0;
+  const auto zero = static_cast<float>(yz ? int_at(*yz, 0) : 0);
   for (int64_t i = 0; i < N * M; ++i) {
     const int64_t m = i % M;
     int32_t* row = acc.data<int32_t>() + i * ohw;

@@ -190,10 +190,21 @@ Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, con
   return f;
 }
 
+// Spread over the threads by chunks of rows, or by chunks of a row where there is one (r one
+// value, or as large as x).
 void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r, const float* rq, const float* yq, Tensor* y) {
   const int64_t n = x.numel(), rn = r.numel(), step = rn == 1 ? 0 : 1, row = rn == 1 ? n : rn, rows = row ? n / row : 0;
-  if (x.dtype() == DType::kU8) qbinary_u8(add, x.data<uint8_t>(), xq, r.data<uint8_t>(), step, rq, yq, y->data<uint8_t>(), rows, row);
-  else qbinary_s8(add, x.data<int8_t>(), xq, r.data<int8_t>(), step, rq, yq, y->data<int8_t>(), rows, row);
+  const bool split_row = rows == 1;
+  const int64_t part = split_row ? 4096 : row, parts = split_row ? (n + part - 1) / part : rows;
+  vec::for_items(parts, part, [&](int64_t lo, int64_t hi) {
+    // Elements [o, o + count): whole rows, or a piece of the one row (r then at the same offset).
+    const int64_t o = lo * part, count = std::min(hi * part, n) - o, r_at = split_row ? o * step : 0;
+    const int64_t span_rows = split_row ? 1 : hi - lo, span = split_row ? count : row;
+    if (x.dtype() == DType::kU8)
+      qbinary_u8(add, x.data<uint8_t>() + o, xq, r.data<uint8_t>() + r_at, step, rq, yq, y->data<uint8_t>() + o, span_rows, span);
+    else
+      qbinary_s8(add, x.data<int8_t>() + o, xq, r.data<int8_t>() + r_at, step, rq, yq, y->data<int8_t>() + o, span_rows, span);
+  });
 }
 
 // ONNX's formula: the range widened to hold 0 over 255 steps (1/255 for an all-zero tensor), the

@@ -20,9 +20,9 @@ Tensor centred(const Node& n, const Tensor& t, const Tensor* zero, int axis, con
 // repeating over x every r.numel() values (x's trailing dimensions, or one value); each of xq, rq
 // and yq the scale and the zero point.
 void qlinear_binary(bool add, const Tensor& x, const float* xq, const Tensor& r, const float* rq, const float* yq, Tensor* y);
-// y's values [at, at + n) = saturate(round(acc[i] * f[i * f_step] + zero)), the product in double
-// (ONNX's reference), y uint8 or int8.
-void requantize(const int32_t* acc, const float* f, int64_t f_step, double zero, Tensor* y, int64_t at, int64_t n);
+// y's values [at, at + n) = saturate(round(acc[i] * f[i * f_step]) + zero), the product in float
+// (ONNX Runtime's), y uint8 or int8.
+void requantize(const int32_t* acc, const float* f, int64_t f_step, float zero, Tensor* y, int64_t at, int64_t n);
 // A QuantizeLinear and the DequantizeLinear of its output in one pass over n values (y may be x):
 // (saturate(round half to even(x / scale) + zero) to [lo, hi] - zero) * scale.
 void quantize_dequantize(const float* x, int64_t n, float scale, float zero, float lo, float hi, float* y);

@@ -219,10 +219,27 @@ TEST(GraphQuant, QLinearConvRequantizesItsSums) {
   for (int64_t i = 0; i < y[0].numel(); ++i) {
     const int64_t m = (i / ohw) % 4;
     const float f = 0.02f * ws.f32()[m] / 0.9f;
-    const double v = std::nearbyint(static_cast<double>(sums[0].data<int32_t>()[i] + b.data<int32_t>()[m]) * static_cast<double>(f) - 7);
+    const double v = std::nearbyint(static_cast<float>(sums[0].data<int32_t>()[i] + b.data<int32_t>()[m]) * f) - 7;  // in float, as ORT
     ASSERT_EQ(y[0].data<int8_t>()[i], static_cast<int8_t>(std::clamp(v, -128.0, 127.0))) << "at " << i;
     ASSERT_LE(std::abs(y_made[0].data<int8_t>()[i] - y[0].data<int8_t>()[i]), 1) << "at " << i;
   }
+}
+
+// QLinearMatMul requantizes as ONNX Runtime does, in float: 3 x (1/6 as a float) is 0.5 in float
+// and rounds to the even 0; in double it is 0.50000001 and would round to 1.
+TEST(GraphQuant, QLinearMatMulRequantizesInFloatAsOnnxRuntime) {
+  const Tensor a = ints_of<uint8_t>({1, 1}, DType::kU8, 3, 3), b = ints_of<uint8_t>({1, 2}, DType::kU8, 1, 1);
+  const Tensor az = ints_of<uint8_t>({}, DType::kU8, 0, 0), bz = ints_of<uint8_t>({}, DType::kU8, 0, 0);
+  const Tensor yz = ints_of<uint8_t>({}, DType::kU8, 10, 10);
+  Tensor as = Tensor::empty({}), bs = Tensor::empty({2}), ys = Tensor::empty({});
+  as.fill(1.0f / 6.0f), ys.fill(1.0f);
+  bs.f32()[0] = 1.0f, bs.f32()[1] = 3.0f;  // 3 x 3 x (1/6) = 1.5: the even 2
+  Node qm = node("QLinearMatMul", {}, {});
+  std::vector<Tensor> y(1);
+  qm.fn(qm, {&a, &as, &az, &b, &bs, &bz, &ys, &yz}, y);
+  ASSERT_EQ(y[0].numel(), 2);
+  EXPECT_EQ(y[0].data<uint8_t>()[0], 10);
+  EXPECT_EQ(y[0].data<uint8_t>()[1], 12);
 }
 
 // quantize_dynamic's chain, as ORT writes it: values 0 x, 1 W, 2 W_zero, 3 W_scale, 4 bias;
