@@ -344,7 +344,8 @@ int control(Cli& c, Context& ctx, const sigset_t& set) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
+  // OpenMP waits for inference's short regions that do not starve a busy node; OpenBLAS kernels for this CPU
+  loom::rt::cpu::settle_library_env(argv, loom::rt::cpu::kInferenceSpin);
   Cli c;
   Context ctx;
   po::options_description desc = describe(c, ctx);

@@ -91,9 +91,9 @@ const char* openblas_core_override() {
 
 }  // namespace
 
-void settle_library_env(char** argv) {
+void settle_library_env(char** argv, const char* spin) {
   std::string set;  // what this sets, for LOOM_LIBRARY_ENV
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "1000", 1) == 0)
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", spin, 1) == 0)
     set += "GOMP_SPINCOUNT";
   if (const char* core = openblas_core_override())
     if (setenv("OPENBLAS_CORETYPE", core, 1) == 0) set += set.empty() ? "OPENBLAS_CORETYPE" : " OPENBLAS_CORETYPE";

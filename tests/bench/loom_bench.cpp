@@ -465,7 +465,11 @@ int main_with_mllog(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::rt::cpu::settle_library_env(argv);  // OpenMP waits that do not starve a busy node; OpenBLAS kernels for this CPU
+  // OpenMP waits that do not starve a busy node, those loom-serve sets for the inference
+  // benchmarks and loom-train's for the rest; OpenBLAS kernels for this CPU.
+  bool inference = false;
+  for (const char* cmd : {"infer", "serve", "pipeline", "generate"}) inference = inference || (argc > 1 && std::strcmp(argv[1], cmd) == 0);
+  loom::rt::cpu::settle_library_env(argv, inference ? loom::rt::cpu::kInferenceSpin : loom::rt::cpu::kTrainingSpin);
   return main_with_mllog(argc, argv);
 }
 

@@ -40,6 +40,11 @@ expect_match "binds to localhost by default" "listening: http 127\.0\.0\.1:[0-9]
 # ps, pkill and Slurm's tools see it by its name (it re-executes itself to settle the libraries'
 # environment, by its own path, not /proc/self/exe).
 expect_eq "the process is named loom-serve" "loom-serve" "$(ps -o comm= -p "$pid")"
+# OpenMP's workers spin for inference's short parallel regions (loom-train spins less), unless the
+# caller chose a wait policy.
+if [ -z "${GOMP_SPINCOUNT:-}${OMP_WAIT_POLICY:-}" ]; then
+  expect_eq "OpenMP workers spin 10,000 rounds before they sleep" "GOMP_SPINCOUNT=10000" "$(tr '\0' '\n' <"/proc/$pid/environ" | grep '^GOMP_SPINCOUNT=')"
+fi
 # Where configure found tcmalloc, every allocation goes to it, as the start-up line says.
 if grep -q "define LOOM_HAVE_TCMALLOC 1" "$LOOM_BUILDDIR/config.h"; then
   expect_match "the start-up line names tcmalloc" "; allocator tcmalloc [0-9]+\.[0-9]+" "$(cat main.log)"

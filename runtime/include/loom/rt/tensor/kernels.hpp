@@ -13,14 +13,19 @@ enum class Act { kNone, kRelu, kGelu };
 // Settings that libraries read only as they load, so this re-executes the program (same pid,
 // same arguments; call it first in main, before any thread or MPI) with them in its environment,
 // named in LOOM_LIBRARY_ENV. Returns when nothing is to do or the exec failed.
-// - GOMP_SPINCOUNT=1000, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: OpenMP's workers
+// - GOMP_SPINCOUNT=`spin`, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set: OpenMP's workers
 //   (libgomp, which oneDNN uses too) spin ~300,000 rounds before they sleep; with another
 //   process busy on the node, the thread a barrier waits for cannot run meanwhile, and
-//   --threads 2 fell below --threads 1. A short spin, then a passive wait.
+//   --threads 2 fell below --threads 1. A short spin, then a passive wait. Training's steps are
+//   long parallel regions: 1000 (kTrainingSpin). Inference runs many short regions in a row, one
+//   a node, and a worker asleep between two of them takes longer to wake than the node takes:
+//   10,000 (kInferenceSpin), about ten microseconds of spinning.
+constexpr const char* kTrainingSpin = "1000";
+constexpr const char* kInferenceSpin = "10000";
 // - OPENBLAS_CORETYPE, unless set: OpenBLAS 0.3.21 (Debian 12) takes CPUs it does not know (the
 //   5th-generation Xeon, model 207) for a Prescott and runs SSE3 kernels, 4-5x slower GEMMs.
 //   SkylakeX's kernels where the CPU has AVX-512, Haswell's where it has AVX2 and FMA.
-void settle_library_env(char** argv);
+void settle_library_env(char** argv, const char* spin = kTrainingSpin);
 void set_threads(int n);  // OpenBLAS threads and OpenMP threads (oneDNN and our loops)
 // Buffers below `bytes` come from the heap and go back to it (glibc's M_MMAP_THRESHOLD; the top of
 // the heap is trimmed past 256 MiB): a loop that allocates and frees the same sizes each step (a
