@@ -68,6 +68,18 @@ Span inside(int64_t n, int64_t stride, int64_t offset, int64_t size) {
   return {lo, hi};
 }
 
+// r[o] = src[o * stride] for o in `in`, `pad` elsewhere in [0, n): a row of im2col's columns or of
+// a pool's frame. Plain loops, not memcpy and memset: rows of 16 values spent their time in the calls.
+template <class T>
+__attribute__((always_inline)) inline void strided_row(T* r, int64_t n, const T* src, int64_t stride, Span in, T pad) {
+  for (int64_t o = 0; o < in.lo; ++o) r[o] = pad;
+  if (stride == 1)
+    for (int64_t o = in.lo; o < in.hi; ++o) r[o] = src[o];
+  else
+    for (int64_t o = in.lo; o < in.hi; ++o) r[o] = src[o * stride];
+  for (int64_t o = std::max(in.lo, in.hi); o < n; ++o) r[o] = pad;
+}
+
 // `ld`: the floats from one row of `col` to the next (ohw for one image; N * ohw when the
 // images of a batch lie side by side, one GEMM for all).
 // `pad`: the value outside the image (0; a quantized input's zero point).
@@ -81,19 +93,8 @@ void im2col(const T* x, int64_t c, int64_t h, int64_t w, const Window& k, T* col
         const Span cols = inside(k.out_w, k.sw, j * k.dw - k.pl, w);
         for (int64_t oy = 0; oy < k.out_h; ++oy) {
           const int64_t iy = oy * k.sh - k.pt + i * k.dh;
-          T* r = row + oy * k.out_w;
-          // Plain loops, not memcpy and memset: rows of 16 values spent their time in the calls.
-          if (iy < 0 || iy >= h || cols.lo >= cols.hi) {
-            for (int64_t ox = 0; ox < k.out_w; ++ox) r[ox] = pad;
-            continue;
-          }
-          const T* src = x + (ch * h + iy) * w + j * k.dw - k.pl;
-          for (int64_t ox = 0; ox < cols.lo; ++ox) r[ox] = pad;
-          if (k.sw == 1)
-            for (int64_t ox = cols.lo; ox < cols.hi; ++ox) r[ox] = src[ox];
-          else
-            for (int64_t ox = cols.lo; ox < cols.hi; ++ox) r[ox] = src[ox * k.sw];
-          for (int64_t ox = cols.hi; ox < k.out_w; ++ox) r[ox] = pad;
+          const bool in_image = iy >= 0 && iy < h;
+          strided_row(row + oy * k.out_w, k.out_w, x + (ch * h + (in_image ? iy : 0)) * w + j * k.dw - k.pl, k.sw, in_image ? cols : Span{0, 0}, pad);
         }
       }
 }
@@ -316,18 +317,8 @@ LOOM_VEC void frame_plane(const Frame& f, const Window& k, const float* xp, int6
       const Span in = inside(f.w, k.sw, b - k.pl, W);
       for (int64_t r = 0; r < f.h; ++r) {
         const int64_t iy = r * k.sh + a - k.pt;
-        float* row = fp + (a * k.sw + b) * f.phase + r * f.w;
-        if (iy < 0 || iy >= H) {
-          for (int64_t c = 0; c < f.w; ++c) row[c] = fill;
-          continue;
-        }
-        const float* src = xp + iy * W + b - k.pl;
-        for (int64_t c = 0; c < in.lo; ++c) row[c] = fill;
-        if (k.sw == 1)
-          for (int64_t c = in.lo; c < in.hi; ++c) row[c] = src[c];
-        else
-          for (int64_t c = in.lo; c < in.hi; ++c) row[c] = src[c * k.sw];
-        for (int64_t c = in.hi; c < f.w; ++c) row[c] = fill;
+        const bool in_image = iy >= 0 && iy < H;
+        strided_row(fp + (a * k.sw + b) * f.phase + r * f.w, f.w, xp + (in_image ? iy : 0) * W + b - k.pl, k.sw, in_image ? in : Span{0, 0}, fill);
       }
     }
 }
