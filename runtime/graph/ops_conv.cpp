@@ -295,11 +295,28 @@ void op_batch_norm(const Node& n, const std::vector<const Tensor*>& in, std::vec
 
 namespace {
 
-// Per output row and column of a pooling window, its taps inside the image and inside image +
-// pads (count_include_pad counts the latter; ceil_mode windows may reach past both).
-struct Taps {
-  int64_t lo, hi, padded;
-};
+// AveragePool's divisor of each output: its window's taps inside the image, or inside image +
+// pads with count_include_pad (ceil_mode windows may reach past both), at least 1. Separable: a
+// window's taps are its row's times its column's.
+std::vector<float> average_divisors(const Window& k, int64_t H, int64_t W, bool include) {
+  auto taps = [include](int64_t start, int64_t kn, int64_t dil, int64_t size, int64_t pad_lo, int64_t pad_hi) {
+    int64_t inside = 0, padded = 0;
+    for (int64_t i = 0; i < kn; ++i) {
+      const int64_t at = start + i * dil;
+      padded += at >= -pad_lo && at < size + pad_hi;
+      inside += at >= 0 && at < size;
+    }
+    return include ? padded : inside;
+  };
+  std::vector<int64_t> cols;
+  for (int64_t ox = 0; ox < k.out_w; ++ox) cols.push_back(taps(ox * k.sw - k.pl, k.kw, k.dw, W, k.pl, k.pr));
+  std::vector<float> div;
+  for (int64_t oy = 0; oy < k.out_h; ++oy) {
+    const int64_t rows = taps(oy * k.sh - k.pt, k.kh, k.dh, H, k.pt, k.pb);
+    for (int64_t c : cols) div.push_back(static_cast<float>(std::max<int64_t>(1, rows * c)));
+  }
+  return div;
+}
 
 // A plane copied into a frame as large as its windows reach (pads, ceil_mode's overhang), the
 // outside filled with `fill` (-inf for MaxPool, 0 for AveragePool), so every window lies inside
@@ -378,26 +395,7 @@ void op_pool(const Node& n, const std::vector<const Tensor*>& in, std::vector<Te
   const bool mx = n.op == "MaxPool", include = attr_i(n, "count_include_pad", 0) != 0;
   if (out.size() > 1) op_error(n, "MaxPool's Indices output is not supported");
   Tensor y = Tensor::empty({N, C, k.out_h, k.out_w});
-  auto taps = [](int64_t start, int64_t kn, int64_t dil, int64_t size, int64_t pad_lo, int64_t pad_hi) {
-    Taps t{kn, 0, 0};
-    for (int64_t i = 0; i < kn; ++i) {
-      const int64_t at = start + i * dil;
-      if (at >= -pad_lo && at < size + pad_hi) ++t.padded;
-      if (at >= 0 && at < size) t.lo = std::min(t.lo, i), t.hi = i + 1;
-    }
-    if (t.lo > t.hi) t.lo = t.hi;
-    return t;
-  };
-  std::vector<Taps> rows, cols;
-  for (int64_t oy = 0; oy < k.out_h; ++oy) rows.push_back(taps(oy * k.sh - k.pt, k.kh, k.dh, H, k.pt, k.pb));
-  for (int64_t ox = 0; ox < k.out_w; ++ox) cols.push_back(taps(ox * k.sw - k.pl, k.kw, k.dw, W, k.pl, k.pr));
-  std::vector<float> div(static_cast<size_t>(mx ? 0 : k.out_h * k.out_w));
-  for (int64_t oy = 0; oy < k.out_h && !mx; ++oy)
-    for (int64_t ox = 0; ox < k.out_w; ++ox) {
-      const Taps &r = rows[static_cast<size_t>(oy)], &c = cols[static_cast<size_t>(ox)];
-      const int64_t cnt = (r.hi - r.lo) * (c.hi - c.lo), padded = r.padded * c.padded;
-      div[static_cast<size_t>(oy * k.out_w + ox)] = static_cast<float>(std::max<int64_t>(1, include ? padded : cnt));
-    }
+  const std::vector<float> div = mx ? std::vector<float>{} : average_divisors(k, H, W, include);
   // A single output row or column has no stride: one phase there.
   Window kp = k;
   if (kp.out_h == 1) kp.sh = 1;
